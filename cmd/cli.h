@@ -1,0 +1,76 @@
+/* The command-line layer: subcommand table, option tables, help text, error printing.
+ *
+ * Each subcommand lives in cmd/cmd_NAME.c and defines one option table; that table drives
+ * both parsing and `--help`, so they cannot drift apart.  cmd/ never touches checkpoint
+ * bytes: it parses options, calls lib/ and formats/, and turns a tps_status into the exit
+ * code (the status values are the exit codes). */
+#ifndef TPS_CLI_H
+#define TPS_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "lib/status.h"
+
+typedef enum tps_opt_kind {
+    TPS_OPT_FLAG,   /* bool, set to true */
+    TPS_OPT_STRING, /* const char * */
+    TPS_OPT_UINT,   /* uint64_t, decimal, no sign */
+    TPS_OPT_DOUBLE, /* double, finite */
+    TPS_OPT_SIZE,   /* uint64_t from "5GB", "500MiB", "4096" */
+    TPS_OPT_COUNT   /* int, incremented each time (-v -v) */
+} tps_opt_kind;
+
+typedef struct tps_opt {
+    const char *long_name; /* without the leading "--" */
+    char short_name;       /* 0 for none */
+    tps_opt_kind kind;
+    void *target;
+    const char *metavar; /* shown in help for options that take a value */
+    const char *help;
+} tps_opt;
+
+/* Options every subcommand understands. */
+typedef struct tps_common_opts {
+    bool help;
+    bool json;
+    bool quiet;
+    int verbose;
+} tps_common_opts;
+
+typedef struct tps_cmd {
+    const char *name;
+    const char *summary; /* one line for the command list */
+    const char *usage;   /* "inspect PATH [--json]" */
+    const char *details; /* paragraphs after the usage, or NULL */
+    const tps_opt *opts; /* terminated by an entry with long_name NULL */
+    int min_args, max_args;
+    int (*run)(char **args, int nargs);
+} tps_cmd;
+
+extern const tps_cmd *const tps_commands[];
+extern tps_common_opts tps_common;
+
+/* Parses argv for cmd: options anywhere, "--" ends options; fills args with positionals.
+ * Returns -1 to go on, or an exit code (0 after --help, 2 on a usage error with a hint). */
+int tps_cli_parse(const tps_cmd *cmd, int argc, char **argv, char **args, int *nargs);
+
+void tps_cli_help(FILE *out, const tps_cmd *cmd);
+void tps_cli_exit_codes(FILE *out);
+
+/* "tpshard CMD: message" on stderr; returns the status as an exit code. */
+int tps_cli_report(const char *cmd, const tps_error *err);
+void tps_cli_errorf(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Parses "4", "500MB", "5GB" (decimal), "512MiB", "4GiB" (binary); false on junk/overflow. */
+bool tps_parse_size(const char *s, uint64_t *out);
+
+#define TPS_COMMON_OPTS                                                               \
+    {"help", 'h', TPS_OPT_FLAG, &tps_common.help, NULL, "show this help and exit"},   \
+    {"quiet", 'q', TPS_OPT_FLAG, &tps_common.quiet, NULL, "print nothing but errors"}, \
+    {"verbose", 'v', TPS_OPT_COUNT, &tps_common.verbose, NULL, "say more (repeatable)"}
+
+#define TPS_OPTS_END {NULL, 0, TPS_OPT_FLAG, NULL, NULL, NULL}
+
+#endif

@@ -1,0 +1,9 @@
+/* Every subcommand's table entry, defined in its cmd/cmd_NAME.c. */
+#ifndef TPS_COMMANDS_H
+#define TPS_COMMANDS_H
+
+#include "cli.h"
+
+extern const tps_cmd tps_cmd_inspect;
+
+#endif

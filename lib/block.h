@@ -1,0 +1,66 @@
+/* A transformer block's description, read from the layout's `block:` section, for the
+ * verification pass: which tensor plays which role in one layer, and the hyper-parameters
+ * the math needs.  Role names are tensor-name templates relative to the layer: the layer
+ * prefix holds "{layer}", an expert template holds "{expert}".  A role whose template is
+ * NULL is absent from the model (e.g. no q bias). */
+#ifndef TPS_BLOCK_H
+#define TPS_BLOCK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef enum tps_block_kind {
+    TPS_BLOCK_LLAMA,   /* RMSNorm, RoPE, GQA causal attention, SwiGLU, optional q/k/v biases */
+    TPS_BLOCK_GPT2,    /* LayerNorm with bias, fused c_attn, GELU, biases, Conv1D [in, out] */
+    TPS_BLOCK_NEOX,    /* parallel residual, partial rotary, per-head interleaved QKV */
+    TPS_BLOCK_MIXTRAL  /* Llama attention, replicated router, top-k experts each a SwiGLU MLP */
+} tps_block_kind;
+
+typedef enum tps_block_role {
+    TPS_ROLE_ATTN_NORM_W,
+    TPS_ROLE_ATTN_NORM_B,
+    TPS_ROLE_Q_W, TPS_ROLE_Q_B,
+    TPS_ROLE_K_W, TPS_ROLE_K_B,
+    TPS_ROLE_V_W, TPS_ROLE_V_B,
+    TPS_ROLE_QKV_W, TPS_ROLE_QKV_B, /* fused; layout given by qkv_interleaved */
+    TPS_ROLE_O_W, TPS_ROLE_O_B,
+    TPS_ROLE_MLP_NORM_W,
+    TPS_ROLE_MLP_NORM_B,
+    TPS_ROLE_GATE_W, TPS_ROLE_UP_W, /* SwiGLU: down(silu(gate x) * up x) */
+    TPS_ROLE_GATE_UP_W,             /* fused [gate; up] */
+    TPS_ROLE_FC_W, TPS_ROLE_FC_B,   /* GPT-2 / NeoX first MLP matrix */
+    TPS_ROLE_DOWN_W, TPS_ROLE_DOWN_B,
+    TPS_ROLE_ROUTER_W,              /* Mixtral gate, [experts, hidden], replicated */
+    TPS_ROLE_COUNT
+} tps_block_role;
+
+typedef enum tps_norm_kind { TPS_NORM_RMS, TPS_NORM_LAYER } tps_norm_kind;
+typedef enum tps_act_kind { TPS_ACT_SILU, TPS_ACT_GELU_TANH, TPS_ACT_GELU_ERF } tps_act_kind;
+typedef enum tps_rope_style {
+    TPS_ROPE_NONE,
+    TPS_ROPE_HALF,       /* rotate_half: pairs (i, i + rot/2), HF Llama/NeoX */
+    TPS_ROPE_INTERLEAVED /* pairs (2i, 2i+1), GPT-J / Meta original */
+} tps_rope_style;
+
+typedef struct tps_block {
+    tps_block_kind kind;
+    char *layer_prefix;           /* e.g. "model.layers.{layer}." */
+    char *expert_prefix;          /* e.g. "block_sparse_moe.experts.{expert}." (Mixtral) */
+    char *role[TPS_ROLE_COUNT];   /* templates after the layer (and expert) prefix */
+    uint64_t layers;              /* number of layers (0: count from tensor names) */
+    uint64_t hidden, heads, kv_heads, head_dim, intermediate, experts, top_k;
+    tps_norm_kind norm;
+    double norm_eps;
+    tps_act_kind act;
+    tps_rope_style rope;
+    double rope_theta;
+    double rotary_pct;            /* fraction of head_dim that rotates (NeoX 0.25); 1 = all */
+    bool parallel_residual;       /* x + attn(ln1 x) + mlp(ln2 x) */
+    bool conv1d;                  /* weights stored [in, out] (GPT-2) */
+    bool qkv_interleaved;         /* fused QKV per head [q_h; k_h; v_h] (NeoX), else [Q; K; V] */
+} tps_block;
+
+const char *tps_block_kind_name(tps_block_kind k);
+const char *tps_block_role_name(tps_block_role r); /* the YAML key, e.g. "q_proj" -> see layout docs */
+
+#endif

@@ -1,0 +1,105 @@
+/* JSON: a strict parser for untrusted headers and manifests, and an emitter.
+ *
+ * Parser rules (RFC 8259, held strictly because the input is hostile):
+ *   - exactly one value, JSON whitespace (space, tab, LF, CR) allowed around it, nothing else;
+ *   - input must be valid UTF-8 (no overlongs, no surrogates, nothing above U+10FFFF);
+ *   - string escapes decoded; \u surrogate pairs must pair up; control characters refused;
+ *   - duplicate keys in any object are an error (safetensors TOB-SFTN-7);
+ *   - nesting depth at most TPS_JSON_MAX_DEPTH;
+ *   - numbers follow the JSON grammar; each keeps its text, and is_u64 says whether it is a
+ *     plain non-negative integer (no sign, fraction or exponent) that fits in 64 bits.
+ * Errors are TPS_EINVALID with the byte offset and what was expected, prefixed by the
+ * caller's `what` (e.g. the file name).
+ *
+ * The parsed tree lives in one arena owned by the tps_json_doc. */
+#ifndef TPS_JSON_H
+#define TPS_JSON_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "buf.h"
+#include "status.h"
+
+#define TPS_JSON_MAX_DEPTH 64
+
+typedef enum tps_json_type {
+    TPS_JSON_NULL,
+    TPS_JSON_BOOL,
+    TPS_JSON_NUMBER,
+    TPS_JSON_STRING,
+    TPS_JSON_ARRAY,
+    TPS_JSON_OBJECT
+} tps_json_type;
+
+typedef struct tps_json tps_json;
+
+struct tps_json {
+    tps_json_type type;
+    size_t offset; /* byte offset of the value's first character in the input */
+    union {
+        bool boolean;
+        struct {
+            const char *text; /* not NUL-terminated; len bytes */
+            size_t len;
+            bool is_u64;
+            uint64_t u64;
+            double f64;
+        } number;
+        struct {
+            const char *s; /* decoded UTF-8, NUL-terminated; may contain \0 (check len) */
+            size_t len;
+        } string;
+        struct {
+            tps_json **items;
+            size_t n;
+        } array;
+        struct {
+            tps_json **keys; /* each of type TPS_JSON_STRING, in document order */
+            tps_json **values;
+            size_t n;
+        } object;
+    } u;
+};
+
+typedef struct tps_json_doc tps_json_doc;
+
+tps_status tps_json_parse(const char *text, size_t len, const char *what, tps_json_doc **out, tps_error *err);
+const tps_json *tps_json_root(const tps_json_doc *doc);
+void tps_json_doc_free(tps_json_doc *doc);
+
+/* Member of an object by key (exact bytes, key without embedded NUL); NULL if absent or obj
+ * is not an object. */
+const tps_json *tps_json_get(const tps_json *obj, const char *key);
+
+/* The emitter writes into a tps_buf.  Commas and colons are placed automatically; pretty
+ * output indents by two spaces.  Strings are escaped per RFC 8259 (", \, control
+ * characters as \uXXXX or the short forms); bytes >= 0x80 are passed through, so the
+ * caller must give valid UTF-8.  Non-finite doubles are written as null. */
+typedef struct tps_jw {
+    tps_buf *out;
+    bool pretty;
+    int depth;
+    bool need_comma[TPS_JSON_MAX_DEPTH + 1];
+    bool after_key;
+} tps_jw;
+
+void tps_jw_init(tps_jw *w, tps_buf *out, bool pretty);
+void tps_jw_object_begin(tps_jw *w);
+void tps_jw_object_end(tps_jw *w);
+void tps_jw_array_begin(tps_jw *w);
+void tps_jw_array_end(tps_jw *w);
+void tps_jw_key(tps_jw *w, const char *key);
+void tps_jw_string(tps_jw *w, const char *s);
+void tps_jw_string_n(tps_jw *w, const char *s, size_t n);
+void tps_jw_u64(tps_jw *w, uint64_t v);
+void tps_jw_i64(tps_jw *w, int64_t v);
+void tps_jw_double(tps_jw *w, double v); /* shortest text that reads back to the same double */
+void tps_jw_bool(tps_jw *w, bool v);
+void tps_jw_null(tps_jw *w);
+
+/* Escape s (n bytes) as a JSON string literal, quotes included, appended to out. */
+void tps_json_escape(tps_buf *out, const char *s, size_t n);
+
+#endif

@@ -1,0 +1,68 @@
+/* YAML layouts: model sizes, ordered name rules giving each tensor its partition, and the
+ * verification block description.  Parsed with libyaml; every error carries
+ * file:line:column.  The schema is documented in README.md ("Layout schema") and
+ * cmd/tpshard.1.
+ *
+ * Sizes come from the layout's `sizes:` map, then a Hugging Face config.json
+ * (tps_layout_read_config), then inference from tensor shapes (tps_layout_infer_sizes),
+ * earlier sources winning; segment lengths and units are expressions over them
+ * ("kv_heads*head_dim"). */
+#ifndef TPS_LAYOUT_H
+#define TPS_LAYOUT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "block.h"
+#include "index.h"
+#include "partition.h"
+#include "status.h"
+
+typedef struct tps_model_sizes {
+    /* 0 means unknown */
+    uint64_t hidden, heads, kv_heads, head_dim, intermediate, vocab, layers, experts;
+} tps_model_sizes;
+
+typedef struct tps_layout tps_layout;
+
+/* name is what messages call the text (a file path, or "preset:llama"). */
+tps_status tps_layout_parse(const char *text, size_t len, const char *name, tps_layout **out, tps_error *err);
+tps_status tps_layout_load_file(const char *path, tps_layout **out, tps_error *err);
+tps_status tps_layout_load_preset(const char *preset, tps_layout **out, tps_error *err);
+
+/* Fills sizes the layout left unset from a Hugging Face config.json (hidden_size,
+ * num_attention_heads, num_key_value_heads, head_dim, intermediate_size, vocab_size,
+ * num_hidden_layers, num_local_experts; GPT-2's n_embd/n_head/n_layer/n_inner). */
+tps_status tps_layout_read_config(tps_layout *l, const char *config_path, tps_error *err);
+
+/* Fills sizes still unset from tensor shapes where the layout's `infer:` hints make them
+ * unambiguous; fails naming the size when two tensors disagree. */
+tps_status tps_layout_infer_sizes(tps_layout *l, const tps_index *ix, tps_error *err);
+
+const tps_model_sizes *tps_layout_sizes(const tps_layout *l);
+
+/* The partition for one tensor: the first rule whose glob matches name.  Fails
+ * (TPS_EINVALID) when no rule matches, or when the rule's expressions need a size that
+ * is unknown or do not fit the tensor's shape; the message names the tensor, the rule's
+ * file:line:column and the numbers.  Records the match for tps_layout_unused_rules. */
+tps_status tps_layout_partition(tps_layout *l, const char *name, tps_dtype dtype, int ndim,
+                                const uint64_t *shape, tps_partition *out, size_t *rule, tps_error *err);
+
+size_t tps_layout_rule_count(const tps_layout *l);
+/* "model.layers.*.self_attn.q_proj.weight (llama.yaml:12:5)" */
+const char *tps_layout_rule_label(const tps_layout *l, size_t rule);
+uint64_t tps_layout_rule_matches(const tps_layout *l, size_t rule);
+
+/* The block description, or NULL when the layout has no `block:` section. */
+const tps_block *tps_layout_block(const tps_layout *l);
+
+/* The exact text the layout was parsed from (recorded in the manifest). */
+const char *tps_layout_text(const tps_layout *l);
+
+void tps_layout_free(tps_layout *l);
+
+/* Glob match of a tensor name: '*' matches any run of characters within one dot-separated
+ * component, '{a,b}' matches either alternative; everything else matches itself. */
+bool tps_glob_match(const char *pattern, const char *name);
+
+#endif

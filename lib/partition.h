@@ -1,0 +1,75 @@
+/* The partition algebra (DESIGN.md): how one tensor is cut across T ranks.
+ *
+ * A tensor is replicated, or split along one dimension `dim`.  Along dim it is the
+ * concatenation of nseg segments ([Q;K;V] has 3, [gate;up] has 2, a plain matrix 1).
+ * Each segment has a length and a unit (elements along dim that must stay on one rank:
+ * 1, head_dim, a NeoX head's 3*head_dim rows, an FP8 block of 128).  A segment of n units
+ * on T ranks:
+ *   n % T == 0                         rank r gets units [r*n/T, (r+1)*n/T)
+ *   n < T, T % n == 0, may_replicate   rank r gets unit floor(r*n/T) (GQA KV heads)
+ *   otherwise, with pad (one segment)  n is padded with zero units to a multiple of T;
+ *                                      the original length stays in the global shape
+ *   otherwise                          an error naming the tensor, segment, n and T.
+ * A rank's slice is its pieces of every segment in segment order, then its zero padding. */
+#ifndef TPS_PARTITION_H
+#define TPS_PARTITION_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "dtype.h"
+#include "status.h"
+
+#define TPS_MAX_SEGMENTS 8
+
+typedef struct tps_segment {
+    char name[16];    /* "q", "k", "v", "gate", "up" or "" for a plain split */
+    uint64_t length;  /* elements along dim */
+    uint64_t unit;    /* elements along dim that stay together; divides length */
+    bool may_replicate;
+} tps_segment;
+
+typedef struct tps_partition {
+    bool replicated;
+    int dim;
+    int nseg;
+    tps_segment seg[TPS_MAX_SEGMENTS];
+    bool pad; /* zero-pad a single segment's units up to a multiple of T */
+} tps_partition;
+
+/* One rank's part of a split tensor along dim, in global coordinates of the unpadded
+ * tensor.  Pieces come in the order they are concatenated; pad zero elements follow. */
+typedef struct tps_slice {
+    int npieces;
+    struct {
+        uint64_t start, len;
+        int seg;
+    } piece[TPS_MAX_SEGMENTS];
+    uint64_t pad;    /* zero elements appended along dim */
+    uint64_t length; /* sum of piece lengths + pad: the rank's size along dim */
+} tps_slice;
+
+/* A plain split: one segment of the whole dimension with the given unit. */
+void tps_partition_simple(tps_partition *p, int dim, uint64_t dim_len, uint64_t unit);
+
+/* Checks p against a tensor (segment lengths add up to shape[dim], units divide lengths,
+ * every cut falls on a byte for sub-byte dtypes) and against T; on error the message names
+ * the tensor, the segment, n and T. */
+tps_status tps_partition_check(const tps_partition *p, const char *name, tps_dtype dtype, int ndim,
+                               const uint64_t *shape, uint64_t T, tps_error *err);
+
+/* Rank r's slice.  Call tps_partition_check first; the result is undefined otherwise. */
+void tps_partition_slice(const tps_partition *p, uint64_t T, uint64_t r, tps_slice *out);
+
+/* Rank r's shape: the global shape with dim replaced by the slice length (the global shape
+ * when replicated). */
+void tps_partition_rank_shape(const tps_partition *p, int ndim, const uint64_t *shape, uint64_t T,
+                              uint64_t r, uint64_t *out);
+
+/* Whether two ranks' slices are replicas of each other (both hold the same units). */
+bool tps_slice_equal(const tps_slice *a, const tps_slice *b);
+
+/* "column split of dim 0 in 3 segments q/k/v, unit 8" style description for plan output. */
+void tps_partition_describe(const tps_partition *p, char *buf, size_t bufsize);
+
+#endif

@@ -1,0 +1,62 @@
+#!/bin/sh
+# Runs every test tier and prints one summary line CI can read: "N passed, N failed, N skipped".
+#   unit     build/tests/test_*            (C, TAP-style lines)
+#   cli      tests/cli/*.sh                (shell, in scratch directories)
+#   interop  tests/interop/*.py            (real torch / numpy / safetensors; skipped loudly
+#                                           when the Python packages are missing)
+# A tier that prints "not ok" or exits non-zero without saying why counts as failed.
+# TPS_TEST_FILTER=pattern runs only the scripts/binaries whose name contains pattern.
+set -u
+top=$(cd "$(dirname "$0")/.." && pwd)
+cd "$top"
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+export TPSHARD="$top/tpshard"
+export TPS_TOP="$top"
+export TPS_PYTHON="${TPS_PYTHON:-$(sh tests/interop/python.sh 2>/dev/null || true)}"
+
+run_one() { # name command...
+    name=$1
+    shift
+    case "$name" in *"${TPS_TEST_FILTER:-}"*) ;; *) return 0 ;; esac
+    out=$("$@" 2>&1)
+    rc=$?
+    printf '%s\n' "$out" | sed "s|^|[$name] |"
+    printf '%s\n' "$out" >>"$log"
+    if [ $rc -ne 0 ] && ! printf '%s\n' "$out" | grep -q '^not ok'; then
+        echo "not ok - $name exited with status $rc" | tee -a "$log"
+    fi
+}
+
+for t in build/tests/test_*; do
+    [ -x "$t" ] && run_one "$(basename "$t")" "$t"
+done
+for t in tests/cli/*.sh; do
+    [ -f "$t" ] && run_one "$(basename "$t" .sh)" sh "$t"
+done
+for t in tests/interop/test_*.py; do
+    [ -f "$t" ] || continue
+    if [ -n "$TPS_PYTHON" ]; then
+        run_one "$(basename "$t" .py)" "$TPS_PYTHON" "$t"
+    else
+        case "$(basename "$t")" in *"${TPS_TEST_FILTER:-}"*) ;; *) continue ;; esac
+        echo "skip - $(basename "$t" .py): no Python with torch, numpy and safetensors (run tests/interop/setup.sh)" | tee -a "$log"
+    fi
+done
+
+passed=$(grep -c '^ok - ' "$log")
+failed=$(grep -c '^not ok' "$log")
+skipped=$(grep -c '^skip - ' "$log")
+if [ "$skipped" -gt 0 ]; then
+    echo
+    echo "Skipped:"
+    grep '^skip - ' "$log"
+fi
+if [ "$failed" -gt 0 ]; then
+    echo
+    echo "Failed:"
+    grep '^not ok' "$log"
+fi
+echo
+echo "$passed passed, $failed failed, $skipped skipped"
+[ "$failed" -eq 0 ] && [ "$passed" -gt 0 ]
