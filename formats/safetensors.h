@@ -49,7 +49,8 @@ tps_status tps_st_writer_open(const char *path, const tps_st_entry *entries, siz
                               size_t nmeta, tps_st_writer **out, tps_error *err);
 tps_status tps_st_writer_write(tps_st_writer *w, const void *buf, size_t len, tps_error *err);
 /* Fails unless exactly the announced bytes were written.  Fills the whole file's CRC-32
- * (zlib) and size when the pointers are non-NULL. */
+ * (zlib) and size when the pointers are non-NULL.  Frees w in every case (on failure the
+ * temporary file is removed first), so w must not be used or aborted afterwards. */
 tps_status tps_st_writer_commit(tps_st_writer *w, uint32_t *crc, uint64_t *size, tps_error *err);
 /* Removes the temporary file and frees w; accepts NULL; safe after a failed write. */
 void tps_st_writer_abort(tps_st_writer *w);
