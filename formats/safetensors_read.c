@@ -64,10 +64,11 @@ static tps_status get_u64(const char *path, const st_entry *e, const char *field
     }
     if (v->type == TPS_JSON_NUMBER)
         return tps_fail(err, TPS_EINVALID,
-                        "%s: tensor '%.*s': %s[%zu] at byte %llu is %.*s, not a non-negative integer below 2^64",
+                        "%s: tensor '%.*s': %s[%zu] at file offset %llu is %.*s, not a non-negative integer "
+                        "below 2^64",
                         path, SHOWN(e->name_len), e->name, field, i, file_off(v),
                         (int)(v->u.number.len > 64 ? 64 : v->u.number.len), v->u.number.text);
-    return tps_fail(err, TPS_EINVALID, "%s: tensor '%.*s': %s[%zu] at byte %llu is %s, not an integer", path,
+    return tps_fail(err, TPS_EINVALID, "%s: tensor '%.*s': %s[%zu] at file offset %llu is %s, not an integer", path,
                     SHOWN(e->name_len), e->name, field, i, file_off(v), json_type_name(v->type));
 }
 
@@ -76,8 +77,11 @@ static tps_status parse_entry(const char *path, const tps_json *key, const tps_j
 {
     e->name = key->u.string.s;
     e->name_len = key->u.string.len;
+    if (memchr(e->name, '\0', e->name_len))
+        return tps_fail(err, TPS_EINVALID, "%s: the tensor name at file offset %llu contains a NUL character", path,
+                        file_off(key));
     if (val->type != TPS_JSON_OBJECT)
-        return tps_fail(err, TPS_EINVALID, "%s: tensor '%.*s' at byte %llu is %s, not an object", path,
+        return tps_fail(err, TPS_EINVALID, "%s: tensor '%.*s' at file offset %llu is %s, not an object", path,
                         SHOWN(e->name_len), e->name, file_off(val), json_type_name(val->type));
     const tps_json *dtype = NULL, *shape = NULL, *offsets = NULL;
     for (size_t i = 0; i < val->u.object.n; i++) {
@@ -92,24 +96,25 @@ static tps_status parse_entry(const char *path, const tps_json *key, const tps_j
             /* The reference ignores unknown keys but its JSON schema forbids them; a key we do
              * not understand may change the meaning of the bytes, so refuse it. */
             return tps_fail(err, TPS_EINVALID,
-                            "%s: tensor '%.*s' has unknown key '%.*s' at byte %llu (allowed: dtype, shape, data_offsets)",
+                            "%s: tensor '%.*s' has unknown key '%.*s' at file offset %llu "
+                            "(allowed: dtype, shape, data_offsets)",
                             path, SHOWN(e->name_len), e->name, SHOWN(kl), ks, file_off(k));
     }
     const char *missing = !dtype ? "dtype" : !shape ? "shape" : !offsets ? "data_offsets" : NULL;
     if (missing)
-        return tps_fail(err, TPS_EINVALID, "%s: tensor '%.*s' (byte %llu) has no '%s' key", path,
+        return tps_fail(err, TPS_EINVALID, "%s: tensor '%.*s' (file offset %llu) has no '%s' key", path,
                         SHOWN(e->name_len), e->name, file_off(val), missing);
 
     if (dtype->type != TPS_JSON_STRING)
-        return tps_fail(err, TPS_EINVALID, "%s: tensor '%.*s': dtype at byte %llu is %s, not a string", path,
+        return tps_fail(err, TPS_EINVALID, "%s: tensor '%.*s': dtype at file offset %llu is %s, not a string", path,
                         SHOWN(e->name_len), e->name, file_off(dtype), json_type_name(dtype->type));
     if (!tps_dtype_parse(dtype->u.string.s, dtype->u.string.len, &e->dtype))
-        return tps_fail(err, TPS_EINVALID, "%s: tensor '%.*s': unknown dtype '%.*s' at byte %llu", path,
+        return tps_fail(err, TPS_EINVALID, "%s: tensor '%.*s': unknown dtype '%.*s' at file offset %llu", path,
                         SHOWN(e->name_len), e->name, SHOWN(dtype->u.string.len), dtype->u.string.s,
                         file_off(dtype));
 
     if (shape->type != TPS_JSON_ARRAY)
-        return tps_fail(err, TPS_EINVALID, "%s: tensor '%.*s': shape at byte %llu is %s, not an array", path,
+        return tps_fail(err, TPS_EINVALID, "%s: tensor '%.*s': shape at file offset %llu is %s, not an array", path,
                         SHOWN(e->name_len), e->name, file_off(shape), json_type_name(shape->type));
     if (shape->u.array.n > TPS_MAX_DIMS)
         return tps_fail(err, TPS_EINVALID, "%s: tensor '%.*s' has %zu dimensions; at most %d are supported", path,
@@ -121,7 +126,9 @@ static tps_status parse_entry(const char *path, const tps_json *key, const tps_j
 
     if (offsets->type != TPS_JSON_ARRAY || offsets->u.array.n != 2)
         return tps_fail(err, TPS_EINVALID,
-                        "%s: tensor '%.*s': data_offsets at byte %llu must be an array of exactly 2 integers", path,
+                        "%s: tensor '%.*s': data_offsets at file offset %llu must be an array of exactly 2 "
+                        "integers",
+                        path,
                         SHOWN(e->name_len), e->name, file_off(offsets));
     if ((st = get_u64(path, e, "data_offsets", 0, offsets->u.array.items[0], &e->begin, err))) return st;
     if ((st = get_u64(path, e, "data_offsets", 1, offsets->u.array.items[1], &e->end, err))) return st;
@@ -136,17 +143,19 @@ static tps_status parse_entry(const char *path, const tps_json *key, const tps_j
 static tps_status check_metadata(const char *path, const tps_json *meta, tps_error *err)
 {
     if (meta->type != TPS_JSON_OBJECT)
-        return tps_fail(err, TPS_EINVALID, "%s: __metadata__ at byte %llu is %s, not an object of strings", path,
+        return tps_fail(err, TPS_EINVALID,
+                        "%s: __metadata__ at file offset %llu is %s, not an object of strings", path,
                         file_off(meta), json_type_name(meta->type));
     for (size_t i = 0; i < meta->u.object.n; i++) {
         const tps_json *k = meta->u.object.keys[i], *v = meta->u.object.values[i];
         if (v->type != TPS_JSON_STRING)
-            return tps_fail(err, TPS_EINVALID, "%s: __metadata__ value of '%.*s' at byte %llu is %s, not a string",
-                            path, SHOWN(k->u.string.len), k->u.string.s, file_off(v), json_type_name(v->type));
+            return tps_fail(err, TPS_EINVALID,
+                            "%s: __metadata__ value of '%.*s' at file offset %llu is %s, not a string", path,
+                            SHOWN(k->u.string.len), k->u.string.s, file_off(v), json_type_name(v->type));
         /* The index keeps metadata as C strings. */
         if (memchr(k->u.string.s, '\0', k->u.string.len) || memchr(v->u.string.s, '\0', v->u.string.len))
-            return tps_fail(err, TPS_EINVALID, "%s: __metadata__ entry at byte %llu contains a NUL character", path,
-                            file_off(k));
+            return tps_fail(err, TPS_EINVALID,
+                            "%s: __metadata__ entry at file offset %llu contains a NUL character", path, file_off(k));
     }
     return TPS_OK;
 }
@@ -271,7 +280,8 @@ tps_status tps_safetensors_add_file(tps_index *ix, const char *path, tps_error *
     if (!tps_add_u64(header_end, data_len, &total) || total != f->size) {
         if (total < f->size)
             st = tps_fail(err, TPS_EINVALID,
-                          "%s: %llu trailing bytes after the last tensor's data, which ends at file offset %llu", path,
+                          "%s: %llu trailing bytes after the last tensor's data, which ends at file offset %llu",
+                          path,
                           (unsigned long long)(f->size - total), (unsigned long long)total);
         else
             st = tps_fail(err, TPS_EINVALID,
@@ -283,9 +293,10 @@ tps_status tps_safetensors_add_file(tps_index *ix, const char *path, tps_error *
     }
     for (size_t i = 0; i < ntensors; i++) {
         const st_entry *e = &entries[i];
-        /* Names are unique within a header (the JSON parser refuses duplicate keys); a name
-         * already in the index came from another file of a multi-file set. */
-        const tps_tensor *prev = e->name_len == strlen(e->name) ? tps_index_find(ix, e->name) : NULL;
+        /* Names are unique within a header (the JSON parser refuses duplicate keys) and free
+         * of NULs (parse_entry); a name already in the index came from another file of a
+         * multi-file set. */
+        const tps_tensor *prev = tps_index_find(ix, e->name);
         if (prev) {
             st = tps_fail(err, TPS_EINVALID, "%s: tensor '%.*s' is also in %s", path, SHOWN(e->name_len), e->name,
                           ix->files[prev->file].path);

@@ -278,7 +278,8 @@ tps_status tps_st_writer_commit(tps_st_writer *w, uint32_t *crc, uint64_t *size,
         goto cleanup;
     }
     if (w->written != w->total) {
-        st = tps_fail(err, TPS_EINVALID, "%s: not committed: %llu of the %llu bytes the header announces were written",
+        st = tps_fail(err, TPS_EINVALID,
+                      "%s: not committed: %llu of the %llu bytes the header announces were written",
                       w->path, (unsigned long long)w->written, (unsigned long long)w->total);
         goto cleanup;
     }
