@@ -5,5 +5,7 @@
 #include "cli.h"
 
 extern const tps_cmd tps_cmd_inspect;
+extern const tps_cmd tps_cmd_split;
+extern const tps_cmd tps_cmd_plan;
 
 #endif

@@ -11,6 +11,8 @@
 
 const tps_cmd *const tps_commands[] = {
     &tps_cmd_inspect,
+    &tps_cmd_plan,
+    &tps_cmd_split,
     NULL,
 };
 

@@ -1,0 +1,135 @@
+#include "layout_args.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "formats/checkpoint.h"
+#include "lib/buf.h"
+#include "lib/json.h"
+#include "lib/plan.h"
+
+static void print_lines(const char *cmd, const char *prefix, const char *text)
+{
+    while (text && *text) {
+        const char *nl = strchr(text, '\n');
+        int n = nl ? (int)(nl - text) : (int)strlen(text);
+        fprintf(stderr, "tpshard %s: %s%.*s\n", cmd, prefix, n, text);
+        text += n + (nl ? 1 : 0);
+    }
+}
+
+int tps_cli_plan(const char *cmd, const char *src, const tps_layout_args *a, tps_index **ix, tps_layout **l,
+                 tps_manifest **m)
+{
+    tps_error err;
+    tps_error_clear(&err);
+    *ix = NULL;
+    *l = NULL;
+    *m = NULL;
+    if (a->tp == 0) {
+        tps_cli_errorf(cmd, "--tp N is required (N >= 1)");
+        return TPS_EUSAGE;
+    }
+    if (!a->layout == !a->preset) {
+        tps_cli_errorf(cmd, "give exactly one of --layout FILE or --preset NAME (see 'tpshard layout --list')");
+        return TPS_EUSAGE;
+    }
+    char name[4200];
+    if (a->layout) {
+        if (tps_layout_load_file(a->layout, l, &err)) return tps_cli_report(cmd, &err);
+        snprintf(name, sizeof name, "%s", a->layout);
+    } else {
+        if (tps_layout_load_preset(a->preset, l, &err)) return tps_cli_report(cmd, &err);
+        snprintf(name, sizeof name, "preset:%s", a->preset);
+    }
+    if (a->config && tps_layout_read_config(*l, a->config, &err)) return tps_cli_report(cmd, &err);
+    if (tps_checkpoint_open(src, ix, &err)) return tps_cli_report(cmd, &err);
+    if (tps_layout_infer_sizes(*l, *ix, &err)) return tps_cli_report(cmd, &err);
+    tps_buf problems = TPS_BUF_INIT, unused = TPS_BUF_INIT;
+    tps_status st = tps_plan_build(*ix, *l, name, a->tp, m, &problems, &unused, &err);
+    if (unused.len && !tps_common.quiet) print_lines(cmd, "warning: layout rule matched no tensor: ", unused.data);
+    if (st == TPS_EINVALID || st == TPS_EUSAGE) {
+        print_lines(cmd, "", problems.data);
+        fprintf(stderr, "tpshard %s: %s: the layout does not fit this checkpoint at tp %llu\n", cmd, src,
+                (unsigned long long)a->tp);
+    } else if (st) {
+        tps_cli_report(cmd, &err);
+    }
+    tps_buf_release(&problems);
+    tps_buf_release(&unused);
+    return (int)st;
+}
+
+void tps_cli_print_plan(const tps_manifest *m, bool json)
+{
+    uint64_t *rank_bytes = calloc(m->tp, sizeof *rank_bytes);
+    if (!rank_bytes) return;
+    tps_buf b = TPS_BUF_INIT;
+    tps_jw w;
+    tps_jw_init(&w, &b, true);
+    if (json) {
+        tps_jw_object_begin(&w);
+        tps_jw_key(&w, "tp");
+        tps_jw_u64(&w, m->tp);
+        tps_jw_key(&w, "layout");
+        tps_jw_string(&w, m->layout_name);
+        tps_jw_key(&w, "tensors");
+        tps_jw_array_begin(&w);
+    }
+    for (size_t i = 0; i < m->ntensors; i++) {
+        const tps_manifest_tensor *t = &m->tensors[i];
+        char desc[256], gs[256], rs[256];
+        uint64_t shape0[TPS_MAX_DIMS];
+        tps_partition_describe(&t->part, desc, sizeof desc);
+        tps_shape_str(t->shape, t->ndim, gs, sizeof gs);
+        tps_partition_rank_shape(&t->part, t->ndim, t->shape, m->tp, 0, shape0);
+        tps_shape_str(shape0, t->ndim, rs, sizeof rs);
+        if (json) {
+            tps_jw_object_begin(&w);
+            tps_jw_key(&w, "name");
+            tps_jw_string(&w, t->name);
+            tps_jw_key(&w, "rule");
+            tps_jw_string(&w, t->rule);
+            tps_jw_key(&w, "partition");
+            tps_jw_string(&w, desc);
+            tps_jw_key(&w, "dtype");
+            tps_jw_string(&w, tps_dtype_name(t->dtype));
+            tps_jw_key(&w, "rank_shapes");
+            tps_jw_array_begin(&w);
+        } else {
+            printf("%-56s %-5s %-18s -> %-18s %s   [%s]\n", t->name, tps_dtype_name(t->dtype), gs, rs, desc, t->rule);
+        }
+        for (uint64_t r = 0; r < m->tp; r++) {
+            uint64_t shape[TPS_MAX_DIMS], n = 1, bytes = 0;
+            tps_partition_rank_shape(&t->part, t->ndim, t->shape, m->tp, r, shape);
+            for (int d = 0; d < t->ndim; d++) n *= shape[d]; /* a rank's slice is no larger than the padded tensor */
+            bytes = n * tps_dtype_bits(t->dtype) / 8;
+            rank_bytes[r] += bytes;
+            if (json) {
+                tps_jw_array_begin(&w);
+                for (int d = 0; d < t->ndim; d++) tps_jw_u64(&w, shape[d]);
+                tps_jw_array_end(&w);
+            }
+        }
+        if (json) {
+            tps_jw_array_end(&w);
+            tps_jw_object_end(&w);
+        }
+    }
+    if (json) {
+        tps_jw_array_end(&w);
+        tps_jw_key(&w, "rank_bytes");
+        tps_jw_array_begin(&w);
+        for (uint64_t r = 0; r < m->tp; r++) tps_jw_u64(&w, rank_bytes[r]);
+        tps_jw_array_end(&w);
+        tps_jw_object_end(&w);
+        if (tps_buf_cstr(&b)) printf("%s\n", b.data);
+    } else {
+        for (uint64_t r = 0; r < m->tp; r++)
+            printf("rank %llu: %llu bytes of tensor data\n", (unsigned long long)r, (unsigned long long)rank_bytes[r]);
+    }
+    tps_buf_release(&b);
+    free(rank_bytes);
+}

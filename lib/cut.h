@@ -1,0 +1,47 @@
+/* The copy engine: streams every global tensor once, in order, and scatters its bytes to
+ * the rank files that hold them.
+ *
+ * Split, reshard and merge are all this one pipeline; they differ only in where the global
+ * bytes come from (a checkpoint reader, or a shard set gathering them from its ranks) and
+ * in the target partitions (merge: everything replicated at tp 1, padding stripped).  Each
+ * tensor is read front to back in chunks of at most chunk_bytes, so memory stays bounded by
+ * the chunk plus one write buffer per rank file, whatever the model size; the input is
+ * read in one sequential pass and each rank file is written sequentially. */
+#ifndef TPS_CUT_H
+#define TPS_CUT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "manifest.h"
+#include "outdir.h"
+#include "status.h"
+
+/* Reads bytes [off, off+len) of global tensor i (in manifest order). */
+typedef tps_status (*tps_global_read_fn)(void *ctx, size_t i, uint64_t off, void *buf, size_t len, tps_error *err);
+
+typedef struct tps_progress {
+    uint64_t done, total; /* bytes of global tensors streamed */
+    const char *tensor;   /* the tensor in flight */
+} tps_progress;
+
+typedef struct tps_cut_opts {
+    const bool *write_rank;    /* NULL: every rank; else only ranks with write_rank[r] get a file
+                                  (the others are still computed for the manifest's sizes and CRCs) */
+    const char *name_template; /* file name per rank: "{rank}", "{tp}" replaced; NULL for the default */
+    uint64_t chunk_bytes;      /* 0: the default (8 MiB) */
+    void (*progress)(const tps_progress *p, void *arg);
+    void *progress_arg;
+} tps_cut_opts;
+
+#define TPS_DEFAULT_NAME_TEMPLATE "model-rank-{rank}-of-{tp}.safetensors"
+
+/* Formats a template for rank r of T into a plain file name (refusing '/', "..", empty). */
+tps_status tps_format_name(const char *tmpl, uint64_t r, uint64_t T, char *out, size_t size, tps_error *err);
+
+/* Fills m->files (one per rank) and every m->tensors[i].crc, writing rank files into od's
+ * temporary directory.  m->tp and the tensors' partitions must be set and checked. */
+tps_status tps_cut(tps_manifest *m, tps_global_read_fn read, void *ctx, const tps_outdir *od, const tps_cut_opts *o,
+                   tps_error *err);
+
+#endif

@@ -1,0 +1,501 @@
+/* tpshard.json: writing and strict loading.  The loader treats the manifest as untrusted
+ * input (a shard set may come from anywhere): every field is type-checked, names are
+ * bounded, partitions are re-validated against shapes and tp. */
+#include "manifest.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "buf.h"
+#include "checked.h"
+#include "json.h"
+
+static void jw_crc(tps_jw *w, uint32_t crc)
+{
+    char hex[9];
+    snprintf(hex, sizeof hex, "%08x", crc);
+    tps_jw_string(w, hex);
+}
+
+static void jw_shape(tps_jw *w, const uint64_t *shape, int ndim)
+{
+    tps_jw_array_begin(w);
+    for (int d = 0; d < ndim; d++) tps_jw_u64(w, shape[d]);
+    tps_jw_array_end(w);
+}
+
+static void jw_partition(tps_jw *w, const tps_partition *p)
+{
+    tps_jw_object_begin(w);
+    tps_jw_key(w, "replicated");
+    tps_jw_bool(w, p->replicated);
+    if (!p->replicated) {
+        tps_jw_key(w, "dim");
+        tps_jw_u64(w, (uint64_t)p->dim);
+        tps_jw_key(w, "pad");
+        tps_jw_bool(w, p->pad);
+        tps_jw_key(w, "segments");
+        tps_jw_array_begin(w);
+        for (int s = 0; s < p->nseg; s++) {
+            tps_jw_object_begin(w);
+            tps_jw_key(w, "name");
+            tps_jw_string(w, p->seg[s].name);
+            tps_jw_key(w, "length");
+            tps_jw_u64(w, p->seg[s].length);
+            tps_jw_key(w, "unit");
+            tps_jw_u64(w, p->seg[s].unit);
+            tps_jw_key(w, "replicate");
+            tps_jw_bool(w, p->seg[s].may_replicate);
+            tps_jw_object_end(w);
+        }
+        tps_jw_array_end(w);
+    }
+    tps_jw_object_end(w);
+}
+
+tps_status tps_manifest_to_json(const tps_manifest *m, tps_buf *buf, tps_error *err)
+{
+    tps_jw w;
+    tps_jw_init(&w, buf, true);
+    tps_jw_object_begin(&w);
+    tps_jw_key(&w, "format");
+    tps_jw_string(&w, "tpshard");
+    tps_jw_key(&w, "version");
+    tps_jw_u64(&w, m->version);
+    tps_jw_key(&w, "tool");
+    tps_jw_string(&w, m->tool ? m->tool : "");
+    tps_jw_key(&w, "tp");
+    tps_jw_u64(&w, m->tp);
+    tps_jw_key(&w, "layout");
+    tps_jw_object_begin(&w);
+    tps_jw_key(&w, "name");
+    tps_jw_string(&w, m->layout_name ? m->layout_name : "");
+    tps_jw_key(&w, "text");
+    tps_jw_string(&w, m->layout_text ? m->layout_text : "");
+    tps_jw_object_end(&w);
+    tps_jw_key(&w, "source");
+    tps_jw_object_begin(&w);
+    tps_jw_key(&w, "path");
+    tps_jw_string(&w, m->source.path ? m->source.path : "");
+    tps_jw_key(&w, "format");
+    tps_jw_string(&w, m->source.format ? m->source.format : "");
+    tps_jw_key(&w, "bytes");
+    tps_jw_u64(&w, m->source.bytes);
+    tps_jw_key(&w, "files");
+    tps_jw_array_begin(&w);
+    for (size_t i = 0; i < m->source.nfiles; i++) {
+        tps_jw_object_begin(&w);
+        tps_jw_key(&w, "name");
+        tps_jw_string(&w, m->source.files[i].name);
+        tps_jw_key(&w, "bytes");
+        tps_jw_u64(&w, m->source.files[i].size);
+        tps_jw_object_end(&w);
+    }
+    tps_jw_array_end(&w);
+    tps_jw_object_end(&w);
+    tps_jw_key(&w, "files");
+    tps_jw_array_begin(&w);
+    for (size_t i = 0; i < m->nfiles; i++) {
+        const tps_manifest_file *f = &m->files[i];
+        tps_jw_object_begin(&w);
+        tps_jw_key(&w, "name");
+        tps_jw_string(&w, f->name);
+        tps_jw_key(&w, "rank");
+        tps_jw_u64(&w, f->rank);
+        tps_jw_key(&w, "part");
+        tps_jw_u64(&w, f->part);
+        tps_jw_key(&w, "bytes");
+        tps_jw_u64(&w, f->size);
+        tps_jw_key(&w, "crc32");
+        jw_crc(&w, f->crc);
+        tps_jw_object_end(&w);
+    }
+    tps_jw_array_end(&w);
+    tps_jw_key(&w, "tensors");
+    tps_jw_array_begin(&w);
+    for (size_t i = 0; i < m->ntensors; i++) {
+        const tps_manifest_tensor *t = &m->tensors[i];
+        tps_jw_object_begin(&w);
+        tps_jw_key(&w, "name");
+        tps_jw_string(&w, t->name);
+        tps_jw_key(&w, "dtype");
+        tps_jw_string(&w, tps_dtype_name(t->dtype));
+        tps_jw_key(&w, "shape");
+        jw_shape(&w, t->shape, t->ndim);
+        tps_jw_key(&w, "bytes");
+        tps_jw_u64(&w, t->nbytes);
+        tps_jw_key(&w, "crc32");
+        jw_crc(&w, t->crc);
+        tps_jw_key(&w, "rule");
+        tps_jw_string(&w, t->rule ? t->rule : "");
+        tps_jw_key(&w, "partition");
+        jw_partition(&w, &t->part);
+        tps_jw_key(&w, "rank_shapes");
+        tps_jw_array_begin(&w);
+        for (uint64_t r = 0; r < m->tp; r++) {
+            uint64_t rs[TPS_MAX_DIMS];
+            tps_partition_rank_shape(&t->part, t->ndim, t->shape, m->tp, r, rs);
+            jw_shape(&w, rs, t->ndim);
+        }
+        tps_jw_array_end(&w);
+        tps_jw_object_end(&w);
+    }
+    tps_jw_array_end(&w);
+    tps_jw_object_end(&w);
+    tps_buf_putc(buf, '\n');
+    if (buf->oom) return tps_fail_oom(err, "writing the manifest");
+    return TPS_OK;
+}
+
+/* ---- loading ---- */
+
+typedef struct loader {
+    const char *path;
+    tps_error *err;
+} loader;
+
+static tps_status bad(loader *L, const tps_json *at, const char *fmt, const char *field)
+{
+    return tps_fail(L->err, TPS_EINVALID, "%s: byte %zu: %s%s", L->path, at ? at->offset : 0, field,
+                    fmt);
+}
+
+static const tps_json *field(loader *L, const tps_json *obj, const char *key, tps_json_type type, tps_status *st)
+{
+    const tps_json *v = tps_json_get(obj, key);
+    if (!v) {
+        *st = tps_fail(L->err, TPS_EINVALID, "%s: byte %zu: missing field '%s'", L->path, obj->offset, key);
+        return NULL;
+    }
+    if (v->type != type) {
+        *st = tps_fail(L->err, TPS_EINVALID, "%s: byte %zu: field '%s' has the wrong type", L->path, v->offset, key);
+        return NULL;
+    }
+    return v;
+}
+
+static char *dup_json_string(loader *L, const tps_json *v, tps_status *st)
+{
+    if (strlen(v->u.string.s) != v->u.string.len) {
+        *st = bad(L, v, ": a string contains a NUL byte", "");
+        return NULL;
+    }
+    char *s = strdup(v->u.string.s);
+    if (!s) *st = tps_fail_oom(L->err, "loading the manifest");
+    return s;
+}
+
+#define NEED(v) \
+    do {        \
+        if (!(v)) goto cleanup; \
+    } while (0)
+
+static tps_status get_u64(loader *L, const tps_json *obj, const char *key, uint64_t *out)
+{
+    tps_status st = TPS_OK;
+    const tps_json *v = field(L, obj, key, TPS_JSON_NUMBER, &st);
+    if (!v) return st;
+    if (!v->u.number.is_u64) return bad(L, v, ": not a non-negative integer", key);
+    *out = v->u.number.u64;
+    return TPS_OK;
+}
+
+static tps_status get_bool(loader *L, const tps_json *obj, const char *key, bool *out)
+{
+    tps_status st = TPS_OK;
+    const tps_json *v = field(L, obj, key, TPS_JSON_BOOL, &st);
+    if (!v) return st;
+    *out = v->u.boolean;
+    return TPS_OK;
+}
+
+static tps_status get_crc(loader *L, const tps_json *obj, uint32_t *out)
+{
+    tps_status st = TPS_OK;
+    const tps_json *v = field(L, obj, "crc32", TPS_JSON_STRING, &st);
+    if (!v) return st;
+    unsigned x = 0;
+    if (v->u.string.len != 8) return bad(L, v, ": crc32 must be 8 hex digits", "");
+    for (int i = 0; i < 8; i++) {
+        char c = v->u.string.s[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (d < 0) return bad(L, v, ": crc32 must be 8 lowercase hex digits", "");
+        x = x * 16 + (unsigned)d;
+    }
+    *out = x;
+    return TPS_OK;
+}
+
+static tps_status get_shape(loader *L, const tps_json *v, uint64_t *shape, int *ndim)
+{
+    if (v->type != TPS_JSON_ARRAY || v->u.array.n > TPS_MAX_DIMS) return bad(L, v, ": bad shape", "");
+    for (size_t i = 0; i < v->u.array.n; i++) {
+        const tps_json *e = v->u.array.items[i];
+        if (e->type != TPS_JSON_NUMBER || !e->u.number.is_u64) return bad(L, e, ": bad shape entry", "");
+        shape[i] = e->u.number.u64;
+    }
+    *ndim = (int)v->u.array.n;
+    return TPS_OK;
+}
+
+static bool plain_file_name(const char *s)
+{
+    return s[0] && s[0] != '.' && !strchr(s, '/') && !strchr(s, '\\');
+}
+
+static tps_status load_partition(loader *L, const tps_json *pj, tps_partition *p)
+{
+    tps_status st = TPS_OK;
+    memset(p, 0, sizeof *p);
+    if (pj->type != TPS_JSON_OBJECT) return bad(L, pj, ": partition must be an object", "");
+    TPS_CHECK(get_bool(L, pj, "replicated", &p->replicated));
+    if (p->replicated) return TPS_OK;
+    uint64_t dim;
+    TPS_CHECK(get_u64(L, pj, "dim", &dim));
+    if (dim >= TPS_MAX_DIMS) return bad(L, pj, ": dim out of range", "");
+    p->dim = (int)dim;
+    TPS_CHECK(get_bool(L, pj, "pad", &p->pad));
+    const tps_json *segs = field(L, pj, "segments", TPS_JSON_ARRAY, &st);
+    NEED(segs);
+    if (segs->u.array.n < 1 || segs->u.array.n > TPS_MAX_SEGMENTS) return bad(L, segs, ": 1 to 8 segments", "");
+    p->nseg = (int)segs->u.array.n;
+    for (int s = 0; s < p->nseg; s++) {
+        const tps_json *sj = segs->u.array.items[s];
+        if (sj->type != TPS_JSON_OBJECT) return bad(L, sj, ": segment must be an object", "");
+        const tps_json *nm = field(L, sj, "name", TPS_JSON_STRING, &st);
+        NEED(nm);
+        if (nm->u.string.len >= sizeof p->seg[s].name) return bad(L, nm, ": segment name too long", "");
+        memcpy(p->seg[s].name, nm->u.string.s, nm->u.string.len + 1);
+        TPS_CHECK(get_u64(L, sj, "length", &p->seg[s].length));
+        TPS_CHECK(get_u64(L, sj, "unit", &p->seg[s].unit));
+        TPS_CHECK(get_bool(L, sj, "replicate", &p->seg[s].may_replicate));
+    }
+cleanup:
+    return st;
+}
+
+static tps_status load_tensor(loader *L, const tps_json *tj, uint64_t tp, tps_manifest_tensor *t)
+{
+    tps_status st = TPS_OK;
+    if (tj->type != TPS_JSON_OBJECT) return bad(L, tj, ": tensor entry must be an object", "");
+    const tps_json *v = field(L, tj, "name", TPS_JSON_STRING, &st);
+    NEED(v);
+    NEED(t->name = dup_json_string(L, v, &st));
+    v = field(L, tj, "dtype", TPS_JSON_STRING, &st);
+    NEED(v);
+    if (!tps_dtype_parse(v->u.string.s, v->u.string.len, &t->dtype)) return bad(L, v, ": unknown dtype", "");
+    v = field(L, tj, "shape", TPS_JSON_ARRAY, &st);
+    NEED(v);
+    TPS_CHECK(get_shape(L, v, t->shape, &t->ndim));
+    TPS_CHECK(get_u64(L, tj, "bytes", &t->nbytes));
+    TPS_CHECK(get_crc(L, tj, &t->crc));
+    v = field(L, tj, "rule", TPS_JSON_STRING, &st);
+    NEED(v);
+    NEED(t->rule = dup_json_string(L, v, &st));
+    v = field(L, tj, "partition", TPS_JSON_OBJECT, &st);
+    NEED(v);
+    TPS_CHECK(load_partition(L, v, &t->part));
+    uint64_t nelem, nbytes;
+    char what[2600];
+    snprintf(what, sizeof what, "%.2000s: tensor '%.400s'", L->path, t->name);
+    if (!tps_prod_u64(t->shape, t->ndim, &nelem)) return tps_fail(L->err, TPS_EINVALID, "%s: shape overflows", what);
+    TPS_CHECK(tps_dtype_nbytes(t->dtype, nelem, &nbytes, what, L->err));
+    if (nbytes != t->nbytes)
+        return tps_fail(L->err, TPS_EINVALID, "%s: bytes %llu but dtype and shape give %llu", what,
+                        (unsigned long long)t->nbytes, (unsigned long long)nbytes);
+    TPS_CHECK(tps_partition_check(&t->part, t->name, t->dtype, t->ndim, t->shape, tp, L->err));
+    v = field(L, tj, "rank_shapes", TPS_JSON_ARRAY, &st);
+    NEED(v);
+    if (v->u.array.n != tp) return tps_fail(L->err, TPS_EINVALID, "%s: rank_shapes has %zu entries for tp %llu", what, v->u.array.n, (unsigned long long)tp);
+    for (uint64_t r = 0; r < tp; r++) {
+        uint64_t got[TPS_MAX_DIMS], want[TPS_MAX_DIMS];
+        int nd;
+        TPS_CHECK(get_shape(L, v->u.array.items[r], got, &nd));
+        tps_partition_rank_shape(&t->part, t->ndim, t->shape, tp, r, want);
+        if (nd != t->ndim || memcmp(got, want, sizeof(uint64_t) * (size_t)nd) != 0) {
+            char gs[256], ws[256];
+            tps_shape_str(got, nd, gs, sizeof gs);
+            tps_shape_str(want, t->ndim, ws, sizeof ws);
+            return tps_fail(L->err, TPS_EINVALID, "%s: rank %llu shape %s disagrees with its partition, which gives %s",
+                            what, (unsigned long long)r, gs, ws);
+        }
+    }
+cleanup:
+    return st;
+}
+
+static int cmp_file(const void *a, const void *b)
+{
+    const tps_manifest_file *x = a, *y = b;
+    if (x->rank != y->rank) return x->rank < y->rank ? -1 : 1;
+    return x->part < y->part ? -1 : x->part > y->part;
+}
+
+static tps_status load_doc(loader *L, const tps_json *root, tps_manifest *m)
+{
+    tps_status st = TPS_OK;
+    if (root->type != TPS_JSON_OBJECT) return bad(L, root, ": the manifest must be a JSON object", "");
+    const tps_json *v = field(L, root, "format", TPS_JSON_STRING, &st);
+    NEED(v);
+    if (strcmp(v->u.string.s, "tpshard") != 0) return bad(L, v, ": format is not \"tpshard\"", "");
+    TPS_CHECK(get_u64(L, root, "version", &m->version));
+    if (m->version != TPS_MANIFEST_VERSION)
+        return tps_fail(L->err, TPS_EINVALID, "%s: manifest version %llu; this tpshard reads version %d", L->path,
+                        (unsigned long long)m->version, TPS_MANIFEST_VERSION);
+    TPS_CHECK(get_u64(L, root, "tp", &m->tp));
+    if (m->tp < 1 || m->tp > 65536) return bad(L, root, ": tp must be 1 to 65536", "");
+    v = field(L, root, "tool", TPS_JSON_STRING, &st);
+    NEED(v);
+    NEED(m->tool = dup_json_string(L, v, &st));
+    const tps_json *lay = field(L, root, "layout", TPS_JSON_OBJECT, &st);
+    NEED(lay);
+    NEED(v = field(L, lay, "name", TPS_JSON_STRING, &st));
+    NEED(m->layout_name = dup_json_string(L, v, &st));
+    NEED(v = field(L, lay, "text", TPS_JSON_STRING, &st));
+    NEED(m->layout_text = dup_json_string(L, v, &st));
+    const tps_json *src = field(L, root, "source", TPS_JSON_OBJECT, &st);
+    NEED(src);
+    NEED(v = field(L, src, "path", TPS_JSON_STRING, &st));
+    NEED(m->source.path = dup_json_string(L, v, &st));
+    NEED(v = field(L, src, "format", TPS_JSON_STRING, &st));
+    NEED(m->source.format = dup_json_string(L, v, &st));
+    TPS_CHECK(get_u64(L, src, "bytes", &m->source.bytes));
+    const tps_json *sf = field(L, src, "files", TPS_JSON_ARRAY, &st);
+    NEED(sf);
+    m->source.files = calloc(sf->u.array.n + 1, sizeof *m->source.files);
+    if (!m->source.files) return tps_fail_oom(L->err, "loading the manifest");
+    for (size_t i = 0; i < sf->u.array.n; i++) {
+        const tps_json *fj = sf->u.array.items[i];
+        if (fj->type != TPS_JSON_OBJECT) return bad(L, fj, ": source file entry must be an object", "");
+        NEED(v = field(L, fj, "name", TPS_JSON_STRING, &st));
+        m->source.nfiles = i + 1;
+        NEED(m->source.files[i].name = dup_json_string(L, v, &st));
+        TPS_CHECK(get_u64(L, fj, "bytes", &m->source.files[i].size));
+    }
+    const tps_json *files = field(L, root, "files", TPS_JSON_ARRAY, &st);
+    NEED(files);
+    m->files = calloc(files->u.array.n + 1, sizeof *m->files);
+    if (!m->files) return tps_fail_oom(L->err, "loading the manifest");
+    for (size_t i = 0; i < files->u.array.n; i++) {
+        const tps_json *fj = files->u.array.items[i];
+        tps_manifest_file *f = &m->files[i];
+        if (fj->type != TPS_JSON_OBJECT) return bad(L, fj, ": file entry must be an object", "");
+        NEED(v = field(L, fj, "name", TPS_JSON_STRING, &st));
+        m->nfiles = i + 1;
+        NEED(f->name = dup_json_string(L, v, &st));
+        if (!plain_file_name(f->name))
+            return tps_fail(L->err, TPS_EINVALID, "%s: file name '%s' is not a plain name inside the shard set",
+                            L->path, f->name);
+        TPS_CHECK(get_u64(L, fj, "rank", &f->rank));
+        TPS_CHECK(get_u64(L, fj, "part", &f->part));
+        TPS_CHECK(get_u64(L, fj, "bytes", &f->size));
+        TPS_CHECK(get_crc(L, fj, &f->crc));
+        if (f->rank >= m->tp)
+            return tps_fail(L->err, TPS_EINVALID, "%s: file '%s' is for rank %llu but tp is %llu", L->path, f->name,
+                            (unsigned long long)f->rank, (unsigned long long)m->tp);
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(m->files[j].name, f->name) == 0 ||
+                (m->files[j].rank == f->rank && m->files[j].part == f->part))
+                return tps_fail(L->err, TPS_EINVALID, "%s: file '%s' (rank %llu part %llu) is listed twice", L->path,
+                                f->name, (unsigned long long)f->rank, (unsigned long long)f->part);
+    }
+    qsort(m->files, m->nfiles, sizeof *m->files, cmp_file);
+    for (uint64_t r = 0, i = 0; r < m->tp; r++) {
+        uint64_t part = 0;
+        for (; i < m->nfiles && m->files[i].rank == r; i++, part++)
+            if (m->files[i].part != part)
+                return tps_fail(L->err, TPS_EINVALID, "%s: rank %llu lacks part %llu", L->path, (unsigned long long)r,
+                                (unsigned long long)part);
+        if (part == 0)
+            return tps_fail(L->err, TPS_EINVALID, "%s: no file for rank %llu of %llu", L->path, (unsigned long long)r,
+                            (unsigned long long)m->tp);
+    }
+    const tps_json *tensors = field(L, root, "tensors", TPS_JSON_ARRAY, &st);
+    NEED(tensors);
+    m->tensors = calloc(tensors->u.array.n + 1, sizeof *m->tensors);
+    if (!m->tensors) return tps_fail_oom(L->err, "loading the manifest");
+    for (size_t i = 0; i < tensors->u.array.n; i++) {
+        m->ntensors = i + 1;
+        TPS_CHECK(load_tensor(L, tensors->u.array.items[i], m->tp, &m->tensors[i]));
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(m->tensors[j].name, m->tensors[i].name) == 0)
+                return tps_fail(L->err, TPS_EINVALID, "%s: tensor '%s' is listed twice", L->path, m->tensors[i].name);
+    }
+cleanup:
+    return st;
+}
+
+tps_status tps_manifest_load(const char *dir, tps_manifest **out, tps_error *err)
+{
+    *out = NULL;
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/%s", dir, TPS_MANIFEST_NAME) >= (int)sizeof path)
+        return tps_fail(err, TPS_EINVALID, "%s: path too long", dir);
+    tps_index *holder = NULL;
+    tps_json_doc *doc = NULL;
+    char *text = NULL;
+    tps_manifest *m = NULL;
+    uint32_t fid;
+    tps_status st = TPS_OK;
+    struct stat sb;
+    if (stat(path, &sb) != 0 && stat(dir, &sb) == 0)
+        return tps_fail(err, TPS_EINVALID, "%s: not a tpshard shard set (no %s)", dir, TPS_MANIFEST_NAME);
+    TPS_CHECK(tps_index_new(path, "manifest", &holder, err));
+    TPS_CHECK(tps_index_add_file(holder, path, &fid, err));
+    uint64_t size = holder->files[0].size;
+    if (size > 1ull << 30) {
+        st = tps_fail(err, TPS_EINVALID, "%s: manifest of %llu bytes is implausibly large", path, (unsigned long long)size);
+        goto cleanup;
+    }
+    text = malloc((size_t)size + 1);
+    if (!text) {
+        st = tps_fail_oom(err, "reading the manifest");
+        goto cleanup;
+    }
+    TPS_CHECK(tps_pread_full(holder->files[0].fd, path, 0, text, (size_t)size, err));
+    TPS_CHECK(tps_json_parse(text, (size_t)size, path, &doc, err));
+    m = calloc(1, sizeof *m);
+    if (!m) {
+        st = tps_fail_oom(err, "loading the manifest");
+        goto cleanup;
+    }
+    loader L = {path, err};
+    TPS_CHECK(load_doc(&L, tps_json_root(doc), m));
+    *out = m;
+    m = NULL;
+cleanup:
+    tps_manifest_free(m);
+    tps_json_doc_free(doc);
+    free(text);
+    tps_index_free(holder);
+    return st;
+}
+
+const tps_manifest_tensor *tps_manifest_find(const tps_manifest *m, const char *name)
+{
+    for (size_t i = 0; i < m->ntensors; i++)
+        if (strcmp(m->tensors[i].name, name) == 0) return &m->tensors[i];
+    return NULL;
+}
+
+void tps_manifest_free(tps_manifest *m)
+{
+    if (!m) return;
+    for (size_t i = 0; i < m->ntensors; i++) {
+        free(m->tensors[i].name);
+        free(m->tensors[i].rule);
+    }
+    for (size_t i = 0; i < m->nfiles; i++) free(m->files[i].name);
+    for (size_t i = 0; i < m->source.nfiles; i++) free(m->source.files[i].name);
+    free(m->source.files);
+    free(m->source.path);
+    free(m->source.format);
+    free(m->tensors);
+    free(m->files);
+    free(m->tool);
+    free(m->layout_name);
+    free(m->layout_text);
+    free(m);
+}

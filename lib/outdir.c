@@ -1,0 +1,245 @@
+#include "outdir.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static volatile sig_atomic_t caught_signal;
+
+static void on_signal(int sig) { caught_signal = sig; }
+
+void tps_signals_install(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+}
+
+int tps_outdir_interrupted(void) { return (int)caught_signal; }
+
+void tps_remove_tree(const char *path)
+{
+    DIR *d = opendir(path);
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+            char *p = malloc(strlen(path) + strlen(e->d_name) + 2);
+            if (!p) continue;
+            sprintf(p, "%s/%s", path, e->d_name);
+            struct stat sb;
+            if (lstat(p, &sb) == 0 && S_ISDIR(sb.st_mode)) tps_remove_tree(p);
+            else unlink(p);
+            free(p);
+        }
+        closedir(d);
+    }
+    rmdir(path);
+}
+
+static char *parent_of(const char *path)
+{
+    char *p = strdup(path);
+    if (!p) return NULL;
+    size_t n = strlen(p);
+    while (n > 1 && p[n - 1] == '/') p[--n] = '\0';
+    char *slash = strrchr(p, '/');
+    if (!slash) {
+        free(p);
+        return strdup(".");
+    }
+    if (slash == p) slash[1] = '\0';
+    else *slash = '\0';
+    return p;
+}
+
+static const char *base_of(const char *path, char *buf, size_t size)
+{
+    snprintf(buf, size, "%s", path);
+    size_t n = strlen(buf);
+    while (n > 1 && buf[n - 1] == '/') buf[--n] = '\0';
+    char *slash = strrchr(buf, '/');
+    return slash ? slash + 1 : buf;
+}
+
+/* Removes ".BASE.tpshard-tmp.PID" siblings whose process is gone (a SIGKILLed run). */
+static void clean_leftovers(const char *parent, const char *base)
+{
+    DIR *d = opendir(parent);
+    if (!d) return;
+    char prefix[NAME_MAX + 32];
+    snprintf(prefix, sizeof prefix, ".%s.tpshard-tmp.", base);
+    size_t plen = strlen(prefix);
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (strncmp(e->d_name, prefix, plen) != 0) continue;
+        char *end;
+        long pid = strtol(e->d_name + plen, &end, 10);
+        if (*end || pid <= 0) continue;
+        if (kill((pid_t)pid, 0) == 0 || errno == EPERM) continue; /* still running */
+        char p[PATH_MAX];
+        if (snprintf(p, sizeof p, "%s/%s", parent, e->d_name) < (int)sizeof p) tps_remove_tree(p);
+    }
+    closedir(d);
+}
+
+static bool dir_is_empty(const char *path)
+{
+    DIR *d = opendir(path);
+    if (!d) return false;
+    struct dirent *e;
+    bool empty = true;
+    while ((e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+            empty = false;
+            break;
+        }
+    closedir(d);
+    return empty;
+}
+
+/* Whether a (resolved) path equals b or lies inside it. */
+static bool path_within(const char *a, const char *b)
+{
+    size_t n = strlen(b);
+    if (strncmp(a, b, n) != 0) return false;
+    return a[n] == '\0' || a[n] == '/' || (n == 1 && b[0] == '/');
+}
+
+tps_status tps_outdir_begin(const char *dir, bool force, const char *const *inputs, tps_outdir **out, tps_error *err)
+{
+    *out = NULL;
+    struct stat sb;
+    bool exists = lstat(dir, &sb) == 0;
+    if (exists && !S_ISDIR(sb.st_mode))
+        return tps_fail(err, TPS_EINVALID, "%s: exists and is not a directory", dir);
+    if (exists && !force && !dir_is_empty(dir))
+        return tps_fail(err, TPS_EINVALID, "%s: output directory is not empty (use --force to replace it)", dir);
+    char *parent = parent_of(dir);
+    if (!parent) return tps_fail_oom(err, "preparing the output directory");
+    char rparent[PATH_MAX], rin[PATH_MAX], base_buf[PATH_MAX], rdir[PATH_MAX * 2];
+    if (!realpath(parent, rparent)) {
+        int e = errno;
+        free(parent);
+        return tps_fail(err, e == ENOENT ? TPS_EINVALID : TPS_EIO, "%s: parent directory unusable: %s", dir,
+                        strerror(e));
+    }
+    const char *base = base_of(dir, base_buf, sizeof base_buf);
+    if (!*base || strcmp(base, ".") == 0 || strcmp(base, "..") == 0) {
+        free(parent);
+        return tps_fail(err, TPS_EUSAGE, "%s: name a new directory for the output", dir);
+    }
+    snprintf(rdir, sizeof rdir, "%s/%s", strcmp(rparent, "/") ? rparent : "", base);
+    for (size_t i = 0; inputs && inputs[i]; i++) {
+        if (!realpath(inputs[i], rin)) continue;
+        if (path_within(rdir, rin) || path_within(rin, rdir)) {
+            free(parent);
+            return tps_fail(err, TPS_EUSAGE, "%s: the output directory must not be, contain or lie inside the input %s",
+                            dir, inputs[i]);
+        }
+    }
+    clean_leftovers(parent, base);
+    tps_outdir *od = calloc(1, sizeof *od);
+    char *tmp = malloc(strlen(parent) + strlen(base) + 64);
+    char *fin = strdup(dir);
+    if (!od || !tmp || !fin) {
+        free(od);
+        free(tmp);
+        free(fin);
+        free(parent);
+        return tps_fail_oom(err, "preparing the output directory");
+    }
+    sprintf(tmp, "%s/.%s.tpshard-tmp.%ld", parent, base, (long)getpid());
+    free(parent);
+    tps_remove_tree(tmp); /* our own PID: a stale leftover from a recycled PID */
+    if (mkdir(tmp, 0755) != 0) {
+        int e = errno;
+        tps_status st = tps_fail(err, e == ENOENT ? TPS_EINVALID : TPS_EIO, "%s: cannot create: %s", tmp, strerror(e));
+        free(od);
+        free(tmp);
+        free(fin);
+        return st;
+    }
+    od->final = fin;
+    od->tmp = tmp;
+    od->force = force;
+    *out = od;
+    return TPS_OK;
+}
+
+char *tps_outdir_path(const tps_outdir *od, const char *name)
+{
+    char *p = malloc(strlen(od->tmp) + strlen(name) + 2);
+    if (p) sprintf(p, "%s/%s", od->tmp, name);
+    return p;
+}
+
+static tps_status fsync_path(const char *path, tps_error *err)
+{
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return tps_fail_errno(err, errno, "%s: cannot open to sync", path);
+    int rc = fsync(fd);
+    int e = errno;
+    close(fd);
+    if (rc != 0 && e != EINVAL) return tps_fail_errno(err, e, "%s: fsync failed", path);
+    return TPS_OK;
+}
+
+tps_status tps_outdir_commit(tps_outdir *od, tps_error *err)
+{
+    tps_status st = fsync_path(od->tmp, err);
+    if (st) return st;
+    if (tps_outdir_interrupted())
+        return tps_fail(err, TPS_EIO, "interrupted by signal %d; nothing was written", tps_outdir_interrupted());
+    char *aside = NULL;
+    if (rename(od->tmp, od->final) != 0) {
+        if ((errno == ENOTEMPTY || errno == EEXIST) && od->force) {
+            aside = malloc(strlen(od->tmp) + 8);
+            if (!aside) return tps_fail_oom(err, "replacing the output directory");
+            sprintf(aside, "%s.old", od->tmp);
+            if (rename(od->final, aside) != 0 || rename(od->tmp, od->final) != 0) {
+                st = tps_fail_errno(err, errno, "%s: cannot replace", od->final);
+                free(aside);
+                return st;
+            }
+        } else {
+            return tps_fail_errno(err, errno, "%s: cannot rename %s into place", od->final, od->tmp);
+        }
+    }
+    char *parent = parent_of(od->final);
+    if (parent) {
+        st = fsync_path(parent, err);
+        free(parent);
+    }
+    if (aside) {
+        tps_remove_tree(aside);
+        free(aside);
+    }
+    return st;
+}
+
+void tps_outdir_abort(tps_outdir *od)
+{
+    if (!od) return;
+    if (od->tmp) tps_remove_tree(od->tmp);
+    tps_outdir_free(od);
+}
+
+void tps_outdir_free(tps_outdir *od)
+{
+    if (!od) return;
+    free(od->final);
+    free(od->tmp);
+    free(od);
+}

@@ -1,0 +1,165 @@
+#include "partition.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "checked.h"
+
+void tps_partition_simple(tps_partition *p, int dim, uint64_t dim_len, uint64_t unit)
+{
+    memset(p, 0, sizeof *p);
+    p->dim = dim;
+    p->nseg = 1;
+    p->seg[0].length = dim_len;
+    p->seg[0].unit = unit ? unit : 1;
+}
+
+/* Units a segment of n units gives each rank, or 0 when it needs replication or padding. */
+static uint64_t units_per_rank(uint64_t n, uint64_t T) { return n % T == 0 ? n / T : 0; }
+
+tps_status tps_partition_check(const tps_partition *p, const char *name, tps_dtype dtype, int ndim,
+                               const uint64_t *shape, uint64_t T, tps_error *err)
+{
+    if (T == 0) return tps_fail(err, TPS_EUSAGE, "tensor '%s': tp must be at least 1", name);
+    if (p->replicated) return TPS_OK;
+    if (p->dim < 0 || p->dim >= ndim)
+        return tps_fail(err, TPS_EINVALID, "tensor '%s': split dimension %d but the tensor has %d dimension%s",
+                        name, p->dim, ndim, ndim == 1 ? "" : "s");
+    if (p->nseg < 1 || p->nseg > TPS_MAX_SEGMENTS)
+        return tps_fail(err, TPS_EINVALID, "tensor '%s': %d segments (1 to %d allowed)", name, p->nseg,
+                        TPS_MAX_SEGMENTS);
+    if (p->pad && p->nseg != 1)
+        return tps_fail(err, TPS_EINVALID, "tensor '%s': padding is only allowed for a single segment", name);
+    uint64_t total = 0;
+    for (int s = 0; s < p->nseg; s++) {
+        const tps_segment *g = &p->seg[s];
+        if (!tps_add_u64(total, g->length, &total))
+            return tps_fail(err, TPS_EINVALID, "tensor '%s': segment lengths overflow", name);
+        if (g->unit == 0 || g->length % g->unit != 0)
+            return tps_fail(err, TPS_EINVALID, "tensor '%s': segment %d%s%s%s has length %llu, not a multiple of its unit %llu",
+                            name, s, g->name[0] ? " (" : "", g->name, g->name[0] ? ")" : "",
+                            (unsigned long long)g->length, (unsigned long long)g->unit);
+    }
+    if (total != shape[p->dim])
+        return tps_fail(err, TPS_EINVALID, "tensor '%s': segments add up to %llu but dimension %d has %llu", name,
+                        (unsigned long long)total, p->dim, (unsigned long long)shape[p->dim]);
+    /* Elements per index along dim: a cut must not fall inside a byte of a sub-byte type. */
+    uint64_t inner = 1;
+    for (int d = p->dim + 1; d < ndim; d++)
+        if (!tps_mul_u64(inner, shape[d], &inner))
+            return tps_fail(err, TPS_EINVALID, "tensor '%s': shape overflows", name);
+    unsigned bits = tps_dtype_bits(dtype);
+    for (int s = 0; s < p->nseg; s++) {
+        const tps_segment *g = &p->seg[s];
+        uint64_t n = g->length / g->unit;
+        const char *sn = g->name[0] ? g->name : "";
+        if (n == 0) continue; /* an empty segment gives every rank nothing */
+        if (units_per_rank(n, T)) {
+            /* fine */
+        } else if (n < T && T % n == 0 && g->may_replicate) {
+            /* replicated units (GQA KV heads) */
+        } else if (p->pad) {
+            /* padded with zero units */
+        } else if (n < T && T % n == 0) {
+            return tps_fail(err, TPS_EINVALID,
+                            "tensor '%s': segment %d%s%s%s has %llu units of %llu, fewer than tp %llu; "
+                            "allow replication (kv_replicate) if these are KV heads",
+                            name, s, *sn ? " (" : "", sn, *sn ? ")" : "", (unsigned long long)n,
+                            (unsigned long long)g->unit, (unsigned long long)T);
+        } else {
+            return tps_fail(err, TPS_EINVALID,
+                            "tensor '%s': segment %d%s%s%s has %llu units of %llu along dimension %d, "
+                            "which tp %llu neither divides nor is a multiple of%s",
+                            name, s, *sn ? " (" : "", sn, *sn ? ")" : "", (unsigned long long)n,
+                            (unsigned long long)g->unit, p->dim, (unsigned long long)T,
+                            p->nseg == 1 ? "; vocabulary-like dimensions can be padded (pad: true)" : "");
+        }
+        uint64_t ubits;
+        if (!tps_mul_u64(g->unit, inner, &ubits) || !tps_mul_u64(ubits, bits, &ubits))
+            return tps_fail(err, TPS_EINVALID, "tensor '%s': unit size overflows", name);
+        if (ubits % 8 != 0)
+            return tps_fail(err, TPS_EINVALID,
+                            "tensor '%s': a unit of segment %d holds %llu %s elements (%llu bits), so a cut "
+                            "would fall inside a byte",
+                            name, s, (unsigned long long)(ubits / bits), tps_dtype_name(dtype),
+                            (unsigned long long)ubits);
+    }
+    return TPS_OK;
+}
+
+void tps_partition_slice(const tps_partition *p, uint64_t T, uint64_t r, tps_slice *out)
+{
+    memset(out, 0, sizeof *out);
+    uint64_t base = 0; /* start of the current segment along dim */
+    for (int s = 0; s < p->nseg; s++) {
+        const tps_segment *g = &p->seg[s];
+        uint64_t n = g->length / g->unit, first, count;
+        if (n == 0) {
+            continue;
+        } else if (n % T == 0) {
+            first = r * (n / T);
+            count = n / T;
+        } else if (n < T && T % n == 0 && g->may_replicate) {
+            first = r * n / T;
+            count = 1;
+        } else { /* padded: every rank gets ceil(n/T) units, the tail ones are zeros */
+            uint64_t per = (n + T - 1) / T;
+            first = r * per;
+            count = first >= n ? 0 : (n - first < per ? n - first : per);
+            out->pad += (per - count) * g->unit;
+        }
+        if (count) {
+            int k = out->npieces++;
+            out->piece[k].start = base + first * g->unit;
+            out->piece[k].len = count * g->unit;
+            out->piece[k].seg = s;
+            out->length += count * g->unit;
+        }
+        base += g->length;
+    }
+    out->length += out->pad;
+}
+
+void tps_partition_rank_shape(const tps_partition *p, int ndim, const uint64_t *shape, uint64_t T, uint64_t r,
+                              uint64_t *out)
+{
+    for (int d = 0; d < ndim; d++) out[d] = shape[d];
+    if (p->replicated) return;
+    tps_slice s;
+    tps_partition_slice(p, T, r, &s);
+    out[p->dim] = s.length;
+}
+
+bool tps_slice_equal(const tps_slice *a, const tps_slice *b)
+{
+    if (a->npieces != b->npieces || a->pad != b->pad) return false;
+    for (int i = 0; i < a->npieces; i++)
+        if (a->piece[i].start != b->piece[i].start || a->piece[i].len != b->piece[i].len) return false;
+    return true;
+}
+
+void tps_partition_describe(const tps_partition *p, char *buf, size_t bufsize)
+{
+    if (p->replicated) {
+        snprintf(buf, bufsize, "replicated");
+        return;
+    }
+    size_t n = (size_t)snprintf(buf, bufsize, "split dim %d", p->dim);
+    if (p->nseg > 1) {
+        n += (size_t)snprintf(buf + (n < bufsize ? n : bufsize), n < bufsize ? bufsize - n : 0, " [");
+        for (int s = 0; s < p->nseg; s++)
+            n += (size_t)snprintf(buf + (n < bufsize ? n : bufsize), n < bufsize ? bufsize - n : 0, "%s%s:%llu",
+                                  s ? "; " : "", p->seg[s].name[0] ? p->seg[s].name : "?",
+                                  (unsigned long long)p->seg[s].length);
+        n += (size_t)snprintf(buf + (n < bufsize ? n : bufsize), n < bufsize ? bufsize - n : 0, "]");
+    }
+    if (p->seg[0].unit > 1)
+        n += (size_t)snprintf(buf + (n < bufsize ? n : bufsize), n < bufsize ? bufsize - n : 0, " unit %llu",
+                              (unsigned long long)p->seg[0].unit);
+    for (int s = 0; s < p->nseg; s++)
+        if (p->seg[s].may_replicate) {
+            n += (size_t)snprintf(buf + (n < bufsize ? n : bufsize), n < bufsize ? bufsize - n : 0, " kv-replicable");
+            break;
+        }
+    if (p->pad) snprintf(buf + (n < bufsize ? n : bufsize), n < bufsize ? bufsize - n : 0, " padded");
+}

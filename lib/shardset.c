@@ -1,0 +1,133 @@
+/* Opening a shard set and reading its global tensors back from the ranks' pieces. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checked.h"
+#include "manifest.h"
+#include "spans.h"
+#include "formats/safetensors.h"
+
+tps_status tps_shardset_open(const char *dir, tps_shardset **out, tps_error *err)
+{
+    *out = NULL;
+    tps_shardset *ss = calloc(1, sizeof *ss);
+    if (!ss || !(ss->dir = strdup(dir))) {
+        free(ss);
+        return tps_fail_oom(err, "opening a shard set");
+    }
+    tps_status st = tps_manifest_load(dir, &ss->m, err);
+    if (st == TPS_OK && !(ss->rank = calloc(ss->m->tp, sizeof *ss->rank))) st = tps_fail_oom(err, "opening a shard set");
+    if (st) {
+        tps_shardset_free(ss);
+        return st;
+    }
+    *out = ss;
+    return TPS_OK;
+}
+
+/* Each tensor of the rank's files must be exactly what the manifest says the rank holds. */
+static tps_status check_rank(const tps_shardset *ss, uint64_t r, const tps_index *ix, tps_error *err)
+{
+    const tps_manifest *m = ss->m;
+    for (size_t i = 0; i < m->ntensors; i++) {
+        const tps_manifest_tensor *t = &m->tensors[i];
+        const tps_tensor *x = tps_index_find(ix, t->name);
+        if (!x)
+            return tps_fail(err, TPS_EINVALID, "%s: rank %llu lacks tensor '%s'", ss->dir, (unsigned long long)r, t->name);
+        uint64_t want[TPS_MAX_DIMS];
+        tps_partition_rank_shape(&t->part, t->ndim, t->shape, m->tp, r, want);
+        if (x->dtype != t->dtype || x->ndim != t->ndim || memcmp(x->shape, want, sizeof(uint64_t) * (size_t)t->ndim)) {
+            char a[256], b[256];
+            tps_shape_str(x->shape, x->ndim, a, sizeof a);
+            tps_shape_str(want, t->ndim, b, sizeof b);
+            return tps_fail(err, TPS_EINVALID, "%s: tensor '%s' is %s %s in %s, but the manifest gives rank %llu %s %s",
+                            ss->dir, t->name, tps_dtype_name(x->dtype), a, ix->files[x->file].path,
+                            (unsigned long long)r, tps_dtype_name(t->dtype), b);
+        }
+    }
+    if (ix->ntensors != m->ntensors)
+        return tps_fail(err, TPS_EINVALID, "%s: rank %llu files hold %zu tensors, the manifest lists %zu", ss->dir,
+                        (unsigned long long)r, ix->ntensors, m->ntensors);
+    const char *rank_s = tps_index_meta(ix, "tp_rank"), *size_s = tps_index_meta(ix, "tp_size");
+    char want_r[32], want_t[32];
+    snprintf(want_r, sizeof want_r, "%llu", (unsigned long long)r);
+    snprintf(want_t, sizeof want_t, "%llu", (unsigned long long)m->tp);
+    if (!rank_s || !size_s || strcmp(rank_s, want_r) || strcmp(size_s, want_t))
+        return tps_fail(err, TPS_EINVALID, "%s: %s says tp_rank %s of tp_size %s, but the manifest puts it at rank %s of %s",
+                        ss->dir, ix->files[0].path, rank_s ? rank_s : "(none)", size_s ? size_s : "(none)", want_r,
+                        want_t);
+    return TPS_OK;
+}
+
+tps_status tps_shardset_open_rank(tps_shardset *ss, uint64_t r, const tps_index **out, tps_error *err)
+{
+    if (r >= ss->m->tp)
+        return tps_fail(err, TPS_EUSAGE, "%s: rank %llu out of range (tp %llu)", ss->dir, (unsigned long long)r,
+                        (unsigned long long)ss->m->tp);
+    if (ss->rank[r]) {
+        *out = ss->rank[r];
+        return TPS_OK;
+    }
+    tps_index *ix = NULL;
+    char path[4096];
+    tps_status st = TPS_OK;
+    for (size_t i = 0; i < ss->m->nfiles; i++) {
+        const tps_manifest_file *f = &ss->m->files[i];
+        if (f->rank != r) continue;
+        if (snprintf(path, sizeof path, "%s/%s", ss->dir, f->name) >= (int)sizeof path) {
+            st = tps_fail(err, TPS_EINVALID, "%s: path too long", ss->dir);
+            goto cleanup;
+        }
+        if (!ix) TPS_CHECK(tps_index_new(path, "safetensors", &ix, err));
+        TPS_CHECK(tps_safetensors_add_file(ix, path, err));
+    }
+    TPS_CHECK(check_rank(ss, r, ix, err));
+    ss->rank[r] = ix;
+    *out = ix;
+    ix = NULL;
+cleanup:
+    tps_index_free(ix);
+    return st;
+}
+
+tps_status tps_shardset_read_global(tps_shardset *ss, const tps_manifest_tensor *t, uint64_t off, void *buf, size_t len,
+                                    tps_error *err)
+{
+    uint64_t end;
+    if (!tps_add_u64(off, len, &end) || end > t->nbytes)
+        return tps_fail(err, TPS_EINVALID, "read outside tensor '%s'", t->name);
+    if (len == 0) return TPS_OK;
+    tps_spans sp;
+    tps_status st = tps_spans_build(&t->part, t->dtype, t->ndim, t->shape, ss->m->tp, &sp, err);
+    if (st) return st;
+    unsigned char *p = buf;
+    uint64_t g = off;
+    while (g < end) {
+        uint64_t o = g / sp.slab_bytes, w = g % sp.slab_bytes;
+        const tps_span *s = tps_spans_find(&sp, w);
+        uint32_t owner = sp.owner[s->owner0]; /* any replica will do; the lowest rank is deterministic */
+        uint64_t local = sp.owner_offset[s->owner0] + (w - s->begin);
+        uint64_t run = s->end - w < end - g ? s->end - w : end - g;
+        const tps_index *ix;
+        TPS_CHECK(tps_shardset_open_rank(ss, owner, &ix, err));
+        const tps_tensor *x = tps_index_find(ix, t->name);
+        /* o * rank_slab_bytes <= the rank tensor's size, which the reader bounded by its file. */
+        TPS_CHECK(tps_tensor_read(ix, x, o * sp.rank_slab_bytes[owner] + local, p, (size_t)run, err));
+        p += run;
+        g += run;
+    }
+cleanup:
+    tps_spans_release(&sp);
+    return st;
+}
+
+void tps_shardset_free(tps_shardset *ss)
+{
+    if (!ss) return;
+    for (uint64_t r = 0; ss->m && ss->rank && r < ss->m->tp; r++) tps_index_free(ss->rank[r]);
+    free(ss->rank);
+    tps_manifest_free(ss->m);
+    free(ss->dir);
+    free(ss);
+}
