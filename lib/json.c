@@ -35,18 +35,20 @@
 typedef struct arena_block {
     struct arena_block *next;
     size_t cap, used;
-    _Alignas(max_align_t) unsigned char data[];
+    _Alignas(tps_json) unsigned char data[];
 } arena_block;
 
 struct tps_json_doc {
     arena_block *blocks; /* the first one is where small allocations go */
     size_t next_size;    /* capacity of the next shared block */
+    size_t max_size;     /* blocks stop doubling here, so the last one wastes little */
     tps_json *root;
 };
 
 #define ARENA_FIRST_BLOCK 4096
 #define ARENA_MAX_BLOCK (16u << 20)
-#define ARENA_ALIGN _Alignof(max_align_t)
+/* Nodes hold pointers, size_t and double at most: their alignment is enough for all. */
+#define ARENA_ALIGN _Alignof(tps_json)
 
 static arena_block *block_new(size_t cap)
 {
@@ -83,7 +85,7 @@ static void *arena_alloc(tps_json_doc *doc, size_t n)
     if (cap < n) cap = n;
     arena_block *b = block_new(cap);
     if (!b) return NULL;
-    if (doc->next_size < ARENA_MAX_BLOCK) doc->next_size *= 2;
+    if (doc->next_size < doc->max_size) doc->next_size *= 2;
     b->next = cur;
     doc->blocks = b;
     b->used = n;
@@ -621,6 +623,8 @@ tps_status tps_json_parse(const char *text, size_t len, const char *what, tps_js
     ps.doc = calloc(1, sizeof *ps.doc);
     if (!ps.doc) return fail_oom(&ps);
     ps.doc->next_size = ARENA_FIRST_BLOCK;
+    ps.doc->max_size = ARENA_MAX_BLOCK;
+    while (ps.doc->max_size > ARENA_FIRST_BLOCK && ps.doc->max_size / 2 >= len) ps.doc->max_size /= 2;
     TPS_CHECK(parse_value(&ps, 0, &ps.doc->root));
     skip_ws(&ps);
     if (ps.pos < len) {
@@ -778,10 +782,25 @@ void tps_jw_double(tps_jw *w, double v)
     }
     /* The fewest significant digits that read back to the same bits; 17 always do. */
     char text[40];
-    for (int prec = 1; prec <= 17; prec++) {
+    int prec;
+    for (prec = 1; prec <= 17; prec++) {
         snprintf(text, sizeof text, "%.*g", prec, v);
         double back = strtod(text, NULL);
         if (memcmp(&back, &v, sizeof v) == 0) break;
+    }
+    /* "%g" writes 100 as "1e+02" at one digit; below 1e17 write the same digits without an
+     * exponent, padded with zeros, as JavaScript and Python do.  The value is unchanged. */
+    const char *e = strchr(text, 'e');
+    int exp10 = e ? atoi(e + 1) : -1;
+    if (exp10 >= 0 && exp10 < 17) {
+        char plain[40];
+        size_t n = 0;
+        for (const char *c = text; c < e; c++)
+            if (*c != '.') plain[n++] = *c;
+        size_t ndigits = n - (text[0] == '-');
+        for (; ndigits < (size_t)exp10 + 1; ndigits++) plain[n++] = '0';
+        plain[n] = '\0';
+        memcpy(text, plain, n + 1);
     }
     tps_buf_puts(w->out, text);
 }

@@ -1,0 +1,749 @@
+/* lib/json.c: the strict parser (valid and invalid documents, each grammar rule broken
+ * once), duplicate keys at scale, memory bounds, and the emitter (escaping round trip,
+ * exact compact and pretty text, shortest round-tripping doubles). */
+#include <float.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
+#include "lib/json.h"
+#include "tps_test.h"
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static uint64_t rng(void) /* xorshift64* */
+{
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return rng_state * 2685821657736338717ull;
+}
+
+/* Parses n bytes; on success returns the doc, on failure NULL with err filled. */
+static tps_json_doc *parse_n(const char *s, size_t n, tps_error *err)
+{
+    tps_json_doc *doc = (tps_json_doc *)1;
+    tps_error_clear(err);
+    tps_status st = tps_json_parse(s, n, "test", &doc, err);
+    if (st != TPS_OK) {
+        if (doc != NULL) printf("#   failed parse left *out non-NULL\n");
+        return NULL;
+    }
+    return doc;
+}
+
+static tps_json_doc *parse(const char *s, tps_error *err) { return parse_n(s, strlen(s), err); }
+
+TEST(nested_document)
+{
+    tps_error err;
+    const char *s = "{\"a\": [1, {\"b\": null}, true, false, \"x\"], \"c\": {}, \"d\": []}";
+    tps_json_doc *doc = parse(s, &err);
+    CHECK(doc);
+    if (!doc) {
+        printf("#   %s\n", err.msg);
+        return;
+    }
+    const tps_json *r = tps_json_root(doc);
+    CHECK(r->type == TPS_JSON_OBJECT);
+    CHECK_EQ_U64(r->u.object.n, 3);
+    CHECK_EQ_U64(r->offset, 0);
+    CHECK_STR(r->u.object.keys[0]->u.string.s, "a");
+    CHECK_STR(r->u.object.keys[1]->u.string.s, "c");
+    CHECK_STR(r->u.object.keys[2]->u.string.s, "d");
+    const tps_json *a = tps_json_get(r, "a");
+    CHECK(a && a->type == TPS_JSON_ARRAY && a->u.array.n == 5);
+    CHECK_EQ_U64(a->offset, 6);
+    CHECK(a->u.array.items[0]->type == TPS_JSON_NUMBER && a->u.array.items[0]->u.number.u64 == 1);
+    CHECK_EQ_U64(a->u.array.items[0]->offset, 7);
+    const tps_json *inner = a->u.array.items[1];
+    CHECK(inner->type == TPS_JSON_OBJECT);
+    CHECK(tps_json_get(inner, "b") && tps_json_get(inner, "b")->type == TPS_JSON_NULL);
+    CHECK(a->u.array.items[2]->type == TPS_JSON_BOOL && a->u.array.items[2]->u.boolean);
+    CHECK(a->u.array.items[3]->type == TPS_JSON_BOOL && !a->u.array.items[3]->u.boolean);
+    CHECK_STR(a->u.array.items[4]->u.string.s, "x");
+    const tps_json *c = tps_json_get(r, "c"), *d = tps_json_get(r, "d");
+    CHECK(c && c->type == TPS_JSON_OBJECT && c->u.object.n == 0);
+    CHECK(d && d->type == TPS_JSON_ARRAY && d->u.array.n == 0);
+    CHECK(tps_json_get(r, "e") == NULL);
+    CHECK(tps_json_get(a, "a") == NULL); /* not an object */
+    CHECK(tps_json_get(NULL, "a") == NULL);
+    tps_json_doc_free(doc);
+    tps_json_doc_free(NULL);
+}
+
+TEST(all_escapes_decoded)
+{
+    tps_error err;
+    const char *s = "\"\\\"\\\\\\/\\b\\f\\n\\r\\t\\u0041\\u00e9\\u20AC\\u0000z\"";
+    const char want[] = "\"\\/\b\f\n\r\tA\xc3\xa9\xe2\x82\xac\0z";
+    tps_json_doc *doc = parse(s, &err);
+    CHECK(doc);
+    if (!doc) return;
+    const tps_json *r = tps_json_root(doc);
+    CHECK(r->type == TPS_JSON_STRING);
+    CHECK_EQ_U64(r->u.string.len, sizeof want - 1);
+    CHECK(memcmp(r->u.string.s, want, sizeof want) == 0); /* includes the terminating NUL */
+    tps_json_doc_free(doc);
+}
+
+TEST(surrogate_pairs_and_raw_utf8)
+{
+    static const struct {
+        const char *json, *utf8;
+    } cases[] = {
+        {"\"\\ud83d\\ude00\"", "\xf0\x9f\x98\x80"},         /* U+1F600 */
+        {"\"\\uD834\\uDD1E\"", "\xf0\x9d\x84\x9e"},         /* U+1D11E */
+        {"\"\\udbff\\udfff\"", "\xf4\x8f\xbf\xbf"},         /* U+10FFFF */
+        {"\"\\ud800\\udc00\"", "\xf0\x90\x80\x80"},         /* U+10000 */
+        {"\"\xf0\x9f\x98\x80\"", "\xf0\x9f\x98\x80"},       /* raw 4-byte */
+        {"\"\xf4\x8f\xbf\xbf\"", "\xf4\x8f\xbf\xbf"},       /* raw U+10FFFF */
+        {"\"\xe2\x82\xac\xc3\xa9\x7f\"", "\xe2\x82\xac\xc3\xa9\x7f"},
+        {"\"\xef\xbf\xbf\xee\x80\x80\"", "\xef\xbf\xbf\xee\x80\x80"}, /* U+FFFF, U+E000 */
+        {"\"\xed\x9f\xbf\"", "\xed\x9f\xbf"},               /* U+D7FF, just below surrogates */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        tps_error err;
+        tps_json_doc *doc = parse(cases[i].json, &err);
+        CHECK(doc);
+        if (!doc) {
+            printf("#   case %zu: %s\n", i, err.msg);
+            continue;
+        }
+        const tps_json *r = tps_json_root(doc);
+        CHECK_EQ_U64(r->u.string.len, strlen(cases[i].utf8));
+        CHECK_STR(r->u.string.s, cases[i].utf8);
+        tps_json_doc_free(doc);
+    }
+}
+
+TEST(numbers)
+{
+    static const struct {
+        const char *text;
+        bool is_u64;
+        uint64_t u64;
+        double f64;
+    } cases[] = {
+        {"0", true, 0, 0.0},
+        {"7", true, 7, 7.0},
+        {"18446744073709551615", true, UINT64_MAX, 18446744073709551615.0},
+        {"18446744073709551614", true, UINT64_MAX - 1, 18446744073709551614.0},
+        {"18446744073709551616", false, 0, 18446744073709551616.0},
+        {"99999999999999999999", false, 0, 99999999999999999999.0},
+        {"9007199254740993", true, 9007199254740993ull, 9007199254740992.0},
+        {"-1", false, 0, -1.0},
+        {"-0", false, 0, -0.0},
+        {"1.0", false, 0, 1.0},
+        {"1e2", false, 0, 100.0},
+        {"1E+2", false, 0, 100.0},
+        {"25e-1", false, 0, 2.5},
+        {"-0.5e-3", false, 0, -0.0005},
+        {"0.1", false, 0, 0.1},
+        {"1e400", false, 0, HUGE_VAL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        tps_error err;
+        char wrapped[64];
+        snprintf(wrapped, sizeof wrapped, " [%s] ", cases[i].text);
+        tps_json_doc *doc = parse(wrapped, &err);
+        CHECK(doc);
+        if (!doc) {
+            printf("#   %s: %s\n", cases[i].text, err.msg);
+            continue;
+        }
+        const tps_json *n = tps_json_root(doc)->u.array.items[0];
+        CHECK(n->type == TPS_JSON_NUMBER);
+        CHECK_EQ_U64(n->offset, 2);
+        CHECK_EQ_U64(n->u.number.len, strlen(cases[i].text));
+        CHECK(memcmp(n->u.number.text, cases[i].text, n->u.number.len) == 0);
+        if (n->u.number.is_u64 != cases[i].is_u64) printf("#   %s: is_u64 wrong\n", cases[i].text);
+        CHECK(n->u.number.is_u64 == cases[i].is_u64);
+        if (cases[i].is_u64) CHECK_EQ_U64(n->u.number.u64, cases[i].u64);
+        CHECK(memcmp(&n->u.number.f64, &cases[i].f64, sizeof(double)) == 0);
+        tps_json_doc_free(doc);
+    }
+}
+
+TEST(whitespace_around_and_scalars)
+{
+    static const char *const ok[] = {" \t\r\n{} \n\t\r ", "true", "false", "null", "\"\"", "0", "[ ]",
+                                     "{ \"a\" : 1 , \"b\" : [ 1 , 2 ] }", "\n[\n1\n,\n2\n]\n"};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        tps_error err;
+        tps_json_doc *doc = parse(ok[i], &err);
+        if (!doc) printf("#   '%s': %s\n", ok[i], err.msg);
+        CHECK(doc);
+        tps_json_doc_free(doc);
+    }
+}
+
+TEST(keys_compared_as_decoded_bytes)
+{
+    tps_error err;
+    /* "a\0" and "a" differ; "ab" and "a" differ; lookups use exact bytes */
+    tps_json_doc *doc = parse("{\"a\\u0000\": 1, \"a\": 2, \"ab\": 3, \"\": 4}", &err);
+    CHECK(doc);
+    if (!doc) {
+        printf("#   %s\n", err.msg);
+        return;
+    }
+    const tps_json *r = tps_json_root(doc);
+    CHECK_EQ_U64(r->u.object.keys[0]->u.string.len, 2);
+    CHECK(tps_json_get(r, "a") && tps_json_get(r, "a")->u.number.u64 == 2);
+    CHECK(tps_json_get(r, "ab") && tps_json_get(r, "ab")->u.number.u64 == 3);
+    CHECK(tps_json_get(r, "") && tps_json_get(r, "")->u.number.u64 == 4);
+    tps_json_doc_free(doc);
+}
+
+TEST(depth_64_accepted)
+{
+    char s[2 * TPS_JSON_MAX_DEPTH + 1];
+    memset(s, '[', TPS_JSON_MAX_DEPTH);
+    memset(s + TPS_JSON_MAX_DEPTH, ']', TPS_JSON_MAX_DEPTH);
+    s[2 * TPS_JSON_MAX_DEPTH] = '\0';
+    tps_error err;
+    tps_json_doc *doc = parse(s, &err);
+    CHECK(doc);
+    if (!doc) printf("#   %s\n", err.msg);
+    tps_json_doc_free(doc);
+}
+
+struct bad_case {
+    const char *name;
+    const char *text;
+    size_t len; /* 0: strlen(text) */
+    size_t offset;
+    const char *fragment;
+};
+
+static const struct bad_case bad_cases[] = {
+    {"empty input", "", 0, 0, "expected a value, found end of input"},
+    {"only whitespace", " \n ", 0, 3, "expected a value, found end of input"},
+    {"trailing comma in array", "[1,2,]", 0, 5, "trailing comma before ']'"},
+    {"trailing comma in object", "{\"a\":1,}", 0, 7, "trailing comma before '}'"},
+    {"leading zero", "[01]", 0, 1, "leading zeros"},
+    {"leading zero negative", "-012", 0, 0, "leading zeros"},
+    {"plus sign", "+1", 0, 0, "expected a value, found '+'"},
+    {"bare fraction", ".5", 0, 0, "expected a value, found '.'"},
+    {"no fraction digits", "1.", 0, 2, "a digit after the decimal point"},
+    {"fraction then exponent", "1.e5", 0, 2, "a digit after the decimal point"},
+    {"no exponent digits", "1e", 0, 2, "a digit in the exponent"},
+    {"exponent sign only", "1e+", 0, 3, "a digit in the exponent"},
+    {"lone minus", "-", 0, 1, "a digit after '-'"},
+    {"minus letter", "-a", 0, 1, "a digit after '-'"},
+    {"hex number", "0x10", 0, 1, "expected the end of input after the value, found 'x'"},
+    {"NaN", "NaN", 0, 0, "expected a value, found 'N'"},
+    {"Infinity", "[Infinity]", 0, 1, "expected a value, found 'I'"},
+    {"bad literal", "[tru]", 0, 1, "invalid literal (expected 'true')"},
+    {"capital literal", "True", 0, 0, "expected a value, found 'T'"},
+    {"nul literal", "nul", 0, 0, "invalid literal (expected 'null')"},
+    {"single quotes", "['a']", 0, 1, "expected a value, found '''"},
+    {"comment", "/**/{}", 0, 0, "expected a value, found '/'"},
+    {"unterminated string", "[\"abc", 0, 1, "unterminated string"},
+    {"unterminated escape", "\"\\", 0, 1, "unterminated escape"},
+    {"bad escape", "\"a\\x\"", 0, 2, "invalid escape: backslash followed by 'x'"},
+    {"short \\u", "\"\\u12\"", 0, 1, "expected 4 hex digits after \\u"},
+    {"non-hex \\u", "\"\\u12g4\"", 0, 1, "expected 4 hex digits after \\u"},
+    {"lone high surrogate", "\"\\ud800\"", 0, 1, "lone surrogate \\uD800"},
+    {"high surrogate then BMP", "\"x\\uD83D\\u0041\"", 0, 2, "lone surrogate \\uD83D"},
+    {"high surrogate then high", "\"\\ud800\\ud800\"", 0, 1, "lone surrogate \\uD800"},
+    {"lone low surrogate", "\"\\udc00\"", 0, 1, "lone surrogate \\uDC00"},
+    {"overlong 2-byte", "\"\xc0\xaf\"", 0, 1, "overlong"},
+    {"overlong 2-byte c1", "\"\xc1\xbf\"", 0, 1, "overlong"},
+    {"overlong 3-byte", "\"\xe0\x80\xaf\"", 0, 1, "overlong"},
+    {"overlong 4-byte", "\"\xf0\x80\x80\xaf\"", 0, 1, "overlong"},
+    {"UTF-8 surrogate", "\"ab\xed\xa0\x80\"", 0, 3, "encoded surrogate"},
+    {"UTF-8 low surrogate", "\"\xed\xbf\xbf\"", 0, 1, "encoded surrogate"},
+    {"above U+10FFFF (F4 90)", "\"\xf4\x90\x80\x80\"", 0, 1, "above U+10FFFF"},
+    {"above U+10FFFF (F5)", "\"\xf5\x80\x80\x80\"", 0, 1, "above U+10FFFF"},
+    {"byte 0xff", "\"\xff\"", 0, 1, "0xff never occurs in UTF-8"},
+    {"stray continuation byte", "\"\x80\"", 0, 1, "unexpected continuation byte 0x80"},
+    {"truncated 2-byte", "\"\xc3\"", 0, 1, "not followed by a continuation byte"},
+    {"truncated 3-byte", "\"\xe2\x82\"", 0, 1, "not followed by a continuation byte"},
+    {"sequence cut by end", "\"\xe2\x82", 0, 1, "cut off by the end of input"},
+    {"non-ASCII outside string", "\xc3\xa9", 0, 0, "expected a value, found byte 0xc3"},
+    {"newline in string", "\"a\nb\"", 0, 2, "control character 0x0a"},
+    {"tab in string", "\"\t\"", 0, 1, "control character 0x09"},
+    {"0x1f in string", "[\"\x1f\"]", 0, 2, "control character 0x1f"},
+    {"NUL in string", "\"a\0b\"", 5, 2, "control character 0x00"},
+    {"duplicate key depth 1", "{\"a\":1,\"b\":2,\"a\":3}", 0, 13, "duplicate key \"a\" (first at byte 1)"},
+    {"duplicate key depth 3", "{\"x\":{\"y\":{\"k\":1,\"k\":2}}}", 0, 17, "duplicate key \"k\" (first at byte 11)"},
+    {"duplicate via escape", "{\"a\":1,\"\\u0061\":2}", 0, 7, "duplicate key \"a\" (first at byte 1)"},
+    {"earliest duplicate reported", "{\"z\":1,\"a\":1,\"a\":2,\"z\":3}", 0, 13, "duplicate key \"a\" (first at byte 7)"},
+    {"duplicate empty key", "{\"\":1,\"\":2}", 0, 6, "duplicate key \"\""},
+    {"two top-level values", "1 2", 0, 2, "expected the end of input after the value, found '2'"},
+    {"two objects", "{} {}", 0, 3, "found '{'"},
+    {"trailing garbage", "{}x", 0, 2, "found 'x'"},
+    {"NUL after value", "{}\0", 3, 2, "found byte 0x00"},
+    {"missing colon", "{\"a\" 1}", 0, 5, "expected ':' after an object key, found '1'"},
+    {"number key", "{1:2}", 0, 1, "expected a string key in an object, found '1'"},
+    {"missing comma", "[1 2]", 0, 3, "expected ',' or ']' in an array, found '2'"},
+    {"missing comma in object", "{\"a\":1 \"b\":2}", 0, 7, "expected ',' or '}' in an object, found '\"'"},
+    {"unclosed array", "[1,2", 0, 4, "expected ',' or ']' in an array, found end of input"},
+    {"unclosed object", "{\"a\":1", 0, 6, "expected ',' or '}' in an object, found end of input"},
+    {"missing value", "{\"a\":}", 0, 5, "expected a value, found '}'"},
+    {"leading comma", "[,1]", 0, 1, "expected a value, found ','"},
+    {"vertical tab whitespace", "\v{}", 0, 0, "found byte 0x0b"},
+};
+
+TEST(invalid_documents)
+{
+    for (size_t i = 0; i < sizeof bad_cases / sizeof bad_cases[0]; i++) {
+        const struct bad_case *c = &bad_cases[i];
+        tps_error err;
+        tps_error_clear(&err);
+        tps_json_doc *doc = (tps_json_doc *)1;
+        size_t len = c->len ? c->len : strlen(c->text);
+        tps_status st = tps_json_parse(c->text, len, "hdr.json", &doc, &err);
+        char prefix[64];
+        snprintf(prefix, sizeof prefix, "hdr.json: byte %zu: ", c->offset);
+        bool good = st == TPS_EINVALID && err.code == TPS_EINVALID && doc == NULL &&
+                    strncmp(err.msg, prefix, strlen(prefix)) == 0 && strstr(err.msg, c->fragment);
+        if (!good) {
+            printf("#   %s: status %d, message \"%s\"; want \"%s...%s\"\n", c->name, (int)st, err.msg, prefix,
+                   c->fragment);
+            tps_test_failed_now = 1;
+        }
+        if (st == TPS_OK) tps_json_doc_free(doc);
+    }
+}
+
+TEST(depth_65_refused)
+{
+    /* alternate arrays and objects so both container kinds count toward the depth */
+    tps_buf b = TPS_BUF_INIT;
+    size_t off65 = 0;
+    for (int i = 0; i <= TPS_JSON_MAX_DEPTH; i++) {
+        if (i == TPS_JSON_MAX_DEPTH) off65 = b.len;
+        tps_buf_puts(&b, i % 2 ? "{\"k\":" : "[");
+    }
+    for (int i = TPS_JSON_MAX_DEPTH; i >= 0; i--) tps_buf_puts(&b, i % 2 ? "}" : "]");
+    tps_error err;
+    tps_json_doc *doc = parse_n(b.data, b.len, &err);
+    CHECK(doc == NULL);
+    CHECK_EQ_U64(err.code, TPS_EINVALID);
+    char want[96];
+    snprintf(want, sizeof want, "test: byte %zu: nesting deeper than 64", off65);
+    CHECK_CONTAINS(err.msg, want);
+    tps_json_doc_free(doc);
+
+    /* a deep hostile input far beyond the cap fails the same way, without deep recursion */
+    size_t big = 1u << 20;
+    char *deep = malloc(big);
+    CHECK(deep);
+    if (deep) {
+        memset(deep, '[', big);
+        doc = parse_n(deep, big, &err);
+        CHECK(doc == NULL);
+        CHECK_CONTAINS(err.msg, "test: byte 64: nesting deeper than 64");
+        free(deep);
+    }
+    tps_buf_release(&b);
+}
+
+static double cpu_seconds(void) { return (double)clock() / CLOCKS_PER_SEC; }
+
+TEST(large_objects_fast_and_duplicates_found)
+{
+    enum { N = 200000 };
+    tps_buf b = TPS_BUF_INIT;
+    tps_buf_putc(&b, '{');
+    for (int i = 0; i < N; i++) tps_buf_printf(&b, "%s\"key.%d\":%d", i ? "," : "", i, i);
+    tps_buf_putc(&b, '}');
+    CHECK(!b.oom);
+    tps_error err;
+    double t0 = cpu_seconds();
+    tps_json_doc *doc = parse_n(b.data, b.len, &err);
+    double t1 = cpu_seconds();
+    CHECK(doc);
+    if (doc) {
+        const tps_json *r = tps_json_root(doc);
+        CHECK_EQ_U64(r->u.object.n, N);
+        for (int i = 0; i < N; i += 9973) {
+            char k[32];
+            snprintf(k, sizeof k, "key.%d", i);
+            CHECK(r->u.object.values[i]->u.number.u64 == (uint64_t)i);
+            CHECK_STR(r->u.object.keys[i]->u.string.s, k);
+        }
+    }
+    tps_json_doc_free(doc);
+    /* A quadratic duplicate check would take minutes here; sorting takes milliseconds. */
+    if (t1 - t0 > 3.0) printf("#   %d keys took %.2f s of CPU\n", N, t1 - t0);
+    CHECK(t1 - t0 <= 3.0);
+
+    /* the same object with one key repeated at the end */
+    b.len--;
+    size_t dup_at = b.len + 1;
+    tps_buf_puts(&b, ",\"key.123456\":0}");
+    doc = parse_n(b.data, b.len, &err);
+    CHECK(doc == NULL);
+    const char *first = strstr(b.data, "\"key.123456\"");
+    char want[128];
+    snprintf(want, sizeof want, "test: byte %zu: duplicate key \"key.123456\" (first at byte %zu)", dup_at,
+             (size_t)(first - b.data));
+    CHECK_CONTAINS(err.msg, want);
+    tps_buf_release(&b);
+}
+
+#ifdef __GLIBC__
+static size_t heap_in_use(void) { return mallinfo2().uordblks; }
+#endif
+
+TEST(memory_bounded_by_input)
+{
+#ifdef __GLIBC__
+    /* The densest input: one value per two bytes. */
+    enum { N = 500000 };
+    size_t len = 2 * N + 1;
+    char *s = malloc(len);
+    CHECK(s);
+    if (!s) return;
+    for (size_t i = 0; i < N; i++) {
+        s[2 * i] = i ? ',' : '[';
+        s[2 * i + 1] = '0';
+    }
+    s[len - 1] = ']';
+    size_t before = heap_in_use();
+    tps_error err;
+    tps_json_doc *doc = parse_n(s, len, &err);
+    size_t used = heap_in_use() - before;
+    CHECK(doc);
+    if (doc) CHECK_EQ_U64(tps_json_root(doc)->u.array.n, N);
+    if (used > 48 * len) printf("#   %zu bytes of input kept %zu bytes\n", len, used);
+    CHECK(used <= 48 * len);
+    tps_json_doc_free(doc);
+
+    /* One long string costs about its own length. */
+    memset(s, 'a', len);
+    s[0] = s[len - 1] = '"';
+    before = heap_in_use();
+    doc = parse_n(s, len, &err);
+    used = heap_in_use() - before;
+    CHECK(doc);
+    if (used > len + 16384) printf("#   a %zu-byte string kept %zu bytes\n", len, used);
+    CHECK(used <= len + 16384);
+    tps_json_doc_free(doc);
+    free(s);
+#endif
+}
+
+/* Emitting s with tps_json_escape and parsing the text back gives the same bytes. */
+static bool escape_round_trip(const char *s, size_t n)
+{
+    tps_buf b = TPS_BUF_INIT;
+    tps_json_escape(&b, s, n);
+    tps_error err;
+    tps_json_doc *doc = b.oom ? NULL : parse_n(b.data, b.len, &err);
+    bool ok = doc && tps_json_root(doc)->type == TPS_JSON_STRING && tps_json_root(doc)->u.string.len == n &&
+              memcmp(tps_json_root(doc)->u.string.s, s, n) == 0;
+    if (!ok) printf("#   round trip failed for %zu bytes; emitted %s; %s\n", n, b.data ? b.data : "?",
+                    doc ? "bytes differ" : err.msg);
+    tps_json_doc_free(doc);
+    tps_buf_release(&b);
+    return ok;
+}
+
+/* UTF-8 of code point cp, written from the RFC 3629 table. */
+static size_t encode_utf8(uint32_t cp, char *out)
+{
+    if (cp < 0x80) {
+        out[0] = (char)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        out[0] = (char)(0xc0 + cp / 64);
+        out[1] = (char)(0x80 + cp % 64);
+        return 2;
+    }
+    if (cp < 0x10000) {
+        out[0] = (char)(0xe0 + cp / 4096);
+        out[1] = (char)(0x80 + cp / 64 % 64);
+        out[2] = (char)(0x80 + cp % 64);
+        return 3;
+    }
+    out[0] = (char)(0xf0 + cp / 262144);
+    out[1] = (char)(0x80 + cp / 4096 % 64);
+    out[2] = (char)(0x80 + cp / 64 % 64);
+    out[3] = (char)(0x80 + cp % 64);
+    return 4;
+}
+
+TEST(escape_round_trip_all_ascii_and_utf8)
+{
+    char all[0x80];
+    for (int c = 0; c < 0x80; c++) {
+        char one = (char)c;
+        CHECK(escape_round_trip(&one, 1));
+        all[c] = (char)c;
+    }
+    CHECK(escape_round_trip(all, sizeof all));
+    CHECK(escape_round_trip(all + 1, sizeof all - 1));
+    CHECK(escape_round_trip("", 0));
+    static const char *const multi[] = {"\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80", "\xf4\x8f\xbf\xbf",
+                                        "\xe2\x80\xa8\xe2\x80\xa9", "caf\xc3\xa9\n\"q\"\\\t\x01"};
+    for (size_t i = 0; i < sizeof multi / sizeof multi[0]; i++) CHECK(escape_round_trip(multi[i], strlen(multi[i])));
+    /* random strings of code points from every UTF-8 length class, controls included */
+    char s[4 * 64];
+    for (int iter = 0; iter < 2000; iter++) {
+        size_t n = 0, count = rng() % 64;
+        for (size_t k = 0; k < count; k++) {
+            uint32_t cp;
+            switch (rng() % 4) {
+            case 0: cp = (uint32_t)(rng() % 0x80); break;
+            case 1: cp = 0x80 + (uint32_t)(rng() % (0x800 - 0x80)); break;
+            case 2:
+                do cp = 0x800 + (uint32_t)(rng() % (0x10000 - 0x800));
+                while (cp >= 0xd800 && cp <= 0xdfff);
+                break;
+            default: cp = 0x10000 + (uint32_t)(rng() % (0x110000 - 0x10000)); break;
+            }
+            n += encode_utf8(cp, s + n);
+        }
+        if (!escape_round_trip(s, n)) {
+            tps_test_failed_now = 1;
+            break;
+        }
+    }
+}
+
+TEST(escape_forms)
+{
+    static const struct {
+        const char *in;
+        size_t n;
+        const char *out;
+    } cases[] = {
+        {"\"", 1, "\"\\\"\""},
+        {"\\", 1, "\"\\\\\""},
+        {"/", 1, "\"/\""},
+        {"\b\f\n\r\t", 5, "\"\\b\\f\\n\\r\\t\""},
+        {"\x01\x1f", 2, "\"\\u0001\\u001f\""},
+        {"a\0b", 3, "\"a\\u0000b\""},
+        {"\x7f\xc3\xa9", 3, "\"\x7f\xc3\xa9\""},
+        {"\xe2\x80\xa8", 3, "\"\xe2\x80\xa8\""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        tps_buf b = TPS_BUF_INIT;
+        tps_json_escape(&b, cases[i].in, cases[i].n);
+        CHECK_STR(tps_buf_cstr(&b), cases[i].out);
+        tps_buf_release(&b);
+    }
+}
+
+static void write_fixture(tps_jw *w)
+{
+    tps_jw_object_begin(w);
+    tps_jw_key(w, "name");
+    tps_jw_string(w, "x\"y");
+    tps_jw_key(w, "n");
+    tps_jw_array_begin(w);
+    tps_jw_u64(w, 1);
+    tps_jw_i64(w, -2);
+    tps_jw_object_begin(w);
+    tps_jw_object_end(w);
+    tps_jw_array_end(w);
+    tps_jw_key(w, "e");
+    tps_jw_array_begin(w);
+    tps_jw_array_end(w);
+    tps_jw_key(w, "o");
+    tps_jw_object_begin(w);
+    tps_jw_key(w, "t");
+    tps_jw_bool(w, true);
+    tps_jw_key(w, "f");
+    tps_jw_bool(w, false);
+    tps_jw_key(w, "z");
+    tps_jw_null(w);
+    tps_jw_key(w, "d");
+    tps_jw_double(w, 0.5);
+    tps_jw_key(w, "inf");
+    tps_jw_double(w, INFINITY);
+    tps_jw_key(w, "big");
+    tps_jw_u64(w, UINT64_MAX);
+    tps_jw_key(w, "min");
+    tps_jw_i64(w, INT64_MIN);
+    tps_jw_key(w, "s\n");
+    tps_jw_string_n(w, "a\0b", 3);
+    tps_jw_object_end(w);
+    tps_jw_key(w, "nest");
+    tps_jw_array_begin(w);
+    tps_jw_array_begin(w);
+    tps_jw_string(w, "");
+    tps_jw_array_end(w);
+    tps_jw_array_end(w);
+    tps_jw_object_end(w);
+}
+
+TEST(emit_compact)
+{
+    tps_buf b = TPS_BUF_INIT;
+    tps_jw w;
+    tps_jw_init(&w, &b, false);
+    write_fixture(&w);
+    const char *want = "{\"name\":\"x\\\"y\",\"n\":[1,-2,{}],\"e\":[],\"o\":{\"t\":true,\"f\":false,\"z\":null,"
+                       "\"d\":0.5,\"inf\":null,\"big\":18446744073709551615,\"min\":-9223372036854775808,"
+                       "\"s\\n\":\"a\\u0000b\"},\"nest\":[[\"\"]]}";
+    CHECK_STR(tps_buf_cstr(&b), want);
+    tps_error err;
+    tps_json_doc *doc = parse_n(b.data, b.len, &err);
+    CHECK(doc);
+    tps_json_doc_free(doc);
+    tps_buf_release(&b);
+}
+
+TEST(emit_pretty)
+{
+    tps_buf b = TPS_BUF_INIT;
+    tps_jw w;
+    tps_jw_init(&w, &b, true);
+    write_fixture(&w);
+    const char *want = "{\n"
+                       "  \"name\": \"x\\\"y\",\n"
+                       "  \"n\": [\n"
+                       "    1,\n"
+                       "    -2,\n"
+                       "    {}\n"
+                       "  ],\n"
+                       "  \"e\": [],\n"
+                       "  \"o\": {\n"
+                       "    \"t\": true,\n"
+                       "    \"f\": false,\n"
+                       "    \"z\": null,\n"
+                       "    \"d\": 0.5,\n"
+                       "    \"inf\": null,\n"
+                       "    \"big\": 18446744073709551615,\n"
+                       "    \"min\": -9223372036854775808,\n"
+                       "    \"s\\n\": \"a\\u0000b\"\n"
+                       "  },\n"
+                       "  \"nest\": [\n"
+                       "    [\n"
+                       "      \"\"\n"
+                       "    ]\n"
+                       "  ]\n"
+                       "}";
+    CHECK_STR(tps_buf_cstr(&b), want);
+    tps_buf_release(&b);
+
+    /* top-level scalars and arrays need no separators */
+    tps_jw_init(&w, &b, true);
+    tps_jw_array_begin(&w);
+    tps_jw_double(&w, NAN);
+    tps_jw_double(&w, -0.0);
+    tps_jw_array_end(&w);
+    CHECK_STR(tps_buf_cstr(&b), "[\n  null,\n  -0\n]");
+    tps_buf_release(&b);
+    tps_jw_init(&w, &b, false);
+    tps_jw_string(&w, "only");
+    CHECK_STR(tps_buf_cstr(&b), "\"only\"");
+    tps_buf_release(&b);
+}
+
+static void emit_double(double v, char *out, size_t size)
+{
+    tps_buf b = TPS_BUF_INIT;
+    tps_jw w;
+    tps_jw_init(&w, &b, false);
+    tps_jw_double(&w, v);
+    snprintf(out, size, "%s", tps_buf_cstr(&b) ? b.data : "(oom)");
+    tps_buf_release(&b);
+}
+
+/* Significant digits of a decimal text: first to last non-zero digit of its mantissa. */
+static int sig_digits(const char *t)
+{
+    int n = 0, last = 0;
+    bool started = false;
+    for (; *t && *t != 'e'; t++) {
+        if (*t < '0' || *t > '9') continue;
+        if (*t != '0') started = true;
+        if (started) n++;
+        if (*t != '0') last = n;
+    }
+    return last ? last : 1;
+}
+
+TEST(doubles_shortest_round_trip)
+{
+    static const struct {
+        double v;
+        const char *text;
+    } fixed[] = {
+        {0.1, "0.1"},       {1.0, "1"},         {100.0, "100"},       {1e21, "1e+21"},
+        {1.5e10, "15000000000"}, {1e16, "10000000000000000"}, {1e17, "1e+17"}, {1e-5, "1e-05"},
+        {123456789012345678.0, "1.2345678901234568e+17"}, {4096.0, "4096"},
+        {5e-324, "5e-324"}, {-2.5, "-2.5"},     {0.0, "0"},           {-0.0, "-0"},
+        {1.0 / 3, "0.3333333333333333"},        {DBL_MAX, "1.7976931348623157e+308"},
+        {0.30000000000000004, "0.30000000000000004"},
+    };
+    char text[64];
+    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) {
+        emit_double(fixed[i].v, text, sizeof text);
+        CHECK_STR(text, fixed[i].text);
+    }
+    for (int iter = 0; iter < 100000; iter++) {
+        uint64_t bits = rng();
+        double v;
+        if (iter % 4 == 0) { /* also plain-looking values: small integers and short decimals */
+            v = (double)(int64_t)(rng() % 2000001 - 1000000) / (double)(1 + rng() % 1000);
+        } else {
+            memcpy(&v, &bits, 8);
+            if (!isfinite(v)) continue;
+        }
+        emit_double(v, text, sizeof text);
+        double back = strtod(text, NULL);
+        if (memcmp(&back, &v, 8) != 0) {
+            printf("#   %.17g emitted as %s reads back as %.17g\n", v, text, back);
+            tps_test_failed_now = 1;
+            break;
+        }
+        /* shortest: one digit fewer does not read back */
+        int d = sig_digits(text);
+        if (d > 1) {
+            char shorter[400];
+            snprintf(shorter, sizeof shorter, "%.*g", d - 1, v);
+            double s = strtod(shorter, NULL);
+            if (memcmp(&s, &v, 8) == 0) {
+                printf("#   %.17g emitted as %s but %s also reads back\n", v, text, shorter);
+                tps_test_failed_now = 1;
+                break;
+            }
+        }
+        /* the text is valid JSON and our parser reads the same double */
+        tps_error err;
+        tps_json_doc *doc = parse(text, &err);
+        if (!doc || memcmp(&tps_json_root(doc)->u.number.f64, &v, 8) != 0) {
+            printf("#   %s: %s\n", text, doc ? "parsed to another double" : err.msg);
+            tps_test_failed_now = 1;
+            tps_json_doc_free(doc);
+            break;
+        }
+        tps_json_doc_free(doc);
+    }
+}
+
+int main(void)
+{
+    RUN(nested_document);
+    RUN(all_escapes_decoded);
+    RUN(surrogate_pairs_and_raw_utf8);
+    RUN(numbers);
+    RUN(whitespace_around_and_scalars);
+    RUN(keys_compared_as_decoded_bytes);
+    RUN(depth_64_accepted);
+    RUN(invalid_documents);
+    RUN(depth_65_refused);
+    RUN(large_objects_fast_and_duplicates_found);
+    RUN(memory_bounded_by_input);
+    RUN(escape_round_trip_all_ascii_and_utf8);
+    RUN(escape_forms);
+    RUN(emit_compact);
+    RUN(emit_pretty);
+    RUN(doubles_shortest_round_trip);
+    return tps_test_done();
+}
