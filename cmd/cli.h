@@ -66,6 +66,9 @@ void tps_cli_errorf(const char *cmd, const char *fmt, ...) __attribute__((format
 /* Parses "4", "500MB", "5GB" (decimal), "512MiB", "4GiB" (binary); false on junk/overflow. */
 bool tps_parse_size(const char *s, uint64_t *out);
 
+/* "0,3,5" into a flag per rank (out has tp entries); false on junk or a rank >= tp. */
+bool tps_parse_rank_list(const char *s, uint64_t tp, bool *out);
+
 #define TPS_COMMON_OPTS                                                               \
     {"help", 'h', TPS_OPT_FLAG, &tps_common.help, NULL, "show this help and exit"},   \
     {"quiet", 'q', TPS_OPT_FLAG, &tps_common.quiet, NULL, "print nothing but errors"}, \

@@ -33,22 +33,6 @@ static const tps_opt split_opts[] = {
     TPS_OPTS_END,
 };
 
-/* "0,3,5" into a flag per rank; false on junk or a rank >= tp. */
-static bool parse_ranks(const char *s, uint64_t tp, bool *out)
-{
-    while (*s) {
-        char *end;
-        if (*s < '0' || *s > '9') return false;
-        unsigned long long r = strtoull(s, &end, 10);
-        if (r >= tp) return false;
-        out[r] = true;
-        s = end;
-        if (*s == ',') s++;
-        else if (*s) return false;
-    }
-    return true;
-}
-
 static tps_status read_source(void *ctx, size_t i, uint64_t off, void *buf, size_t len, tps_error *err)
 {
     const tps_index *ix = ctx;
@@ -74,7 +58,7 @@ static int run_split(char **args, int nargs)
     if (rc) goto done;
     if (o.only) {
         write_rank = calloc(o.la.tp, sizeof *write_rank);
-        if (!write_rank || !parse_ranks(o.only, o.la.tp, write_rank)) {
+        if (!write_rank || !tps_parse_rank_list(o.only, o.la.tp, write_rank)) {
             tps_cli_errorf("split", "--only-rank expects ranks below %llu separated by commas, not '%s'",
                            (unsigned long long)o.la.tp, o.only);
             rc = TPS_EUSAGE;

@@ -5,7 +5,11 @@
 #include "cli.h"
 
 extern const tps_cmd tps_cmd_inspect;
+extern const tps_cmd tps_cmd_layout;
 extern const tps_cmd tps_cmd_split;
 extern const tps_cmd tps_cmd_plan;
+extern const tps_cmd tps_cmd_reshard;
+extern const tps_cmd tps_cmd_merge;
+extern const tps_cmd tps_cmd_check;
 
 #endif

@@ -11,8 +11,12 @@
 
 const tps_cmd *const tps_commands[] = {
     &tps_cmd_inspect,
+    &tps_cmd_layout,
     &tps_cmd_plan,
     &tps_cmd_split,
+    &tps_cmd_reshard,
+    &tps_cmd_merge,
+    &tps_cmd_check,
     NULL,
 };
 

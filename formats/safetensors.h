@@ -35,7 +35,9 @@ tps_status tps_safetensors_index_open(const char *path, tps_index **out, tps_err
  * order given, data packed back to back in that order, header padded with spaces to a
  * multiple of 8); then the caller streams exactly the data bytes in that order.  The file
  * is created as a temporary sibling (O_EXCL, never following a symlink) and only
- * renamed to path by commit, after fsync. */
+ * renamed to path by commit, after fsync.  With a NULL path nothing is written: the writer
+ * only counts and checksums, giving the size and CRC the file would have (split
+ * --only-rank uses it so every node writes the same manifest). */
 typedef struct tps_st_entry {
     const char *name;
     tps_dtype dtype;

@@ -30,6 +30,7 @@ struct tps_st_writer {
     uint64_t written; /* bytes accepted so far, header included */
     uint32_t crc;
     bool failed; /* a write failed: the file is incomplete and only abort is useful */
+    bool count_only; /* opened with a NULL path: no file, only the size and CRC it would have */
 };
 
 static int cmp_str(const void *a, const void *b)
@@ -179,6 +180,7 @@ static tps_status write_all(tps_st_writer *w, const void *p, size_t n, tps_error
 
 static tps_status flush(tps_st_writer *w, tps_error *err)
 {
+    if (w->count_only) return TPS_OK;
     tps_status st = write_all(w, w->buf, w->buflen, err);
     w->buflen = 0;
     return st;
@@ -190,6 +192,7 @@ static tps_status put(tps_st_writer *w, const void *p, size_t n, tps_error *err)
     tps_status st;
     w->crc = (uint32_t)crc32_z(w->crc, p, n);
     w->written += n;
+    if (w->count_only) return TPS_OK; /* the CRC and size are all it keeps */
     if (n <= WBUF_SIZE - w->buflen) {
         memcpy(w->buf + w->buflen, p, n);
         w->buflen += n;
@@ -210,20 +213,25 @@ tps_status tps_st_writer_open(const char *path, const tps_st_entry *entries, siz
     tps_st_writer *w = NULL;
     uint64_t data_total = 0;
     *out = NULL;
-    TPS_CHECK(build_header(path, entries, n, meta, nmeta, &hdr, &data_total, err));
+    const char *label = path ? path : "(a rank file this run does not write)";
+    TPS_CHECK(build_header(label, entries, n, meta, nmeta, &hdr, &data_total, err));
     w = calloc(1, sizeof *w);
-    if (w) w->fd = -1;
-    if (!w || !(w->buf = malloc(WBUF_SIZE)) || !(w->path = strdup(path)) || !(w->tmp = temp_name(path))) {
+    if (w) {
+        w->fd = -1;
+        w->count_only = !path;
+    }
+    if (!w || !(w->buf = malloc(WBUF_SIZE)) || !(w->path = strdup(label)) ||
+        (path && !(w->tmp = temp_name(path)))) {
         st = tps_fail_oom(err, "opening a safetensors writer");
         goto cleanup;
     }
     w->crc = (uint32_t)crc32_z(0, NULL, 0);
     if (!tps_add_u64(8 + (uint64_t)hdr.len, data_total, &w->total)) {
-        st = tps_fail(err, TPS_EINVALID, "%s: the file size overflows 64 bits", path);
+        st = tps_fail(err, TPS_EINVALID, "%s: the file size overflows 64 bits", label);
         goto cleanup;
     }
-    w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (w->fd < 0) {
+    if (path) w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (path && w->fd < 0) {
         st = tps_fail_errno(err, errno, "%s: cannot create temporary file %s", path, w->tmp);
         free(w->tmp);
         w->tmp = NULL; /* not ours (EEXIST) or never made: abort must not remove it */
@@ -283,6 +291,7 @@ tps_status tps_st_writer_commit(tps_st_writer *w, uint32_t *crc, uint64_t *size,
                       w->path, (unsigned long long)w->written, (unsigned long long)w->total);
         goto cleanup;
     }
+    if (w->count_only) goto done;
     TPS_CHECK(flush(w, err));
     if (fsync(w->fd) != 0) {
         st = tps_fail_errno(err, errno, "%s: fsync of %s failed", w->path, w->tmp);
@@ -301,6 +310,7 @@ tps_status tps_st_writer_commit(tps_st_writer *w, uint32_t *crc, uint64_t *size,
     free(w->tmp);
     w->tmp = NULL; /* renamed: nothing left for abort to remove */
     TPS_CHECK(sync_dir(w->path, err));
+done:
     if (crc) *crc = w->crc;
     if (size) *size = w->total;
 cleanup:

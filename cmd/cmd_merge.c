@@ -1,0 +1,197 @@
+/* tpshard merge: put a shard set back together, bit-exact, padding stripped. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli.h"
+#include "commands.h"
+#include "formats/safetensors.h"
+#include "lib/buf.h"
+#include "lib/gather.h"
+#include "lib/json.h"
+#include "lib/outdir.h"
+#include "lib/publish.h"
+
+static struct {
+    uint64_t max_shard;
+    const char *out;
+    bool force;
+} o;
+
+static const tps_opt merge_opts[] = {
+    {"output", 'o', TPS_OPT_STRING, &o.out, "FILE|DIR",
+     "FILE.safetensors for one file, or a directory for a Hugging Face multi-file set"},
+    {"max-shard-size", 0, TPS_OPT_SIZE, &o.max_shard, "SIZE", "largest file of a directory output (default 5GB)"},
+    {"force", 'f', TPS_OPT_FLAG, &o.force, NULL, "replace an existing output"},
+    TPS_COMMON_OPTS,
+    TPS_OPTS_END,
+};
+
+typedef struct merge_sink {
+    tps_st_writer *w;
+    char **findings;
+    size_t nfindings;
+} merge_sink;
+
+static tps_status to_writer(void *arg, uint64_t off, const void *p, size_t n, tps_error *err)
+{
+    (void)off;
+    merge_sink *s = arg;
+    return tps_st_writer_write(s->w, p, n, err);
+}
+
+static void on_finding(void *arg, const char *msg)
+{
+    merge_sink *s = arg;
+    tps_cli_errorf("merge", "%s", msg);
+    s->nfindings++;
+}
+
+/* Writes tensors [first, last) of the manifest, whole, into one safetensors file. */
+static tps_status write_part(tps_shardset *ss, size_t first, size_t last, const char *path, merge_sink *sink,
+                             tps_error *err)
+{
+    const tps_manifest *m = ss->m;
+    tps_st_entry *e = calloc(last - first + 1, sizeof *e);
+    if (!e) return tps_fail_oom(err, "merging");
+    for (size_t i = first; i < last; i++)
+        e[i - first] = (tps_st_entry){m->tensors[i].name, m->tensors[i].dtype, m->tensors[i].ndim, m->tensors[i].shape};
+    tps_status st = tps_st_writer_open(path, e, last - first, NULL, 0, &sink->w, err);
+    free(e);
+    if (st) return st;
+    tps_gather_hooks h = {to_writer, on_finding, sink};
+    for (size_t i = first; i < last && st == TPS_OK; i++) {
+        uint32_t crc;
+        st = tps_gather_tensor(ss, &m->tensors[i], &h, &crc, NULL, err);
+        if (st == TPS_OK && crc != m->tensors[i].crc) {
+            tps_cli_errorf("merge", "tensor '%s': CRC-32 %08x, the manifest says %08x", m->tensors[i].name,
+                           (unsigned)crc, m->tensors[i].crc);
+            sink->nfindings++;
+        }
+        if (st == TPS_OK && tps_outdir_interrupted())
+            st = tps_fail(err, TPS_EIO, "interrupted by signal %d", tps_outdir_interrupted());
+    }
+    if (st == TPS_OK && sink->nfindings)
+        st = tps_fail(err, TPS_EMISMATCH, "the shard set is inconsistent; nothing was written");
+    if (st) {
+        tps_st_writer_abort(sink->w);
+    } else {
+        st = tps_st_writer_commit(sink->w, NULL, NULL, err);
+    }
+    sink->w = NULL;
+    return st;
+}
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+/* A Hugging Face multi-file set: tensors in manifest order, a new file whenever the next
+ * tensor would pass max bytes (a tensor larger than max gets a file of its own). */
+static tps_status merge_to_dir(tps_shardset *ss, const char *dir, merge_sink *sink, tps_error *err)
+{
+    const tps_manifest *m = ss->m;
+    uint64_t max = o.max_shard ? o.max_shard : 5000000000ull;
+    size_t nparts = 0, *start = calloc(m->ntensors + 2, sizeof *start);
+    if (!start) return tps_fail_oom(err, "merging");
+    uint64_t cur = 0, total = 0;
+    for (size_t i = 0; i < m->ntensors; i++) {
+        uint64_t b = m->tensors[i].nbytes;
+        if (i == 0 || (cur > 0 && cur + b > max)) {
+            start[nparts++] = i;
+            cur = 0;
+        }
+        cur += b;
+        total += b;
+    }
+    if (nparts == 0) start[nparts++] = 0;
+    start[nparts] = m->ntensors;
+    const char *inputs[] = {ss->dir, NULL};
+    tps_outdir *od = NULL;
+    tps_buf idx = TPS_BUF_INIT;
+    tps_status st = tps_outdir_begin(dir, o.force, inputs, &od, err);
+    char name[64];
+    for (size_t p = 0; st == TPS_OK && p < nparts; p++) {
+        if (nparts == 1) snprintf(name, sizeof name, "model.safetensors");
+        else snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", p + 1, nparts);
+        char *path = tps_outdir_path(od, name);
+        st = path ? write_part(ss, start[p], start[p + 1], path, sink, err) : tps_fail_oom(err, "merging");
+        free(path);
+    }
+    if (st == TPS_OK && nparts > 1) {
+        tps_jw w;
+        tps_jw_init(&w, &idx, true);
+        tps_jw_object_begin(&w);
+        tps_jw_key(&w, "metadata");
+        tps_jw_object_begin(&w);
+        tps_jw_key(&w, "total_size");
+        tps_jw_u64(&w, total);
+        tps_jw_object_end(&w);
+        tps_jw_key(&w, "weight_map");
+        tps_jw_object_begin(&w);
+        for (size_t p = 0; p < nparts; p++)
+            for (size_t i = start[p]; i < start[p + 1]; i++) {
+                snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", p + 1, nparts);
+                tps_jw_key(&w, m->tensors[i].name);
+                tps_jw_string(&w, name);
+            }
+        tps_jw_object_end(&w);
+        tps_jw_object_end(&w);
+        tps_buf_putc(&idx, '\n');
+        char *path = tps_outdir_path(od, "model.safetensors.index.json");
+        st = !path || idx.oom ? tps_fail_oom(err, "writing the index") : tps_write_file_atomic(path, idx.data, idx.len, err);
+        free(path);
+    }
+    if (st == TPS_OK) st = tps_outdir_commit(od, err);
+    if (st) tps_outdir_abort(od);
+    else tps_outdir_free(od);
+    tps_buf_release(&idx);
+    free(start);
+    return st;
+}
+
+static int run_merge(char **args, int nargs)
+{
+    (void)nargs;
+    if (!o.out) {
+        tps_cli_errorf("merge", "-o FILE|DIR is required");
+        return TPS_EUSAGE;
+    }
+    tps_error err;
+    tps_error_clear(&err);
+    tps_shardset *ss = NULL;
+    merge_sink sink = {0};
+    if (tps_shardset_open(args[0], &ss, &err)) return tps_cli_report("merge", &err);
+    tps_signals_install();
+    tps_status st;
+    struct stat sb;
+    bool exists = stat(o.out, &sb) == 0;
+    if (ends_with(o.out, ".safetensors") && !(exists && S_ISDIR(sb.st_mode))) {
+        if (exists && !o.force) st = tps_fail(&err, TPS_EINVALID, "%s: exists (use --force to replace it)", o.out);
+        else st = write_part(ss, 0, ss->m->ntensors, o.out, &sink, &err);
+    } else {
+        st = merge_to_dir(ss, o.out, &sink, &err);
+    }
+    int rc = tps_cli_report("merge", &err);
+    if (st == TPS_OK && !tps_common.quiet)
+        printf("merged %s (tp %llu, %zu tensors) into %s\n", args[0], (unsigned long long)ss->m->tp, ss->m->ntensors,
+               o.out);
+    tps_shardset_free(ss);
+    return rc;
+}
+
+const tps_cmd tps_cmd_merge = {
+    .name = "merge",
+    .summary = "reassemble the full checkpoint from a shard set, bit-exact",
+    .usage = "merge DIR -o FILE.safetensors|DIR [--max-shard-size SIZE]",
+    .details = "Padding is stripped.  Replicas are compared; a mismatch is exit 1 naming the tensor\n"
+               "and the ranks, and nothing is written.\n",
+    .opts = merge_opts,
+    .min_args = 1,
+    .max_args = 1,
+    .run = run_merge,
+};

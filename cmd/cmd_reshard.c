@@ -1,0 +1,159 @@
+/* tpshard reshard: turn an N-rank shard set into an M-rank one, from the shards alone. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "commands.h"
+#include "progress.h"
+#include "lib/cut.h"
+#include "lib/outdir.h"
+#include "lib/publish.h"
+
+static struct {
+    uint64_t tp;
+    const char *out;
+    const char *only;
+    const char *name_template;
+    bool force;
+} o;
+
+static const tps_opt reshard_opts[] = {
+    {"tp", 0, TPS_OPT_UINT, &o.tp, "M", "the new tensor-parallel size"},
+    {"output", 'o', TPS_OPT_STRING, &o.out, "DIR", "output directory (must not exist or be empty)"},
+    {"only-rank", 0, TPS_OPT_STRING, &o.only, "R[,R...]", "write only these ranks' files (the manifest describes all)"},
+    {"name-template", 0, TPS_OPT_STRING, &o.name_template, "T", "rank file name, with {rank} and {tp}"},
+    {"force", 'f', TPS_OPT_FLAG, &o.force, NULL, "replace a non-empty output directory"},
+    TPS_COMMON_OPTS,
+    TPS_OPTS_END,
+};
+
+static tps_status read_shards(void *ctx, size_t i, uint64_t off, void *buf, size_t len, tps_error *err)
+{
+    tps_shardset *ss = ctx;
+    return tps_shardset_read_global(ss, &ss->m->tensors[i], off, buf, len, err);
+}
+
+/* A copy of the source manifest's description at the new tp, without files or CRCs. */
+static tps_status retarget(const tps_manifest *src, uint64_t tp, tps_manifest **out, tps_error *err)
+{
+    tps_status st = TPS_OK;
+    size_t nproblems = 0;
+    tps_manifest *m = calloc(1, sizeof *m);
+    if (!m) return tps_fail_oom(err, "resharding");
+    *m = (tps_manifest){TPS_MANIFEST_VERSION, tp, strdup(src->tool), strdup(src->layout_name), strdup(src->layout_text),
+                        {strdup(src->source.path), strdup(src->source.format), src->source.bytes, 0, NULL},
+                        calloc(src->ntensors + 1, sizeof *m->tensors), 0, NULL, 0};
+    m->source.files = calloc(src->source.nfiles + 1, sizeof *m->source.files);
+    if (!m->tool || !m->layout_name || !m->layout_text || !m->source.path || !m->source.format || !m->tensors ||
+        !m->source.files) {
+        st = tps_fail_oom(err, "resharding");
+        goto cleanup;
+    }
+    for (size_t i = 0; i < src->source.nfiles; i++) {
+        m->source.files[i].name = strdup(src->source.files[i].name);
+        m->source.files[i].size = src->source.files[i].size;
+        m->source.nfiles = i + 1;
+        if (!m->source.files[i].name) {
+            st = tps_fail_oom(err, "resharding");
+            goto cleanup;
+        }
+    }
+    for (size_t i = 0; i < src->ntensors; i++) {
+        const tps_manifest_tensor *s = &src->tensors[i];
+        tps_error e;
+        tps_error_clear(&e);
+        if (tps_partition_check(&s->part, s->name, s->dtype, s->ndim, s->shape, tp, &e)) {
+            tps_cli_errorf("reshard", "%s", e.msg);
+            if (!nproblems++) tps_fail(err, e.code, "%s", e.msg);
+            continue;
+        }
+        tps_manifest_tensor *t = &m->tensors[m->ntensors++];
+        *t = *s;
+        t->name = strdup(s->name);
+        t->rule = strdup(s->rule);
+        t->crc = 0;
+        if (!t->name || !t->rule) {
+            st = tps_fail_oom(err, "resharding");
+            goto cleanup;
+        }
+    }
+    if (nproblems) {
+        st = err ? err->code : TPS_EINVALID;
+        goto cleanup;
+    }
+    *out = m;
+    m = NULL;
+cleanup:
+    tps_manifest_free(m);
+    return st;
+}
+
+static int run_reshard(char **args, int nargs)
+{
+    (void)nargs;
+    const char *dir = args[0];
+    if (o.tp == 0 || !o.out) {
+        tps_cli_errorf("reshard", "--tp M and -o DIR are required");
+        return TPS_EUSAGE;
+    }
+    tps_error err;
+    tps_error_clear(&err);
+    tps_shardset *ss = NULL;
+    tps_manifest *m = NULL;
+    tps_outdir *od = NULL;
+    bool *write_rank = NULL;
+    int rc = 0;
+    if (tps_shardset_open(dir, &ss, &err) || retarget(ss->m, o.tp, &m, &err)) {
+        rc = tps_cli_report("reshard", &err);
+        goto done;
+    }
+    if (o.only) {
+        write_rank = calloc(o.tp, sizeof *write_rank);
+        if (!write_rank || !tps_parse_rank_list(o.only, o.tp, write_rank)) {
+            tps_cli_errorf("reshard", "--only-rank expects ranks below %llu separated by commas, not '%s'",
+                           (unsigned long long)o.tp, o.only);
+            rc = TPS_EUSAGE;
+            goto done;
+        }
+    }
+    tps_signals_install();
+    const char *inputs[] = {dir, NULL};
+    if (tps_outdir_begin(o.out, o.force, inputs, &od, &err)) {
+        rc = tps_cli_report("reshard", &err);
+        goto done;
+    }
+    tps_progress_state ps;
+    tps_progress_begin(&ps, "reshard");
+    tps_cut_opts co = {write_rank, o.name_template, 0, tps_progress_update, &ps};
+    tps_status st = tps_cut(m, read_shards, ss, od, &co, &err);
+    tps_progress_end(&ps);
+    if (st == TPS_OK) st = tps_publish_shardset(m, od, &err);
+    if (st) {
+        tps_outdir_abort(od);
+        od = NULL;
+        rc = tps_cli_report("reshard", &err);
+        goto done;
+    }
+    if (!tps_common.quiet)
+        printf("resharded %s from tp %llu to tp %llu in %s\n", dir, (unsigned long long)ss->m->tp,
+               (unsigned long long)m->tp, o.out);
+done:
+    tps_outdir_free(od);
+    free(write_rank);
+    tps_manifest_free(m);
+    tps_shardset_free(ss);
+    return rc;
+}
+
+const tps_cmd tps_cmd_reshard = {
+    .name = "reshard",
+    .summary = "convert an N-rank shard set to M ranks without the original checkpoint",
+    .usage = "reshard DIR --tp M -o DIR2",
+    .details = "Any M for which every tensor's partition is valid works (8->4, 4->8, 2->6 where heads\n"
+               "allow).  KV replication and vocabulary padding are redone for M.\n",
+    .opts = reshard_opts,
+    .min_args = 1,
+    .max_args = 1,
+    .run = run_reshard,
+};
