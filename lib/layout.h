@@ -56,6 +56,9 @@ uint64_t tps_layout_rule_matches(const tps_layout *l, size_t rule);
 /* The block description, or NULL when the layout has no `block:` section. */
 const tps_block *tps_layout_block(const tps_layout *l);
 
+/* The layout's `description:` line, or NULL. */
+const char *tps_layout_description(const tps_layout *l);
+
 /* The exact text the layout was parsed from (recorded in the manifest). */
 const char *tps_layout_text(const tps_layout *l);
 

@@ -1,0 +1,99 @@
+/* tpshard layout: list the built-in layouts, print one as YAML to start a custom layout
+ * from, or check a layout file. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "commands.h"
+#include "lib/layout.h"
+#include "lib/presets.h"
+
+static struct {
+    bool list;
+    const char *preset;
+    const char *check;
+} o;
+
+static const tps_opt layout_opts[] = {
+    {"list", 0, TPS_OPT_FLAG, &o.list, NULL, "list the built-in layouts"},
+    {"preset", 0, TPS_OPT_STRING, &o.preset, "NAME", "print a built-in layout's YAML"},
+    {"check", 0, TPS_OPT_STRING, &o.check, "FILE", "parse a layout file and report its first error"},
+    TPS_COMMON_OPTS,
+    TPS_OPTS_END,
+};
+
+/* One line per preset: its name and the description: it gives.  A preset that fails to
+ * parse is a build defect the unit tests catch; it still shows up here, with its error. */
+static void print_list(void)
+{
+    for (const tps_preset *p = tps_presets; p->name; p++) {
+        tps_error err;
+        tps_error_clear(&err);
+        tps_layout *l = NULL;
+        if (tps_layout_load_preset(p->name, &l, &err) == TPS_OK) {
+            const char *d = tps_layout_description(l);
+            printf("%-10s %s\n", p->name, d ? d : "");
+        } else {
+            printf("%-10s (broken: %s)\n", p->name, err.msg);
+        }
+        tps_layout_free(l);
+    }
+}
+
+static int run_layout(char **args, int nargs)
+{
+    (void)args;
+    (void)nargs;
+    int modes = o.list + (o.preset != NULL) + (o.check != NULL);
+    if (modes != 1) {
+        tps_cli_errorf("layout", "give exactly one of --list, --preset NAME or --check FILE");
+        return TPS_EUSAGE;
+    }
+    if (o.list) {
+        print_list();
+        return 0;
+    }
+    if (o.preset) {
+        const tps_preset *p = tps_preset_find(o.preset);
+        if (!p) {
+            tps_error err;
+            tps_error_clear(&err);
+            tps_layout *l = NULL;
+            /* Same message, with the list of names, as every other --preset. */
+            tps_layout_load_preset(o.preset, &l, &err);
+            tps_layout_free(l);
+            return tps_cli_report("layout", &err);
+        }
+        fputs(p->yaml, stdout);
+        return 0;
+    }
+    tps_error err;
+    tps_error_clear(&err);
+    tps_layout *l = NULL;
+    if (tps_layout_load_file(o.check, &l, &err) != TPS_OK) return tps_cli_report("layout", &err);
+    if (!tps_common.quiet) {
+        const tps_block *b = tps_layout_block(l);
+        printf("%s: ok, %zu rule%s", o.check, tps_layout_rule_count(l), tps_layout_rule_count(l) == 1 ? "" : "s");
+        if (b) printf(", block kind %s", tps_block_kind_name(b->kind));
+        printf("\n");
+        if (tps_common.verbose)
+            for (size_t i = 0; i < tps_layout_rule_count(l); i++) printf("  rule %s\n", tps_layout_rule_label(l, i));
+    }
+    tps_layout_free(l);
+    return 0;
+}
+
+const tps_cmd tps_cmd_layout = {
+    .name = "layout",
+    .summary = "list built-in layouts, print one as YAML, or check a layout file",
+    .usage = "layout (--list | --preset NAME | --check FILE)",
+    .details = "A layout says how each tensor is cut: ordered rules of name globs, each with a\n"
+               "split (replicate, column, row, dim), units and fused segments, plus the model\n"
+               "sizes and the block the verification pass runs.  The schema is in README.md\n"
+               "(\"Layout schema\").  Start a custom layout from a preset:\n"
+               "  tpshard layout --preset llama > my.yaml && tpshard layout --check my.yaml\n",
+    .opts = layout_opts,
+    .min_args = 0,
+    .max_args = 0,
+    .run = run_layout,
+};

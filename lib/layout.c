@@ -1,0 +1,822 @@
+/* Layout files: YAML (libyaml document API) to struct tps_layout.
+ *
+ * Schema (also in testdata/LAYOUT_SCHEMA.md).  Every key below is the complete set: an
+ * unknown key, a duplicate key, a value of the wrong type or an unknown enum value is an
+ * error carrying file:line:column, so a typo never passes silently.
+ *
+ *   name: llama                      optional, free text
+ *   description: "..."               optional, one line (tpshard layout --list shows it)
+ *   sizes:                           optional; positive integers, the first source of sizes
+ *     hidden: 4096                   keys: hidden heads kv_heads head_dim intermediate
+ *                                    vocab layers experts
+ *   infer:                           optional; how to read a size from tensor shapes when
+ *                                    neither sizes: nor config.json gave it.  One of:
+ *     vocab: {tensor: GLOB, dim: 0}              shape[dim] of every tensor matching GLOB
+ *                                                (they must agree); dim may be negative
+ *     kv_heads: {tensor: GLOB, dim: 0, unit: head_dim}   shape[dim] / unit, exact
+ *     layers: {count: GLOB}                      the number of tensors matching GLOB
+ *     heads: {expr: hidden/head_dim}             from other sizes
+ *   rules:                           ordered; the first rule whose glob matches wins
+ *     - match: GLOB | [GLOB, ...]    '*' = any run inside one dot-separated component,
+ *                                    '{a,b}' = either alternative (no nesting)
+ *       split: replicate | column | row | dim
+ *       dim: N                       required for `dim`; overrides the default otherwise.
+ *                                    Defaults: column 0 (a PyTorch Linear [out, in] cuts
+ *                                    its outputs; a 1-D tensor, i.e. a bias, cuts dim 0),
+ *                                    row 1 (the inputs; `row` on a 1-D tensor without an
+ *                                    explicit dim is an error: a row-parallel bias is added
+ *                                    once after the all-reduce, so it is replicated).
+ *                                    Negative N counts from the last dimension.
+ *       unit: EXPR                   elements along dim that stay on one rank (default 1)
+ *       size: EXPR                   expected length along dim (checked; default: any)
+ *       segments:                    a fused tensor: its parts along dim, in order
+ *         - {name: q, size: EXPR, unit: EXPR, may_replicate: BOOL}
+ *       segments: {q: EXPR, k: EXPR, v: EXPR}      the same, shorthand (names and sizes)
+ *       pad: true                    the length may be zero-padded to a multiple of T
+ *                                    (vocabulary rows); one segment only
+ *       kv_replicate: true           GQA/MQA: segments named k and v (or the single
+ *                                    segment) may be replicated when T exceeds their units
+ *   default:                         optional rule without match: for unmatched tensors
+ *     split: replicate               (without it an unmatched tensor is an error)
+ *   block:                           optional; the verification pass's view of one layer
+ *     kind: llama | gpt2 | neox | mixtral
+ *     layer_prefix: "model.layers.{layer}."
+ *     expert_prefix: "block_sparse_moe.experts.{expert}."    mixtral; expert roles
+ *                                    (gate_proj, up_proj, down_proj) are relative to
+ *                                    layer_prefix + expert_prefix
+ *     roles: {ROLE: TEMPLATE, ...}   tensor names relative to the layer; roles:
+ *                                    attn_norm attn_norm_bias q_proj q_bias k_proj k_bias
+ *                                    v_proj v_bias qkv_proj qkv_bias o_proj o_bias mlp_norm
+ *                                    mlp_norm_bias gate_proj up_proj gate_up_proj fc fc_bias
+ *                                    down_proj down_bias router.  A bias role may name a
+ *                                    tensor a checkpoint lacks (Llama vs Qwen2 q/k/v bias);
+ *                                    the verification pass treats it as absent.
+ *     norm: rms | layer              norm_eps: FLOAT
+ *     act: silu | gelu_tanh | gelu_erf
+ *     rope: none | half | interleaved              rope_theta: FLOAT
+ *     rotary_pct: FLOAT (0 < x <= 1) parallel_residual / conv1d / qkv_interleaved: BOOL
+ *     top_k: N                       and any size key above but vocab
+ *   Block fields left out come from config.json (rms_norm_eps, layer_norm_eps(ilon),
+ *   rope_theta, rotary_emb_base, rotary_pct, partial_rotary_factor, use_parallel_residual,
+ *   hidden_act, activation_function, num_experts_per_tok), then the model sizes, then the
+ *   kind's defaults (llama: rms 1e-5 silu half 10000; gpt2: layer 1e-5 gelu_tanh none
+ *   conv1d; neox: layer 1e-5 gelu_erf half 10000 rotary_pct 0.25 parallel_residual
+ *   qkv_interleaved; mixtral: rms 1e-5 silu half 1e6 top_k 2).
+ *
+ * EXPR: non-negative integers and size names with + - * / and parentheses, evaluated in
+ * exact integer arithmetic (an inexact division or a negative result is an error).  A name
+ * that is not a size is refused when the layout is parsed; a size that is still unknown
+ * when a tensor needs it is an error naming the size and the rule's file:line:column.
+ * Units and sizes are in elements along dim: an attention split uses unit head_dim and
+ * segment sizes such as heads*head_dim.
+ *
+ * Vocabulary-parallel embeddings: presets cut the embedding and the output projection along
+ * dim 0 (vocabulary rows) with pad: true, as Megatron and vLLM do, so neither needs the
+ * vocabulary to divide T; the original length stays in the global shape. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <yaml.h>
+
+#include "buf.h"
+#include "checked.h"
+#include "layout_int.h"
+#include "presets.h"
+
+/* Layout files are hand-written text; anything near this is not one. */
+#define LAYOUT_MAX_BYTES (16u << 20)
+
+typedef struct pctx {
+    yaml_document_t *doc;
+    const char *file;
+    tps_error *err;
+    tps_layout *l;
+} pctx;
+
+static tps_mark mark_of(const yaml_node_t *n)
+{
+    tps_mark m = {n->start_mark.line + 1, n->start_mark.column + 1};
+    return m;
+}
+
+static tps_status fail_at(pctx *c, const yaml_node_t *n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static tps_status fail_at(pctx *c, const yaml_node_t *n, const char *fmt, ...)
+{
+    char msg[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    tps_mark m = mark_of(n);
+    return tps_fail(c->err, TPS_EINVALID, "%s:%zu:%zu: %s", c->file, m.line, m.col, msg);
+}
+
+static yaml_node_t *node(pctx *c, int id) { return yaml_document_get_node(c->doc, id); }
+
+static const char *node_type_name(const yaml_node_t *n)
+{
+    switch (n->type) {
+    case YAML_SCALAR_NODE: return "a scalar";
+    case YAML_SEQUENCE_NODE: return "a list";
+    case YAML_MAPPING_NODE: return "a mapping";
+    default: return "nothing";
+    }
+}
+
+static tps_status want_type(pctx *c, const yaml_node_t *n, yaml_node_type_t t, const char *what)
+{
+    if (n->type == t) return TPS_OK;
+    const char *want = t == YAML_SCALAR_NODE ? "a scalar" : t == YAML_SEQUENCE_NODE ? "a list" : "a mapping";
+    return fail_at(c, n, "%s must be %s, not %s", what, want, node_type_name(n));
+}
+
+/* The scalar's text; refuses embedded NUL bytes (they would truncate names silently). */
+static tps_status scalar(pctx *c, const yaml_node_t *n, const char *what, const char **out)
+{
+    tps_status st = want_type(c, n, YAML_SCALAR_NODE, what);
+    if (st != TPS_OK) return st;
+    const char *s = (const char *)n->data.scalar.value;
+    if (strlen(s) != n->data.scalar.length) return fail_at(c, n, "%s contains a NUL byte", what);
+    *out = s;
+    return TPS_OK;
+}
+
+/* Numbers and booleans must be plain scalars: "8" in quotes is a string, and a layout that
+ * says so is more likely wrong than meant. */
+static tps_status plain(pctx *c, const yaml_node_t *n, const char *what, const char *type, const char **out)
+{
+    tps_status st = scalar(c, n, what, out);
+    if (st != TPS_OK) return st;
+    if (n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
+        return fail_at(c, n, "%s must be %s, not a quoted string", what, type);
+    return TPS_OK;
+}
+
+static tps_status get_u64(pctx *c, const yaml_node_t *n, const char *what, uint64_t *out)
+{
+    const char *s;
+    tps_status st = plain(c, n, what, "a positive integer", &s);
+    if (st != TPS_OK) return st;
+    uint64_t v = 0;
+    bool ok = s[0] != '\0';
+    for (const char *p = s; ok && *p; p++)
+        ok = *p >= '0' && *p <= '9' && tps_mul_u64(v, 10, &v) && tps_add_u64(v, (uint64_t)(*p - '0'), &v);
+    if (!ok || v == 0) return fail_at(c, n, "%s must be a positive integer, not '%s'", what, s);
+    *out = v;
+    return TPS_OK;
+}
+
+static tps_status get_dim(pctx *c, const yaml_node_t *n, const char *what, int *out)
+{
+    const char *s;
+    tps_status st = plain(c, n, what, "an integer", &s);
+    if (st != TPS_OK) return st;
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < -TPS_MAX_DIMS || v >= TPS_MAX_DIMS)
+        return fail_at(c, n, "%s must be an integer from %d to %d, not '%s'", what, -TPS_MAX_DIMS, TPS_MAX_DIMS - 1, s);
+    *out = (int)v;
+    return TPS_OK;
+}
+
+static tps_status get_bool(pctx *c, const yaml_node_t *n, const char *what, bool *out)
+{
+    const char *s;
+    tps_status st = plain(c, n, what, "true or false", &s);
+    if (st != TPS_OK) return st;
+    if (strcmp(s, "true") == 0) *out = true;
+    else if (strcmp(s, "false") == 0) *out = false;
+    else return fail_at(c, n, "%s must be true or false, not '%s'", what, s);
+    return TPS_OK;
+}
+
+static tps_status get_double(pctx *c, const yaml_node_t *n, const char *what, double lo, double hi, double *out)
+{
+    const char *s;
+    tps_status st = plain(c, n, what, "a number", &s);
+    if (st != TPS_OK) return st;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v > lo && v <= hi))
+        return fail_at(c, n, "%s must be a number in (%g, %g], not '%s'", what, lo, hi, s);
+    *out = v;
+    return TPS_OK;
+}
+
+static tps_status get_strdup(pctx *c, const yaml_node_t *n, const char *what, char **out)
+{
+    const char *s;
+    tps_status st = scalar(c, n, what, &s);
+    if (st != TPS_OK) return st;
+    free(*out);
+    *out = strdup(s);
+    return *out ? TPS_OK : tps_fail_oom(c->err, "reading a layout");
+}
+
+static tps_status get_enum(pctx *c, const yaml_node_t *n, const char *what, int (*lookup)(const char *),
+                           const char *choices, int *out)
+{
+    const char *s;
+    tps_status st = scalar(c, n, what, &s);
+    if (st != TPS_OK) return st;
+    int v = lookup(s);
+    if (v < 0) return fail_at(c, n, "%s '%s' is not one of %s", what, s, choices);
+    *out = v;
+    return TPS_OK;
+}
+
+static tps_status get_expr(pctx *c, const yaml_node_t *n, const char *what, tps_expr *out)
+{
+    const char *s;
+    tps_status st = scalar(c, n, what, &s);
+    if (st != TPS_OK) return st;
+    tps_mark at = mark_of(n);
+    if (n->data.scalar.style == YAML_SINGLE_QUOTED_SCALAR_STYLE ||
+        n->data.scalar.style == YAML_DOUBLE_QUOTED_SCALAR_STYLE)
+        at.col++;
+    size_t pos;
+    const char *msg;
+    tps_expr_release(out);
+    if (!tps_expr_compile(s, out, &pos, &msg)) {
+        /* Name the offending word: "unknown size 'hed'" reads better than a column alone. */
+        size_t wlen = strspn(s + pos, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_");
+        return tps_fail(c->err, TPS_EINVALID, "%s:%zu:%zu: %s '%s': %s%s%.*s%s", c->file, at.line, at.col + pos, what,
+                        s, msg, wlen ? " at '" : "", (int)wlen, s + pos, wlen ? "'" : "");
+    }
+    out->at = at;
+    return TPS_OK;
+}
+
+static tps_status get_glob(pctx *c, const yaml_node_t *n, const char *what, char **out)
+{
+    const char *s;
+    tps_status st = scalar(c, n, what, &s);
+    if (st != TPS_OK) return st;
+    size_t pos;
+    const char *msg;
+    if (!tps_glob_valid(s, &pos, &msg)) {
+        tps_mark at = mark_of(n);
+        if (n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE) at.col++;
+        return tps_fail(c->err, TPS_EINVALID, "%s:%zu:%zu: %s '%s': %s", c->file, at.line, at.col + pos, what, s, msg);
+    }
+    *out = strdup(s);
+    return *out ? TPS_OK : tps_fail_oom(c->err, "reading a layout");
+}
+
+/* Walks a mapping whose keys must come from allowed (NULL-terminated); vals[i] receives the
+ * value of allowed[i] (NULL when absent).  Unknown and duplicate keys are errors. */
+static tps_status map_fields(pctx *c, const yaml_node_t *map, const char *what, const char *const *allowed,
+                             yaml_node_t **vals)
+{
+    tps_status st = want_type(c, map, YAML_MAPPING_NODE, what);
+    if (st != TPS_OK) return st;
+    size_t nallowed = 0;
+    while (allowed[nallowed]) vals[nallowed++] = NULL;
+    for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++) {
+        yaml_node_t *k = node(c, p->key);
+        const char *key;
+        if ((st = scalar(c, k, "a key", &key)) != TPS_OK) return st;
+        size_t i = 0;
+        while (i < nallowed && strcmp(allowed[i], key) != 0) i++;
+        if (i == nallowed) {
+            tps_buf b = TPS_BUF_INIT;
+            for (size_t j = 0; j < nallowed; j++) tps_buf_printf(&b, "%s%s", j ? ", " : "", allowed[j]);
+            const char *list = tps_buf_cstr(&b);
+            st = fail_at(c, k, "unknown key '%s' in %s (expected one of: %s)", key, what, list ? list : "?");
+            tps_buf_release(&b);
+            return st;
+        }
+        if (vals[i]) return fail_at(c, k, "duplicate key '%s' in %s", key, what);
+        vals[i] = node(c, p->value);
+    }
+    return TPS_OK;
+}
+
+/* Checks a free-key mapping (segment shorthand) for duplicate keys. */
+static tps_status no_duplicate_keys(pctx *c, const yaml_node_t *map, const char *what)
+{
+    for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++) {
+        yaml_node_t *k = node(c, p->key);
+        const char *key;
+        tps_status st = scalar(c, k, "a key", &key);
+        if (st != TPS_OK) return st;
+        for (yaml_node_pair_t *q = map->data.mapping.pairs.start; q < p; q++) {
+            const yaml_node_t *kq = node(c, q->key);
+            if (strcmp((const char *)kq->data.scalar.value, key) == 0)
+                return fail_at(c, k, "duplicate key '%s' in %s", key, what);
+        }
+    }
+    return TPS_OK;
+}
+
+static tps_status parse_sizes(pctx *c, const yaml_node_t *n)
+{
+    yaml_node_t *vals[TPS_NSIZES];
+    const char *allowed[TPS_NSIZES + 1];
+    for (int i = 0; i < TPS_NSIZES; i++) allowed[i] = tps_size_names[i];
+    allowed[TPS_NSIZES] = NULL;
+    tps_status st = map_fields(c, n, "sizes", allowed, vals);
+    for (int i = 0; st == TPS_OK && i < TPS_NSIZES; i++)
+        if (vals[i]) st = get_u64(c, vals[i], tps_size_names[i], tps_size_slot(&c->l->sizes, i));
+    return st;
+}
+
+static tps_status parse_hint(pctx *c, const yaml_node_t *n, tps_hint *h, const char *size)
+{
+    static const char *const allowed[] = {"tensor", "dim", "unit", "count", "expr", NULL};
+    yaml_node_t *v[5];
+    char what[64];
+    snprintf(what, sizeof what, "infer.%s", size);
+    tps_status st = map_fields(c, n, what, allowed, v);
+    if (st != TPS_OK) return st;
+    h->at = mark_of(n);
+    int forms = (v[0] != NULL) + (v[3] != NULL) + (v[4] != NULL);
+    if (forms != 1) return fail_at(c, n, "%s needs exactly one of tensor, count or expr", what);
+    if (v[0]) {
+        if (!v[1]) return fail_at(c, n, "%s: tensor needs dim", what);
+        h->kind = TPS_HINT_TENSOR;
+        st = get_glob(c, v[0], "tensor", &h->glob);
+        if (st == TPS_OK) st = get_dim(c, v[1], "dim", &h->dim);
+        if (st == TPS_OK && v[2]) st = get_expr(c, v[2], "unit", &h->unit);
+        return st;
+    }
+    if (v[1] || v[2]) return fail_at(c, v[1] ? v[1] : v[2], "%s: dim and unit go with tensor only", what);
+    if (v[3]) {
+        h->kind = TPS_HINT_COUNT;
+        return get_glob(c, v[3], "count", &h->glob);
+    }
+    h->kind = TPS_HINT_EXPR;
+    return get_expr(c, v[4], "expr", &h->expr);
+}
+
+static tps_status parse_infer(pctx *c, const yaml_node_t *n)
+{
+    yaml_node_t *vals[TPS_NSIZES];
+    const char *allowed[TPS_NSIZES + 1];
+    for (int i = 0; i < TPS_NSIZES; i++) allowed[i] = tps_size_names[i];
+    allowed[TPS_NSIZES] = NULL;
+    tps_status st = map_fields(c, n, "infer", allowed, vals);
+    for (int i = 0; st == TPS_OK && i < TPS_NSIZES; i++)
+        if (vals[i]) st = parse_hint(c, vals[i], &c->l->hints[i], tps_size_names[i]);
+    return st;
+}
+
+static tps_status segment_name(pctx *c, const yaml_node_t *n, tps_lsegment *seg)
+{
+    const char *s;
+    tps_status st = scalar(c, n, "segment name", &s);
+    if (st != TPS_OK) return st;
+    if (s[0] == '\0' || strlen(s) >= sizeof seg->name)
+        return fail_at(c, n, "segment name '%s' must have 1 to %zu characters", s, sizeof seg->name - 1);
+    memcpy(seg->name, s, strlen(s) + 1);
+    return TPS_OK;
+}
+
+static tps_status parse_segments(pctx *c, const yaml_node_t *n, tps_rule *r)
+{
+    tps_status st = TPS_OK;
+    if (n->type == YAML_MAPPING_NODE) {
+        if ((st = no_duplicate_keys(c, n, "segments")) != TPS_OK) return st;
+        for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top; p++) {
+            if (r->nseg == TPS_MAX_SEGMENTS)
+                return fail_at(c, n, "more than %d segments", TPS_MAX_SEGMENTS);
+            tps_lsegment *seg = &r->seg[r->nseg++];
+            if ((st = segment_name(c, node(c, p->key), seg)) != TPS_OK) return st;
+            if ((st = get_expr(c, node(c, p->value), "segment size", &seg->size)) != TPS_OK) return st;
+        }
+    } else {
+        if ((st = want_type(c, n, YAML_SEQUENCE_NODE, "segments")) != TPS_OK) return st;
+        static const char *const allowed[] = {"name", "size", "unit", "may_replicate", NULL};
+        for (yaml_node_item_t *it = n->data.sequence.items.start; it < n->data.sequence.items.top; it++) {
+            if (r->nseg == TPS_MAX_SEGMENTS)
+                return fail_at(c, n, "more than %d segments", TPS_MAX_SEGMENTS);
+            yaml_node_t *sn = node(c, *it), *v[4];
+            tps_lsegment *seg = &r->seg[r->nseg++];
+            if ((st = map_fields(c, sn, "segment", allowed, v)) != TPS_OK) return st;
+            if (!v[0] || !v[1]) return fail_at(c, sn, "a segment needs name and size");
+            if ((st = segment_name(c, v[0], seg)) != TPS_OK) return st;
+            if ((st = get_expr(c, v[1], "segment size", &seg->size)) != TPS_OK) return st;
+            if (v[2] && (st = get_expr(c, v[2], "segment unit", &seg->unit)) != TPS_OK) return st;
+            if (v[3] && (st = get_bool(c, v[3], "may_replicate", &seg->may_replicate)) != TPS_OK) return st;
+            for (int j = 0; j + 1 < r->nseg; j++)
+                if (strcmp(r->seg[j].name, seg->name) == 0)
+                    return fail_at(c, v[0], "duplicate segment name '%s'", seg->name);
+        }
+    }
+    if (r->nseg == 0) return fail_at(c, n, "segments is empty");
+    return TPS_OK;
+}
+
+static tps_status rule_label(pctx *c, tps_rule *r)
+{
+    tps_buf b = TPS_BUF_INIT;
+    if (r->is_default) tps_buf_puts(&b, "default");
+    for (size_t i = 0; i < r->nglobs; i++) tps_buf_printf(&b, "%s%s", i ? ", " : "", r->globs[i]);
+    tps_buf_printf(&b, " (%s:%zu:%zu)", c->file, r->at.line, r->at.col);
+    const char *s = tps_buf_cstr(&b);
+    r->label = s ? strdup(s) : NULL;
+    tps_buf_release(&b);
+    return r->label ? TPS_OK : tps_fail_oom(c->err, "reading a layout");
+}
+
+static tps_status parse_rule(pctx *c, const yaml_node_t *n, tps_rule *r, bool is_default)
+{
+    static const char *const allowed[] = {"match", "split", "dim", "unit", "size", "segments", "pad", "kv_replicate", NULL};
+    enum { K_MATCH, K_SPLIT, K_DIM, K_UNIT, K_SIZE, K_SEGMENTS, K_PAD, K_KV };
+    static const char *const split_names[] = {"replicate", "column", "row", "dim"};
+    yaml_node_t *v[8];
+    const char *what = is_default ? "default" : "rule";
+    tps_status st = map_fields(c, n, what, allowed, v);
+    if (st != TPS_OK) return st;
+    r->at = mark_of(n);
+    r->is_default = is_default;
+    if (is_default && v[K_MATCH]) return fail_at(c, v[K_MATCH], "default applies to unmatched tensors; it takes no match");
+    if (!is_default && !v[K_MATCH]) return fail_at(c, n, "rule needs match");
+    if (!v[K_SPLIT]) return fail_at(c, n, "%s needs split (replicate, column, row or dim)", what);
+    if (v[K_MATCH]) {
+        const yaml_node_t *m = v[K_MATCH];
+        if (m->type == YAML_SEQUENCE_NODE) {
+            size_t count = (size_t)(m->data.sequence.items.top - m->data.sequence.items.start);
+            if (count == 0) return fail_at(c, m, "match is an empty list");
+            r->globs = calloc(count, sizeof *r->globs);
+            if (!r->globs) return tps_fail_oom(c->err, "reading a layout");
+            for (yaml_node_item_t *it = m->data.sequence.items.start; it < m->data.sequence.items.top; it++)
+                if ((st = get_glob(c, node(c, *it), "match", &r->globs[r->nglobs++])) != TPS_OK) return st;
+        } else {
+            r->globs = calloc(1, sizeof *r->globs);
+            if (!r->globs) return tps_fail_oom(c->err, "reading a layout");
+            r->nglobs = 1;
+            if ((st = get_glob(c, m, "match", &r->globs[0])) != TPS_OK) return st;
+        }
+    }
+    const char *s;
+    if ((st = scalar(c, v[K_SPLIT], "split", &s)) != TPS_OK) return st;
+    int kind = -1;
+    for (int i = 0; i < 4; i++)
+        if (strcmp(s, split_names[i]) == 0) kind = i;
+    if (kind < 0) return fail_at(c, v[K_SPLIT], "split '%s' is not one of replicate, column, row, dim", s);
+    r->split = (tps_split_kind)kind;
+    if (r->split == TPS_SPLIT_REPLICATE) {
+        for (int k = K_DIM; k <= K_KV; k++)
+            if (v[k]) return fail_at(c, v[k], "a replicated tensor takes no %s", allowed[k]);
+        return rule_label(c, r);
+    }
+    if (r->split == TPS_SPLIT_DIM && !v[K_DIM]) return fail_at(c, v[K_SPLIT], "split: dim needs dim: N");
+    if (v[K_DIM]) {
+        r->has_dim = true;
+        if ((st = get_dim(c, v[K_DIM], "dim", &r->dim)) != TPS_OK) return st;
+    }
+    if (v[K_UNIT] && (st = get_expr(c, v[K_UNIT], "unit", &r->unit)) != TPS_OK) return st;
+    if (v[K_SIZE] && v[K_SEGMENTS]) return fail_at(c, v[K_SIZE], "give size or segments, not both");
+    if (v[K_SIZE] && (st = get_expr(c, v[K_SIZE], "size", &r->size)) != TPS_OK) return st;
+    if (v[K_SEGMENTS] && (st = parse_segments(c, v[K_SEGMENTS], r)) != TPS_OK) return st;
+    if (v[K_PAD] && (st = get_bool(c, v[K_PAD], "pad", &r->pad)) != TPS_OK) return st;
+    if (r->pad && r->nseg > 1) return fail_at(c, v[K_PAD], "pad needs a single segment (this rule has %d)", r->nseg);
+    if (v[K_KV] && (st = get_bool(c, v[K_KV], "kv_replicate", &r->kv_replicate)) != TPS_OK) return st;
+    if (r->kv_replicate && r->nseg > 0) {
+        bool found = false;
+        for (int i = 0; i < r->nseg; i++) {
+            bool kv = strcmp(r->seg[i].name, "k") == 0 || strcmp(r->seg[i].name, "v") == 0;
+            r->seg[i].may_replicate |= kv;
+            found |= kv;
+        }
+        if (!found) return fail_at(c, v[K_KV], "kv_replicate needs a segment named k or v");
+    }
+    return rule_label(c, r);
+}
+
+static tps_status parse_rules(pctx *c, const yaml_node_t *rules, const yaml_node_t *def)
+{
+    size_t n = 0;
+    tps_status st;
+    if (rules) {
+        if ((st = want_type(c, rules, YAML_SEQUENCE_NODE, "rules")) != TPS_OK) return st;
+        n = (size_t)(rules->data.sequence.items.top - rules->data.sequence.items.start);
+    }
+    size_t total = n + (def != NULL);
+    if (total == 0) return tps_fail(c->err, TPS_EINVALID, "%s: the layout has no rules and no default", c->file);
+    c->l->rules = calloc(total, sizeof *c->l->rules);
+    if (!c->l->rules) return tps_fail_oom(c->err, "reading a layout");
+    for (size_t i = 0; i < n; i++) {
+        c->l->nrules++;
+        st = parse_rule(c, node(c, rules->data.sequence.items.start[i]), &c->l->rules[i], false);
+        if (st != TPS_OK) return st;
+    }
+    if (def) {
+        c->l->nrules++;
+        return parse_rule(c, def, &c->l->rules[n], true);
+    }
+    return TPS_OK;
+}
+
+static bool has_role(const tps_block *b, tps_block_role r) { return b->role[r] != NULL; }
+
+/* The roles each kind's math cannot do without. */
+static tps_status check_block_roles(pctx *c, const yaml_node_t *n, const tps_block *b)
+{
+    static const tps_block_role common[] = {TPS_ROLE_ATTN_NORM_W, TPS_ROLE_O_W, TPS_ROLE_MLP_NORM_W, TPS_ROLE_DOWN_W};
+    for (size_t i = 0; i < sizeof common / sizeof common[0]; i++)
+        if (!has_role(b, common[i]))
+            return fail_at(c, n, "block of kind %s needs role %s", tps_block_kind_name(b->kind),
+                           tps_block_role_name(common[i]));
+    bool separate_qkv = has_role(b, TPS_ROLE_Q_W) && has_role(b, TPS_ROLE_K_W) && has_role(b, TPS_ROLE_V_W);
+    if (b->kind == TPS_BLOCK_GPT2 || b->kind == TPS_BLOCK_NEOX) {
+        if (!has_role(b, TPS_ROLE_QKV_W) || !has_role(b, TPS_ROLE_FC_W))
+            return fail_at(c, n, "block of kind %s needs roles qkv_proj and fc", tps_block_kind_name(b->kind));
+        return TPS_OK;
+    }
+    if (!separate_qkv && !has_role(b, TPS_ROLE_QKV_W))
+        return fail_at(c, n, "block of kind %s needs roles q_proj, k_proj and v_proj, or qkv_proj",
+                       tps_block_kind_name(b->kind));
+    if (b->kind == TPS_BLOCK_MIXTRAL) {
+        if (!has_role(b, TPS_ROLE_GATE_W) || !has_role(b, TPS_ROLE_UP_W) || !has_role(b, TPS_ROLE_ROUTER_W))
+            return fail_at(c, n, "block of kind mixtral needs roles gate_proj, up_proj and router");
+        if (!b->expert_prefix) return fail_at(c, n, "block of kind mixtral needs expert_prefix");
+        return TPS_OK;
+    }
+    if (!(has_role(b, TPS_ROLE_GATE_W) && has_role(b, TPS_ROLE_UP_W)) && !has_role(b, TPS_ROLE_GATE_UP_W))
+        return fail_at(c, n, "block of kind llama needs roles gate_proj and up_proj, or gate_up_proj");
+    return TPS_OK;
+}
+
+static tps_status parse_block(pctx *c, const yaml_node_t *n)
+{
+    static const char *const allowed[] = {
+        "kind", "layer_prefix", "expert_prefix", "roles", "norm", "norm_eps", "act", "rope", "rope_theta",
+        "rotary_pct", "parallel_residual", "conv1d", "qkv_interleaved", "top_k", "layers", "hidden", "heads",
+        "kv_heads", "head_dim", "intermediate", "experts", NULL};
+    enum { K_KIND, K_LAYER, K_EXPERT, K_ROLES, K_NORM, K_EPS, K_ACT, K_ROPE, K_THETA, K_PCT, K_PARRES, K_CONV,
+           K_QKVI, K_TOPK, K_LAYERS, K_HIDDEN, K_HEADS, K_KVH, K_HD, K_INTER, K_EXPERTS, K_COUNT };
+    yaml_node_t *v[K_COUNT];
+    tps_layout *l = c->l;
+    tps_block *b = &l->block_raw;
+    tps_status st = map_fields(c, n, "block", allowed, v);
+    if (st != TPS_OK) return st;
+    if (!v[K_KIND]) return fail_at(c, n, "block needs kind (llama, gpt2, neox or mixtral)");
+    if (!v[K_LAYER]) return fail_at(c, n, "block needs layer_prefix");
+    int e;
+    if ((st = get_enum(c, v[K_KIND], "kind", tps_block_kind_lookup, "llama, gpt2, neox, mixtral", &e)) != TPS_OK)
+        return st;
+    b->kind = (tps_block_kind)e;
+    if ((st = get_strdup(c, v[K_LAYER], "layer_prefix", &b->layer_prefix)) != TPS_OK) return st;
+    if (!strstr(b->layer_prefix, "{layer}")) return fail_at(c, v[K_LAYER], "layer_prefix must contain {layer}");
+    if (v[K_EXPERT]) {
+        if ((st = get_strdup(c, v[K_EXPERT], "expert_prefix", &b->expert_prefix)) != TPS_OK) return st;
+        if (!strstr(b->expert_prefix, "{expert}"))
+            return fail_at(c, v[K_EXPERT], "expert_prefix must contain {expert}");
+    }
+    if (v[K_ROLES]) {
+        const yaml_node_t *roles = v[K_ROLES];
+        if ((st = want_type(c, roles, YAML_MAPPING_NODE, "roles")) != TPS_OK) return st;
+        if ((st = no_duplicate_keys(c, roles, "roles")) != TPS_OK) return st;
+        for (yaml_node_pair_t *p = roles->data.mapping.pairs.start; p < roles->data.mapping.pairs.top; p++) {
+            yaml_node_t *k = node(c, p->key);
+            int r = tps_block_role_lookup((const char *)k->data.scalar.value);
+            if (r < 0) {
+                tps_buf names = TPS_BUF_INIT;
+                for (int i = 0; i < TPS_ROLE_COUNT; i++)
+                    tps_buf_printf(&names, "%s%s", i ? ", " : "", tps_block_role_name((tps_block_role)i));
+                const char *list = tps_buf_cstr(&names);
+                st = fail_at(c, k, "unknown role '%s' (roles: %s)", (const char *)k->data.scalar.value,
+                             list ? list : "?");
+                tps_buf_release(&names);
+                return st;
+            }
+            if ((st = get_strdup(c, node(c, p->value), tps_block_role_name((tps_block_role)r), &b->role[r])) != TPS_OK)
+                return st;
+        }
+    }
+    if ((st = check_block_roles(c, n, b)) != TPS_OK) return st;
+    if (v[K_NORM]) {
+        if ((st = get_enum(c, v[K_NORM], "norm", tps_norm_lookup, "rms, layer", &e)) != TPS_OK) return st;
+        b->norm = (tps_norm_kind)e;
+        l->block_set |= 1u << TPS_BF_NORM;
+    }
+    if (v[K_ACT]) {
+        if ((st = get_enum(c, v[K_ACT], "act", tps_act_lookup, "silu, gelu_tanh, gelu_erf", &e)) != TPS_OK) return st;
+        b->act = (tps_act_kind)e;
+        l->block_set |= 1u << TPS_BF_ACT;
+    }
+    if (v[K_ROPE]) {
+        if ((st = get_enum(c, v[K_ROPE], "rope", tps_rope_lookup, "none, half, interleaved", &e)) != TPS_OK) return st;
+        b->rope = (tps_rope_style)e;
+        l->block_set |= 1u << TPS_BF_ROPE;
+    }
+    struct {
+        int key, bit;
+        double *out, lo, hi;
+    } dbl[] = {{K_EPS, TPS_BF_NORM_EPS, &b->norm_eps, 0, 1},
+               {K_THETA, TPS_BF_ROPE_THETA, &b->rope_theta, 0, 1e12},
+               {K_PCT, TPS_BF_ROTARY_PCT, &b->rotary_pct, 0, 1}};
+    for (size_t i = 0; i < sizeof dbl / sizeof dbl[0]; i++) {
+        if (!v[dbl[i].key]) continue;
+        if ((st = get_double(c, v[dbl[i].key], allowed[dbl[i].key], dbl[i].lo, dbl[i].hi, dbl[i].out)) != TPS_OK)
+            return st;
+        l->block_set |= 1u << dbl[i].bit;
+    }
+    struct {
+        int key, bit;
+        bool *out;
+    } flags[] = {{K_PARRES, TPS_BF_PARALLEL_RESIDUAL, &b->parallel_residual},
+                 {K_CONV, TPS_BF_CONV1D, &b->conv1d},
+                 {K_QKVI, TPS_BF_QKV_INTERLEAVED, &b->qkv_interleaved}};
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
+        if (!v[flags[i].key]) continue;
+        if ((st = get_bool(c, v[flags[i].key], allowed[flags[i].key], flags[i].out)) != TPS_OK) return st;
+        l->block_set |= 1u << flags[i].bit;
+    }
+    if (v[K_TOPK]) {
+        if ((st = get_u64(c, v[K_TOPK], "top_k", &b->top_k)) != TPS_OK) return st;
+        l->block_set |= 1u << TPS_BF_TOP_K;
+    }
+    struct {
+        int key;
+        uint64_t *out;
+    } nums[] = {{K_LAYERS, &b->layers}, {K_HIDDEN, &b->hidden},     {K_HEADS, &b->heads},
+                {K_KVH, &b->kv_heads},  {K_HD, &b->head_dim},       {K_INTER, &b->intermediate},
+                {K_EXPERTS, &b->experts}};
+    for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++)
+        if (v[nums[i].key] && (st = get_u64(c, v[nums[i].key], allowed[nums[i].key], nums[i].out)) != TPS_OK)
+            return st;
+    l->has_block = true;
+    return TPS_OK;
+}
+
+static tps_status parse_root(pctx *c, const yaml_node_t *root)
+{
+    static const char *const allowed[] = {"name", "description", "sizes", "infer", "rules", "default", "block", NULL};
+    yaml_node_t *v[7];
+    tps_status st = map_fields(c, root, "the layout", allowed, v);
+    if (st != TPS_OK) return st;
+    if (v[0] && (st = get_strdup(c, v[0], "name", &c->l->name)) != TPS_OK) return st;
+    if (v[1] && (st = get_strdup(c, v[1], "description", &c->l->description)) != TPS_OK) return st;
+    if (v[2] && (st = parse_sizes(c, v[2])) != TPS_OK) return st;
+    if (v[3] && (st = parse_infer(c, v[3])) != TPS_OK) return st;
+    if ((st = parse_rules(c, v[4], v[5])) != TPS_OK) return st;
+    if (v[6] && (st = parse_block(c, v[6])) != TPS_OK) return st;
+    return TPS_OK;
+}
+
+static tps_status yaml_error(const yaml_parser_t *p, const char *file, tps_error *err)
+{
+    if (p->error == YAML_MEMORY_ERROR) return tps_fail_oom(err, "parsing YAML");
+    const char *problem = p->problem ? p->problem : "malformed YAML";
+    if (p->context)
+        return tps_fail(err, TPS_EINVALID, "%s:%zu:%zu: YAML syntax error: %s %s (at %zu:%zu)", file,
+                        p->problem_mark.line + 1, p->problem_mark.column + 1, problem, p->context,
+                        p->context_mark.line + 1, p->context_mark.column + 1);
+    return tps_fail(err, TPS_EINVALID, "%s:%zu:%zu: YAML syntax error: %s", file, p->problem_mark.line + 1,
+                    p->problem_mark.column + 1, problem);
+}
+
+tps_status tps_layout_parse(const char *text, size_t len, const char *name, tps_layout **out, tps_error *err)
+{
+    *out = NULL;
+    tps_status st = TPS_OK;
+    yaml_parser_t parser;
+    yaml_document_t doc, extra;
+    bool parser_ok = false, doc_ok = false, extra_ok = false;
+    tps_layout *l = calloc(1, sizeof *l);
+    if (!l) return tps_fail_oom(err, "reading a layout");
+    l->text = malloc(len + 1);
+    if (!l->text) {
+        st = tps_fail_oom(err, "reading a layout");
+        goto cleanup;
+    }
+    memcpy(l->text, text, len);
+    l->text[len] = '\0';
+    l->source = strdup(name);
+    if (!l->source) {
+        st = tps_fail_oom(err, "reading a layout");
+        goto cleanup;
+    }
+    if (memchr(text, '\0', len)) {
+        st = tps_fail(err, TPS_EINVALID, "%s: the layout contains a NUL byte", name);
+        goto cleanup;
+    }
+    if (!yaml_parser_initialize(&parser)) {
+        st = tps_fail_oom(err, "parsing YAML");
+        goto cleanup;
+    }
+    parser_ok = true;
+    yaml_parser_set_input_string(&parser, (const unsigned char *)l->text, len);
+    if (!yaml_parser_load(&parser, &doc)) {
+        st = yaml_error(&parser, name, err);
+        goto cleanup;
+    }
+    doc_ok = true;
+    yaml_node_t *root = yaml_document_get_root_node(&doc);
+    if (!root) {
+        st = tps_fail(err, TPS_EINVALID, "%s: the layout is empty", name);
+        goto cleanup;
+    }
+    if (!yaml_parser_load(&parser, &extra)) {
+        st = yaml_error(&parser, name, err);
+        goto cleanup;
+    }
+    extra_ok = true;
+    yaml_node_t *second = yaml_document_get_root_node(&extra);
+    if (second) {
+        st = tps_fail(err, TPS_EINVALID, "%s:%zu:%zu: a layout is one YAML document; a second one starts here", name,
+                      second->start_mark.line + 1, second->start_mark.column + 1);
+        goto cleanup;
+    }
+    pctx c = {&doc, name, err, l};
+    TPS_CHECK(parse_root(&c, root));
+    tps_layout_sync_block(l);
+    *out = l;
+    l = NULL;
+cleanup:
+    if (extra_ok) yaml_document_delete(&extra);
+    if (doc_ok) yaml_document_delete(&doc);
+    if (parser_ok) yaml_parser_delete(&parser);
+    tps_layout_free(l);
+    return st;
+}
+
+tps_status tps_layout_load_file(const char *path, tps_layout **out, tps_error *err)
+{
+    *out = NULL;
+    tps_status st = TPS_OK;
+    tps_buf b = TPS_BUF_INIT;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        int e = errno;
+        return tps_fail(err, e == ENOENT ? TPS_EINVALID : TPS_EIO, "%s: cannot open layout: %s", path, strerror(e));
+    }
+    char chunk[8192];
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) {
+        if (b.len + n > LAYOUT_MAX_BYTES) {
+            st = tps_fail(err, TPS_EINVALID, "%s: larger than %u bytes; not a layout file", path, LAYOUT_MAX_BYTES);
+            goto cleanup;
+        }
+        tps_buf_append(&b, chunk, n);
+    }
+    if (ferror(f)) {
+        st = tps_fail_errno(err, errno, "%s: read failed", path);
+        goto cleanup;
+    }
+    if (b.oom) {
+        st = tps_fail_oom(err, "reading a layout");
+        goto cleanup;
+    }
+    st = tps_layout_parse(b.data ? b.data : "", b.len, path, out, err);
+cleanup:
+    fclose(f);
+    tps_buf_release(&b);
+    return st;
+}
+
+tps_status tps_layout_load_preset(const char *preset, tps_layout **out, tps_error *err)
+{
+    *out = NULL;
+    const tps_preset *p = tps_preset_find(preset);
+    if (!p) {
+        tps_buf names = TPS_BUF_INIT;
+        for (const tps_preset *q = tps_presets; q->name; q++)
+            tps_buf_printf(&names, "%s%s", q == tps_presets ? "" : ", ", q->name);
+        const char *list = tps_buf_cstr(&names);
+        tps_status st = tps_fail(err, TPS_EUSAGE, "unknown preset '%s' (presets: %s)", preset, list ? list : "?");
+        tps_buf_release(&names);
+        return st;
+    }
+    char name[128];
+    snprintf(name, sizeof name, "preset:%s", p->name);
+    return tps_layout_parse(p->yaml, strlen(p->yaml), name, out, err);
+}
+
+void tps_layout_free(tps_layout *l)
+{
+    if (!l) return;
+    for (int i = 0; i < TPS_NSIZES; i++) {
+        free(l->hints[i].glob);
+        tps_expr_release(&l->hints[i].unit);
+        tps_expr_release(&l->hints[i].expr);
+    }
+    for (size_t i = 0; i < l->nrules; i++) {
+        tps_rule *r = &l->rules[i];
+        for (size_t j = 0; j < r->nglobs; j++) free(r->globs[j]);
+        free(r->globs);
+        tps_expr_release(&r->unit);
+        tps_expr_release(&r->size);
+        for (int j = 0; j < r->nseg; j++) {
+            tps_expr_release(&r->seg[j].size);
+            tps_expr_release(&r->seg[j].unit);
+        }
+        free(r->label);
+    }
+    free(l->rules);
+    free(l->block_raw.layer_prefix);
+    free(l->block_raw.expert_prefix);
+    for (int i = 0; i < TPS_ROLE_COUNT; i++) free(l->block_raw.role[i]);
+    free(l->name);
+    free(l->description);
+    free(l->source);
+    free(l->text);
+    free(l);
+}

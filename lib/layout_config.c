@@ -1,0 +1,297 @@
+/* Where a layout's sizes and block settings come from when the layout does not state them:
+ * a Hugging Face config.json, then the layout's `infer:` hints over tensor shapes, then (for
+ * the block) the model sizes and the kind's defaults.  Earlier sources win; each fills only
+ * what is still unknown. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "checked.h"
+#include "json.h"
+#include "layout_int.h"
+
+/* A config.json is a few kilobytes; refuse to slurp anything that cannot be one. */
+#define CONFIG_MAX_BYTES (16u << 20)
+
+static tps_status read_small_file(const char *path, char **out, size_t *len, tps_error *err)
+{
+    *out = NULL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        return tps_fail(err, e == ENOENT ? TPS_EINVALID : TPS_EIO, "%s: cannot open: %s", path, strerror(e));
+    }
+    tps_status st = TPS_OK;
+    struct stat sb;
+    char *buf = NULL;
+    if (fstat(fd, &sb) != 0) {
+        st = tps_fail_errno(err, errno, "%s: stat failed", path);
+        goto cleanup;
+    }
+    if (!S_ISREG(sb.st_mode) || (uint64_t)sb.st_size > CONFIG_MAX_BYTES) {
+        st = tps_fail(err, TPS_EINVALID, "%s: not a regular file of at most %u bytes", path, CONFIG_MAX_BYTES);
+        goto cleanup;
+    }
+    buf = malloc((size_t)sb.st_size + 1);
+    if (!buf) {
+        st = tps_fail_oom(err, "reading config.json");
+        goto cleanup;
+    }
+    TPS_CHECK(tps_pread_full(fd, path, 0, buf, (size_t)sb.st_size, err));
+    buf[sb.st_size] = '\0';
+    *len = (size_t)sb.st_size;
+    *out = buf;
+    buf = NULL;
+cleanup:
+    free(buf);
+    close(fd);
+    return st;
+}
+
+/* The first of keys present with a non-null value; NULL when none is. */
+static const tps_json *first_key(const tps_json *root, const char *const *keys, const char **which)
+{
+    for (; *keys; keys++) {
+        const tps_json *v = tps_json_get(root, *keys);
+        if (v && v->type != TPS_JSON_NULL) {
+            *which = *keys;
+            return v;
+        }
+    }
+    return NULL;
+}
+
+static tps_status config_u64(const char *path, const tps_json *root, const char *const *keys, uint64_t *out,
+                             bool *found, tps_error *err)
+{
+    const char *key = NULL;
+    const tps_json *v = first_key(root, keys, &key);
+    *found = v != NULL;
+    if (!v) return TPS_OK;
+    if (v->type != TPS_JSON_NUMBER || !v->u.number.is_u64 || v->u.number.u64 == 0)
+        return tps_fail(err, TPS_EINVALID, "%s: \"%s\" must be a positive integer", path, key);
+    *out = v->u.number.u64;
+    return TPS_OK;
+}
+
+static tps_status config_double(const char *path, const tps_json *root, const char *const *keys, double lo,
+                                double hi, double *out, bool *found, tps_error *err)
+{
+    const char *key = NULL;
+    const tps_json *v = first_key(root, keys, &key);
+    *found = v != NULL;
+    if (!v) return TPS_OK;
+    if (v->type != TPS_JSON_NUMBER || !(v->u.number.f64 > lo && v->u.number.f64 <= hi))
+        return tps_fail(err, TPS_EINVALID, "%s: \"%s\" must be a number in (%g, %g]", path, key, lo, hi);
+    *out = v->u.number.f64;
+    return TPS_OK;
+}
+
+static tps_status apply_config(tps_layout *l, const char *path, const tps_json *root, tps_error *err)
+{
+    if (!root || root->type != TPS_JSON_OBJECT)
+        return tps_fail(err, TPS_EINVALID, "%s: a config.json must be a JSON object", path);
+    /* Per size, the Hugging Face keys in the order model families use them. */
+    static const char *const size_keys[TPS_NSIZES][4] = {
+        {"hidden_size", "n_embd", "d_model", NULL},
+        {"num_attention_heads", "n_head", NULL},
+        {"num_key_value_heads", NULL},
+        {"head_dim", NULL},
+        {"intermediate_size", "n_inner", NULL},
+        {"vocab_size", NULL},
+        {"num_hidden_layers", "n_layer", NULL},
+        {"num_local_experts", "num_experts", NULL},
+    };
+    tps_status st;
+    tps_model_sizes cfg = {0};
+    bool found;
+    for (int i = 0; i < TPS_NSIZES; i++)
+        if ((st = config_u64(path, root, size_keys[i], tps_size_slot(&cfg, i), &found, err)) != TPS_OK) return st;
+    /* Defaults the model classes apply to absent keys: K/V heads equal the query heads
+     * (MHA); head_dim is hidden / heads; GPT-2's n_inner (null) is 4 * n_embd. */
+    if (!cfg.kv_heads) cfg.kv_heads = cfg.heads;
+    if (!cfg.head_dim && cfg.hidden && cfg.heads) {
+        if (cfg.hidden % cfg.heads != 0)
+            return tps_fail(err, TPS_EINVALID, "%s: hidden size %llu is not a multiple of %llu heads and no head_dim is given",
+                            path, (unsigned long long)cfg.hidden, (unsigned long long)cfg.heads);
+        cfg.head_dim = cfg.hidden / cfg.heads;
+    }
+    if (!cfg.intermediate && tps_json_get(root, "n_embd") && cfg.hidden && !tps_mul_u64(cfg.hidden, 4, &cfg.intermediate))
+        cfg.intermediate = 0;
+    for (int i = 0; i < TPS_NSIZES; i++) {
+        uint64_t *dst = tps_size_slot(&l->sizes, i);
+        if (!*dst) *dst = tps_size_get(&cfg, i);
+    }
+
+    /* Block settings; kept separately so the layout's own block: values still win. */
+    static const char *const eps_keys[] = {"rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", NULL};
+    static const char *const theta_keys[] = {"rope_theta", "rotary_emb_base", NULL};
+    static const char *const pct_keys[] = {"rotary_pct", "partial_rotary_factor", NULL};
+    static const char *const topk_keys[] = {"num_experts_per_tok", NULL};
+    static const char *const act_keys[] = {"hidden_act", "activation_function", NULL};
+    if ((st = config_double(path, root, eps_keys, 0, 1, &l->cfg.norm_eps, &found, err)) != TPS_OK) return st;
+    if (found) l->cfg_set |= 1u << TPS_BF_NORM_EPS;
+    if ((st = config_double(path, root, theta_keys, 0, 1e12, &l->cfg.rope_theta, &found, err)) != TPS_OK) return st;
+    if (found) l->cfg_set |= 1u << TPS_BF_ROPE_THETA;
+    if ((st = config_double(path, root, pct_keys, 0, 1, &l->cfg.rotary_pct, &found, err)) != TPS_OK) return st;
+    if (found) l->cfg_set |= 1u << TPS_BF_ROTARY_PCT;
+    if ((st = config_u64(path, root, topk_keys, &l->cfg.top_k, &found, err)) != TPS_OK) return st;
+    if (found) l->cfg_set |= 1u << TPS_BF_TOP_K;
+    const tps_json *pr = tps_json_get(root, "use_parallel_residual");
+    if (pr && pr->type == TPS_JSON_BOOL) {
+        l->cfg.parallel_residual = pr->u.boolean;
+        l->cfg_set |= 1u << TPS_BF_PARALLEL_RESIDUAL;
+    }
+    const char *key = NULL;
+    const tps_json *act = first_key(root, act_keys, &key);
+    /* An activation tpshard cannot compute only matters to verify, and only when the
+     * layout's block leaves act open; say so then rather than refusing the split. */
+    if (act && l->has_block && !(l->block_set & (1u << TPS_BF_ACT))) {
+        int a = act->type == TPS_JSON_STRING ? tps_act_from_hf(act->u.string.s) : -1;
+        if (a < 0)
+            return tps_fail(err, TPS_EINVALID,
+                            "%s: \"%s\" is not an activation tpshard computes (silu, gelu, gelu_new, "
+                            "gelu_fast, gelu_pytorch_tanh); set act: in the layout's block",
+                            path, key);
+        l->cfg.act = (tps_act_kind)a;
+        l->cfg_set |= 1u << TPS_BF_ACT;
+    }
+    return TPS_OK;
+}
+
+tps_status tps_layout_read_config(tps_layout *l, const char *config_path, tps_error *err)
+{
+    char *text = NULL;
+    size_t len = 0;
+    tps_json_doc *doc = NULL;
+    tps_status st = TPS_OK;
+    TPS_CHECK(read_small_file(config_path, &text, &len, err));
+    TPS_CHECK(tps_json_parse(text, len, config_path, &doc, err));
+    TPS_CHECK(apply_config(l, config_path, tps_json_root(doc), err));
+    tps_layout_sync_block(l);
+cleanup:
+    tps_json_doc_free(doc);
+    free(text);
+    return st;
+}
+
+/* One tensor hint: the value every matching tensor agrees on, or 0 when none matches. */
+static tps_status infer_from_tensors(tps_layout *l, const tps_hint *h, int size, const tps_index *ix,
+                                     uint64_t *out, tps_error *err)
+{
+    const char *sname = tps_size_names[size];
+    const tps_tensor *first = NULL;
+    uint64_t unit = 1, value = 0;
+    char ctx[128];
+    snprintf(ctx, sizeof ctx, "inferring %s (%s:%zu:%zu)", sname, l->source, h->at.line, h->at.col);
+    if (h->unit.n) {
+        tps_status st = tps_expr_eval(&h->unit, &l->sizes, l->source, ctx, &unit, err);
+        if (st == TPS_OK && unit == 0) st = tps_fail(err, TPS_EINVALID, "%s: unit is 0", ctx);
+        if (st != TPS_OK) return st;
+    }
+    for (size_t i = 0; i < ix->ntensors; i++) {
+        const tps_tensor *t = &ix->tensors[i];
+        if (!tps_glob_match(h->glob, t->name)) continue;
+        int d = h->dim < 0 ? t->ndim + h->dim : h->dim;
+        char shp[256];
+        tps_shape_str(t->shape, t->ndim, shp, sizeof shp);
+        if (d < 0 || d >= t->ndim)
+            return tps_fail(err, TPS_EINVALID, "%s: tensor %s has shape %s, without dim %d", ctx, t->name, shp, h->dim);
+        if (t->shape[d] % unit != 0)
+            return tps_fail(err, TPS_EINVALID, "%s: dim %d of tensor %s (shape %s) is not a multiple of unit %s = %llu",
+                            ctx, d, t->name, shp, h->unit.text, (unsigned long long)unit);
+        uint64_t v = t->shape[d] / unit;
+        if (first && v != value)
+            return tps_fail(err, TPS_EINVALID, "%s: tensors disagree: %s gives %llu, %s gives %llu", ctx, first->name,
+                            (unsigned long long)value, t->name, (unsigned long long)v);
+        first = t;
+        value = v;
+    }
+    *out = value;
+    return TPS_OK;
+}
+
+tps_status tps_layout_infer_sizes(tps_layout *l, const tps_index *ix, tps_error *err)
+{
+    /* Hints may build on each other (head_dim from a tensor, heads = hidden / head_dim), so
+     * resolve whatever is ready until a pass makes no progress. */
+    for (bool progress = true; progress;) {
+        progress = false;
+        for (int i = 0; i < TPS_NSIZES; i++) {
+            const tps_hint *h = &l->hints[i];
+            uint64_t *slot = tps_size_slot(&l->sizes, i), v = 0;
+            if (*slot || h->kind == TPS_HINT_NONE) continue;
+            tps_status st = TPS_OK;
+            if (h->kind == TPS_HINT_TENSOR) {
+                if (h->unit.n && !tps_expr_ready(&h->unit, &l->sizes)) continue;
+                st = infer_from_tensors(l, h, i, ix, &v, err);
+            } else if (h->kind == TPS_HINT_COUNT) {
+                for (size_t t = 0; t < ix->ntensors; t++) v += tps_glob_match(h->glob, ix->tensors[t].name);
+            } else {
+                if (!tps_expr_ready(&h->expr, &l->sizes)) continue;
+                char ctx[128];
+                snprintf(ctx, sizeof ctx, "inferring %s", tps_size_names[i]);
+                st = tps_expr_eval(&h->expr, &l->sizes, l->source, ctx, &v, err);
+            }
+            if (st != TPS_OK) return st;
+            if (v) {
+                *slot = v;
+                progress = true;
+            }
+        }
+    }
+    tps_layout_sync_block(l);
+    return TPS_OK;
+}
+
+void tps_layout_sync_block(tps_layout *l)
+{
+    if (!l->has_block) return;
+    const tps_block *raw = &l->block_raw;
+    tps_block b = *raw;
+    /* Kind defaults: what the reference implementations of each family do. */
+    struct {
+        tps_norm_kind norm;
+        tps_act_kind act;
+        tps_rope_style rope;
+        double theta, pct;
+        bool parres, conv1d, qkvi;
+        uint64_t top_k;
+    } def[] = {
+        [TPS_BLOCK_LLAMA] = {TPS_NORM_RMS, TPS_ACT_SILU, TPS_ROPE_HALF, 10000, 1, false, false, false, 0},
+        [TPS_BLOCK_GPT2] = {TPS_NORM_LAYER, TPS_ACT_GELU_TANH, TPS_ROPE_NONE, 10000, 1, false, true, false, 0},
+        [TPS_BLOCK_NEOX] = {TPS_NORM_LAYER, TPS_ACT_GELU_ERF, TPS_ROPE_HALF, 10000, 0.25, true, false, true, 0},
+        [TPS_BLOCK_MIXTRAL] = {TPS_NORM_RMS, TPS_ACT_SILU, TPS_ROPE_HALF, 1e6, 1, false, false, false, 2},
+    };
+    const unsigned set = l->block_set, cset = l->cfg_set & ~set;
+#define PICK(bit, field, dflt)                                    \
+    do {                                                          \
+        if (set & (1u << (bit))) b.field = raw->field;            \
+        else if (cset & (1u << (bit))) b.field = l->cfg.field;    \
+        else b.field = (dflt);                                    \
+    } while (0)
+    PICK(TPS_BF_NORM, norm, def[raw->kind].norm);
+    PICK(TPS_BF_NORM_EPS, norm_eps, 1e-5);
+    PICK(TPS_BF_ACT, act, def[raw->kind].act);
+    PICK(TPS_BF_ROPE, rope, def[raw->kind].rope);
+    PICK(TPS_BF_ROPE_THETA, rope_theta, def[raw->kind].theta);
+    PICK(TPS_BF_ROTARY_PCT, rotary_pct, def[raw->kind].pct);
+    PICK(TPS_BF_PARALLEL_RESIDUAL, parallel_residual, def[raw->kind].parres);
+    PICK(TPS_BF_CONV1D, conv1d, def[raw->kind].conv1d);
+    PICK(TPS_BF_QKV_INTERLEAVED, qkv_interleaved, def[raw->kind].qkvi);
+    PICK(TPS_BF_TOP_K, top_k, def[raw->kind].top_k);
+#undef PICK
+    const tps_model_sizes *s = &l->sizes;
+    if (!b.layers) b.layers = s->layers;
+    if (!b.hidden) b.hidden = s->hidden;
+    if (!b.heads) b.heads = s->heads;
+    if (!b.kv_heads) b.kv_heads = s->kv_heads;
+    if (!b.head_dim) b.head_dim = s->head_dim;
+    if (!b.intermediate) b.intermediate = s->intermediate;
+    if (!b.experts) b.experts = s->experts;
+    l->block = b;
+}
