@@ -7,7 +7,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "npy.h"
 #include "safetensors.h"
+#include "torch.h"
 
 static bool ends_with(const char *s, const char *suffix)
 {
@@ -24,6 +26,7 @@ static bool is_file(const char *path)
 static tps_status open_file(const char *path, tps_index **out, tps_error *err)
 {
     if (ends_with(path, ".safetensors.index.json")) return tps_safetensors_index_open(path, out, err);
+    if (ends_with(path, ".bin.index.json")) return tps_torch_index_open(path, out, err);
     unsigned char magic[8] = {0};
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
@@ -32,10 +35,9 @@ static tps_status open_file(const char *path, tps_index **out, tps_error *err)
     }
     ssize_t n = read(fd, magic, sizeof magic);
     close(fd);
-    if (n >= 4 && memcmp(magic, "PK\3\4", 4) == 0)
-        return tps_fail(err, TPS_EINVALID, "%s: zip archives (torch .bin, .npz) are not supported yet", path);
-    if (n >= 6 && memcmp(magic, "\x93NUMPY", 6) == 0)
-        return tps_fail(err, TPS_EINVALID, "%s: .npy files are not supported yet", path);
+    if (n >= 4 && memcmp(magic, "PK\3\4", 4) == 0) return tps_zip_checkpoint_open(path, out, err);
+    if (n >= 6 && memcmp(magic, "\x93NUMPY", 6) == 0) return tps_npy_open(path, out, err);
+    if (n > 0 && tps_torch_is_pickle_magic(magic, (size_t)n)) return tps_torch_open(path, out, err); /* refused, with advice */
     return tps_safetensors_open(path, out, err);
 }
 

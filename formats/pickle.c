@@ -1,0 +1,606 @@
+#include "pickle.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../lib/checked.h"
+
+static const tps_torch_dtype torch_dtypes[] = {
+    {"float64", "DoubleStorage", TPS_DT_F64, 8, 8},
+    {"float32", "FloatStorage", TPS_DT_F32, 4, 4},
+    {"float16", "HalfStorage", TPS_DT_F16, 2, 2},
+    {"bfloat16", "BFloat16Storage", TPS_DT_BF16, 2, 2},
+    {"int64", "LongStorage", TPS_DT_I64, 8, 8},
+    {"int32", "IntStorage", TPS_DT_I32, 4, 4},
+    {"int16", "ShortStorage", TPS_DT_I16, 2, 2},
+    {"int8", "CharStorage", TPS_DT_I8, 1, 1},
+    {"uint8", "ByteStorage", TPS_DT_U8, 1, 1},
+    {"bool", "BoolStorage", TPS_DT_BOOL, 1, 1},
+    {"complex64", "ComplexFloatStorage", TPS_DT_C64, 8, 4},
+    {"complex128", "ComplexDoubleStorage", -1, 16, 8},
+    {"complex32", NULL, -1, 4, 2},
+    {"qint8", "QInt8Storage", -1, 1, 1},
+    {"quint8", "QUInt8Storage", -1, 1, 1},
+    {"qint32", "QInt32Storage", -1, 4, 4},
+    {"quint4x2", "QUInt4x2Storage", -1, 1, 1},
+    {"quint2x4", "QUInt2x4Storage", -1, 1, 1},
+    {"float8_e4m3fn", NULL, TPS_DT_F8_E4M3, 1, 1},
+    {"float8_e5m2", NULL, TPS_DT_F8_E5M2, 1, 1},
+    {"float8_e4m3fnuz", NULL, TPS_DT_F8_E4M3FNUZ, 1, 1},
+    {"float8_e5m2fnuz", NULL, TPS_DT_F8_E5M2FNUZ, 1, 1},
+    {"float8_e8m0fnu", NULL, TPS_DT_F8_E8M0, 1, 1},
+    {"float4_e2m1fn_x2", NULL, -1, 1, 1},
+    {"uint16", NULL, TPS_DT_U16, 2, 2},
+    {"uint32", NULL, TPS_DT_U32, 4, 4},
+    {"uint64", NULL, TPS_DT_U64, 8, 8},
+};
+
+const tps_torch_dtype *tps_torch_dtype_by_name(const char *name)
+{
+    for (size_t i = 0; i < sizeof torch_dtypes / sizeof torch_dtypes[0]; i++)
+        if (strcmp(torch_dtypes[i].name, name) == 0) return &torch_dtypes[i];
+    return NULL;
+}
+
+static const tps_torch_dtype *dtype_by_storage(const char *storage)
+{
+    for (size_t i = 0; i < sizeof torch_dtypes / sizeof torch_dtypes[0]; i++)
+        if (torch_dtypes[i].storage && strcmp(torch_dtypes[i].storage, storage) == 0) return &torch_dtypes[i];
+    return NULL;
+}
+
+struct tps_pickle {
+    tps_pv **nodes; /* every node, for freeing */
+    size_t nnodes, nodes_cap;
+};
+
+typedef struct vm {
+    const unsigned char *p;
+    size_t len, pos, op_ofs;
+    const char *what;
+    tps_error *err;
+    tps_pickle *pk;
+    tps_pv **stack;
+    size_t sp, stack_cap;
+    size_t *marks;
+    size_t nmarks, marks_cap;
+    tps_pv **memo;
+    size_t memo_cap;
+} vm;
+
+static bool grow(void **arr, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap) return true;
+    size_t c = *cap ? *cap * 2 : 16;
+    while (c < need) c *= 2;
+    void *q = realloc(*arr, c * elem);
+    if (!q) return false;
+    *arr = q;
+    *cap = c;
+    return true;
+}
+
+static tps_status bad(vm *m, const char *fmt, const char *detail)
+{
+    return tps_fail(m->err, TPS_EINVALID, "%s: %s (pickle offset %zu)", m->what, detail ? detail : fmt, m->op_ofs);
+}
+
+static tps_status oom(vm *m) { return tps_fail_oom(m->err, "reading a pickle"); }
+
+static tps_pv *node(vm *m, tps_pv_kind kind)
+{
+    if (!grow((void **)&m->pk->nodes, &m->pk->nodes_cap, m->pk->nnodes + 1, sizeof *m->pk->nodes)) return NULL;
+    tps_pv *v = calloc(1, sizeof *v);
+    if (!v) return NULL;
+    v->kind = kind;
+    v->offset = m->op_ofs;
+    m->pk->nodes[m->pk->nnodes++] = v;
+    return v;
+}
+
+static tps_status push(vm *m, tps_pv *v)
+{
+    if (!v) return oom(m);
+    if (!grow((void **)&m->stack, &m->stack_cap, m->sp + 1, sizeof *m->stack)) return oom(m);
+    m->stack[m->sp++] = v;
+    return TPS_OK;
+}
+
+static tps_status pop(vm *m, tps_pv **out)
+{
+    size_t floor = m->nmarks ? m->marks[m->nmarks - 1] : 0;
+    if (m->sp <= floor) return bad(m, NULL, "stack underflow (malformed pickle)");
+    *out = m->stack[--m->sp];
+    return TPS_OK;
+}
+
+static tps_status take(vm *m, size_t n, const unsigned char **out)
+{
+    if (m->len - m->pos < n) return bad(m, NULL, "pickle truncated inside an opcode argument");
+    *out = m->p + m->pos;
+    m->pos += n;
+    return TPS_OK;
+}
+
+static bool valid_utf8(const unsigned char *s, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        unsigned c = s[i];
+        size_t k;
+        uint32_t cp;
+        if (c == 0) return false;
+        if (c < 0x80) {
+            i++;
+            continue;
+        } else if ((c & 0xE0) == 0xC0) {
+            k = 1;
+            cp = c & 0x1F;
+        } else if ((c & 0xF0) == 0xE0) {
+            k = 2;
+            cp = c & 0x0F;
+        } else if ((c & 0xF8) == 0xF0) {
+            k = 3;
+            cp = c & 0x07;
+        } else {
+            return false;
+        }
+        if (n - i <= k) return false;
+        for (size_t j = 1; j <= k; j++) {
+            if ((s[i + j] & 0xC0) != 0x80) return false;
+            cp = cp << 6 | (s[i + j] & 0x3F);
+        }
+        if ((k == 1 && cp < 0x80) || (k == 2 && cp < 0x800) || (k == 3 && cp < 0x10000) || cp > 0x10FFFF ||
+            (cp >= 0xD800 && cp <= 0xDFFF))
+            return false;
+        i += k + 1;
+    }
+    return true;
+}
+
+static tps_status push_str(vm *m, const unsigned char *s, size_t n)
+{
+    if (!valid_utf8(s, n)) return bad(m, NULL, "string is not valid UTF-8 or contains NUL");
+    tps_pv *v = node(m, TPS_PV_STR);
+    if (!v || !(v->u.str.s = malloc(n + 1))) return oom(m);
+    memcpy(v->u.str.s, s, n);
+    v->u.str.s[n] = '\0';
+    v->u.str.len = n;
+    return push(m, v);
+}
+
+static tps_status push_int(vm *m, int64_t i)
+{
+    tps_pv *v = node(m, TPS_PV_INT);
+    if (v) v->u.i = i;
+    return push(m, v);
+}
+
+static tps_status seq_add(vm *m, tps_pv *seq, tps_pv *item)
+{
+    if (!grow((void **)&seq->u.seq.items, &seq->u.seq.cap, seq->u.seq.n + 1, sizeof *seq->u.seq.items)) return oom(m);
+    seq->u.seq.items[seq->u.seq.n++] = item;
+    return TPS_OK;
+}
+
+static tps_status dict_set(vm *m, tps_pv *d, tps_pv *k, tps_pv *v)
+{
+    /* Repeated keys are kept (Python would replace): the index refuses the duplicate tensor
+     * name, which is an error rather than a silently different checkpoint, and insertion
+     * stays O(1) on hostile pickles with millions of keys. */
+    size_t cap = d->u.dict.cap;
+    if (!grow((void **)&d->u.dict.keys, &cap, d->u.dict.n + 1, sizeof *d->u.dict.keys)) return oom(m);
+    if (!grow((void **)&d->u.dict.vals, &d->u.dict.cap, d->u.dict.n + 1, sizeof *d->u.dict.vals)) return oom(m);
+    d->u.dict.keys[d->u.dict.n] = k;
+    d->u.dict.vals[d->u.dict.n++] = v;
+    return TPS_OK;
+}
+
+/* Pops everything above the last mark into a new tuple (or list). */
+static tps_status pop_mark(vm *m, tps_pv_kind kind, tps_pv **out)
+{
+    if (!m->nmarks) return bad(m, NULL, "no MARK on the stack");
+    size_t base = m->marks[--m->nmarks];
+    tps_pv *t = node(m, kind);
+    if (!t) return oom(m);
+    for (size_t i = base; i < m->sp; i++) {
+        tps_status st = seq_add(m, t, m->stack[i]);
+        if (st) return st;
+    }
+    m->sp = base;
+    *out = t;
+    return TPS_OK;
+}
+
+static tps_status op_global(vm *m)
+{
+    char mod[128], name[128];
+    char *parts[2] = {mod, name};
+    for (int k = 0; k < 2; k++) {
+        size_t i = 0;
+        for (;;) {
+            if (m->pos >= m->len) return bad(m, NULL, "GLOBAL name runs past the end of the pickle");
+            char c = (char)m->p[m->pos++];
+            if (c == '\n') break;
+            if (i + 1 >= sizeof mod || (unsigned char)c < 0x20 || (unsigned char)c >= 0x7f)
+                return bad(m, NULL, "GLOBAL name too long or not printable ASCII");
+            parts[k][i++] = c;
+        }
+        parts[k][i] = '\0';
+    }
+    tps_pv *g = node(m, TPS_PV_GLOBAL);
+    if (!g) return oom(m);
+    const tps_torch_dtype *dt = NULL;
+    if (strcmp(mod, "collections") == 0 && strcmp(name, "OrderedDict") == 0) g->u.global.kind = TPS_PG_ORDEREDDICT;
+    else if (strcmp(mod, "torch._utils") == 0 && strcmp(name, "_rebuild_tensor") == 0) g->u.global.kind = TPS_PG_REBUILD_TENSOR;
+    else if (strcmp(mod, "torch._utils") == 0 && strcmp(name, "_rebuild_tensor_v2") == 0) g->u.global.kind = TPS_PG_REBUILD_V2;
+    else if (strcmp(mod, "torch._utils") == 0 && strcmp(name, "_rebuild_tensor_v3") == 0) g->u.global.kind = TPS_PG_REBUILD_V3;
+    else if (strcmp(mod, "torch._utils") == 0 && strcmp(name, "_rebuild_parameter") == 0) g->u.global.kind = TPS_PG_REBUILD_PARAM;
+    else if (strcmp(mod, "torch.storage") == 0 && strcmp(name, "UntypedStorage") == 0) g->u.global.kind = TPS_PG_STORAGE_TYPE;
+    else if (strcmp(mod, "torch") == 0 && (dt = dtype_by_storage(name)) != NULL) {
+        g->u.global.kind = TPS_PG_STORAGE_TYPE;
+        g->u.global.dt = dt;
+    } else if (strcmp(mod, "torch") == 0 && (dt = tps_torch_dtype_by_name(name)) != NULL) {
+        g->u.global.kind = TPS_PG_DTYPE;
+        g->u.global.dt = dt;
+    } else {
+        return tps_fail(m->err, TPS_EINVALID,
+                        "%s: refused GLOBAL %s.%s (pickle offset %zu): only torch tensor-rebuilding names are allowed; nothing "
+                        "from a checkpoint is imported or executed",
+                        m->what, mod, name, m->op_ofs);
+    }
+    return push(m, g);
+}
+
+static bool as_u64(const tps_pv *v, uint64_t *out)
+{
+    if (v->kind != TPS_PV_INT || v->u.i < 0) return false;
+    *out = (uint64_t)v->u.i;
+    return true;
+}
+
+static tps_status int_tuple(vm *m, const tps_pv *t, const char *what, int *n, uint64_t *vals)
+{
+    char msg[96];
+    snprintf(msg, sizeof msg, "tensor %s is not a tuple of non-negative ints (at most %d)", what, TPS_MAX_DIMS);
+    if (t->kind != TPS_PV_TUPLE || t->u.seq.n > TPS_MAX_DIMS) return bad(m, NULL, msg);
+    for (size_t i = 0; i < t->u.seq.n; i++)
+        if (!as_u64(t->u.seq.items[i], &vals[i])) return bad(m, NULL, msg);
+    *n = (int)t->u.seq.n;
+    return TPS_OK;
+}
+
+static tps_status rebuild_tensor(vm *m, tps_pg_kind kind, const tps_pv *args, tps_pv **out)
+{
+    size_t n = args->u.seq.n;
+    tps_pv *const *a = args->u.seq.items;
+    bool ok = (kind == TPS_PG_REBUILD_TENSOR && n == 4) || (kind == TPS_PG_REBUILD_V2 && (n == 6 || n == 7)) ||
+              (kind == TPS_PG_REBUILD_V3 && (n == 7 || n == 8));
+    if (!ok) return bad(m, NULL, "tensor rebuild call with the wrong number of arguments");
+    if (a[0]->kind != TPS_PV_STORAGE) return bad(m, NULL, "tensor rebuild call whose first argument is not a storage");
+    tps_pv *t = node(m, TPS_PV_TENSOR);
+    if (!t) return oom(m);
+    t->u.tensor.storage = a[0];
+    if (!as_u64(a[1], &t->u.tensor.offset)) return bad(m, NULL, "tensor storage offset is not a non-negative int");
+    int nd_size, nd_stride;
+    tps_status st = int_tuple(m, a[2], "size", &nd_size, t->u.tensor.size);
+    if (!st) st = int_tuple(m, a[3], "stride", &nd_stride, t->u.tensor.stride);
+    if (st) return st;
+    if (nd_size != nd_stride) return bad(m, NULL, "tensor size and stride have different lengths");
+    t->u.tensor.ndim = nd_size;
+    t->u.tensor.dt = a[0]->u.storage.dt;
+    if (kind != TPS_PG_REBUILD_TENSOR) {
+        if (a[4]->kind != TPS_PV_BOOL) return bad(m, NULL, "tensor requires_grad is not a bool");
+        if (a[5]->kind != TPS_PV_DICT) return bad(m, NULL, "tensor backward_hooks is not a dict");
+    }
+    if (kind == TPS_PG_REBUILD_V3) {
+        if (a[6]->kind != TPS_PV_GLOBAL || a[6]->u.global.kind != TPS_PG_DTYPE)
+            return bad(m, NULL, "_rebuild_tensor_v3 dtype argument is not a torch dtype");
+        const tps_torch_dtype *sdt = a[0]->u.storage.dt;
+        if (sdt && sdt != a[6]->u.global.dt)
+            return bad(m, NULL, "_rebuild_tensor_v3 dtype differs from its typed storage's dtype");
+        t->u.tensor.dt = a[6]->u.global.dt;
+    }
+    if (!t->u.tensor.dt) return bad(m, NULL, "tensor on an untyped storage without a dtype");
+    size_t meta = kind == TPS_PG_REBUILD_V2 ? 6 : 7;
+    if (kind != TPS_PG_REBUILD_TENSOR && n > meta) {
+        const tps_pv *md = a[meta];
+        if (!(md->kind == TPS_PV_NONE || (md->kind == TPS_PV_DICT && md->u.dict.n == 0)))
+            return bad(m, NULL, "tensor with conjugate/negative bit metadata is not supported");
+    }
+    *out = t;
+    return TPS_OK;
+}
+
+static tps_status op_reduce(vm *m)
+{
+    tps_pv *args = NULL, *fn = NULL, *res = NULL;
+    tps_status st = pop(m, &args);
+    if (!st) st = pop(m, &fn);
+    if (st) return st;
+    if (fn->kind != TPS_PV_GLOBAL) return bad(m, NULL, "REDUCE of something that is not an allowed callable");
+    if (args->kind != TPS_PV_TUPLE) return bad(m, NULL, "REDUCE arguments are not a tuple");
+    switch (fn->u.global.kind) {
+    case TPS_PG_ORDEREDDICT:
+        if (args->u.seq.n != 0) return bad(m, NULL, "OrderedDict called with arguments");
+        res = node(m, TPS_PV_DICT);
+        break;
+    case TPS_PG_REBUILD_TENSOR:
+    case TPS_PG_REBUILD_V2:
+    case TPS_PG_REBUILD_V3:
+        st = rebuild_tensor(m, fn->u.global.kind, args, &res);
+        if (st) return st;
+        break;
+    case TPS_PG_REBUILD_PARAM:
+        if (args->u.seq.n != 3 || args->u.seq.items[0]->kind != TPS_PV_TENSOR)
+            return bad(m, NULL, "_rebuild_parameter expects (tensor, requires_grad, hooks)");
+        res = args->u.seq.items[0];
+        break;
+    case TPS_PG_STORAGE_TYPE:
+    case TPS_PG_DTYPE:
+        return bad(m, NULL, "REDUCE calls a storage type or dtype, which a state dict never does");
+    }
+    return push(m, res);
+}
+
+static tps_status op_persid(vm *m)
+{
+    tps_pv *pid = NULL;
+    tps_status st = pop(m, &pid);
+    if (st) return st;
+    if (pid->kind != TPS_PV_TUPLE || pid->u.seq.n < 1 || pid->u.seq.items[0]->kind != TPS_PV_STR ||
+        strcmp(pid->u.seq.items[0]->u.str.s, "storage") != 0)
+        return bad(m, NULL, "persistent id is not a ('storage', ...) tuple");
+    if (pid->u.seq.n == 6)
+        return bad(m, NULL, "6-tuple storage persistent id: legacy (pre-1.6) torch.save format inside a zip archive");
+    tps_pv *const *a = pid->u.seq.items;
+    if (pid->u.seq.n != 5 || a[1]->kind != TPS_PV_GLOBAL || a[1]->u.global.kind != TPS_PG_STORAGE_TYPE ||
+        a[3]->kind != TPS_PV_STR)
+        return bad(m, NULL, "storage persistent id is not ('storage', storage type, key, location, numel)");
+    tps_pv *s = node(m, TPS_PV_STORAGE);
+    if (!s) return oom(m);
+    char key[32];
+    if (a[2]->kind == TPS_PV_INT && a[2]->u.i >= 0) {
+        snprintf(key, sizeof key, "%lld", (long long)a[2]->u.i);
+    } else if (a[2]->kind == TPS_PV_STR && a[2]->u.str.len > 0 && a[2]->u.str.len < sizeof key &&
+               strspn(a[2]->u.str.s, "0123456789") == a[2]->u.str.len) {
+        memcpy(key, a[2]->u.str.s, a[2]->u.str.len + 1);
+    } else {
+        return bad(m, NULL, "storage key is not a decimal number");
+    }
+    if (!(s->u.storage.key = strdup(key))) return oom(m);
+    s->u.storage.dt = a[1]->u.global.dt;
+    if (!as_u64(a[4], &s->u.storage.numel)) return bad(m, NULL, "storage numel is not a non-negative int");
+    return push(m, s);
+}
+
+static const char *opcode_name(unsigned char op)
+{
+    switch (op) {
+    case 'c': return "GLOBAL";
+    case 0x93: return "STACK_GLOBAL";
+    case 0x95: return "FRAME";
+    case 0x94: return "MEMOIZE";
+    case 0x8c: return "SHORT_BINUNICODE";
+    case 0x8d: return "BINUNICODE8";
+    case 'B': case 'C': case 0x8e: return "BINBYTES";
+    case 'i': return "INST";
+    case 'o': return "OBJ";
+    case 'p': return "PUT";
+    case 'g': return "GET";
+    case 'I': return "INT";
+    case 'L': return "LONG";
+    case 'F': return "FLOAT";
+    case 'P': return "PERSID";
+    case 'S': return "STRING";
+    case 'V': return "UNICODE";
+    case 0x81: return "NEWOBJ";
+    case 0x92: return "NEWOBJ_EX";
+    case 0x8f: return "EMPTY_SET";
+    case 0x90: return "ADDITEMS";
+    case 0x91: return "FROZENSET";
+    case 0x82: case 0x83: case 0x84: return "EXT";
+    case 0x8b: return "LONG4";
+    case 'T': return "BINSTRING";
+    case '0': return "POP";
+    case '1': return "POP_MARK";
+    case '2': return "DUP";
+    case 0x96: return "BYTEARRAY8";
+    case 0x97: return "NEXT_BUFFER";
+    case 0x98: return "READONLY_BUFFER";
+    case 'l': return "LIST";
+    case 'd': return "DICT";
+    default: return "unknown";
+    }
+}
+
+static tps_status memo_put(vm *m, uint64_t idx)
+{
+    if (!m->sp) return bad(m, NULL, "memo store with an empty stack");
+    /* At most one memo slot per opcode: indices past the pickle's length are refused. */
+    if (idx >= m->len) return bad(m, NULL, "memo index larger than the pickle");
+    if (!grow((void **)&m->memo, &m->memo_cap, (size_t)idx + 1, sizeof *m->memo)) return oom(m);
+    m->memo[idx] = m->stack[m->sp - 1];
+    return TPS_OK;
+}
+
+static tps_status memo_get(vm *m, uint64_t idx)
+{
+    if (idx >= m->memo_cap || !m->memo[idx]) return bad(m, NULL, "memo lookup of an index never stored");
+    return push(m, m->memo[idx]);
+}
+
+static tps_status step(vm *m, bool *stop)
+{
+    const unsigned char *a = NULL;
+    tps_pv *x = NULL, *y = NULL, *z = NULL;
+    tps_status st = TPS_OK;
+    m->op_ofs = m->pos;
+    unsigned char op = m->p[m->pos++];
+    switch (op) {
+    case 0x80: /* PROTO */
+        TPS_CHECK(take(m, 1, &a));
+        if (a[0] < 2 || a[0] > 5) return bad(m, NULL, "unsupported pickle protocol");
+        break;
+    case '.': /* STOP */
+        *stop = true;
+        break;
+    case '(': /* MARK */
+        if (!grow((void **)&m->marks, &m->marks_cap, m->nmarks + 1, sizeof *m->marks)) return oom(m);
+        m->marks[m->nmarks++] = m->sp;
+        break;
+    case 'c': return op_global(m);
+    case 'q': TPS_CHECK(take(m, 1, &a)); return memo_put(m, a[0]);
+    case 'r': TPS_CHECK(take(m, 4, &a)); return memo_put(m, (uint32_t)a[0] | (uint32_t)a[1] << 8 | (uint32_t)a[2] << 16 | (uint32_t)a[3] << 24);
+    case 'h': TPS_CHECK(take(m, 1, &a)); return memo_get(m, a[0]);
+    case 'j': TPS_CHECK(take(m, 4, &a)); return memo_get(m, (uint32_t)a[0] | (uint32_t)a[1] << 8 | (uint32_t)a[2] << 16 | (uint32_t)a[3] << 24);
+    case 't': TPS_CHECK(pop_mark(m, TPS_PV_TUPLE, &x)); return push(m, x);
+    case ')': return push(m, node(m, TPS_PV_TUPLE));
+    case ']': return push(m, node(m, TPS_PV_LIST));
+    case '}': return push(m, node(m, TPS_PV_DICT));
+    case 0x85: case 0x86: case 0x87: { /* TUPLE1..3 */
+        size_t n = (size_t)(op - 0x84);
+        tps_pv *items[3];
+        for (size_t i = n; i-- > 0;) TPS_CHECK(pop(m, &items[i]));
+        if (!(x = node(m, TPS_PV_TUPLE))) return oom(m);
+        for (size_t i = 0; i < n; i++) TPS_CHECK(seq_add(m, x, items[i]));
+        return push(m, x);
+    }
+    case 'X': { /* BINUNICODE */
+        TPS_CHECK(take(m, 4, &a));
+        uint32_t n = (uint32_t)a[0] | (uint32_t)a[1] << 8 | (uint32_t)a[2] << 16 | (uint32_t)a[3] << 24;
+        TPS_CHECK(take(m, n, &a));
+        return push_str(m, a, n);
+    }
+    case 'U': /* SHORT_BINSTRING, decoded as UTF-8 as torch.load does */
+        TPS_CHECK(take(m, 1, &a));
+        {
+            size_t n = a[0];
+            TPS_CHECK(take(m, n, &a));
+            return push_str(m, a, n);
+        }
+    case 'K': TPS_CHECK(take(m, 1, &a)); return push_int(m, a[0]);
+    case 'M': TPS_CHECK(take(m, 2, &a)); return push_int(m, a[0] | a[1] << 8);
+    case 'J':
+        TPS_CHECK(take(m, 4, &a));
+        return push_int(m, (int32_t)((uint32_t)a[0] | (uint32_t)a[1] << 8 | (uint32_t)a[2] << 16 | (uint32_t)a[3] << 24));
+    case 0x8a: { /* LONG1: n-byte two's complement little-endian */
+        TPS_CHECK(take(m, 1, &a));
+        size_t n = a[0];
+        if (n > 8) return bad(m, NULL, "LONG1 integer wider than 64 bits");
+        TPS_CHECK(take(m, n, &a));
+        uint64_t u = 0;
+        for (size_t i = 0; i < n; i++) u |= (uint64_t)a[i] << (8 * i);
+        if (n > 0 && n < 8 && (a[n - 1] & 0x80)) u |= ~(uint64_t)0 << (8 * n);
+        return push_int(m, (int64_t)u);
+    }
+    case 'G': { /* BINFLOAT: big-endian double */
+        TPS_CHECK(take(m, 8, &a));
+        uint64_t u = 0;
+        for (int i = 0; i < 8; i++) u = u << 8 | a[i];
+        if (!(x = node(m, TPS_PV_FLOAT))) return oom(m);
+        memcpy(&x->u.f, &u, sizeof u);
+        return push(m, x);
+    }
+    case 'N': return push(m, node(m, TPS_PV_NONE));
+    case 0x88: case 0x89:
+        if (!(x = node(m, TPS_PV_BOOL))) return oom(m);
+        x->u.b = op == 0x88;
+        return push(m, x);
+    case 'R': return op_reduce(m);
+    case 'Q': return op_persid(m);
+    case 's': /* SETITEM */
+        TPS_CHECK(pop(m, &z));
+        TPS_CHECK(pop(m, &y));
+        TPS_CHECK(pop(m, &x));
+        if (x->kind != TPS_PV_DICT) return bad(m, NULL, "SETITEM on something that is not a dict");
+        TPS_CHECK(dict_set(m, x, y, z));
+        return push(m, x);
+    case 'u': /* SETITEMS */
+        TPS_CHECK(pop_mark(m, TPS_PV_TUPLE, &y));
+        TPS_CHECK(pop(m, &x));
+        if (x->kind != TPS_PV_DICT) return bad(m, NULL, "SETITEMS on something that is not a dict");
+        if (y->u.seq.n % 2) return bad(m, NULL, "SETITEMS with an odd number of items");
+        for (size_t i = 0; i < y->u.seq.n; i += 2) TPS_CHECK(dict_set(m, x, y->u.seq.items[i], y->u.seq.items[i + 1]));
+        return push(m, x);
+    case 'a': /* APPEND */
+        TPS_CHECK(pop(m, &y));
+        TPS_CHECK(pop(m, &x));
+        if (x->kind != TPS_PV_LIST) return bad(m, NULL, "APPEND to something that is not a list");
+        TPS_CHECK(seq_add(m, x, y));
+        return push(m, x);
+    case 'e': /* APPENDS */
+        TPS_CHECK(pop_mark(m, TPS_PV_TUPLE, &y));
+        TPS_CHECK(pop(m, &x));
+        if (x->kind != TPS_PV_LIST) return bad(m, NULL, "APPENDS to something that is not a list");
+        for (size_t i = 0; i < y->u.seq.n; i++) TPS_CHECK(seq_add(m, x, y->u.seq.items[i]));
+        return push(m, x);
+    case 'b': /* BUILD: only an OrderedDict's __dict__ (its _metadata), which is dropped */
+        TPS_CHECK(pop(m, &y));
+        TPS_CHECK(pop(m, &x));
+        if (x->kind != TPS_PV_DICT || (y->kind != TPS_PV_DICT && y->kind != TPS_PV_NONE))
+            return bad(m, NULL, "BUILD on something other than a dict");
+        return push(m, x);
+    default: {
+        char msg[96];
+        snprintf(msg, sizeof msg, "refused pickle opcode 0x%02x (%s): not in the weights-only subset", op, opcode_name(op));
+        return bad(m, NULL, msg);
+    }
+    }
+cleanup:
+    return st;
+}
+
+tps_status tps_pickle_load(const unsigned char *data, size_t len, const char *what, tps_pickle **out, const tps_pv **root,
+                           tps_error *err)
+{
+    *out = NULL;
+    *root = NULL;
+    tps_pickle *pk = calloc(1, sizeof *pk);
+    if (!pk) return tps_fail_oom(err, "reading a pickle");
+    vm m = {.p = data, .len = len, .what = what, .err = err, .pk = pk};
+    tps_status st = TPS_OK;
+    bool stop = false;
+    while (!stop) {
+        if (m.pos >= m.len) {
+            m.op_ofs = m.pos;
+            st = bad(&m, NULL, "pickle ends without STOP");
+            goto cleanup;
+        }
+        TPS_CHECK(step(&m, &stop));
+    }
+    if (m.sp != 1 || m.nmarks) {
+        st = bad(&m, NULL, "pickle stops with a malformed stack");
+        goto cleanup;
+    }
+    if (m.pos != m.len) {
+        st = bad(&m, NULL, "bytes after the pickle's STOP");
+        goto cleanup;
+    }
+    *root = m.stack[0];
+    *out = pk;
+    pk = NULL;
+cleanup:
+    free(m.stack);
+    free(m.marks);
+    free(m.memo);
+    tps_pickle_free(pk);
+    return st;
+}
+
+void tps_pickle_free(tps_pickle *p)
+{
+    if (!p) return;
+    for (size_t i = 0; i < p->nnodes; i++) {
+        tps_pv *v = p->nodes[i];
+        if (v->kind == TPS_PV_STR) free(v->u.str.s);
+        else if (v->kind == TPS_PV_TUPLE || v->kind == TPS_PV_LIST) free(v->u.seq.items);
+        else if (v->kind == TPS_PV_DICT) {
+            free(v->u.dict.keys);
+            free(v->u.dict.vals);
+        } else if (v->kind == TPS_PV_STORAGE) free(v->u.storage.key);
+        free(v);
+    }
+    free(p->nodes);
+    free(p);
+}

@@ -1,0 +1,114 @@
+/* pytorch_model.bin.index.json: several torch.save archives as one checkpoint (torch.h).
+ * Kept apart from torch.c so that programs reading single archives do not link the JSON
+ * parser. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../lib/json.h"
+#include "torch.h"
+#include "view.h"
+
+#define MAX_INDEX_BYTES (64u << 20)
+
+static tps_status read_text(const char *path, char **out, size_t *len, tps_error *err)
+{
+    tps_index *tmp = NULL;
+    uint32_t id;
+    *out = NULL;
+    /* Borrow the index's file opening: regular files only, size recorded. */
+    tps_status st = tps_index_new(path, "json", &tmp, err);
+    if (!st) st = tps_index_add_file(tmp, path, &id, err);
+    if (!st && tmp->files[id].size > MAX_INDEX_BYTES)
+        st = tps_fail(err, TPS_EINVALID, "%s: %llu bytes is too large for an index file", path,
+                      (unsigned long long)tmp->files[id].size);
+    if (!st) {
+        size_t n = (size_t)tmp->files[id].size;
+        char *buf = malloc(n + 1);
+        if (!buf) st = tps_fail_oom(err, "reading an index file");
+        else if ((st = tps_pread_full(tmp->files[id].fd, path, 0, buf, n, err))) free(buf);
+        else {
+            buf[n] = '\0';
+            *out = buf;
+            *len = n;
+        }
+    }
+    tps_index_free(tmp);
+    return st;
+}
+
+tps_status tps_torch_index_open(const char *path, tps_index **out, tps_error *err)
+{
+    *out = NULL;
+    tps_index *ix = NULL;
+    tps_json_doc *doc = NULL;
+    char *text = NULL, *dir = NULL, *file = NULL;
+    const char **seen = NULL;
+    size_t len = 0, nseen = 0;
+    tps_status st = tps_index_new(path, "torch-index", &ix, err);
+    if (st) return st;
+    TPS_CHECK(tps_view_state_init(ix, err));
+    TPS_CHECK(read_text(path, &text, &len, err));
+    TPS_CHECK(tps_json_parse(text, len, path, &doc, err));
+    const tps_json *root = tps_json_root(doc), *map = tps_json_get(root, "weight_map"), *meta = tps_json_get(root, "metadata");
+    if (!map || map->type != TPS_JSON_OBJECT) {
+        st = tps_fail(err, TPS_EINVALID, "%s: no \"weight_map\" object", path);
+        goto cleanup;
+    }
+    if (meta && meta->type == TPS_JSON_OBJECT)
+        for (size_t i = 0; i < meta->u.object.n; i++)
+            if (meta->u.object.values[i]->type == TPS_JSON_STRING && !memchr(meta->u.object.keys[i]->u.string.s, 0, meta->u.object.keys[i]->u.string.len))
+                TPS_CHECK(tps_index_add_meta(ix, meta->u.object.keys[i]->u.string.s, meta->u.object.values[i]->u.string.s, err));
+    const char *slash = strrchr(path, '/');
+    size_t dlen = slash ? (size_t)(slash - path) + 1 : 0;
+    if (!(dir = strndup(path, dlen)) || !(seen = calloc(map->u.object.n + 1, sizeof *seen))) {
+        st = tps_fail_oom(err, "reading an index file");
+        goto cleanup;
+    }
+    for (size_t i = 0; i < map->u.object.n; i++) {
+        const tps_json *v = map->u.object.values[i];
+        if (v->type != TPS_JSON_STRING || v->u.string.len == 0 || memchr(v->u.string.s, '/', v->u.string.len) ||
+            memchr(v->u.string.s, '\0', v->u.string.len) || strcmp(v->u.string.s, "..") == 0 || strcmp(v->u.string.s, ".") == 0) {
+            st = tps_fail(err, TPS_EINVALID, "%s: weight_map entry '%s' does not name a plain file in the index's directory", path,
+                          map->u.object.keys[i]->u.string.s);
+            goto cleanup;
+        }
+        bool known = false;
+        for (size_t k = 0; k < nseen && !known; k++) known = strcmp(seen[k], v->u.string.s) == 0;
+        if (known) continue;
+        seen[nseen++] = v->u.string.s;
+        free(file);
+        if (!(file = malloc(dlen + v->u.string.len + 1))) {
+            st = tps_fail_oom(err, "reading an index file");
+            goto cleanup;
+        }
+        snprintf(file, dlen + v->u.string.len + 1, "%s%s", dir, v->u.string.s);
+        TPS_CHECK(tps_torch_add_file(ix, file, err));
+    }
+    /* Every tensor found must be mapped to the file it came from; equal counts then make the
+     * map and the files agree exactly (names are unique on both sides). */
+    for (size_t t = 0; t < ix->ntensors; t++) {
+        const tps_json *f = tps_json_get(map, ix->tensors[t].name);
+        const char *fp = ix->files[ix->tensors[t].file].path;
+        if (!f || f->type != TPS_JSON_STRING || strcmp(fp + dlen, f->u.string.s) != 0) {
+            st = tps_fail(err, TPS_EINVALID, "%s: tensor '%s' is in %s but the weight_map %s", path, ix->tensors[t].name, fp,
+                          f ? "names another file" : "does not list it");
+            goto cleanup;
+        }
+    }
+    if (ix->ntensors != map->u.object.n) {
+        st = tps_fail(err, TPS_EINVALID, "%s: the weight_map lists %zu tensors but its files hold %zu", path, map->u.object.n,
+                      ix->ntensors);
+        goto cleanup;
+    }
+    *out = ix;
+    ix = NULL;
+cleanup:
+    free(seen);
+    free(file);
+    free(dir);
+    free(text);
+    tps_json_doc_free(doc);
+    tps_index_free(ix);
+    return st;
+}
