@@ -1,0 +1,216 @@
+/* The partition algebra and byte spans against a brute-force, element-by-element model of
+ * DESIGN.md's rules, written independently of lib/partition.c. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "lib/partition.h"
+#include "lib/spans.h"
+#include "tps_test.h"
+
+/* DESIGN.md's rule for one segment of n units on T ranks: the units rank r holds, as
+ * [first, first+count), and the zero units it pads with. */
+static void brute_units(uint64_t n, uint64_t T, uint64_t r, bool repl, bool pad, uint64_t *first, uint64_t *count,
+                        uint64_t *zeros)
+{
+    *zeros = 0;
+    if (n % T == 0) {
+        *first = r * n / T;
+        *count = n / T;
+    } else if (repl && n < T && T % n == 0) {
+        *first = (r * n) / T;
+        *count = 1;
+    } else {
+        (void)pad;
+        uint64_t padded = (n + T - 1) / T * T, per = padded / T;
+        *first = r * per;
+        *count = 0;
+        for (uint64_t u = *first; u < *first + per; u++)
+            if (u < n) ++*count;
+            else ++*zeros;
+    }
+}
+
+/* Global element index (along dim) of the rank's j-th index along dim, or -1 for padding. */
+static int64_t brute_map(const tps_partition *p, uint64_t T, uint64_t r, uint64_t j)
+{
+    uint64_t base = 0, at = 0;
+    for (int s = 0; s < p->nseg; s++) {
+        uint64_t n = p->seg[s].length / p->seg[s].unit, first, count, zeros;
+        brute_units(n, T, r, p->seg[s].may_replicate, p->pad, &first, &count, &zeros);
+        uint64_t len = count * p->seg[s].unit;
+        if (j < at + len) return (int64_t)(base + first * p->seg[s].unit + (j - at));
+        at += len;
+        base += p->seg[s].length;
+    }
+    return -1;
+}
+
+/* Builds rank r's bytes through the spans (as the copy engine does) and element by element
+ * through brute_map, for a [A, D, B] tensor of 2-byte elements cut along dim 1. */
+static int compare(const tps_partition *p, uint64_t A, uint64_t B, uint64_t T)
+{
+    uint64_t D = 0;
+    for (int s = 0; s < p->nseg; s++) D += p->seg[s].length;
+    uint64_t shape[3] = {A, D, B};
+    size_t n = (size_t)(A * D * B);
+    uint16_t *g = malloc(n * 2 + 2);
+    for (size_t i = 0; i < n; i++) g[i] = (uint16_t)(i * 7 + 1);
+    tps_spans sp;
+    tps_error err;
+    tps_error_clear(&err);
+    int bad = 0;
+    if (tps_partition_check(p, "t", TPS_DT_BF16, 3, shape, T, &err) != TPS_OK) {
+        printf("#   check failed: %s\n", err.msg);
+        free(g);
+        return 1;
+    }
+    if (tps_spans_build(p, TPS_DT_BF16, 3, shape, T, &sp, &err) != TPS_OK) {
+        printf("#   spans failed: %s\n", err.msg);
+        free(g);
+        return 1;
+    }
+    for (uint64_t r = 0; r < T && !bad; r++) {
+        uint64_t rs[3];
+        tps_partition_rank_shape(p, 3, shape, T, r, rs);
+        size_t rn = (size_t)(rs[0] * rs[1] * rs[2]);
+        uint16_t *viaspans = calloc(rn + 1, 2), *brute = calloc(rn + 1, 2);
+        /* through the spans: walk the global bytes in order, appending owned runs */
+        size_t at = 0;
+        for (uint64_t o = 0; o < sp.outer; o++) {
+            for (size_t k = 0; k < sp.nspans; k++)
+                for (uint32_t j = 0; j < sp.span[k].nowners; j++)
+                    if (sp.owner[sp.span[k].owner0 + j] == r) {
+                        memcpy((char *)viaspans + at, (char *)g + o * sp.slab_bytes + sp.span[k].begin,
+                               sp.span[k].end - sp.span[k].begin);
+                        at += sp.span[k].end - sp.span[k].begin;
+                    }
+            at += sp.rank_pad_bytes[r];
+        }
+        if (at != rn * 2) bad = 1;
+        for (uint64_t a = 0; a < A; a++)
+            for (uint64_t j = 0; j < rs[1]; j++)
+                for (uint64_t b = 0; b < B; b++) {
+                    int64_t gj = brute_map(p, T, r, j);
+                    brute[(a * rs[1] + j) * B + b] = gj < 0 ? 0 : g[(a * D + (uint64_t)gj) * B + b];
+                }
+        if (memcmp(viaspans, brute, rn * 2) != 0) {
+            printf("#   rank %llu of %llu differs\n", (unsigned long long)r, (unsigned long long)T);
+            bad = 1;
+        }
+        free(viaspans);
+        free(brute);
+    }
+    tps_spans_release(&sp);
+    free(g);
+    return bad;
+}
+
+static tps_partition seg3(uint64_t q, uint64_t k, uint64_t v, uint64_t unit, bool repl)
+{
+    tps_partition p;
+    memset(&p, 0, sizeof p);
+    p.dim = 1;
+    p.nseg = 3;
+    uint64_t len[3] = {q, k, v};
+    for (int s = 0; s < 3; s++) {
+        p.seg[s].length = len[s];
+        p.seg[s].unit = unit;
+        p.seg[s].may_replicate = s > 0 && repl;
+    }
+    return p;
+}
+
+TEST(plain_split_matches_brute_force)
+{
+    for (uint64_t T = 1; T <= 8; T *= 2) {
+        tps_partition p;
+        tps_partition_simple(&p, 1, 16, 2);
+        CHECK(compare(&p, 3, 2, T) == 0);
+    }
+}
+
+TEST(fused_qkv_with_gqa_replication)
+{
+    /* 8 q heads, 2 kv heads of 4: at tp 4 and 8 each rank gets a kv replica */
+    for (uint64_t T = 1; T <= 8; T *= 2) {
+        tps_partition p = seg3(32, 8, 8, 4, true);
+        CHECK(compare(&p, 2, 3, T) == 0);
+    }
+}
+
+TEST(padding_for_vocabulary)
+{
+    for (uint64_t T = 2; T <= 8; T++) {
+        tps_partition p;
+        tps_partition_simple(&p, 1, 13, 1);
+        p.pad = true;
+        CHECK(compare(&p, 2, 3, T) == 0);
+    }
+}
+
+TEST(kv_without_replication_refused_with_numbers)
+{
+    tps_partition p = seg3(32, 8, 8, 4, false);
+    uint64_t shape[2] = {1, 48};
+    p.dim = 1;
+    tps_error err;
+    tps_error_clear(&err);
+    CHECK(tps_partition_check(&p, "qkv", TPS_DT_BF16, 2, shape, 8, &err) == TPS_EINVALID);
+    CHECK_CONTAINS(err.msg, "qkv");
+    CHECK_CONTAINS(err.msg, "2 units");
+    CHECK_CONTAINS(err.msg, "tp 8");
+}
+
+TEST(indivisible_refused_and_tp_not_multiple_of_kv)
+{
+    tps_partition p = seg3(24, 12, 12, 4, true); /* 6 q heads, 3 kv heads */
+    uint64_t shape[2] = {1, 48};
+    tps_error err;
+    tps_error_clear(&err);
+    CHECK(tps_partition_check(&p, "qkv", TPS_DT_BF16, 2, shape, 4, &err) == TPS_EINVALID);
+    CHECK_CONTAINS(err.msg, "6 units");
+    tps_error_clear(&err);
+    CHECK(tps_partition_check(&p, "qkv", TPS_DT_BF16, 2, shape, 3, &err) == TPS_OK);
+    tps_error_clear(&err);
+    CHECK(tps_partition_check(&p, "qkv", TPS_DT_BF16, 2, shape, 6, &err) == TPS_OK); /* kv 3 replicated twice */
+}
+
+TEST(sub_byte_cut_inside_a_byte_refused)
+{
+    tps_partition p;
+    uint64_t shape[1] = {6};
+    tps_partition_simple(&p, 0, 6, 1);
+    tps_error err;
+    tps_error_clear(&err);
+    CHECK(tps_partition_check(&p, "w", TPS_DT_F4, 1, shape, 2, &err) == TPS_EINVALID); /* 3 nibbles per rank */
+    CHECK_CONTAINS(err.msg, "inside a byte");
+    uint64_t shape2[2] = {4, 2};
+    tps_partition_simple(&p, 0, 4, 1);
+    tps_error_clear(&err);
+    CHECK(tps_partition_check(&p, "w", TPS_DT_F4, 2, shape2, 4, &err) == TPS_OK); /* one byte per row */
+}
+
+TEST(rank_shapes)
+{
+    tps_partition p;
+    uint64_t shape[2] = {1003, 64}, out[2];
+    tps_partition_simple(&p, 0, 1003, 1);
+    p.pad = true;
+    for (uint64_t r = 0; r < 8; r++) {
+        tps_partition_rank_shape(&p, 2, shape, 8, r, out);
+        CHECK_EQ_U64(out[0], 126); /* ceil(1003/8) */
+        CHECK_EQ_U64(out[1], 64);
+    }
+}
+
+int main(void)
+{
+    RUN(plain_split_matches_brute_force);
+    RUN(fused_qkv_with_gqa_replication);
+    RUN(padding_for_vocabulary);
+    RUN(kv_without_replication_refused_with_numbers);
+    RUN(indivisible_refused_and_tp_not_multiple_of_kv);
+    RUN(sub_byte_cut_inside_a_byte_refused);
+    RUN(rank_shapes);
+    return tps_test_done();
+}
