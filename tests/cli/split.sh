@@ -1,0 +1,105 @@
+#!/bin/sh
+# split, plan, reshard, merge and check on the preset fixtures, through the CLI.
+. "$TPS_TOP/tests/cli/lib.sh"
+M="$FIX/models"
+preset_of() { # fixture directory name -> preset
+    case "$1" in tiny-llama*|tiny-qwen2*) echo llama ;; tiny-gpt2) echo gpt2 ;; tiny-neox) echo neox ;;
+                 tiny-phi3) echo phi3 ;; tiny-mixtral) echo mixtral ;; *) echo "" ;; esac
+}
+
+# reshard(split(S, N), M) == split(S, M), byte for byte, for every preset and N, M in {1,2,4,8}
+for d in "$M"/tiny-*; do
+    f=$(basename "$d")
+    p=$(preset_of "$f")
+    [ -n "$p" ] || continue
+    src="$d/model.safetensors"
+    [ -f "$src" ] || src="$d"
+    ok_tps=""
+    for tp in 1 2 4 8; do
+        if "$TPSHARD" split "$src" --tp $tp --preset "$p" --config "$d/config.json" -o "s-$f-$tp" -q 2>"err-$f-$tp"; then
+            ok_tps="$ok_tps $tp"
+        fi
+    done
+    [ -n "$ok_tps" ] || { notok "$f: split at no tp of 1 2 4 8"; cat "err-$f-1" | sed 's/^/#   /'; continue; }
+    all=ok
+    for n in $ok_tps; do
+        "$TPSHARD" check "s-$f-$n" -q >/dev/null 2>&1 || { all="check of tp $n failed"; break; }
+        for m in $ok_tps; do
+            [ "$n" = "$m" ] && continue
+            rm -rf r
+            if ! "$TPSHARD" reshard "s-$f-$n" --tp $m -o r -q 2>rerr; then all="reshard $n->$m failed: $(head -1 rerr)"; break 2; fi
+            for x in "s-$f-$m"/*; do
+                cmp -s "$x" "r/$(basename "$x")" || { all="reshard $n->$m differs from split $m in $(basename "$x")"; break 3; }
+            done
+        done
+    done
+    if [ "$all" = ok ]; then ok "$f ($p): reshard between tp$ok_tps equals split, and check passes"; else notok "$f: $all"; fi
+    rm -rf s-"$f"-*
+done
+
+L="$M/tiny-llama"
+SRC="$L/model.safetensors"
+before=$(cksum <"$SRC")
+"$TPSHARD" split "$SRC" --tp 4 --preset llama --config "$L/config.json" -o base -q
+
+# a non-prime, non-power-of-two pair where heads allow: 8 heads, 2 kv heads -> tp 2 and 6 are not
+# both valid; check that reshard refuses with the numbers instead.
+expect_exit 3 "tp 6" "reshard to tp 6 refused naming the tensor and numbers" "$TPSHARD" reshard base --tp 6 -o r6
+[ ! -e r6 ] && ok "refused reshard leaves no output" || notok "refused reshard left r6"
+
+mkdir full && echo x >full/keep
+expect_exit 3 "not empty" "non-empty output refused" "$TPSHARD" split "$SRC" --tp 2 --preset llama --config "$L/config.json" -o full
+[ "$(cat full/keep)" = x ] && [ "$(ls full)" = keep ] && ok "refused output directory left untouched" || notok "output dir changed"
+check "--force replaces a non-empty output" "$TPSHARD" split "$SRC" --tp 2 --preset llama --config "$L/config.json" -o full --force -q
+[ ! -e full/keep ] && "$TPSHARD" check full -q >/dev/null && ok "forced output is a valid shard set" || notok "forced output"
+
+"$TPSHARD" split "$SRC" --tp 2 --preset llama --config "$L/config.json" -o dry --dry-run >dry.out 2>&1
+[ $? = 0 ] && [ ! -e dry ] && grep -q "rank 1:" dry.out && ok "--dry-run plans and writes nothing" || notok "--dry-run"
+
+"$TPSHARD" split "$SRC" --tp 4 --preset llama --config "$L/config.json" -o only --only-rank 1,3 -q
+if [ -f only/model-rank-1-of-4.safetensors ] && [ -f only/model-rank-3-of-4.safetensors ] &&
+   [ ! -e only/model-rank-0-of-4.safetensors ] && cmp -s only/tpshard.json base/tpshard.json &&
+   cmp -s only/model-rank-3-of-4.safetensors base/model-rank-3-of-4.safetensors; then
+    ok "--only-rank writes only those ranks, with the full set's manifest"
+else notok "--only-rank"; fi
+
+expect_exit 3 "" "plan at tp 3 is refused" "$TPSHARD" plan "$SRC" --tp 3 --preset llama --config "$L/config.json"
+n=$(grep -c "tensor '" "$T/.err")
+[ "$n" -ge 4 ] && ok "plan lists every problem at once ($n lines)" || notok "plan listed $n problems"
+[ ! -e "s3" ] && ok "nothing written by a refused plan" || notok "plan wrote"
+
+# vocabulary 1003 at tp 8: padded rows recorded, merge strips them
+"$TPSHARD" split "$SRC" --tp 8 --preset llama --config "$L/config.json" -o s8 -q
+grep -q '"pad": true' s8/tpshard.json && ok "vocabulary padding recorded in the manifest" || notok "no padding in manifest"
+check "merge of a padded tp 8 set" "$TPSHARD" merge s8 -o merged.safetensors -q
+check "merged file passes check --source against the original" "$TPSHARD" check s8 --source merged.safetensors -q
+"$TPSHARD" merge s8 -o mdir --max-shard-size 100KB -q
+[ -f mdir/model.safetensors.index.json ] && [ -f mdir/model-00001-of-0000$(ls mdir | grep -c 'model-0')".safetensors" ] &&
+    "$TPSHARD" check s8 --source mdir -q >/dev/null && ok "merge into a Hugging Face multi-file set" || notok "merge to dir"
+
+[ "$(cksum <"$SRC")" = "$before" ] && ok "the source file is unchanged" || notok "source changed"
+
+# check catches damage, each in its own test
+cp -r s8 d && sz=$(wc -c <d/model-rank-5-of-8.safetensors) && printf "\377" | dd of=d/model-rank-5-of-8.safetensors bs=1 seek=$((sz - 100)) conv=notrunc 2>/dev/null
+expect_exit 1 "CRC" "check: a flipped byte in a shard" "$TPSHARD" check d
+rm -rf d && cp -r s8 d && truncate -s -7 d/model-rank-2-of-8.safetensors
+expect_exit 1 "rank 2" "check: a truncated shard" "$TPSHARD" check d
+rm -rf d && cp -r s8 d && rm d/model-rank-7-of-8.safetensors
+expect_exit 1 "rank 7" "check: a missing rank file" "$TPSHARD" check d
+rm -rf d && cp -r s8 d && mv d/model-rank-1-of-8.safetensors x && mv d/model-rank-2-of-8.safetensors d/model-rank-1-of-8.safetensors && mv x d/model-rank-2-of-8.safetensors
+expect_exit 1 "tp_rank" "check: two rank files swapped" "$TPSHARD" check d
+rm -rf d && cp -r s8 d && sed -i '0,/"shape": \[/s//"shape": [7, /' d/tpshard.json
+expect_exit 1 "" "check: a manifest edited to a wrong shape" "$TPSHARD" check d
+rm -rf d && cp -r s8 d
+# kv heads are replicated at tp 8 (2 kv heads): damage one replica's k_proj slice only
+"$TPSHARD" inspect --json d/model-rank-1-of-8.safetensors >insp.json
+off=$(/usr/bin/python3 -c "
+import json,struct
+d=json.load(open('insp.json'))
+f=open('d/model-rank-1-of-8.safetensors','rb'); n=struct.unpack('<Q',f.read(8))[0]
+h=json.loads(f.read(n))
+print(8+n+h['model.layers.0.self_attn.k_proj.weight']['data_offsets'][0]+3)")
+printf '\001' | dd of=d/model-rank-1-of-8.safetensors bs=1 seek="$off" conv=notrunc 2>/dev/null
+expect_exit 1 "replicas differ" "check: replicas that differ" "$TPSHARD" check d
+expect_exit 1 "replicas differ" "merge refuses replicas that differ" "$TPSHARD" merge d -o bad.safetensors
+[ ! -e bad.safetensors ] && ok "merge wrote nothing from an inconsistent set" || notok "merge left bad.safetensors"
