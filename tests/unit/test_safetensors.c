@@ -11,7 +11,9 @@
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -221,6 +223,61 @@ TEST(writer_empty_file_is_valid)
     CHECK(tps_safetensors_open(path, &ix, &err) == TPS_OK);
     if (ix) CHECK_EQ_U64(ix->ntensors, 0);
     tps_index_free(ix);
+}
+
+/* A NULL path only counts: the same size and CRC as the real file, and no file at all. */
+TEST(writer_count_only_matches_real_file)
+{
+    scratch_reset();
+    tps_error err;
+    tps_error_clear(&err);
+    uint32_t crc = 1;
+    uint64_t size = 0;
+    CHECK(write_pattern(NULL, mixed, NMIXED, mixed_bytes, NULL, 0, &crc, &size, &err) == TPS_OK);
+    CHECK_STR(err.msg, "");
+    CHECK_EQ_U64(count_entries(scratch), 0);
+    CHECK(write_pattern(sp("real.safetensors"), mixed, NMIXED, mixed_bytes, NULL, 0, NULL, NULL, &err) == TPS_OK);
+    size_t len = 0;
+    unsigned char *file = slurp(sp("real.safetensors"), &len);
+    CHECK(file != NULL);
+    if (file) {
+        CHECK_EQ_U64(size, len);
+        CHECK_EQ_U64(crc, crc32(crc32(0, NULL, 0), file, (uInt)len));
+    }
+    free(file);
+}
+
+/* A file-size limit makes write() first return short, then fail with EFBIG, the way a
+ * full disk does with ENOSPC: the failure is an I/O error naming the file, later calls
+ * keep failing, and nothing is left behind. */
+TEST(writer_reports_write_failure)
+{
+    scratch_reset();
+    struct rlimit old, lim;
+    if (getrlimit(RLIMIT_FSIZE, &old) != 0) return;
+    lim = old;
+    lim.rlim_cur = 100000;
+    void (*old_handler)(int) = signal(SIGXFSZ, SIG_IGN);
+    CHECK(setrlimit(RLIMIT_FSIZE, &lim) == 0);
+    static const uint64_t big[] = {3u << 20};
+    const tps_st_entry e[] = {{"big", TPS_DT_U8, 1, big}};
+    tps_error err;
+    tps_error_clear(&err);
+    tps_st_writer *w = NULL;
+    CHECK(tps_st_writer_open(sp("full.safetensors"), e, 1, NULL, 0, &w, &err) == TPS_OK);
+    unsigned char *buf = calloc(1, 3u << 20);
+    tps_status st = TPS_OK;
+    for (int i = 0; w && buf && i < 3 && st == TPS_OK; i++) st = tps_st_writer_write(w, buf, 1u << 20, &err);
+    CHECK(st == TPS_EIO);
+    CHECK_CONTAINS(err.msg, "full.safetensors");
+    CHECK_CONTAINS(err.msg, "File too large");
+    tps_error e2;
+    tps_error_clear(&e2);
+    if (w) CHECK(tps_st_writer_commit(w, NULL, NULL, &e2) == TPS_EIO);
+    setrlimit(RLIMIT_FSIZE, &old);
+    signal(SIGXFSZ, old_handler);
+    CHECK_EQ_U64(count_entries(scratch), 0);
+    free(buf);
 }
 
 TEST(writer_refuses_short_data)
@@ -561,6 +618,8 @@ int main(int argc, char **argv)
     RUN(writer_header_exact_bytes);
     RUN(writer_caller_format_overrides_pt);
     RUN(writer_empty_file_is_valid);
+    RUN(writer_count_only_matches_real_file);
+    RUN(writer_reports_write_failure);
     RUN(writer_refuses_short_data);
     RUN(writer_refuses_long_data);
     RUN(writer_abort_leaves_no_file_and_keeps_old_one);
