@@ -3,7 +3,14 @@
  * Only the prefix and the header are read, never tensor data, so inspecting a file of any
  * size costs one small read.  The header is validated in full before anything is added to
  * the index: first every entry's fields (in header order), then the data offsets in
- * (begin, end) order, as the reference reader does (formats.md §1.3). */
+ * (begin, end) order, as the reference reader does (formats.md §1.3).
+ *
+ * Decisions where the sources differ: shape entries may be any u64 (the schema's 2^48-1 is
+ * a CPU limit of the reference, not a format rule) because every product is overflow-checked
+ * and the data must fill the file exactly; at most TPS_MAX_DIMS dimensions; unknown keys in
+ * a tensor entry are refused (the schema forbids them, the reference ignores them);
+ * duplicate keys at any level are refused by the JSON parser (the reference silently keeps
+ * the last one, TOB-SFTN-7). */
 #include "safetensors.h"
 
 #include <stdio.h>
