@@ -1,0 +1,125 @@
+/* Shared between the verification modules: one layer's tensors, the resolved sizes, the
+ * maps that say which heads / intermediate columns a party computes, and the layer math,
+ * generated twice from verify/ops_tmpl.h (float64 for the reference, float32 for ranks). */
+#ifndef TPS_VERIFY_INTERNAL_H
+#define TPS_VERIFY_INTERNAL_H
+
+#include "verify.h"
+
+typedef struct vdims {
+    uint64_t hidden, heads, kv, hd, inter, experts, top_k;
+    uint64_t rot; /* rotating dimensions of a head (even), 0 without RoPE */
+} vdims;
+
+/* One layer's tensors as one party holds them; ex[e * TPS_ROLE_COUNT + role] for a
+ * Mixtral expert's MLP roles. */
+typedef struct vlayer {
+    tps_vt t[TPS_ROLE_COUNT];
+    tps_vt *ex;
+    uint64_t nex;
+} vlayer;
+
+void vlayer_release(vlayer *l);
+
+/* Whether the layer math converts this dtype (BF16, F16, F32, F64, F8_E4M3, F8_E5M2). */
+bool vdtype_supported(tps_dtype dt);
+
+/* Loads every role of layer `layer` from src. */
+tps_status vlayer_load(const tps_block *b, uint64_t layer, uint64_t experts, const tps_vsource *src, vlayer *out,
+                       tps_error *err);
+
+static inline const tps_vt *vrole(const vlayer *l, tps_block_role r, uint64_t expert, bool per_expert)
+{
+    const tps_vt *t = per_expert ? &l->ex[expert * TPS_ROLE_COUNT + r] : &l->t[r];
+    return t->data ? t : NULL;
+}
+
+/* What the TP convention gives rank r of T (module comment of verify.h). */
+typedef struct vshare {
+    uint64_t q_first, q_n;   /* q heads */
+    uint64_t kv_first, kv_n; /* KV heads */
+    uint64_t i_first, i_n;   /* intermediate columns (of every expert) */
+} vshare;
+
+void vshare_of(const vdims *d, uint64_t T, uint64_t r, vshare *out);
+
+/* Which heads an attention pass computes from the q/k/v (or fused) tensors it holds:
+ * hn q heads, global indices from q_first; the KV heads held are global
+ * [kv_first, kv_first + kv_n).  In the held tensors' output dimension, q head h starts at
+ * q_off + h * stride, KV head j (local) at k_off / v_off + j * stride; o_proj's input
+ * columns for q head h start at o_off + h * hd. */
+typedef struct vattn_map {
+    uint64_t hn, q_first, kv_first, kv_n;
+    uint64_t q_off, k_off, v_off, stride, o_off;
+} vattn_map;
+
+/* Intermediate columns [i_first, i_first + i_n) of the held MLP tensors; a fused
+ * [gate; up] holds up from up_off. */
+typedef struct vmlp_map {
+    uint64_t i_first, i_n, up_off;
+} vmlp_map;
+
+/* The maps for the heads of a share, in tensors of the full model (global) or in the
+ * slices the share's rank holds (local). */
+void vattn_map_global(const tps_block *b, const vdims *d, const vshare *s, vattn_map *m);
+void vattn_map_local(const tps_block *b, const vdims *d, const vshare *s, vattn_map *m);
+void vmlp_map_global(const vdims *d, const vshare *s, vmlp_map *m);
+void vmlp_map_local(const vdims *d, const vshare *s, vmlp_map *m);
+
+/* The shape the held tensor of `role` must have for a share (the whole model: T = 1).
+ * Returns the number of dimensions, 0 when the role has no fixed shape. */
+int vexpected_shape(const tps_block *b, const vdims *d, const vshare *s, tps_block_role role, uint64_t *shape);
+
+/* Checks every present tensor of l against vexpected_shape; on a difference, writes a
+ * message naming the tensor, both shapes and the share into msg and returns false.
+ * mlp selects the MLP-side roles, else the attention-side ones. */
+bool vcheck_shapes(const tps_block *b, const vdims *d, const vshare *s, const vlayer *l, bool mlp, char *msg,
+                   size_t msgsize);
+
+/* Which roles feed the MLP stage (the rest feed attention). */
+bool vrole_is_mlp(tps_block_role r);
+
+/* Layer math, one copy per precision (suffix _f64, _f32).  Inputs are [n, hidden] row
+ * major; outputs [n, hidden].  add_bias adds the row-parallel output bias (o / down),
+ * which a rank adds only after the all-reduce. */
+#define VOPS_DECLARE(REAL, SFX)                                                                         \
+    void vnorm_##SFX(const tps_block *b, const vdims *d, const tps_vt *w, const tps_vt *bias, size_t n,  \
+                     const REAL *x, REAL *out);                                                         \
+    tps_status vattn_##SFX(const tps_block *b, const vdims *d, const vlayer *l, const vattn_map *m,      \
+                           size_t n, const REAL *xn, bool add_bias, REAL *out, tps_error *err);         \
+    tps_status vmlp_##SFX(const tps_block *b, const vdims *d, const vlayer *l, const vmlp_map *m,        \
+                          size_t n, const REAL *xn, bool add_bias, REAL *out, tps_error *err);          \
+    void vadd_vec_##SFX(const tps_vt *v, size_t n, size_t dim, REAL *y);                               \
+    /* Rotates heads in place: x[t, h * hd ..] for h < nh at position t (row stride ldx). */            \
+    void vrope_##SFX(const tps_block *b, const vdims *d, size_t n, size_t nh, REAL *x, size_t ldx);
+
+VOPS_DECLARE(double, f64)
+VOPS_DECLARE(float, f32)
+
+/* Reference outputs for one party's input: attention block output a = attn(norm1 x) and
+ * MLP block output m = mlp(norm2 h), with h = x + a (sequential) or h = x (parallel
+ * residual).  share NULL: the whole layer with output biases; else the share's partial
+ * sums without them (attn input x, MLP input h as given). */
+tps_status vref_attn(const tps_block *b, const vdims *d, const vlayer *l, const vshare *share, size_t n,
+                     const double *x, double *out, tps_error *err);
+tps_status vref_mlp(const tps_block *b, const vdims *d, const vlayer *l, const vshare *share, size_t n,
+                    const double *h, double *out, tps_error *err);
+
+/* One rank's results of the sharded pass (float32). */
+typedef struct vrank_out {
+    float *partial[TPS_VSTAGE_COUNT]; /* the rank's own sum before the all-reduce */
+    float *out[TPS_VSTAGE_COUNT];     /* the block output as the rank holds it afterwards */
+    bool bad[TPS_VSTAGE_COUNT];       /* its slices do not have the convention's shapes */
+    char why[TPS_VSTAGE_COUNT][512];
+    tps_dtype min_dtype;
+} vrank_out;
+
+void vrank_out_release(vrank_out *o);
+
+/* The sharded pass on T threads.  x is [n, hidden] (float32 values).  Every rank always
+ * joins every collective, contributing zeros from slices it cannot use, so a bad rank is
+ * reported rather than hanging the others. */
+tps_status vrank_run(const tps_block *b, const vdims *d, uint64_t layer, uint64_t T, const tps_vsource *ranks,
+                     size_t n, const float *x, vrank_out *outs, tps_error *err);
+
+#endif

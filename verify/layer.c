@@ -1,0 +1,356 @@
+/* One layer's tensors: names, loading, the TP convention's share of each rank, and the
+ * shapes that share implies. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../lib/buf.h"
+#include "../lib/checked.h"
+#include "../lib/manifest.h"
+#include "internal.h"
+
+void tps_vt_release(tps_vt *t)
+{
+    if (!t) return;
+    free(t->name);
+    free(t->data);
+    memset(t, 0, sizeof *t);
+}
+
+void vlayer_release(vlayer *l)
+{
+    if (!l) return;
+    for (int r = 0; r < TPS_ROLE_COUNT; r++) tps_vt_release(&l->t[r]);
+    for (uint64_t i = 0; i < l->nex * TPS_ROLE_COUNT; i++) tps_vt_release(&l->ex[i]);
+    free(l->ex);
+    memset(l, 0, sizeof *l);
+}
+
+bool tps_verify_role_per_expert(const tps_block *b, tps_block_role role)
+{
+    if (b->kind != TPS_BLOCK_MIXTRAL) return false;
+    switch (role) {
+    case TPS_ROLE_GATE_W: case TPS_ROLE_UP_W: case TPS_ROLE_GATE_UP_W:
+    case TPS_ROLE_FC_W: case TPS_ROLE_FC_B: case TPS_ROLE_DOWN_W:
+        return true;
+    default:
+        return false;
+    }
+}
+
+bool vrole_is_mlp(tps_block_role r)
+{
+    return r >= TPS_ROLE_MLP_NORM_W;
+}
+
+static void put_expanded(tps_buf *out, const char *tmpl, uint64_t layer, uint64_t expert)
+{
+    for (const char *p = tmpl; *p;) {
+        if (strncmp(p, "{layer}", 7) == 0) {
+            tps_buf_printf(out, "%llu", (unsigned long long)layer);
+            p += 7;
+        } else if (strncmp(p, "{expert}", 8) == 0) {
+            tps_buf_printf(out, "%llu", (unsigned long long)expert);
+            p += 8;
+        } else {
+            tps_buf_putc(out, *p++);
+        }
+    }
+}
+
+char *tps_verify_tensor_name(const tps_block *b, tps_block_role role, uint64_t layer, uint64_t expert, bool *oom)
+{
+    *oom = false;
+    if (!b->role[role]) return NULL;
+    tps_buf s = TPS_BUF_INIT;
+    if (b->layer_prefix) put_expanded(&s, b->layer_prefix, layer, expert);
+    if (tps_verify_role_per_expert(b, role) && b->expert_prefix) put_expanded(&s, b->expert_prefix, layer, expert);
+    put_expanded(&s, b->role[role], layer, expert);
+    const char *c = tps_buf_cstr(&s);
+    if (!c) {
+        *oom = true;
+        tps_buf_release(&s);
+        return NULL;
+    }
+    char *name = strdup(c);
+    tps_buf_release(&s);
+    if (!name) *oom = true;
+    return name;
+}
+
+static tps_status load_role(const tps_block *b, tps_block_role role, uint64_t layer, uint64_t expert,
+                            const tps_vsource *src, tps_vt *out, tps_error *err)
+{
+    bool oom;
+    char *name = tps_verify_tensor_name(b, role, layer, expert, &oom);
+    if (oom) return tps_fail_oom(err, "a tensor name");
+    if (!name) return TPS_OK;
+    tps_status st = src->load(src->ctx, name, out, err);
+    if (st == TPS_OK && !vdtype_supported(out->dtype))
+        st = tps_fail(err, TPS_EINVALID, "%s: dtype %s; verify needs BF16, F16, F32, F64 or FP8 weights", name,
+                      tps_dtype_name(out->dtype));
+    free(name);
+    return st;
+}
+
+tps_status vlayer_load(const tps_block *b, uint64_t layer, uint64_t experts, const tps_vsource *src, vlayer *out,
+                       tps_error *err)
+{
+    tps_status st = TPS_OK;
+    memset(out, 0, sizeof *out);
+    for (int r = 0; r < TPS_ROLE_COUNT; r++)
+        if (!tps_verify_role_per_expert(b, (tps_block_role)r))
+            TPS_CHECK(load_role(b, (tps_block_role)r, layer, 0, src, &out->t[r], err));
+    if (b->kind != TPS_BLOCK_MIXTRAL) return TPS_OK;
+    if (!experts && out->t[TPS_ROLE_ROUTER_W].data && out->t[TPS_ROLE_ROUTER_W].ndim == 2)
+        experts = out->t[TPS_ROLE_ROUTER_W].shape[0];
+    if (!experts) {
+        st = tps_fail(err, TPS_EINVALID, "layer %llu: a Mixtral block needs a 2-D router to count its experts",
+                      (unsigned long long)layer);
+        goto cleanup;
+    }
+    /* experts comes from a tensor shape bounded by its file: the product cannot overflow
+     * a size the router's own bytes did not already exceed, but check anyway. */
+    uint64_t cnt;
+    size_t cnt_sz;
+    if (!tps_mul_u64(experts, TPS_ROLE_COUNT, &cnt) || !tps_u64_to_size(cnt, &cnt_sz) ||
+        !(out->ex = calloc(cnt_sz, sizeof *out->ex))) {
+        st = tps_fail_oom(err, "the experts' tensors");
+        goto cleanup;
+    }
+    out->nex = experts;
+    for (uint64_t e = 0; e < experts; e++)
+        for (int r = 0; r < TPS_ROLE_COUNT; r++)
+            if (tps_verify_role_per_expert(b, (tps_block_role)r))
+                TPS_CHECK(load_role(b, (tps_block_role)r, layer, e, src, &out->ex[e * TPS_ROLE_COUNT + r], err));
+cleanup:
+    if (st != TPS_OK) vlayer_release(out);
+    return st;
+}
+
+void vshare_of(const vdims *d, uint64_t T, uint64_t r, vshare *s)
+{
+    s->q_n = d->heads / T;
+    s->q_first = r * s->q_n;
+    if (d->kv >= T) {
+        s->kv_n = d->kv / T;
+        s->kv_first = r * s->kv_n;
+    } else {
+        s->kv_n = 1;
+        s->kv_first = r * d->kv / T;
+    }
+    s->i_n = d->inter / T;
+    s->i_first = r * s->i_n;
+}
+
+static void attn_map(const tps_block *b, const vdims *d, const vshare *s, bool global, vattn_map *m)
+{
+    uint64_t hd = d->hd;
+    m->hn = s->q_n;
+    m->q_first = s->q_first;
+    m->kv_first = s->kv_first;
+    m->kv_n = s->kv_n;
+    m->o_off = global ? s->q_first * hd : 0;
+    bool fused = b->role[TPS_ROLE_QKV_W] != NULL;
+    if (fused && b->qkv_interleaved) {
+        m->stride = 3 * hd;
+        m->q_off = global ? s->q_first * 3 * hd : 0;
+        m->k_off = m->q_off + hd;
+        m->v_off = m->q_off + 2 * hd;
+        return;
+    }
+    m->stride = hd;
+    uint64_t qn = global ? d->heads : s->q_n, kvn = global ? d->kv : s->kv_n;
+    m->q_off = global ? s->q_first * hd : 0;
+    m->k_off = (fused ? qn * hd : 0) + (global ? s->kv_first * hd : 0);
+    m->v_off = (fused ? (qn + kvn) * hd : 0) + (global ? s->kv_first * hd : 0);
+}
+
+void vattn_map_global(const tps_block *b, const vdims *d, const vshare *s, vattn_map *m)
+{
+    attn_map(b, d, s, true, m);
+}
+
+void vattn_map_local(const tps_block *b, const vdims *d, const vshare *s, vattn_map *m)
+{
+    attn_map(b, d, s, false, m);
+}
+
+void vmlp_map_global(const vdims *d, const vshare *s, vmlp_map *m)
+{
+    m->i_first = s->i_first;
+    m->i_n = s->i_n;
+    m->up_off = d->inter;
+}
+
+void vmlp_map_local(const vdims *d, const vshare *s, vmlp_map *m)
+{
+    (void)d;
+    m->i_first = 0;
+    m->i_n = s->i_n;
+    m->up_off = s->i_n;
+}
+
+int vexpected_shape(const tps_block *b, const vdims *d, const vshare *s, tps_block_role role, uint64_t *shape)
+{
+    uint64_t H = d->hidden, hd = d->hd, out = 0, in = H;
+    bool vec = false;
+    switch (role) {
+    case TPS_ROLE_ATTN_NORM_W: case TPS_ROLE_ATTN_NORM_B: case TPS_ROLE_MLP_NORM_W: case TPS_ROLE_MLP_NORM_B:
+    case TPS_ROLE_O_B: case TPS_ROLE_DOWN_B:
+        out = H, vec = true;
+        break;
+    case TPS_ROLE_Q_B: vec = true; /* fall through */
+    case TPS_ROLE_Q_W: out = s->q_n * hd; break;
+    case TPS_ROLE_K_B: case TPS_ROLE_V_B: vec = true; /* fall through */
+    case TPS_ROLE_K_W: case TPS_ROLE_V_W: out = s->kv_n * hd; break;
+    case TPS_ROLE_QKV_B: vec = true; /* fall through */
+    case TPS_ROLE_QKV_W: out = b->qkv_interleaved ? s->q_n * 3 * hd : (s->q_n + 2 * s->kv_n) * hd; break;
+    case TPS_ROLE_O_W: out = H, in = s->q_n * hd; break;
+    case TPS_ROLE_FC_B: vec = true; /* fall through */
+    case TPS_ROLE_GATE_W: case TPS_ROLE_UP_W: case TPS_ROLE_FC_W: out = s->i_n; break;
+    case TPS_ROLE_GATE_UP_W: out = 2 * s->i_n; break;
+    case TPS_ROLE_DOWN_W: out = H, in = s->i_n; break;
+    case TPS_ROLE_ROUTER_W:
+        shape[0] = d->experts, shape[1] = H;
+        return 2;
+    default: return 0;
+    }
+    if (vec) {
+        shape[0] = out;
+        return 1;
+    }
+    shape[0] = b->conv1d ? in : out;
+    shape[1] = b->conv1d ? out : in;
+    return 2;
+}
+
+static bool check_one(const tps_block *b, const vdims *d, const vshare *s, const tps_vt *t, tps_block_role role,
+                      char *msg, size_t msgsize)
+{
+    uint64_t want[2];
+    int nd = vexpected_shape(b, d, s, role, want);
+    if (!t->data || nd == 0) return true;
+    if (t->ndim == nd && t->shape[0] == want[0] && (nd == 1 || t->shape[1] == want[1])) return true;
+    char have_s[128], want_s[64];
+    tps_shape_str(t->shape, t->ndim, have_s, sizeof have_s);
+    tps_shape_str(want, nd, want_s, sizeof want_s);
+    snprintf(msg, msgsize,
+             "%s (%s) has shape %s where the TP convention needs %s (q heads %llu-%llu, KV heads %llu-%llu, "
+             "intermediate %llu-%llu%s)",
+             t->name, tps_block_role_name(role), have_s, want_s, (unsigned long long)s->q_first,
+             (unsigned long long)(s->q_first + s->q_n - 1), (unsigned long long)s->kv_first,
+             (unsigned long long)(s->kv_first + s->kv_n - 1), (unsigned long long)s->i_first,
+             (unsigned long long)(s->i_first + s->i_n - 1),
+             role == TPS_ROLE_O_B || role == TPS_ROLE_DOWN_B ? "; a row-parallel bias is replicated" : "");
+    return false;
+}
+
+bool vcheck_shapes(const tps_block *b, const vdims *d, const vshare *s, const vlayer *l, bool mlp, char *msg,
+                   size_t msgsize)
+{
+    for (int r = 0; r < TPS_ROLE_COUNT; r++) {
+        tps_block_role role = (tps_block_role)r;
+        if (vrole_is_mlp(role) != mlp) continue;
+        if (!tps_verify_role_per_expert(b, role)) {
+            if (!check_one(b, d, s, &l->t[r], role, msg, msgsize)) return false;
+            continue;
+        }
+        for (uint64_t e = 0; e < l->nex; e++)
+            if (!check_one(b, d, s, &l->ex[e * TPS_ROLE_COUNT + r], role, msg, msgsize)) return false;
+    }
+    return true;
+}
+
+static tps_status index_load(void *ctx, const char *name, tps_vt *out, tps_error *err)
+{
+    const tps_index *ix = ctx;
+    const tps_tensor *t = tps_index_find(ix, name);
+    if (!t) return tps_fail(err, TPS_EINVALID, "%s: no tensor %s", ix->path, name);
+    size_t nb;
+    if (!tps_u64_to_size(t->nbytes, &nb)) return tps_fail_oom(err, name);
+    memset(out, 0, sizeof *out);
+    out->name = strdup(name);
+    out->data = malloc(nb ? nb : 1);
+    if (!out->name || !out->data) {
+        tps_vt_release(out);
+        return tps_fail_oom(err, name);
+    }
+    tps_status st = tps_tensor_read(ix, t, 0, out->data, nb, err);
+    if (st != TPS_OK) {
+        tps_vt_release(out);
+        return st;
+    }
+    out->dtype = t->dtype;
+    out->ndim = t->ndim;
+    memcpy(out->shape, t->shape, sizeof out->shape);
+    out->nelem = t->nelem;
+    return TPS_OK;
+}
+
+static bool index_has(void *ctx, const char *name)
+{
+    return tps_index_find(ctx, name) != NULL;
+}
+
+tps_vsource tps_vsource_index(const tps_index *ix)
+{
+    tps_vsource s = {(void *)ix, index_load, index_has};
+    return s;
+}
+
+static tps_status shardset_load(void *ctx, const char *name, tps_vt *out, tps_error *err)
+{
+    tps_shardset *ss = ctx;
+    const tps_manifest_tensor *t = tps_manifest_find(ss->m, name);
+    if (!t) return tps_fail(err, TPS_EINVALID, "%s: the manifest has no tensor %s", ss->dir, name);
+    size_t nb;
+    if (!tps_u64_to_size(t->nbytes, &nb)) return tps_fail_oom(err, name);
+    memset(out, 0, sizeof *out);
+    out->name = strdup(name);
+    out->data = malloc(nb ? nb : 1);
+    if (!out->name || !out->data) {
+        tps_vt_release(out);
+        return tps_fail_oom(err, name);
+    }
+    tps_status st = tps_shardset_read_global(ss, t, 0, out->data, nb, err);
+    if (st != TPS_OK) {
+        tps_vt_release(out);
+        return st;
+    }
+    out->dtype = t->dtype;
+    out->ndim = t->ndim;
+    memcpy(out->shape, t->shape, sizeof out->shape);
+    /* the manifest loader checked nbytes against the shape, so the product fits */
+    tps_prod_u64(t->shape, t->ndim, &out->nelem);
+    return TPS_OK;
+}
+
+static bool shardset_has(void *ctx, const char *name)
+{
+    const tps_shardset *ss = ctx;
+    return tps_manifest_find(ss->m, name) != NULL;
+}
+
+tps_vsource tps_vsource_shardset(tps_shardset *ss)
+{
+    tps_vsource s = {ss, shardset_load, shardset_has};
+    return s;
+}
+
+double tps_verify_rtol(tps_dtype dt)
+{
+    switch (dt) {
+    case TPS_DT_F64: return 1e-7;
+    case TPS_DT_F32: return 1e-5;
+    case TPS_DT_F16: return 1e-3;
+    case TPS_DT_BF16: return 1.6e-2;
+    case TPS_DT_F8_E4M3: return 1.25e-1;
+    default: return 2.5e-1;
+    }
+}
+
+const char *tps_verify_stage_name(int stage)
+{
+    return stage == TPS_VSTAGE_ATTN ? "attention" : stage == TPS_VSTAGE_MLP ? "mlp" : "?";
+}

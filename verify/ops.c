@@ -1,0 +1,57 @@
+/* The layer math in float64 (reference) and float32 (ranks): verify/ops_tmpl.h twice. */
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* Tokens per block of the Linear kernel: 16 float64 accumulators fill 8 SSE registers. */
+#define VTB 16
+
+static float f16_tab[65536], e4m3_tab[256], e5m2_tab[256];
+static pthread_once_t tab_once = PTHREAD_ONCE_INIT;
+
+/* Lookup tables built from tps_dtype_to_f64, so the conversion rules live in one place
+ * and the hot loops make no call per element.  Every F16/FP8 value is exact in float. */
+static void tab_init(void)
+{
+    for (unsigned i = 0; i < 65536; i++) {
+        unsigned char b[2] = {(unsigned char)(i & 0xff), (unsigned char)(i >> 8)};
+        double v = 0;
+        tps_dtype_to_f64(TPS_DT_F16, b, 0, &v);
+        f16_tab[i] = (float)v;
+    }
+    for (unsigned i = 0; i < 256; i++) {
+        unsigned char b = (unsigned char)i;
+        double v = 0;
+        tps_dtype_to_f64(TPS_DT_F8_E4M3, &b, 0, &v);
+        e4m3_tab[i] = (float)v;
+        tps_dtype_to_f64(TPS_DT_F8_E5M2, &b, 0, &v);
+        e5m2_tab[i] = (float)v;
+    }
+}
+
+static const float *vtable(tps_dtype dt)
+{
+    if (dt != TPS_DT_F16 && dt != TPS_DT_F8_E4M3 && dt != TPS_DT_F8_E5M2) return NULL;
+    pthread_once(&tab_once, tab_init);
+    return dt == TPS_DT_F16 ? f16_tab : dt == TPS_DT_F8_E4M3 ? e4m3_tab : e5m2_tab;
+}
+
+bool vdtype_supported(tps_dtype dt)
+{
+    return dt == TPS_DT_BF16 || dt == TPS_DT_F32 || dt == TPS_DT_F64 || vtable(dt) != NULL;
+}
+
+#define REAL double
+#define SFX f64
+#include "ops_tmpl.h"
+#undef REAL
+#undef SFX
+
+#define REAL float
+#define SFX f32
+#include "ops_tmpl.h"
+#undef REAL
+#undef SFX

@@ -1,0 +1,370 @@
+/* The layer math, written once and instantiated by verify/ops.c for REAL = double (SFX
+ * f64, the reference) and REAL = float (SFX f32, the ranks).  Every loop runs over
+ * contiguous memory; weights are converted one row at a time into a REAL scratch row, so
+ * no party ever holds a converted copy of a whole matrix.  No include guard: included
+ * once per precision. */
+
+#define VCAT_(a, b) a##_##b
+#define VCAT(a, b) VCAT_(a, b)
+#define F(name) VCAT(name, SFX)
+
+/* Elements [off, off + n) of t as REAL. */
+static void F(vrow)(const tps_vt *t, uint64_t off, size_t n, REAL *out)
+{
+    const unsigned char *p = t->data;
+    const float *tab = vtable(t->dtype);
+    switch (t->dtype) {
+    case TPS_DT_BF16:
+        p += off * 2;
+        for (size_t i = 0; i < n; i++) {
+            uint32_t u = ((uint32_t)p[2 * i] | (uint32_t)p[2 * i + 1] << 8) << 16;
+            float f;
+            memcpy(&f, &u, 4);
+            out[i] = (REAL)f;
+        }
+        return;
+    case TPS_DT_F32:
+        p += off * 4;
+        for (size_t i = 0; i < n; i++) {
+            const unsigned char *q = p + 4 * i;
+            uint32_t u = (uint32_t)q[0] | (uint32_t)q[1] << 8 | (uint32_t)q[2] << 16 | (uint32_t)q[3] << 24;
+            float f;
+            memcpy(&f, &u, 4);
+            out[i] = (REAL)f;
+        }
+        return;
+    case TPS_DT_F16:
+        p += off * 2;
+        for (size_t i = 0; i < n; i++) out[i] = (REAL)tab[p[2 * i] | p[2 * i + 1] << 8];
+        return;
+    default:
+        if (tab) {
+            p += off;
+            for (size_t i = 0; i < n; i++) out[i] = (REAL)tab[p[i]];
+            return;
+        }
+        for (size_t i = 0; i < n; i++) {
+            double v = 0;
+            tps_dtype_to_f64(t->dtype, t->data, (size_t)off + i, &v); /* dtype checked at load */
+            out[i] = (REAL)v;
+        }
+    }
+}
+
+/* y[t, o - o0] (row stride ldy) = sum over i in [i0, i1) of x[t, i - i0] (stride ldx) * W(o, i)
+ * for o in [o0, o1), where W(o, i) is w[o, i] for a Linear [out, in] and w[i, o] for a
+ * Conv1D [in, out]. */
+static tps_status F(vlinear)(const tps_vt *w, bool conv1d, size_t n, const REAL *x, size_t ldx, uint64_t i0,
+                             uint64_t i1, uint64_t o0, uint64_t o1, REAL *y, size_t ldy, tps_error *err)
+{
+    size_t K = (size_t)(i1 - i0), O = (size_t)(o1 - o0);
+    REAL *wrow = NULL, *xt = NULL;
+    if (conv1d) {
+        uint64_t out_dim = w->shape[1];
+        wrow = malloc((O ? O : 1) * sizeof *wrow);
+        if (!wrow) return tps_fail_oom(err, "a verification scratch row");
+        for (size_t t = 0; t < n; t++) memset(y + t * ldy, 0, O * sizeof *y);
+        for (size_t k = 0; k < K; k++) {
+            F(vrow)(w, (i0 + k) * out_dim + o0, O, wrow);
+            for (size_t t = 0; t < n; t++) {
+                REAL a = x[t * ldx + k], *yt = y + t * ldy;
+                for (size_t o = 0; o < O; o++) yt[o] += a * wrow[o];
+            }
+        }
+        free(wrow);
+        return TPS_OK;
+    }
+    /* Linear: a block of VTB tokens transposed so the inner loop updates VTB independent
+     * accumulators from one weight element (vectorizes without reassociating sums). */
+    uint64_t in_dim = w->shape[1];
+    wrow = malloc((K ? K : 1) * sizeof *wrow);
+    xt = malloc((K ? K : 1) * VTB * sizeof *xt);
+    if (!wrow || !xt) {
+        free(wrow);
+        free(xt);
+        return tps_fail_oom(err, "a verification scratch block");
+    }
+    for (size_t tb = 0; tb < n; tb += VTB) {
+        size_t nb = n - tb < VTB ? n - tb : VTB;
+        for (size_t k = 0; k < K; k++)
+            for (size_t t = 0; t < VTB; t++) xt[k * VTB + t] = t < nb ? x[(tb + t) * ldx + k] : 0;
+        for (size_t o = 0; o < O; o++) {
+            F(vrow)(w, (o0 + o) * in_dim + i0, K, wrow);
+            REAL acc[VTB] = {0};
+            for (size_t k = 0; k < K; k++) {
+                const REAL wv = wrow[k], *xk = xt + k * VTB;
+                for (size_t t = 0; t < VTB; t++) acc[t] += wv * xk[t];
+            }
+            for (size_t t = 0; t < nb; t++) y[(tb + t) * ldy + o] = acc[t];
+        }
+    }
+    free(wrow);
+    free(xt);
+    return TPS_OK;
+}
+
+/* y[t, j] += v[off + j] for j < cnt, every token t. */
+static void F(vadd_range)(const tps_vt *v, uint64_t off, size_t n, size_t cnt, REAL *y, size_t ldy, REAL *scratch)
+{
+    F(vrow)(v, off, cnt, scratch);
+    for (size_t t = 0; t < n; t++)
+        for (size_t j = 0; j < cnt; j++) y[t * ldy + j] += scratch[j];
+}
+
+void F(vadd_vec)(const tps_vt *v, size_t n, size_t dim, REAL *y)
+{
+    /* dim is the hidden size of a layer already loaded, so this small row fits the stack
+     * only in chunks; adding chunk by chunk keeps it allocation-free. */
+    REAL chunk[256];
+    for (size_t c = 0; c < dim; c += 256) {
+        size_t m = dim - c < 256 ? dim - c : 256;
+        F(vrow)(v, c, m, chunk);
+        for (size_t t = 0; t < n; t++)
+            for (size_t j = 0; j < m; j++) y[t * dim + c + j] += chunk[j];
+    }
+}
+
+void F(vnorm)(const tps_block *b, const vdims *d, const tps_vt *w, const tps_vt *bias, size_t n, const REAL *x,
+              REAL *out)
+{
+    size_t H = (size_t)d->hidden;
+    for (size_t t = 0; t < n; t++) {
+        const REAL *xt = x + t * H;
+        REAL *ot = out + t * H, mean = 0, var = 0;
+        if (b->norm == TPS_NORM_LAYER) {
+            for (size_t i = 0; i < H; i++) mean += xt[i];
+            mean /= (REAL)H;
+        }
+        for (size_t i = 0; i < H; i++) var += (xt[i] - mean) * (xt[i] - mean);
+        REAL inv = (REAL)(1.0 / sqrt((double)(var / (REAL)H) + b->norm_eps));
+        for (size_t i = 0; i < H; i++) ot[i] = (xt[i] - mean) * inv;
+    }
+    if (w) {
+        REAL chunk[256];
+        for (size_t c = 0; c < H; c += 256) {
+            size_t m = H - c < 256 ? H - c : 256;
+            F(vrow)(w, c, m, chunk);
+            for (size_t t = 0; t < n; t++)
+                for (size_t j = 0; j < m; j++) out[t * H + c + j] *= chunk[j];
+        }
+    }
+    if (bias) F(vadd_vec)(bias, n, H, out);
+}
+
+void F(vrope)(const tps_block *b, const vdims *d, size_t n, size_t nh, REAL *x, size_t ldx)
+{
+    size_t hd = (size_t)d->hd, half = (size_t)d->rot / 2;
+    if (b->rope == TPS_ROPE_NONE || half == 0) return;
+    for (size_t t = 0; t < n; t++)
+        for (size_t i = 0; i < half; i++) {
+            double ang = (double)t * pow(b->rope_theta, -2.0 * (double)i / (double)d->rot);
+            REAL c = (REAL)cos(ang), s = (REAL)sin(ang);
+            size_t i1 = b->rope == TPS_ROPE_HALF ? i : 2 * i, i2 = b->rope == TPS_ROPE_HALF ? i + half : 2 * i + 1;
+            for (size_t h = 0; h < nh; h++) {
+                REAL *p = x + t * ldx + h * hd, a = p[i1], bb = p[i2];
+                p[i1] = a * c - bb * s;
+                p[i2] = bb * c + a * s;
+            }
+        }
+}
+
+static REAL F(vact)(tps_act_kind k, REAL v)
+{
+    double x = (double)v;
+    switch (k) {
+    case TPS_ACT_SILU: return (REAL)(x / (1.0 + exp(-x)));
+    case TPS_ACT_GELU_TANH:
+        return (REAL)(0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))));
+    case TPS_ACT_GELU_ERF: return (REAL)(0.5 * x * (1.0 + erf(x * 0.7071067811865476)));
+    }
+    return v;
+}
+
+/* Projects heads h < cnt of width hd from W's output rows off + h * stride into
+ * dst[t, h * hd ..] (row stride ldd), with the matching bias elements. */
+static tps_status F(vheads)(const tps_block *b, const vdims *d, const tps_vt *w, const tps_vt *bias, size_t n,
+                            const REAL *xn, uint64_t off, uint64_t stride, size_t cnt, REAL *dst, size_t ldd,
+                            REAL *scratch, tps_error *err)
+{
+    tps_status st = TPS_OK;
+    size_t hd = (size_t)d->hd;
+    for (size_t h = 0; h < cnt; h++) {
+        uint64_t o0 = off + h * stride;
+        TPS_CHECK(F(vlinear)(w, b->conv1d, n, xn, (size_t)d->hidden, 0, d->hidden, o0, o0 + hd, dst + h * hd, ldd,
+                             err));
+        if (bias) F(vadd_range)(bias, o0, n, hd, dst + h * hd, ldd, scratch);
+    }
+cleanup:
+    return st;
+}
+
+tps_status F(vattn)(const tps_block *b, const vdims *d, const vlayer *l, const vattn_map *m, size_t n,
+                    const REAL *xn, bool add_bias, REAL *out, tps_error *err)
+{
+    tps_status st = TPS_OK;
+    size_t hd = (size_t)d->hd, hn = (size_t)m->hn, kvn = (size_t)m->kv_n;
+    size_t qld = hn * hd, kld = kvn * hd, group = (size_t)(d->heads / d->kv);
+    REAL *q = malloc((n * qld + 1) * sizeof *q), *k = malloc((n * kld + 1) * sizeof *k);
+    REAL *v = malloc((n * kld + 1) * sizeof *v), *ctx = malloc((n * qld + 1) * sizeof *ctx);
+    REAL *sc = malloc((n + hd + 1) * sizeof *sc);
+    if (!q || !k || !v || !ctx || !sc) {
+        st = tps_fail_oom(err, "attention buffers");
+        goto cleanup;
+    }
+    const tps_vt *fw = vrole(l, TPS_ROLE_QKV_W, 0, false), *fb = vrole(l, TPS_ROLE_QKV_B, 0, false);
+    const tps_vt *qw = fw ? fw : vrole(l, TPS_ROLE_Q_W, 0, false), *qb = fw ? fb : vrole(l, TPS_ROLE_Q_B, 0, false);
+    const tps_vt *kw = fw ? fw : vrole(l, TPS_ROLE_K_W, 0, false), *kb = fw ? fb : vrole(l, TPS_ROLE_K_B, 0, false);
+    const tps_vt *vw = fw ? fw : vrole(l, TPS_ROLE_V_W, 0, false), *vb = fw ? fb : vrole(l, TPS_ROLE_V_B, 0, false);
+    TPS_CHECK(F(vheads)(b, d, qw, qb, n, xn, m->q_off, m->stride, hn, q, qld, sc, err));
+    TPS_CHECK(F(vheads)(b, d, kw, kb, n, xn, m->k_off, m->stride, kvn, k, kld, sc, err));
+    TPS_CHECK(F(vheads)(b, d, vw, vb, n, xn, m->v_off, m->stride, kvn, v, kld, sc, err));
+    F(vrope)(b, d, n, hn, q, qld);
+    F(vrope)(b, d, n, kvn, k, kld);
+    for (size_t h = 0; h < hn; h++)
+        if ((m->q_first + h) / group < m->kv_first || (m->q_first + h) / group - m->kv_first >= kvn) {
+            st = tps_fail(err, TPS_EINVALID, "attention map: q head %llu needs KV head %llu, not among the %zu held from %llu",
+                          (unsigned long long)(m->q_first + h), (unsigned long long)((m->q_first + h) / group), kvn,
+                          (unsigned long long)m->kv_first);
+            goto cleanup;
+        }
+    REAL scale = (REAL)(1.0 / sqrt((double)hd));
+    for (size_t h = 0; h < hn; h++) {
+        uint64_t j = (m->q_first + h) / group - m->kv_first; /* the map holds this KV head */
+        for (size_t t = 0; t < n; t++) {
+            const REAL *qt = q + t * qld + h * hd;
+            REAL mx = 0, sum = 0, *ct = ctx + t * qld + h * hd;
+            for (size_t s = 0; s <= t; s++) {
+                const REAL *ks = k + s * kld + j * hd;
+                REAL dot = 0;
+                for (size_t i = 0; i < hd; i++) dot += qt[i] * ks[i];
+                sc[s] = dot * scale;
+                if (s == 0 || sc[s] > mx) mx = sc[s];
+            }
+            for (size_t s = 0; s <= t; s++) {
+                sc[s] = (REAL)exp((double)(sc[s] - mx));
+                sum += sc[s];
+            }
+            memset(ct, 0, hd * sizeof *ct);
+            for (size_t s = 0; s <= t; s++) {
+                const REAL *vs = v + s * kld + j * hd, p = sc[s] / sum;
+                for (size_t i = 0; i < hd; i++) ct[i] += p * vs[i];
+            }
+        }
+    }
+    const tps_vt *ow = vrole(l, TPS_ROLE_O_W, 0, false), *ob = vrole(l, TPS_ROLE_O_B, 0, false);
+    TPS_CHECK(F(vlinear)(ow, b->conv1d, n, ctx, qld, m->o_off, m->o_off + qld, 0, d->hidden, out, (size_t)d->hidden,
+                         err));
+    if (add_bias && ob) F(vadd_vec)(ob, n, (size_t)d->hidden, out);
+cleanup:
+    free(q);
+    free(k);
+    free(v);
+    free(ctx);
+    free(sc);
+    return st;
+}
+
+/* One dense MLP (or one expert) for the map's intermediate columns: out = down(act(...)). */
+static tps_status F(vdense)(const tps_block *b, const vdims *d, const vlayer *l, uint64_t e, bool per_expert,
+                            const vmlp_map *m, size_t n, const REAL *xn, REAL *out, tps_error *err)
+{
+    tps_status st = TPS_OK;
+    size_t in = (size_t)m->i_n, H = (size_t)d->hidden;
+    REAL *g = malloc((n * in + 1) * sizeof *g), *u = malloc((n * in + 1) * sizeof *u);
+    if (!g || !u) {
+        st = tps_fail_oom(err, "MLP buffers");
+        goto cleanup;
+    }
+    const tps_vt *gu = vrole(l, TPS_ROLE_GATE_UP_W, e, per_expert);
+    const tps_vt *gw = gu ? gu : vrole(l, TPS_ROLE_GATE_W, e, per_expert);
+    const tps_vt *uw = gu ? gu : vrole(l, TPS_ROLE_UP_W, e, per_expert);
+    uint64_t up0 = gu ? m->up_off + m->i_first : m->i_first;
+    if (gw) {
+        TPS_CHECK(F(vlinear)(gw, b->conv1d, n, xn, H, 0, d->hidden, m->i_first, m->i_first + in, g, in, err));
+        TPS_CHECK(F(vlinear)(uw, b->conv1d, n, xn, H, 0, d->hidden, up0, up0 + in, u, in, err));
+        for (size_t i = 0; i < n * in; i++) g[i] = F(vact)(b->act, g[i]) * u[i];
+    } else {
+        const tps_vt *fw = vrole(l, TPS_ROLE_FC_W, e, per_expert), *fb = vrole(l, TPS_ROLE_FC_B, e, per_expert);
+        TPS_CHECK(F(vlinear)(fw, b->conv1d, n, xn, H, 0, d->hidden, m->i_first, m->i_first + in, g, in, err));
+        if (fb) F(vadd_range)(fb, m->i_first, n, in, g, in, u);
+        for (size_t i = 0; i < n * in; i++) g[i] = F(vact)(b->act, g[i]);
+    }
+    TPS_CHECK(F(vlinear)(vrole(l, TPS_ROLE_DOWN_W, e, per_expert), b->conv1d, n, g, in, m->i_first,
+                         m->i_first + in, 0, d->hidden, out, H, err));
+cleanup:
+    free(g);
+    free(u);
+    return st;
+}
+
+/* Mixtral: softmax over the router logits, the top_k experts (lowest index first on a
+ * tie), their weights renormalized to sum to 1 (HF MixtralSparseMoeBlock); each expert
+ * runs on the tokens routed to it. */
+static tps_status F(vmoe)(const tps_block *b, const vdims *d, const vlayer *l, const vmlp_map *m, size_t n,
+                          const REAL *xn, REAL *out, tps_error *err)
+{
+    tps_status st = TPS_OK;
+    size_t E = (size_t)d->experts, H = (size_t)d->hidden, K = (size_t)d->top_k;
+    REAL *logit = malloc((n * E + 1) * sizeof *logit), *xg = malloc((n * H + 1) * sizeof *xg);
+    REAL *yg = malloc((n * H + 1) * sizeof *yg);
+    double *wt = calloc(n * E + 1, sizeof *wt);
+    unsigned char *sel = calloc(n * E + 1, 1);
+    size_t *tok = malloc((n + 1) * sizeof *tok);
+    if (!logit || !xg || !yg || !wt || !sel || !tok) {
+        st = tps_fail_oom(err, "MoE buffers");
+        goto cleanup;
+    }
+    TPS_CHECK(F(vlinear)(vrole(l, TPS_ROLE_ROUTER_W, 0, false), false, n, xn, H, 0, d->hidden, 0, E, logit, E, err));
+    for (size_t t = 0; t < n; t++) {
+        const REAL *lt = logit + t * E;
+        double *wt_t = wt + t * E, mx = (double)lt[0], z = 0, kept = 0;
+        for (size_t e = 1; e < E; e++) mx = fmax(mx, (double)lt[e]);
+        for (size_t e = 0; e < E; e++) z += exp((double)lt[e] - mx);
+        for (size_t k = 0; k < K; k++) {
+            size_t best = E;
+            for (size_t e = 0; e < E; e++)
+                if (!sel[t * E + e] && (best == E || lt[e] > lt[best])) best = e;
+            sel[t * E + best] = 1;
+            wt_t[best] = exp((double)lt[best] - mx) / z;
+            kept += wt_t[best];
+        }
+        for (size_t e = 0; e < E; e++) wt_t[e] /= kept;
+    }
+    memset(out, 0, n * H * sizeof *out);
+    for (size_t e = 0; e < E; e++) {
+        size_t ng = 0;
+        for (size_t t = 0; t < n; t++)
+            if (sel[t * E + e]) {
+                memcpy(xg + ng * H, xn + t * H, H * sizeof *xg);
+                tok[ng++] = t;
+            }
+        if (!ng) continue;
+        TPS_CHECK(F(vdense)(b, d, l, e, true, m, ng, xg, yg, err));
+        for (size_t g = 0; g < ng; g++) {
+            REAL w = (REAL)wt[tok[g] * E + e], *ot = out + tok[g] * H;
+            for (size_t i = 0; i < H; i++) ot[i] += w * yg[g * H + i];
+        }
+    }
+cleanup:
+    free(logit);
+    free(xg);
+    free(yg);
+    free(wt);
+    free(sel);
+    free(tok);
+    return st;
+}
+
+tps_status F(vmlp)(const tps_block *b, const vdims *d, const vlayer *l, const vmlp_map *m, size_t n,
+                   const REAL *xn, bool add_bias, REAL *out, tps_error *err)
+{
+    tps_status st = b->kind == TPS_BLOCK_MIXTRAL ? F(vmoe)(b, d, l, m, n, xn, out, err)
+                                                 : F(vdense)(b, d, l, 0, false, m, n, xn, out, err);
+    const tps_vt *db = vrole(l, TPS_ROLE_DOWN_B, 0, false);
+    if (st == TPS_OK && add_bias && db) F(vadd_vec)(db, n, (size_t)d->hidden, out);
+    return st;
+}
+
+#undef F
+#undef VCAT
+#undef VCAT_

@@ -1,0 +1,224 @@
+/* The sharded pass on the CPU backend: one thread per rank, each with only its own
+ * slices, joined by an all-reduce over shared memory. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* ---- the thread all-reduce ---- */
+
+typedef struct tshared {
+    pthread_barrier_t bar;
+    float **bufs; /* each rank's buffer, published for one collective */
+    float *sum;
+    size_t cap;
+    uint64_t T;
+} tshared;
+
+/* Reduce-scatter then all-gather through sum: rank r adds, in rank order, the elements of
+ * its own chunk, so every element is summed in the same order whatever the thread timing. */
+static tps_status thread_allreduce(tps_vcomm *c, float *buf, size_t n, tps_error *err)
+{
+    tshared *s = c->impl;
+    if (n > s->cap) /* the same n on every rank: all of them fail here together */
+        return tps_fail(err, TPS_EIO, "all-reduce of %zu elements exceeds its %zu-element buffer", n, s->cap);
+    s->bufs[c->rank] = buf;
+    pthread_barrier_wait(&s->bar);
+    size_t lo = (size_t)(c->rank * n / s->T), hi = (size_t)((c->rank + 1) * n / s->T);
+    memcpy(s->sum + lo, s->bufs[0] + lo, (hi - lo) * sizeof *buf);
+    for (uint64_t q = 1; q < s->T; q++)
+        for (size_t i = lo; i < hi; i++) s->sum[i] += s->bufs[q][i];
+    pthread_barrier_wait(&s->bar);
+    memcpy(buf, s->sum, n * sizeof *buf);
+    pthread_barrier_wait(&s->bar); /* nobody reuses sum before everyone has copied it */
+    return TPS_OK;
+}
+
+/* ---- one rank ---- */
+
+typedef struct rank_job {
+    const tps_block *b;
+    const vdims *d;
+    uint64_t layer;
+    const tps_vsource *src;
+    size_t n;
+    const float *x;
+    vrank_out *out;
+    tps_vcomm comm;
+    tps_status st;
+    tps_error err;
+    /* start gate: every thread waits until all were created (or creation failed) */
+    pthread_mutex_t *gate_mu;
+    pthread_cond_t *gate_cv;
+    int *gate; /* 0 wait, 1 go, -1 abort */
+} rank_job;
+
+static void note_dtype(vrank_out *o, const tps_vt *t)
+{
+    if (t->data && tps_verify_rtol(t->dtype) > tps_verify_rtol(o->min_dtype)) o->min_dtype = t->dtype;
+}
+
+static void rank_stage(rank_job *j, const vlayer *l, int stage, const float *in, float *scratch)
+{
+    const tps_block *b = j->b;
+    const vdims *d = j->d;
+    vrank_out *o = j->out;
+    vshare s;
+    vshare_of(d, j->comm.size, j->comm.rank, &s);
+    size_t nh = j->n * d->hidden;
+    char why[sizeof o->why[0] - 32];
+    memset(o->partial[stage], 0, nh * sizeof(float));
+    if (!vcheck_shapes(b, d, &s, l, stage == TPS_VSTAGE_MLP, why, sizeof why)) {
+        o->bad[stage] = true;
+        snprintf(o->why[stage], sizeof o->why[stage], "rank %llu: %s", (unsigned long long)j->comm.rank, why);
+        return; /* joins the all-reduce with zeros */
+    }
+    if (j->st != TPS_OK) return;
+    if (stage == TPS_VSTAGE_ATTN) {
+        vattn_map m;
+        vattn_map_local(b, d, &s, &m);
+        vnorm_f32(b, d, vrole(l, TPS_ROLE_ATTN_NORM_W, 0, false), vrole(l, TPS_ROLE_ATTN_NORM_B, 0, false), j->n, in,
+                  scratch);
+        j->st = vattn_f32(b, d, l, &m, j->n, scratch, false, o->partial[stage], &j->err);
+    } else {
+        vmlp_map m;
+        vmlp_map_local(d, &s, &m);
+        vnorm_f32(b, d, vrole(l, TPS_ROLE_MLP_NORM_W, 0, false), vrole(l, TPS_ROLE_MLP_NORM_B, 0, false), j->n, in,
+                  scratch);
+        j->st = vmlp_f32(b, d, l, &m, j->n, scratch, false, o->partial[stage], &j->err);
+    }
+}
+
+static void *rank_main(void *arg)
+{
+    rank_job *j = arg;
+    const vdims *d = j->d;
+    vrank_out *o = j->out;
+    vlayer l;
+    memset(&l, 0, sizeof l);
+    pthread_mutex_lock(j->gate_mu);
+    while (*j->gate == 0) pthread_cond_wait(j->gate_cv, j->gate_mu);
+    int go = *j->gate;
+    pthread_mutex_unlock(j->gate_mu);
+    if (go < 0) return NULL;
+
+    size_t nh = j->n * d->hidden;
+    float *h = malloc((nh + 1) * sizeof *h), *scratch = malloc((nh + 1) * sizeof *scratch);
+    if (!h || !scratch) j->st = tps_fail_oom(&j->err, "a rank's activations");
+    if (j->st == TPS_OK) j->st = vlayer_load(j->b, j->layer, d->experts, j->src, &l, &j->err);
+    /* Every rank learns whether any rank failed to load, and then all stop together. */
+    float failed = j->st != TPS_OK;
+    tps_status cst = j->comm.allreduce_sum(&j->comm, &failed, 1, &j->err);
+    if (cst != TPS_OK || failed > 0) {
+        if (j->st == TPS_OK) j->st = cst != TPS_OK ? cst : TPS_EIO;
+        goto cleanup;
+    }
+    for (int r = 0; r < TPS_ROLE_COUNT; r++) note_dtype(o, &l.t[r]);
+    for (uint64_t i = 0; i < l.nex * TPS_ROLE_COUNT; i++) note_dtype(o, &l.ex[i]);
+
+    for (int stage = 0; stage < TPS_VSTAGE_COUNT; stage++) {
+        const float *in = j->x;
+        if (stage == TPS_VSTAGE_MLP && !j->b->parallel_residual) {
+            for (size_t i = 0; i < nh; i++) h[i] = j->x[i] + o->out[TPS_VSTAGE_ATTN][i];
+            in = h;
+        }
+        rank_stage(j, &l, stage, in, scratch);
+        memcpy(o->out[stage], o->partial[stage], nh * sizeof(float));
+        cst = j->comm.allreduce_sum(&j->comm, o->out[stage], nh, &j->err);
+        if (cst != TPS_OK) {
+            j->st = cst;
+            goto cleanup;
+        }
+        /* A row-parallel bias is added once, after the sum, by each rank to its copy. */
+        const tps_vt *bias = vrole(&l, stage == TPS_VSTAGE_ATTN ? TPS_ROLE_O_B : TPS_ROLE_DOWN_B, 0, false);
+        if (bias && !o->bad[stage]) vadd_vec_f32(bias, j->n, (size_t)d->hidden, o->out[stage]);
+    }
+cleanup:
+    vlayer_release(&l);
+    free(h);
+    free(scratch);
+    return NULL;
+}
+
+void vrank_out_release(vrank_out *o)
+{
+    if (!o) return;
+    for (int s = 0; s < TPS_VSTAGE_COUNT; s++) {
+        free(o->partial[s]);
+        free(o->out[s]);
+    }
+    memset(o, 0, sizeof *o);
+}
+
+tps_status vrank_run(const tps_block *b, const vdims *d, uint64_t layer, uint64_t T, const tps_vsource *ranks,
+                     size_t n, const float *x, vrank_out *outs, tps_error *err)
+{
+    tps_status st = TPS_OK;
+    size_t nh = n * (size_t)d->hidden;
+    tshared sh = {.T = T, .cap = nh};
+    rank_job *jobs = calloc(T, sizeof *jobs);
+    pthread_t *tid = calloc(T, sizeof *tid);
+    sh.bufs = calloc(T, sizeof *sh.bufs);
+    sh.sum = malloc((nh + 1) * sizeof *sh.sum);
+    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+    int gate = 0;
+    uint64_t started = 0;
+    bool bar = false;
+    if (!jobs || !tid || !sh.bufs || !sh.sum) {
+        st = tps_fail_oom(err, "the rank threads");
+        goto cleanup;
+    }
+    for (uint64_t r = 0; r < T; r++) {
+        memset(&outs[r], 0, sizeof outs[r]);
+        outs[r].min_dtype = TPS_DT_F64;
+        for (int s = 0; s < TPS_VSTAGE_COUNT; s++) {
+            outs[r].partial[s] = malloc((nh + 1) * sizeof(float));
+            outs[r].out[s] = malloc((nh + 1) * sizeof(float));
+            if (!outs[r].partial[s] || !outs[r].out[s]) {
+                st = tps_fail_oom(err, "the ranks' outputs");
+                goto cleanup;
+            }
+        }
+    }
+    if (pthread_barrier_init(&sh.bar, NULL, (unsigned)T) != 0) {
+        st = tps_fail(err, TPS_EIO, "cannot create a barrier for %llu rank threads", (unsigned long long)T);
+        goto cleanup;
+    }
+    bar = true;
+    for (uint64_t r = 0; r < T; r++) {
+        rank_job *j = &jobs[r];
+        *j = (rank_job){.b = b, .d = d, .layer = layer, .src = &ranks[r], .n = n, .x = x, .out = &outs[r],
+                        .comm = {.rank = r, .size = T, .allreduce_sum = thread_allreduce, .impl = &sh},
+                        .gate_mu = &mu, .gate_cv = &cv, .gate = &gate};
+        tps_error_clear(&j->err);
+        if (pthread_create(&tid[r], NULL, rank_main, j) != 0) {
+            st = tps_fail(err, TPS_EIO, "cannot start the thread of rank %llu", (unsigned long long)r);
+            break;
+        }
+        started++;
+    }
+    pthread_mutex_lock(&mu);
+    gate = st == TPS_OK ? 1 : -1;
+    pthread_cond_broadcast(&cv);
+    pthread_mutex_unlock(&mu);
+    for (uint64_t r = 0; r < started; r++) pthread_join(tid[r], NULL);
+    for (uint64_t r = 0; r < started && st == TPS_OK; r++)
+        if (jobs[r].st != TPS_OK && jobs[r].err.code != TPS_OK) {
+            *err = jobs[r].err;
+            st = jobs[r].st;
+        }
+    for (uint64_t r = 0; r < started && st == TPS_OK; r++)
+        if (jobs[r].st != TPS_OK) st = jobs[r].st; /* a rank that stopped because another failed */
+cleanup:
+    if (bar) pthread_barrier_destroy(&sh.bar);
+    if (st != TPS_OK && outs)
+        for (uint64_t r = 0; r < T; r++) vrank_out_release(&outs[r]);
+    free(jobs);
+    free(tid);
+    free(sh.bufs);
+    free(sh.sum);
+    return st;
+}

@@ -1,0 +1,329 @@
+/* The verification driver: resolve the layer's sizes, draw inputs, run the reference and
+ * the ranks, compare, and when a stage differs, find the rank whose slice caused it. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../lib/checked.h"
+#include "internal.h"
+
+void tps_verify_result_release(tps_verify_result *r)
+{
+    if (!r) return;
+    free(r->x);
+    for (int s = 0; s < TPS_VSTAGE_COUNT; s++) free(r->ref_out[s]);
+    r->x = NULL;
+    for (int s = 0; s < TPS_VSTAGE_COUNT; s++) r->ref_out[s] = NULL;
+}
+
+tps_status tps_verify_count_layers(const tps_block *b, const tps_vsource *ref, uint64_t *out, tps_error *err)
+{
+    if (b->layers) {
+        *out = b->layers;
+        return TPS_OK;
+    }
+    uint64_t n = 0;
+    for (;; n++) {
+        bool oom;
+        char *name = tps_verify_tensor_name(b, TPS_ROLE_O_W, n, 0, &oom);
+        if (oom) return tps_fail_oom(err, "a tensor name");
+        if (!name) return tps_fail(err, TPS_EINVALID, "the block description names no o_proj tensor");
+        bool has = ref->has(ref->ctx, name);
+        free(name);
+        if (!has) break;
+    }
+    if (!n) return tps_fail(err, TPS_EINVALID, "no layer 0: the block's o_proj name matches no tensor");
+    *out = n;
+    return TPS_OK;
+}
+
+/* Output dimension of a 2-D weight as the block stores it. */
+static uint64_t out_dim(const tps_block *b, const tps_vt *t)
+{
+    return t && t->ndim == 2 ? t->shape[b->conv1d ? 1 : 0] : 0;
+}
+
+static tps_status resolve_dims(const tps_block *b, uint64_t layer, const vlayer *l, uint64_t T, vdims *d,
+                               tps_error *err)
+{
+    memset(d, 0, sizeof *d);
+    const tps_vt *norm = vrole(l, TPS_ROLE_ATTN_NORM_W, 0, false);
+    bool moe = b->kind == TPS_BLOCK_MIXTRAL;
+    d->hidden = b->hidden ? b->hidden : norm && norm->ndim == 1 ? norm->shape[0] : 0;
+    d->heads = b->heads;
+    d->hd = b->head_dim;
+    if (!d->hidden || (!d->heads && !d->hd))
+        return tps_fail(err, TPS_EINVALID, "layer %llu: the block description gives no hidden size or heads",
+                        (unsigned long long)layer);
+    if (!d->heads) d->heads = d->hidden / d->hd;
+    if (!d->hd) d->hd = d->hidden / d->heads;
+    uint64_t kout = out_dim(b, vrole(l, TPS_ROLE_K_W, 0, false));
+    d->kv = b->kv_heads ? b->kv_heads : kout ? kout / d->hd : d->heads;
+    const tps_vt *g = vrole(l, TPS_ROLE_GATE_W, 0, moe), *gu = vrole(l, TPS_ROLE_GATE_UP_W, 0, moe);
+    if (!g) g = vrole(l, TPS_ROLE_FC_W, 0, moe);
+    d->inter = b->intermediate ? b->intermediate : g ? out_dim(b, g) : out_dim(b, gu) / 2;
+    d->experts = l->nex;
+    d->top_k = b->top_k;
+    if (b->rope != TPS_ROPE_NONE) {
+        double pct = b->rotary_pct > 0 ? b->rotary_pct : 1.0;
+        d->rot = (uint64_t)((double)d->hd * pct) & ~(uint64_t)1;
+    }
+    bool fused = vrole(l, TPS_ROLE_QKV_W, 0, false) != NULL;
+    const char *missing = NULL;
+    if (!fused && !(vrole(l, TPS_ROLE_Q_W, 0, false) && vrole(l, TPS_ROLE_K_W, 0, false) &&
+                    vrole(l, TPS_ROLE_V_W, 0, false)))
+        missing = "q/k/v projections (or a fused qkv_proj)";
+    else if (!vrole(l, TPS_ROLE_O_W, 0, false)) missing = "o_proj";
+    else if (!vrole(l, TPS_ROLE_DOWN_W, 0, moe)) missing = "down_proj";
+    else if (!g && !gu) missing = "gate_proj/up_proj, gate_up_proj or fc";
+    else if (!gu && !vrole(l, TPS_ROLE_FC_W, 0, moe) && !vrole(l, TPS_ROLE_UP_W, 0, moe)) missing = "up_proj";
+    else if (moe && !vrole(l, TPS_ROLE_ROUTER_W, 0, false)) missing = "router";
+    if (missing)
+        return tps_fail(err, TPS_EINVALID, "layer %llu: the block description names no %s",
+                        (unsigned long long)layer, missing);
+    if (d->hd == 0 || d->kv == 0 || d->heads % d->kv != 0 || d->inter == 0)
+        return tps_fail(err, TPS_EINVALID,
+                        "layer %llu: inconsistent sizes: %llu heads, %llu KV heads, head_dim %llu, intermediate %llu",
+                        (unsigned long long)layer, (unsigned long long)d->heads, (unsigned long long)d->kv,
+                        (unsigned long long)d->hd, (unsigned long long)d->inter);
+    if (fused && b->qkv_interleaved && d->kv != d->heads)
+        return tps_fail(err, TPS_EINVALID, "layer %llu: a per-head interleaved qkv needs as many KV heads as heads",
+                        (unsigned long long)layer);
+    if (moe && (d->top_k == 0 || d->top_k > d->experts))
+        return tps_fail(err, TPS_EINVALID, "layer %llu: top_k %llu with %llu experts", (unsigned long long)layer,
+                        (unsigned long long)d->top_k, (unsigned long long)d->experts);
+    vshare all;
+    char msg[512];
+    vshare_of(d, 1, 0, &all);
+    if (!vcheck_shapes(b, d, &all, l, false, msg, sizeof msg) || !vcheck_shapes(b, d, &all, l, true, msg, sizeof msg))
+        return tps_fail(err, TPS_EINVALID, "reference layer %llu does not match the block description: %s",
+                        (unsigned long long)layer, msg);
+    if (d->heads % T || d->inter % T || (d->kv % T && T % d->kv))
+        return tps_fail(err, TPS_EINVALID,
+                        "layer %llu: %llu heads, %llu KV heads and intermediate %llu do not divide among %llu ranks",
+                        (unsigned long long)layer, (unsigned long long)d->heads, (unsigned long long)d->kv,
+                        (unsigned long long)d->inter, (unsigned long long)T);
+    return TPS_OK;
+}
+
+/* splitmix64 (Steele, Lea, Flood 2014): a tiny, well-mixed, portable stream. */
+static uint64_t splitmix64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Standard normal inputs by Box-Muller, rounded to float so both passes see the same
+ * values. */
+static void draw_inputs(uint64_t seed, uint64_t layer, size_t count, float *x)
+{
+    uint64_t s = seed ^ (layer * 0xd1b54a32d192ed03ull);
+    for (size_t i = 0; i < count; i += 2) {
+        double u1 = ((double)(splitmix64(&s) >> 11) + 1.0) / 9007199254740993.0; /* (0, 1] */
+        double u2 = (double)(splitmix64(&s) >> 11) / 9007199254740992.0;
+        double r = sqrt(-2.0 * log(u1)), a = 6.283185307179586 * u2;
+        x[i] = (float)(r * cos(a));
+        if (i + 1 < count) x[i + 1] = (float)(r * sin(a));
+    }
+}
+
+typedef struct cmp {
+    double max_abs, rel;
+    bool pass;
+} cmp;
+
+/* allclose in torch's sense (|a - b| <= atol + rtol |b| everywhere) plus the norm-wise
+ * relative error. */
+static cmp compare(const float *a, const double *b, size_t n, double rtol, double atol)
+{
+    cmp c = {0, 0, true};
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)a[i] - b[i]);
+        if (!(e <= atol + rtol * fabs(b[i]))) c.pass = false; /* NaN fails too */
+        if (!(e <= c.max_abs)) c.max_abs = e;
+        num += e * e;
+        den += b[i] * b[i];
+    }
+    c.rel = den > 0 ? sqrt(num / den) : sqrt(num);
+    return c;
+}
+
+static void append(char *buf, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void append(char *buf, size_t size, const char *fmt, ...)
+{
+    size_t len = strlen(buf);
+    if (len + 1 >= size) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + len, size - len, fmt, ap);
+    va_end(ap);
+}
+
+/* Names the ranks behind a failed stage (see verify.h): a slice of the wrong shape, else a
+ * partial sum that differs from the reference's partial for the rank's share, else a
+ * rank whose own copy of the output differs (its replicated bias). */
+static tps_status blame(const tps_block *b, const vdims *d, const vlayer *rl, uint64_t T, int stage, size_t n,
+                        const double *in, const double *ref, const vrank_out *outs, tps_verify_result *res,
+                        tps_error *err)
+{
+    size_t nh = n * (size_t)d->hidden;
+    double rtol = res->stage[stage].rtol, atol = res->stage[stage].atol;
+    char *det = res->detail;
+    size_t dsz = sizeof res->detail;
+    snprintf(det, dsz, "layer %llu: %s output differs (max abs err %.3g, rel err %.3g; rtol %.3g, atol %.3g)",
+             (unsigned long long)res->layer, tps_verify_stage_name(stage), res->stage[stage].max_abs,
+             res->stage[stage].rel, rtol, atol);
+    for (uint64_t r = 0; r < T; r++)
+        if (outs[r].bad[stage]) {
+            if (res->culprit < 0) {
+                res->culprit = (int64_t)r;
+                append(det, dsz, ": %s", outs[r].why[stage]);
+            } else {
+                append(det, dsz, "; also rank %llu", (unsigned long long)r);
+            }
+        }
+    if (res->culprit >= 0) return TPS_OK;
+    double *part = malloc((nh + 1) * sizeof *part);
+    if (!part) return tps_fail_oom(err, "the reference partial sums");
+    tps_status st = TPS_OK;
+    for (uint64_t r = 0; r < T; r++) {
+        vshare s;
+        vshare_of(d, T, r, &s);
+        st = stage == TPS_VSTAGE_ATTN ? vref_attn(b, d, rl, &s, n, in, part, err)
+                                      : vref_mlp(b, d, rl, &s, n, in, part, err);
+        if (st != TPS_OK) break;
+        cmp c = compare(outs[r].partial[stage], part, nh, rtol, atol);
+        if (c.pass) continue;
+        if (res->culprit < 0) {
+            res->culprit = (int64_t)r;
+            append(det, dsz,
+                   ": rank %llu's partial sum differs from the reference for its share (max abs err %.3g, rel err "
+                   "%.3g; ",
+                   (unsigned long long)r, c.max_abs, c.rel);
+            if (stage == TPS_VSTAGE_ATTN)
+                append(det, dsz, "q heads %llu-%llu with KV heads %llu-%llu)", (unsigned long long)s.q_first,
+                       (unsigned long long)(s.q_first + s.q_n - 1), (unsigned long long)s.kv_first,
+                       (unsigned long long)(s.kv_first + s.kv_n - 1));
+            else
+                append(det, dsz, "intermediate columns %llu-%llu)", (unsigned long long)s.i_first,
+                       (unsigned long long)(s.i_first + s.i_n - 1));
+        } else {
+            append(det, dsz, "; also rank %llu", (unsigned long long)r);
+        }
+    }
+    free(part);
+    if (st != TPS_OK || res->culprit >= 0) return st;
+    for (uint64_t r = 0; r < T; r++) {
+        cmp c = compare(outs[r].out[stage], ref, nh, rtol, atol);
+        if (c.pass) continue;
+        if (res->culprit < 0) {
+            res->culprit = (int64_t)r;
+            append(det, dsz, ": every partial sum matches, but rank %llu's output after the all-reduce differs "
+                             "(its copy of the row-parallel bias)", (unsigned long long)r);
+        }
+    }
+    if (res->culprit < 0) append(det, dsz, ": no single rank's slice explains it");
+    return TPS_OK;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+tps_status tps_verify_layer(const tps_block *b, uint64_t layer, uint64_t T, const tps_vsource *ref,
+                            const tps_vsource *ranks, const tps_verify_opts *o, tps_verify_result *res,
+                            tps_error *err)
+{
+    tps_status st = TPS_OK;
+    double t0 = now_s();
+    vlayer rl;
+    vdims d;
+    vrank_out *outs = NULL;
+    float *x = NULL;
+    double *xd = NULL, *h = NULL, *ref_out[TPS_VSTAGE_COUNT] = {NULL, NULL};
+    memset(res, 0, sizeof *res);
+    res->layer = layer;
+    res->failed_stage = -1;
+    res->culprit = -1;
+    res->tokens = o->tokens;
+    if (T == 0 || o->tokens == 0) return tps_fail(err, TPS_EINVALID, "verify needs at least one rank and one token");
+    TPS_CHECK(vlayer_load(b, layer, b->experts, ref, &rl, err));
+    TPS_CHECK(resolve_dims(b, layer, &rl, T, &d, err));
+    res->hidden = d.hidden;
+    uint64_t nh64;
+    size_t n, nh;
+    if (!tps_u64_to_size(o->tokens, &n) || !tps_mul_u64(o->tokens, d.hidden, &nh64) || !tps_u64_to_size(nh64, &nh) ||
+        nh > (size_t)1 << 32) {
+        st = tps_fail(err, TPS_EINVALID, "%llu tokens of hidden size %llu is too many", (unsigned long long)o->tokens,
+                      (unsigned long long)d.hidden);
+        goto cleanup;
+    }
+    x = malloc(nh * sizeof *x);
+    xd = malloc(nh * sizeof *xd);
+    h = malloc(nh * sizeof *h);
+    outs = calloc(T, sizeof *outs);
+    for (int s = 0; s < TPS_VSTAGE_COUNT; s++) ref_out[s] = malloc(nh * sizeof *ref_out[s]);
+    if (!x || !xd || !h || !outs || !ref_out[0] || !ref_out[1]) {
+        st = tps_fail_oom(err, "the layer's activations");
+        goto cleanup;
+    }
+    draw_inputs(o->seed, layer, nh, x);
+    for (size_t i = 0; i < nh; i++) xd[i] = x[i];
+
+    TPS_CHECK(vref_attn(b, &d, &rl, NULL, n, xd, ref_out[TPS_VSTAGE_ATTN], err));
+    for (size_t i = 0; i < nh; i++) h[i] = b->parallel_residual ? xd[i] : xd[i] + ref_out[TPS_VSTAGE_ATTN][i];
+    TPS_CHECK(vref_mlp(b, &d, &rl, NULL, n, h, ref_out[TPS_VSTAGE_MLP], err));
+    TPS_CHECK(vrank_run(b, &d, layer, T, ranks, n, x, outs, err));
+
+    res->dtype = TPS_DT_F64;
+    for (uint64_t r = 0; r < T; r++)
+        if (tps_verify_rtol(outs[r].min_dtype) > tps_verify_rtol(res->dtype)) res->dtype = outs[r].min_dtype;
+    res->pass = true;
+    for (int s = 0; s < TPS_VSTAGE_COUNT; s++) {
+        tps_verify_stage *vs = &res->stage[s];
+        double ss = 0;
+        for (size_t i = 0; i < nh; i++) ss += ref_out[s][i] * ref_out[s][i];
+        vs->rtol = o->rtol > 0 ? o->rtol : tps_verify_rtol(res->dtype);
+        vs->atol = o->atol > 0 ? o->atol : ss > 0 ? vs->rtol * sqrt(ss / (double)nh) : vs->rtol;
+        vs->pass = true;
+        for (uint64_t r = 0; r < T; r++) {
+            cmp c = compare(outs[r].out[s], ref_out[s], nh, vs->rtol, vs->atol);
+            if (!(c.max_abs <= vs->max_abs)) vs->max_abs = c.max_abs;
+            if (!(c.rel <= vs->rel)) vs->rel = c.rel;
+            if (!c.pass || outs[r].bad[s]) vs->pass = false;
+        }
+        if (!vs->pass && res->pass) {
+            res->pass = false;
+            res->failed_stage = s;
+            TPS_CHECK(blame(b, &d, &rl, T, s, n, s == TPS_VSTAGE_ATTN ? xd : h, ref_out[s], outs, res, err));
+        }
+    }
+    if (o->keep_reference) {
+        res->x = xd;
+        xd = NULL;
+        for (int s = 0; s < TPS_VSTAGE_COUNT; s++) {
+            res->ref_out[s] = ref_out[s];
+            ref_out[s] = NULL;
+        }
+    }
+cleanup:
+    if (outs)
+        for (uint64_t r = 0; r < T; r++) vrank_out_release(&outs[r]);
+    free(outs);
+    vlayer_release(&rl);
+    free(x);
+    free(xd);
+    free(h);
+    for (int s = 0; s < TPS_VSTAGE_COUNT; s++) free(ref_out[s]);
+    res->seconds = now_s() - t0;
+    return st;
+}
