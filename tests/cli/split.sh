@@ -103,3 +103,40 @@ printf '\001' | dd of=d/model-rank-1-of-8.safetensors bs=1 seek="$off" conv=notr
 expect_exit 1 "replicas differ" "check: replicas that differ" "$TPSHARD" check d
 expect_exit 1 "replicas differ" "merge refuses replicas that differ" "$TPSHARD" merge d -o bad.safetensors
 [ ! -e bad.safetensors ] && ok "merge wrote nothing from an inconsistent set" || notok "merge left bad.safetensors"
+
+# Non-power-of-two pairs: a Llama-shaped model with 12 heads and 6 KV heads (made here with
+# the standard library) reshards 2 -> 6 -> 3 -> 2 and 6 <-> 12 byte-identically to direct
+# splits; at tp 12 each KV head is replicated on two ranks.
+/usr/bin/python3 - <<'PY'
+import json, struct, random
+random.seed(7)
+H, NH, KV, HD, I, V = 48, 12, 6, 4, 96, 101
+t = {"model.embed_tokens.weight": [V, H], "lm_head.weight": [V, H], "model.norm.weight": [H]}
+for l in range(2):
+    p = f"model.layers.{l}."
+    t.update({p + "input_layernorm.weight": [H], p + "post_attention_layernorm.weight": [H],
+              p + "self_attn.q_proj.weight": [NH * HD, H], p + "self_attn.k_proj.weight": [KV * HD, H],
+              p + "self_attn.v_proj.weight": [KV * HD, H], p + "self_attn.o_proj.weight": [H, NH * HD],
+              p + "mlp.gate_proj.weight": [I, H], p + "mlp.up_proj.weight": [I, H], p + "mlp.down_proj.weight": [H, I]})
+hdr, data, off = {"__metadata__": {"format": "pt"}}, bytearray(), 0
+for name, shape in t.items():
+    n = 1
+    for s in shape: n *= s
+    data += bytes(random.getrandbits(8) for _ in range(2 * n))
+    hdr[name] = {"dtype": "BF16", "shape": shape, "data_offsets": [off, off + 2 * n]}
+    off += 2 * n
+h = json.dumps(hdr).encode()
+open("twelve.safetensors", "wb").write(struct.pack("<Q", len(h)) + h + data)
+json.dump({"hidden_size": H, "num_attention_heads": NH, "num_key_value_heads": KV, "head_dim": HD,
+           "intermediate_size": I, "vocab_size": V, "num_hidden_layers": 2}, open("twelve.json", "w"))
+PY
+for tp in 2 3 6 12; do "$TPSHARD" split twelve.safetensors --tp $tp --preset llama --config twelve.json -o w$tp -q; done
+same=ok
+for pair in "2 6" "6 3" "3 2" "6 12" "12 6"; do
+    set -- $pair
+    rm -rf r && "$TPSHARD" reshard w$1 --tp $2 -o r -q || { same="reshard $1->$2 failed"; break; }
+    for x in w$2/*; do cmp -s "$x" "r/$(basename "$x")" || { same="reshard $1->$2 differs in $(basename "$x")"; break 2; }; done
+done
+[ "$same" = ok ] && ok "12 heads / 6 KV heads: reshard 2->6->3->2 and 6<->12 equal direct splits" || notok "$same"
+"$TPSHARD" plan twelve.safetensors --tp 12 --preset llama --config twelve.json | grep -q "layers.0.self_attn.k_proj.weight .*\[24, 48\] *-> \[4, 48\]" &&
+    "$TPSHARD" check w12 -q >/dev/null && ok "tp 12 replicates the 6 KV heads and checks clean" || notok "tp 12 replication"
