@@ -17,6 +17,7 @@ const tps_cmd *const tps_commands[] = {
     &tps_cmd_reshard,
     &tps_cmd_merge,
     &tps_cmd_check,
+    &tps_cmd_verify,
     NULL,
 };
 

@@ -43,6 +43,17 @@ bool vrole_is_mlp(tps_block_role r)
     return r >= TPS_ROLE_MLP_NORM_W;
 }
 
+static bool vrole_is_bias(tps_block_role r)
+{
+    switch (r) {
+    case TPS_ROLE_ATTN_NORM_B: case TPS_ROLE_Q_B: case TPS_ROLE_K_B: case TPS_ROLE_V_B: case TPS_ROLE_QKV_B:
+    case TPS_ROLE_O_B: case TPS_ROLE_MLP_NORM_B: case TPS_ROLE_FC_B: case TPS_ROLE_DOWN_B:
+        return true;
+    default:
+        return false;
+    }
+}
+
 static void put_expanded(tps_buf *out, const char *tmpl, uint64_t layer, uint64_t expert)
 {
     for (const char *p = tmpl; *p;) {
@@ -85,6 +96,11 @@ static tps_status load_role(const tps_block *b, tps_block_role role, uint64_t la
     char *name = tps_verify_tensor_name(b, role, layer, expert, &oom);
     if (oom) return tps_fail_oom(err, "a tensor name");
     if (!name) return TPS_OK;
+    /* A bias role may name a tensor a checkpoint lacks (Llama vs Qwen2): absent. */
+    if (vrole_is_bias(role) && !src->has(src->ctx, name)) {
+        free(name);
+        return TPS_OK;
+    }
     tps_status st = src->load(src->ctx, name, out, err);
     if (st == TPS_OK && !vdtype_supported(out->dtype))
         st = tps_fail(err, TPS_EINVALID, "%s: dtype %s; verify needs BF16, F16, F32, F64 or FP8 weights", name,

@@ -55,13 +55,25 @@ static tps_status resolve_dims(const tps_block *b, uint64_t layer, const vlayer 
     d->hidden = b->hidden ? b->hidden : norm && norm->ndim == 1 ? norm->shape[0] : 0;
     d->heads = b->heads;
     d->hd = b->head_dim;
-    if (!d->hidden || (!d->heads && !d->hd))
+    if (!d->hidden || (!d->heads && !d->hd) || (d->heads && !d->hd && d->hidden < d->heads))
         return tps_fail(err, TPS_EINVALID, "layer %llu: the block description gives no hidden size or heads",
                         (unsigned long long)layer);
-    if (!d->heads) d->heads = d->hidden / d->hd;
+    /* Sizes the layout left out follow from the projections' shapes. */
+    uint64_t qout = out_dim(b, vrole(l, TPS_ROLE_Q_W, 0, false)), kout = out_dim(b, vrole(l, TPS_ROLE_K_W, 0, false));
+    uint64_t fout = out_dim(b, vrole(l, TPS_ROLE_QKV_W, 0, false));
+    if (!d->heads) {
+        if (qout) d->heads = qout / d->hd;
+        else if (fout && (b->qkv_interleaved || !b->kv_heads)) d->heads = fout / (3 * d->hd);
+        else if (fout && fout / d->hd > 2 * b->kv_heads) d->heads = fout / d->hd - 2 * b->kv_heads;
+        else d->heads = d->hidden / d->hd;
+    }
     if (!d->hd) d->hd = d->hidden / d->heads;
-    uint64_t kout = out_dim(b, vrole(l, TPS_ROLE_K_W, 0, false));
-    d->kv = b->kv_heads ? b->kv_heads : kout ? kout / d->hd : d->heads;
+    d->kv = b->kv_heads;
+    if (!d->kv) {
+        if (kout) d->kv = kout / d->hd;
+        else if (fout && !b->qkv_interleaved && fout / d->hd > d->heads) d->kv = (fout / d->hd - d->heads) / 2;
+        else d->kv = d->heads;
+    }
     const tps_vt *g = vrole(l, TPS_ROLE_GATE_W, 0, moe), *gu = vrole(l, TPS_ROLE_GATE_UP_W, 0, moe);
     if (!g) g = vrole(l, TPS_ROLE_FC_W, 0, moe);
     d->inter = b->intermediate ? b->intermediate : g ? out_dim(b, g) : out_dim(b, gu) / 2;
