@@ -26,6 +26,7 @@ Hostile fixtures are built with the same hand-written zip writer; CASES lines ar
     FILE <TAB> EXIT <TAB> FRAGMENT    (tests/cli/bad_inputs.sh replays them with inspect).
 """
 import io
+import json
 import os
 import shutil
 import struct
@@ -107,7 +108,6 @@ def llama_state_dict(dtype):
 def write_safetensors(path, sd):
     """A minimal safetensors writer (formats.md section 1.1), so the same model exists in both
     formats without the safetensors package."""
-    import json
     header, blobs, off = {"__metadata__": {"format": "pt"}}, [], 0
     for k, v in sd.items():
         b = le_bytes_torch(v)
@@ -177,9 +177,9 @@ def rezip(src, dst, transform):
         for info in zin.infolist():
             data = transform(info.filename, zin.read(info.filename))
             if data is not None:
-                zout.writestr(info.filename, data)
+                zout.writestr(zipfile.ZipInfo(info.filename, (1980, 1, 1, 0, 0, 0)), data)
         for name, data in transform(None, None) or []:
-            zout.writestr(name, data)
+            zout.writestr(zipfile.ZipInfo(name, (1980, 1, 1, 0, 0, 0)), data)
 
 
 # ---------------------------------------------------------------- pickles by hand
@@ -231,6 +231,10 @@ def good():
     sd = llama_state_dict(torch.bfloat16)
     save_torch("llama_bf16.bin", sd, torch_rows(sd))
     write_safetensors(os.path.join(GOOD, "llama_bf16.safetensors"), sd)
+    with open(os.path.join(GOOD, "llama_config.json"), "w") as f:
+        json.dump({"model_type": "llama", "hidden_size": 16, "num_attention_heads": 4, "num_key_value_heads": 2,
+                   "head_dim": 4, "intermediate_size": 32, "vocab_size": 32, "num_hidden_layers": 2,
+                   "rms_norm_eps": 1e-5}, f, indent=2)
 
     # Views: shared storage, storage offsets, a transposed view, a column slice.
     base = torch.arange(24, dtype=torch.float32)
@@ -341,7 +345,6 @@ def good():
     for fname, ks in parts:
         torch.save({k: sd[k] for k in ks}, os.path.join(idx_dir, fname))
         wm.update({k: fname for k in ks})
-    import json
     with open(os.path.join(idx_dir, "pytorch_model.bin.index.json"), "w") as f:
         json.dump({"metadata": {"total_size": sum(v.numel() * 2 for v in sd.values())}, "weight_map": wm}, f, indent=2)
     write_expect(os.path.join(idx_dir, "pytorch_model.bin.index.json"), torch_rows(sd))
