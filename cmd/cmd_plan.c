@@ -13,7 +13,7 @@ static const tps_opt plan_opts[] = {
     {"tp", 0, TPS_OPT_UINT, &o.la.tp, "N", "tensor-parallel size (number of ranks)"},
     {"layout", 0, TPS_OPT_STRING, &o.la.layout, "FILE", "YAML layout file"},
     {"preset", 0, TPS_OPT_STRING, &o.la.preset, "NAME", "built-in layout (tpshard layout --list)"},
-    {"config", 0, TPS_OPT_STRING, &o.la.config, "FILE", "Hugging Face config.json with the model sizes"},
+    {"config", 0, TPS_OPT_STRING, &o.la.config, "FILE", "Hugging Face config.json with the model sizes (default: config.json beside SRC)"},
     {"json", 0, TPS_OPT_FLAG, &tps_common.json, NULL, "machine-readable output"},
     TPS_COMMON_OPTS,
     TPS_OPTS_END,

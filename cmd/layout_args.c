@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 #include "formats/checkpoint.h"
@@ -44,7 +45,21 @@ int tps_cli_plan(const char *cmd, const char *src, const tps_layout_args *a, tps
         if (tps_layout_load_preset(a->preset, l, &err)) return tps_cli_report(cmd, &err);
         snprintf(name, sizeof name, "preset:%s", a->preset);
     }
-    if (a->config && tps_layout_read_config(*l, a->config, &err)) return tps_cli_report(cmd, &err);
+    /* Without --config, a config.json beside the checkpoint is what the user means (HF layout). */
+    const char *config = a->config;
+    char beside[4200];
+    if (!config) {
+        struct stat sb;
+        const char *slash = strrchr(src, '/');
+        if (stat(src, &sb) == 0 && S_ISDIR(sb.st_mode)) snprintf(beside, sizeof beside, "%s/config.json", src);
+        else if (slash) snprintf(beside, sizeof beside, "%.*s/config.json", (int)(slash - src), src);
+        else snprintf(beside, sizeof beside, "config.json");
+        if (stat(beside, &sb) == 0 && S_ISREG(sb.st_mode)) {
+            config = beside;
+            if (tps_common.verbose) fprintf(stderr, "tpshard %s: sizes from %s\n", cmd, beside);
+        }
+    }
+    if (config && tps_layout_read_config(*l, config, &err)) return tps_cli_report(cmd, &err);
     if (tps_checkpoint_open(src, ix, &err)) return tps_cli_report(cmd, &err);
     if (tps_layout_infer_sizes(*l, *ix, &err)) return tps_cli_report(cmd, &err);
     tps_buf problems = TPS_BUF_INIT, unused = TPS_BUF_INIT;

@@ -140,3 +140,8 @@ done
 [ "$same" = ok ] && ok "12 heads / 6 KV heads: reshard 2->6->3->2 and 6<->12 equal direct splits" || notok "$same"
 "$TPSHARD" plan twelve.safetensors --tp 12 --preset llama --config twelve.json | grep -q "layers.0.self_attn.k_proj.weight .*\[24, 48\] *-> \[4, 48\]" &&
     "$TPSHARD" check w12 -q >/dev/null && ok "tp 12 replicates the 6 KV heads and checks clean" || notok "tp 12 replication"
+
+# Without --config, the config.json beside the checkpoint gives the sizes; elsewhere they are missing.
+check "config.json beside the source is read without --config" "$TPSHARD" plan "$SRC" --tp 8 --preset llama -q
+cp "$SRC" alone.safetensors
+expect_exit 3 "head_dim" "without any config.json, the unknown size is named" "$TPSHARD" plan alone.safetensors --tp 8 --preset llama
