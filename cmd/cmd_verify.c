@@ -43,33 +43,33 @@ static bool is_file(const char *p)
     return stat(p, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-/* config.json: --config, else beside the source (in it when it is a directory), else in
- * the shard set's directory. */
-static char *find_config(const char *dir)
+/* config.json: --config, else beside the source given (in it when it is a directory), else
+ * beside the source the set was split from, else in the shard set's directory. */
+static void add_candidate(tps_buf *b, const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        tps_buf_printf(b, "%s/config.json", path);
+    } else {
+        char *copy = strdup(path);
+        if (copy) tps_buf_printf(b, "%s/config.json", dirname(copy));
+        free(copy);
+    }
+    tps_buf_putc(b, '\0');
+}
+
+static char *find_config(const char *dir, const tps_manifest *m)
 {
     if (o.config) return strdup(o.config);
-    char *cands[3] = {NULL, NULL, NULL};
     tps_buf b = TPS_BUF_INIT;
-    if (o.source) {
-        struct stat st;
-        if (stat(o.source, &st) == 0 && S_ISDIR(st.st_mode)) {
-            tps_buf_printf(&b, "%s/config.json", o.source);
-        } else {
-            char *copy = strdup(o.source);
-            if (copy) tps_buf_printf(&b, "%s/config.json", dirname(copy));
-            free(copy);
-        }
-        if (tps_buf_cstr(&b)) cands[0] = strdup(b.data);
-        tps_buf_reset(&b);
-    }
+    if (o.source) add_candidate(&b, o.source);
+    if (m->source.path) add_candidate(&b, m->source.path);
     tps_buf_printf(&b, "%s/config.json", dir);
-    if (tps_buf_cstr(&b)) cands[1] = strdup(b.data);
-    tps_buf_release(&b);
+    tps_buf_putc(&b, '\0');
     char *found = NULL;
-    for (int i = 0; i < 2; i++) {
-        if (!found && cands[i] && is_file(cands[i])) found = cands[i];
-        else free(cands[i]);
-    }
+    for (size_t off = 0; !b.oom && off < b.len && !found; off += strlen(b.data + off) + 1)
+        if (is_file(b.data + off)) found = strdup(b.data + off);
+    tps_buf_release(&b);
     return found;
 }
 
@@ -92,15 +92,23 @@ cleanup:
     return st;
 }
 
-/* head_dim is the unit of o_proj's cut in every layout that cuts attention by heads; the
- * manifest records it even when no config.json is at hand. */
-static void head_dim_from_manifest(const tps_shardset *ss, tps_block *b)
+/* Sizes a layout infers from config.json, when none is at hand, are still in the manifest:
+ * head_dim is the unit of o_proj's cut in every layout that cuts attention by heads, and a
+ * fused [q;k;v] records its segments' lengths. */
+static void sizes_from_manifest(const tps_shardset *ss, tps_block *b)
 {
     bool oom;
     char *name = tps_verify_tensor_name(b, TPS_ROLE_O_W, 0, 0, &oom);
     const tps_manifest_tensor *t = name ? tps_manifest_find(ss->m, name) : NULL;
     free(name);
-    if (t && !t->part.replicated && t->part.nseg == 1 && t->part.seg[0].unit > 1) b->head_dim = t->part.seg[0].unit;
+    if (!b->head_dim && !b->heads && t && !t->part.replicated && t->part.nseg == 1 && t->part.seg[0].unit > 1)
+        b->head_dim = t->part.seg[0].unit;
+    name = tps_verify_tensor_name(b, TPS_ROLE_QKV_W, 0, 0, &oom);
+    t = name ? tps_manifest_find(ss->m, name) : NULL;
+    free(name);
+    if (!b->head_dim || !t || t->part.replicated || t->part.nseg != 3) return;
+    if (!b->heads) b->heads = t->part.seg[0].length / b->head_dim;
+    if (!b->kv_heads) b->kv_heads = t->part.seg[1].length / b->head_dim;
 }
 
 static void dump_matrix(tps_jw *w, const double *v, uint64_t rows, uint64_t cols)
@@ -217,7 +225,7 @@ static int run_verify(char **args, int nargs)
     const char *text = ss->m->layout_text ? ss->m->layout_text : "";
     TPS_CHECK(tps_layout_parse(text, strlen(text), ss->m->layout_name ? ss->m->layout_name : "manifest layout", &l,
                                &err));
-    config = find_config(dir);
+    config = find_config(dir, ss->m);
     if (config) TPS_CHECK(tps_layout_read_config(l, config, &err));
     if (o.source) {
         TPS_CHECK(tps_checkpoint_open(o.source, &src_ix, &err));
@@ -232,7 +240,7 @@ static int run_verify(char **args, int nargs)
         goto cleanup;
     }
     tps_block b = *tps_layout_block(l);
-    if (!b.head_dim && !b.heads) head_dim_from_manifest(ss, &b);
+    sizes_from_manifest(ss, &b);
 
     uint64_t T = ss->m->tp;
     ranks = calloc(T, sizeof *ranks);
@@ -344,13 +352,10 @@ static int run_verify(char **args, int nargs)
         dump = NULL;
     }
     if (!all_pass) {
-        if (bad.culprit >= 0)
-            tps_cli_errorf("verify", "mismatch in layer %llu, %s stage, rank %lld's slice: %s",
-                           (unsigned long long)failed_layer, tps_verify_stage_name(bad.failed_stage),
-                           (long long)bad.culprit, bad.detail);
-        else
-            tps_cli_errorf("verify", "mismatch in layer %llu, %s stage: %s", (unsigned long long)failed_layer,
-                           tps_verify_stage_name(bad.failed_stage), bad.detail);
+        const tps_verify_stage *fs = &bad.stage[bad.failed_stage];
+        tps_cli_errorf("verify", "mismatch in layer %llu, %s stage (max abs err %.3g, rel err %.3g; rtol %.3g, atol %.3g): %s",
+                       (unsigned long long)failed_layer, tps_verify_stage_name(bad.failed_stage), fs->max_abs, fs->rel,
+                       fs->rtol, fs->atol, bad.detail);
         st = TPS_EMISMATCH;
     }
 cleanup:

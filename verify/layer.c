@@ -252,7 +252,7 @@ static bool check_one(const tps_block *b, const vdims *d, const vshare *s, const
     tps_shape_str(t->shape, t->ndim, have_s, sizeof have_s);
     tps_shape_str(want, nd, want_s, sizeof want_s);
     snprintf(msg, msgsize,
-             "%s (%s) has shape %s where the TP convention needs %s (q heads %llu-%llu, KV heads %llu-%llu, "
+             "%s (%s) with shape %s where the TP convention needs %s (q heads %llu-%llu, KV heads %llu-%llu, "
              "intermediate %llu-%llu%s)",
              t->name, tps_block_role_name(role), have_s, want_s, (unsigned long long)s->q_first,
              (unsigned long long)(s->q_first + s->q_n - 1), (unsigned long long)s->kv_first,

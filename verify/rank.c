@@ -72,7 +72,7 @@ static void rank_stage(rank_job *j, const vlayer *l, int stage, const float *in,
     memset(o->partial[stage], 0, nh * sizeof(float));
     if (!vcheck_shapes(b, d, &s, l, stage == TPS_VSTAGE_MLP, why, sizeof why)) {
         o->bad[stage] = true;
-        snprintf(o->why[stage], sizeof o->why[stage], "rank %llu: %s", (unsigned long long)j->comm.rank, why);
+        snprintf(o->why[stage], sizeof o->why[stage], "rank %llu holds %s", (unsigned long long)j->comm.rank, why);
         return; /* joins the all-reduce with zeros */
     }
     if (j->st != TPS_OK) return;

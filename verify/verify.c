@@ -111,7 +111,7 @@ static tps_status resolve_dims(const tps_block *b, uint64_t layer, const vlayer 
     char msg[512];
     vshare_of(d, 1, 0, &all);
     if (!vcheck_shapes(b, d, &all, l, false, msg, sizeof msg) || !vcheck_shapes(b, d, &all, l, true, msg, sizeof msg))
-        return tps_fail(err, TPS_EINVALID, "reference layer %llu does not match the block description: %s",
+        return tps_fail(err, TPS_EINVALID, "reference layer %llu does not match the block description: it holds %s",
                         (unsigned long long)layer, msg);
     if (d->heads % T || d->inter % T || (d->kv % T && T % d->kv))
         return tps_fail(err, TPS_EINVALID,
@@ -188,16 +188,16 @@ static tps_status blame(const tps_block *b, const vdims *d, const vlayer *rl, ui
     double rtol = res->stage[stage].rtol, atol = res->stage[stage].atol;
     char *det = res->detail;
     size_t dsz = sizeof res->detail;
-    snprintf(det, dsz, "layer %llu: %s output differs (max abs err %.3g, rel err %.3g; rtol %.3g, atol %.3g)",
-             (unsigned long long)res->layer, tps_verify_stage_name(stage), res->stage[stage].max_abs,
-             res->stage[stage].rel, rtol, atol);
+    bool also = false;
+    det[0] = 0;
     for (uint64_t r = 0; r < T; r++)
         if (outs[r].bad[stage]) {
             if (res->culprit < 0) {
                 res->culprit = (int64_t)r;
-                append(det, dsz, ": %s", outs[r].why[stage]);
+                append(det, dsz, "%s", outs[r].why[stage]);
             } else {
-                append(det, dsz, "; also rank %llu", (unsigned long long)r);
+                append(det, dsz, also ? ", %llu" : "; also rank %llu", (unsigned long long)r);
+                also = true;
             }
         }
     if (res->culprit >= 0) return TPS_OK;
@@ -215,7 +215,7 @@ static tps_status blame(const tps_block *b, const vdims *d, const vlayer *rl, ui
         if (res->culprit < 0) {
             res->culprit = (int64_t)r;
             append(det, dsz,
-                   ": rank %llu's partial sum differs from the reference for its share (max abs err %.3g, rel err "
+                   "rank %llu's partial sum differs from the reference for its share (max abs err %.3g, rel err "
                    "%.3g; ",
                    (unsigned long long)r, c.max_abs, c.rel);
             if (stage == TPS_VSTAGE_ATTN)
@@ -226,7 +226,8 @@ static tps_status blame(const tps_block *b, const vdims *d, const vlayer *rl, ui
                 append(det, dsz, "intermediate columns %llu-%llu)", (unsigned long long)s.i_first,
                        (unsigned long long)(s.i_first + s.i_n - 1));
         } else {
-            append(det, dsz, "; also rank %llu", (unsigned long long)r);
+            append(det, dsz, also ? ", %llu" : "; also rank %llu", (unsigned long long)r);
+            also = true;
         }
     }
     free(part);
@@ -236,11 +237,11 @@ static tps_status blame(const tps_block *b, const vdims *d, const vlayer *rl, ui
         if (c.pass) continue;
         if (res->culprit < 0) {
             res->culprit = (int64_t)r;
-            append(det, dsz, ": every partial sum matches, but rank %llu's output after the all-reduce differs "
+            append(det, dsz, "every partial sum matches, but rank %llu's output after the all-reduce differs "
                              "(its copy of the row-parallel bias)", (unsigned long long)r);
         }
     }
-    if (res->culprit < 0) append(det, dsz, ": no single rank's slice explains it");
+    if (res->culprit < 0) append(det, dsz, "no single rank's slice explains it");
     return TPS_OK;
 }
 

@@ -106,7 +106,7 @@ typedef struct tps_verify_result {
     bool pass;
     int failed_stage; /* first stage that differs, -1 when none */
     int64_t culprit;  /* lowest rank blamed, -1 when none could be singled out */
-    char detail[1024]; /* why the failed stage failed, naming ranks and tensors */
+    char detail[1024]; /* which rank's slice made the failed stage fail, and how */
     tps_verify_stage stage[TPS_VSTAGE_COUNT];
     /* with keep_reference: inputs [tokens, hidden] and the reference block outputs */
     uint64_t tokens, hidden;

@@ -512,7 +512,7 @@ TEST(kv_cut_without_replication_fails)
         mem_t *t = find_role(&m, roles[i]);
         tps_partition_simple(&t->part, 0, t->shape[0], 1);
     }
-    expect_fail(&m, 4, TPS_VSTAGE_ATTN, 0, "k.w (k_proj) has shape [2, 32] where the TP convention needs [4, 32]");
+    expect_fail(&m, 4, TPS_VSTAGE_ATTN, 0, "k.w (k_proj) with shape [2, 32] where the TP convention needs [4, 32]");
 }
 
 TEST(o_proj_cut_by_columns_fails)
@@ -521,7 +521,7 @@ TEST(o_proj_cut_by_columns_fails)
     model_init(&m, K_LLAMA);
     mem_t *t = find_role(&m, TPS_ROLE_O_W);
     tps_partition_simple(&t->part, 0, t->shape[0], 1);
-    expect_fail(&m, 2, TPS_VSTAGE_ATTN, 0, "o.w (o_proj) has shape [16, 32] where the TP convention needs [32, 16]");
+    expect_fail(&m, 2, TPS_VSTAGE_ATTN, 0, "o.w (o_proj) with shape [16, 32] where the TP convention needs [32, 16]");
 }
 
 TEST(row_parallel_bias_split_fails)

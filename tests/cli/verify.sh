@@ -1,0 +1,116 @@
+#!/bin/sh
+# tpshard verify on the bundled tiny models: every preset fixture passes at tp 1, 2, 4 and
+# 8 where its heads divide; each wrong way of cutting a layer, made as a user would (a
+# preset with one rule overridden, passed with --layout), passes `check` (the bytes are
+# what the manifest says) and fails `verify` (exit 1, naming the stage and the rank).
+. "$TPS_TOP/tests/cli/lib.sh"
+M="$FIX/models"
+
+heads_of() { # config.json -> attention heads
+    sed -n 's/.*"\(num_attention_heads\|n_head\)": *\([0-9]*\).*/\2/p' "$1" | head -1
+}
+
+for spec in llama:llama qwen2:llama llama-split:llama gpt2:gpt2 neox:neox phi3:phi3 mixtral:mixtral; do
+    model=${spec%%:*} preset=${spec##*:}
+    src="$M/tiny-$model" cfg="$M/tiny-$model/config.json"
+    heads=$(heads_of "$cfg")
+    for tp in 1 2 4 8; do
+        out="$T/$model-$tp"
+        if [ $((heads % tp)) -ne 0 ]; then
+            expect_exit 3 "fewer than tp $tp" "$model tp $tp: $heads heads cannot be cut $tp ways (split refuses)" \
+                "$TPSHARD" split "$src" --tp "$tp" --preset "$preset" --config "$cfg" -o "$out" -q
+            continue
+        fi
+        if ! "$TPSHARD" split "$src" --tp "$tp" --preset "$preset" --config "$cfg" -o "$out" -q >"$T/.out" 2>&1; then
+            notok "$model tp $tp: split failed"
+            sed 's/^/#   /' "$T/.out" | head -5
+            continue
+        fi
+        check "$model tp $tp: verify --layer all passes (reference reassembled from shards)" \
+            "$TPSHARD" verify "$out" --layer all
+    done
+done
+
+# The reference from the source gives the same verdict, and the report says where the
+# reference came from.
+"$TPSHARD" verify "$T/llama-4" >"$T/a.txt" 2>&1
+"$TPSHARD" verify "$T/llama-4" --source "$M/tiny-llama" >"$T/b.txt" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && grep -q "reference reassembled from shards" "$T/a.txt" &&
+    grep -q "reference from $M/tiny-llama" "$T/b.txt"; then
+    ok "verify --source: passes and names its reference"
+else
+    notok "verify --source: passes and names its reference"
+    sed 's/^/#   /' "$T/a.txt" "$T/b.txt" | head -10
+fi
+
+# --json carries the per-layer errors and tolerances.
+if "$TPSHARD" verify "$T/mixtral-2" --json --layer 1 >"$T/v.json" 2>"$T/.err" &&
+    /usr/bin/python3 - "$T/v.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["pass"] is True and r["tp"] == 2 and r["kind"] == "mixtral", r
+(l,) = r["layers"]
+assert l["layer"] == 1 and l["dtype"] == "BF16", l
+for s in ("attention", "mlp"):
+    st = l[s]
+    assert st["pass"] and st["rtol"] == 0.016 and 0 < st["atol"] and st["max_abs_err"] <= st["atol"], st
+    assert 0 < st["rel_err"] < 1e-5, st
+PY
+then ok "verify --json: one layer, both stages with errors and tolerances"; else
+    notok "verify --json: one layer, both stages with errors and tolerances"
+    sed 's/^/#   /' "$T/v.json" "$T/.err" | head -20
+fi
+
+# A tighter tolerance than float32 can meet fails, showing the tolerance is applied.
+expect_exit 1 "mismatch in layer 0" "verify --rtol 1e-12 --atol 1e-15 fails on rounding alone" \
+    "$TPSHARD" verify "$T/llama-2" --layer 0 --rtol 1e-12 --atol 1e-15
+expect_exit 5 "backend 'cuda' is not built" "verify --backend cuda without GPU support exits 5" \
+    "$TPSHARD" verify "$T/llama-2" --backend cuda
+expect_exit 2 "unknown backend" "verify --backend tpu is a usage error" "$TPSHARD" verify "$T/llama-2" --backend tpu
+expect_exit 3 "" "verify of a directory without a manifest is invalid input" "$TPSHARD" verify "$M/tiny-llama"
+
+# wrong NAME PRESET MODEL TP STAGE FRAGMENT RULE: the preset with RULE (YAML lines) inserted
+# as the first rule, which wins over the preset's own; verify must exit 1 naming STAGE and
+# saying FRAGMENT (which names the rank).
+wrong() {
+    w=$1 preset=$2 model=$3 tp=$4 stage=$5 frag=$6 rule=$7
+    "$TPSHARD" layout --preset "$preset" >"$T/$w.base.yaml" || { notok "$w: layout --preset"; return; }
+    awk -v rule="$rule" '{ print } /^rules:/ { print rule }' "$T/$w.base.yaml" >"$T/$w.yaml"
+    out="$T/wrong-$w"
+    if ! "$TPSHARD" split "$M/tiny-$model" --tp "$tp" --layout "$T/$w.yaml" --config "$M/tiny-$model/config.json" \
+        -o "$out" -q >"$T/.out" 2>&1; then
+        notok "$w: split with the wrong layout"
+        sed 's/^/#   /' "$T/.out" | head -5
+        return
+    fi
+    check "$w: check passes (the shards hold what the manifest says)" "$TPSHARD" check "$out"
+    "$TPSHARD" verify "$out" >"$T/.out" 2>"$T/.err"
+    rc=$?
+    if [ $rc -eq 1 ] && grep -qF -- "$stage stage" "$T/.err" && grep -qF -- "$frag" "$T/.err"; then
+        ok "$w: verify exits 1 naming the $stage stage and the rank"
+    else
+        notok "$w: verify exits 1 naming the $stage stage and the rank"
+        echo "#   expected exit 1 with '$stage stage' and '$frag', got exit $rc:"
+        sed 's/^/#   /' "$T/.err" | head -5
+    fi
+}
+
+wrong gate-up-plain phi3 phi3 2 mlp "rank 0's partial sum differs from the reference for its share" \
+    '  - match: model.layers.*.mlp.gate_up_proj.weight
+    split: column'
+wrong kv-unreplicated llama llama 4 attention "rank 0 holds model.layers.0.self_attn.k_proj.weight (k_proj) with shape [4, 64]" \
+    '  - match: "model.layers.*.self_attn.{k_proj,v_proj}.weight"
+    split: column'
+wrong o-proj-columns llama llama 2 attention "rank 0 holds model.layers.0.self_attn.o_proj.weight (o_proj) with shape [32, 64]" \
+    '  - match: model.layers.*.self_attn.o_proj.weight
+    split: column
+    unit: head_dim'
+wrong row-bias-split gpt2 gpt2 2 mlp "rank 0 holds transformer.h.0.mlp.c_proj.bias (down_bias) with shape [32]" \
+    '  - match: "{transformer.,}h.*.mlp.c_proj.bias"
+    split: column'
+wrong q-order llama llama 2 attention "rank 0's partial sum differs from the reference for its share (max abs err" \
+    '  - match: model.layers.*.self_attn.q_proj.weight
+    split: column
+    unit: head_dim
+    segments: {qa: heads*head_dim/2, qb: heads*head_dim/2}'
