@@ -42,7 +42,18 @@ UNIT_HELPER_OBJ := $(UNIT_HELPERS:%.c=$(BUILD)/%.o)
 
 
 
-.PHONY: all test demo bench install uninstall clean deps check-deps
+# Optional GPU and MPI support, found by compiled probes (never needed for the CPU build;
+# nothing here queries a GPU).  Override with CUDA_HOME=, NCCL_HOME=, MPICC=, or force with
+# HAVE_CUDA=0/1, HAVE_MPI=0/1.  `make config` shows what was found.
+CUDA_HOME ?= /usr/local/cuda
+NCCL_HOME ?= $(CUDA_HOME)
+NVCC ?= $(CUDA_HOME)/bin/nvcc
+MPICC ?= mpicc
+PROBE_DIR := $(shell mkdir -p $(BUILD) && echo $(BUILD))
+HAVE_CUDA ?= $(shell printf '\043include <cublas_v2.h>\n\043include <nccl.h>\nint main(void){return 0;}\n' > $(PROBE_DIR)/.probe_cuda.c && $(CC) -I$(CUDA_HOME)/include -I$(NCCL_HOME)/include $(PROBE_DIR)/.probe_cuda.c -o $(PROBE_DIR)/.probe_cuda -L$(CUDA_HOME)/lib64 -L$(NCCL_HOME)/lib64 -lcublas -lnccl -lcudart >/dev/null 2>&1 && echo 1 || echo 0)
+HAVE_MPI ?= $(shell printf '\043include <mpi.h>\nint main(void){return 0;}\n' > $(PROBE_DIR)/.probe_mpi.c && $(MPICC) $(PROBE_DIR)/.probe_mpi.c -o $(PROBE_DIR)/.probe_mpi >/dev/null 2>&1 && echo 1 || echo 0)
+
+.PHONY: all test demo bench install uninstall clean deps check-deps config
 all: tpshard
 
 tpshard: $(CMD_OBJ) $(BUILD)/libtpshard.a
@@ -84,6 +95,11 @@ install: tpshard
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/tpshard $(DESTDIR)$(PREFIX)/share/man/man1/tpshard.1
+
+config:
+	@echo "CC        $(CC)"
+	@echo "CUDA      $(if $(filter 1,$(HAVE_CUDA)),cuBLAS and NCCL headers and libraries compile and link (CUDA_HOME=$(CUDA_HOME), NCCL_HOME=$(NCCL_HOME)),not found (CUDA_HOME=$(CUDA_HOME)))"
+	@echo "MPI       $(if $(filter 1,$(HAVE_MPI)),found ($(MPICC)),not found (MPICC=$(MPICC)))"
 
 clean:
 	rm -rf $(BUILD) tpshard
