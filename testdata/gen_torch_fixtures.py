@@ -122,9 +122,10 @@ def write_safetensors(path, sd):
 
 # ---------------------------------------------------------------- hand-made zip writer
 
-def zip_bytes(entries, zip64_central=False, comment=b"", mutate=None):
-    """entries: list of dicts name, data, [method 0/8, flags, crc, usize, csize, local_name].
-    mutate(entry_dict, stage) lets hostile cases lie in specific fields."""
+def zip_bytes(entries, zip64_central=False, comment=b""):
+    """entries: list of dicts name, data, and optionally method (0/8), comp (the stored
+    bytes), flags, crc, usize, csize, ofs (central offset), local_name: hostile cases lie in
+    exactly the field they test."""
     out, central = bytearray(), bytearray()
     for e in entries:
         name = e["name"].encode() if isinstance(e["name"], str) else e["name"]
@@ -327,7 +328,7 @@ def good():
                  [(k, NP_NAMES[v.dtype.str[1:]], list(v.shape), le_bytes_np(v)) for k, v in big.items()])
     z64 = [{"name": k + ".npy", "data": npy_bytes(arrays[k])} for k in ("w", "ids")]
     with open(os.path.join(GOOD, "zip64_central.npz"), "wb") as f:
-        f.write(zip_bytes(z64, zip64_central=True, comment=b"PK\x05\x06 fake end record in the comment"))
+        f.write(zip_bytes(z64, zip64_central=True, comment=b"an archive comment"))
     write_expect(os.path.join(GOOD, "zip64_central.npz"), [r for r in rows if r[0] in ("w", "ids")])
     for name, a, ver in (("c_order.npy", arrays["w"], (1, 0)), ("fortran.npy", arrays["fort"], (1, 0)),
                          ("bigendian.npy", arrays["be"], (2, 0)), ("v3.npy", arrays["half"], (3, 0))):
