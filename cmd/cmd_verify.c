@@ -20,7 +20,7 @@ static struct {
     const char *source, *config, *layer, *backend, *dump;
     uint64_t tokens, seed;
     double rtol, atol;
-} o;
+} o = {.tokens = 16, .seed = 1};
 
 static const tps_opt verify_opts[] = {
     {"source", 0, TPS_OPT_STRING, &o.source, "SRC", "reference weights from this checkpoint (default: reassembled from the shards)"},
@@ -206,9 +206,9 @@ static int run_verify(char **args, int nargs)
         tps_cli_errorf("verify", "unknown backend '%s' (cpu, cuda or mpi)", backend);
         return TPS_EUSAGE;
     }
-    uint64_t tokens = o.tokens ? o.tokens : 16;
-    if (tokens > 4096) {
-        tps_cli_errorf("verify", "--tokens %llu: at most 4096", (unsigned long long)tokens);
+    uint64_t tokens = o.tokens;
+    if (tokens == 0 || tokens > 4096) {
+        tps_cli_errorf("verify", "--tokens %llu: from 1 to 4096", (unsigned long long)tokens);
         return TPS_EUSAGE;
     }
     if (o.layer && strcmp(o.layer, "all") != 0) {
@@ -292,16 +292,16 @@ static int run_verify(char **args, int nargs)
         tps_jw_key(&jw, "tokens");
         tps_jw_u64(&jw, tokens);
         tps_jw_key(&jw, "seed");
-        tps_jw_u64(&jw, o.seed ? o.seed : 1);
+        tps_jw_u64(&jw, o.seed);
         tps_jw_key(&jw, "layers");
         tps_jw_array_begin(&jw);
     } else if (!tps_common.quiet) {
         printf("verify %s: %s block, tp %llu, backend cpu (threads), %llu tokens, seed %llu; %s\n", dir,
                tps_block_kind_name(b.kind), (unsigned long long)T, (unsigned long long)tokens,
-               (unsigned long long)(o.seed ? o.seed : 1), refdesc);
+               (unsigned long long)(o.seed), refdesc);
         fflush(stdout);
     }
-    tps_verify_opts vo = {.tokens = tokens, .seed = o.seed ? o.seed : 1, .rtol = o.rtol, .atol = o.atol,
+    tps_verify_opts vo = {.tokens = tokens, .seed = o.seed, .rtol = o.rtol, .atol = o.atol,
                           .keep_reference = o.dump != NULL};
     for (uint64_t layer = first; layer < first + count; layer++) {
         tps_verify_result res;

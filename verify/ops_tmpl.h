@@ -113,9 +113,7 @@ static void F(vadd_range)(const tps_vt *v, uint64_t off, size_t n, size_t cnt, R
 
 void F(vadd_vec)(const tps_vt *v, size_t n, size_t dim, REAL *y)
 {
-    /* dim is the hidden size of a layer already loaded, so this small row fits the stack
-     * only in chunks; adding chunk by chunk keeps it allocation-free. */
-    REAL chunk[256];
+    REAL chunk[256]; /* converted a chunk at a time: no allocation, no failure path */
     for (size_t c = 0; c < dim; c += 256) {
         size_t m = dim - c < 256 ? dim - c : 256;
         F(vrow)(v, c, m, chunk);
