@@ -19,7 +19,12 @@
  * when T > KV), intermediate columns [r*I/T, (r+1)*I/T), a fused [q;k;v] or [gate;up]
  * slice as the concatenation of its pieces, the full row-parallel biases, norms and
  * router.  A slice of another shape is reported as a mismatch of that rank; a slice of the
- * right shape holding the wrong values shows up in the numbers. */
+ * right shape holding the wrong values shows up in the numbers.
+ *
+ * Known limit: a Mixtral rank picks its top-k experts from float32 router logits, the
+ * reference from float64 ones; two logits within float32 rounding of each other could pick
+ * different experts and report a mismatch that is not one.  Random inputs make such a
+ * near-tie improbable; another --seed tells the two apart. */
 #ifndef TPS_VERIFY_H
 #define TPS_VERIFY_H
 
