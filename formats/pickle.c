@@ -66,7 +66,8 @@ typedef struct vm {
     size_t *marks;
     size_t nmarks, marks_cap;
     tps_pv **memo;
-    size_t memo_cap;
+    size_t memo_cap, memo_puts;
+    bool too_many; /* the object cap, not memory, stopped an allocation */
 } vm;
 
 static bool grow(void **arr, size_t *cap, size_t need, size_t elem)
@@ -86,10 +87,20 @@ static tps_status bad(vm *m, const char *fmt, const char *detail)
     return tps_fail(m->err, TPS_EINVALID, "%s: %s (pickle offset %zu)", m->what, detail ? detail : fmt, m->op_ofs);
 }
 
-static tps_status oom(vm *m) { return tps_fail_oom(m->err, "reading a pickle"); }
+static tps_status oom(vm *m)
+{
+    if (m->too_many)
+        return tps_fail(m->err, TPS_EINVALID, "%s: more than %u objects (pickle offset %zu); not a plausible state dict", m->what,
+                        TPS_PICKLE_MAX_OBJECTS, m->op_ofs);
+    return tps_fail_oom(m->err, "reading a pickle");
+}
 
 static tps_pv *node(vm *m, tps_pv_kind kind)
 {
+    if (m->pk->nnodes >= TPS_PICKLE_MAX_OBJECTS) {
+        m->too_many = true;
+        return NULL;
+    }
     if (!grow((void **)&m->pk->nodes, &m->pk->nodes_cap, m->pk->nnodes + 1, sizeof *m->pk->nodes)) return NULL;
     tps_pv *v = calloc(1, sizeof *v);
     if (!v) return NULL;
@@ -279,7 +290,8 @@ static tps_status rebuild_tensor(vm *m, tps_pg_kind kind, const tps_pv *args, tp
     if (!ok) return bad(m, NULL, "tensor rebuild call with the wrong number of arguments");
     if (a[0]->kind != TPS_PV_STORAGE) return bad(m, NULL, "tensor rebuild call whose first argument is not a storage");
     tps_pv *t = node(m, TPS_PV_TENSOR);
-    if (!t) return oom(m);
+    if (!t || !(t->u.tensor.size = calloc(2 * TPS_MAX_DIMS, sizeof *t->u.tensor.size))) return oom(m);
+    t->u.tensor.stride = t->u.tensor.size + TPS_MAX_DIMS;
     t->u.tensor.storage = a[0];
     if (!as_u64(a[1], &t->u.tensor.offset)) return bad(m, NULL, "tensor storage offset is not a non-negative int");
     int nd_size, nd_stride;
@@ -417,16 +429,16 @@ static const char *opcode_name(unsigned char op)
 static tps_status memo_put(vm *m, uint64_t idx)
 {
     if (!m->sp) return bad(m, NULL, "memo store with an empty stack");
-    /* At most one memo slot per opcode: indices past the pickle's length are refused. */
-    if (idx >= m->len) return bad(m, NULL, "memo index larger than the pickle");
+    if (idx > m->memo_puts) return bad(m, NULL, "memo index out of sequence (Python assigns them in order)");
     if (!grow((void **)&m->memo, &m->memo_cap, (size_t)idx + 1, sizeof *m->memo)) return oom(m);
+    if (idx == m->memo_puts) m->memo_puts++;
     m->memo[idx] = m->stack[m->sp - 1];
     return TPS_OK;
 }
 
 static tps_status memo_get(vm *m, uint64_t idx)
 {
-    if (idx >= m->memo_cap || !m->memo[idx]) return bad(m, NULL, "memo lookup of an index never stored");
+    if (idx >= m->memo_puts) return bad(m, NULL, "memo lookup of an index never stored");
     return push(m, m->memo[idx]);
 }
 
@@ -588,6 +600,8 @@ cleanup:
     return st;
 }
 
+size_t tps_pickle_count(const tps_pickle *p) { return p->nnodes; }
+
 void tps_pickle_free(tps_pickle *p)
 {
     if (!p) return;
@@ -599,6 +613,7 @@ void tps_pickle_free(tps_pickle *p)
             free(v->u.dict.keys);
             free(v->u.dict.vals);
         } else if (v->kind == TPS_PV_STORAGE) free(v->u.storage.key);
+        else if (v->kind == TPS_PV_TENSOR) free(v->u.tensor.size);
         free(v);
     }
     free(p->nodes);

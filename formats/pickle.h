@@ -26,8 +26,11 @@
  * REDUCE only on these callables; SETITEM(S) only on dicts; APPEND(S) only on lists; BUILD
  * only on a dict (the OrderedDict _metadata state, which is dropped).  BINPERSID takes
  * ('storage', storage type, key, location, numel); a 6-tuple is the legacy format.
- * Stack, mark stack and memo are bounded by the pickle's length (each opcode adds at most
- * one entry); memo indices up to 2^32-1 are accepted but only as many slots as opcodes. */
+ * Memory is bounded: at most TPS_PICKLE_MAX_OBJECTS values (about 64 bytes each; a state
+ * dict needs about 20 per tensor, so this allows some 400,000 tensors); the stack and mark
+ * stack hold at most that many; memo indices must be assigned in order as Python's pickler
+ * does (an index at most the number of memo stores so far), so the memo is never larger
+ * than the number of BINPUT opcodes. */
 #ifndef TPS_PICKLE_H
 #define TPS_PICKLE_H
 
@@ -104,11 +107,13 @@ struct tps_pv {
             const tps_torch_dtype *dt; /* the tensor's dtype */
             uint64_t offset;           /* storage offset, in elements of dt */
             int ndim;
-            uint64_t size[TPS_MAX_DIMS];
-            uint64_t stride[TPS_MAX_DIMS];
+            uint64_t *size;   /* ndim entries (heap, owned by the pickle) */
+            uint64_t *stride; /* ndim entries, in elements */
         } tensor;
     } u;
 };
+
+#define TPS_PICKLE_MAX_OBJECTS (8u << 20)
 
 typedef struct tps_pickle tps_pickle;
 
@@ -118,6 +123,9 @@ typedef struct tps_pickle tps_pickle;
 tps_status tps_pickle_load(const unsigned char *data, size_t len, const char *what, tps_pickle **out,
                            const tps_pv **root, tps_error *err);
 void tps_pickle_free(tps_pickle *p);
+
+/* Values the pickle created (a bound for walks over its possibly shared containers). */
+size_t tps_pickle_count(const tps_pickle *p);
 
 /* The dtype whose str() is "torch.<name>"; NULL if unknown. */
 const tps_torch_dtype *tps_torch_dtype_by_name(const char *name);

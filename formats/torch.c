@@ -30,6 +30,7 @@ typedef struct walker {
     const char *root; /* "<root>/" */
     bool big;
     tps_buf name;
+    size_t visits_left; /* shared containers can make a tree exponentially larger than its DAG */
 } walker;
 
 static tps_status add_tensor(walker *w, const tps_pv *t, tps_error *err)
@@ -102,6 +103,9 @@ static tps_status walk(walker *w, const tps_pv *v, int depth, tps_error *err)
 {
     if (depth > MAX_NEST)
         return tps_fail(err, TPS_EINVALID, "%s: containers nested more than %d deep (or a cycle) at '%s'", w->path, MAX_NEST,
+                        w->name.data ? w->name.data : "");
+    if (w->visits_left-- == 0)
+        return tps_fail(err, TPS_EINVALID, "%s: the pickle refers to its shared containers too many times (at '%s')", w->path,
                         w->name.data ? w->name.data : "");
     tps_status st = TPS_OK;
     switch (v->kind) {
@@ -233,6 +237,8 @@ static tps_status read_archive(tps_index *ix, tps_zip *z, const char *path, uint
                       top->kind == TPS_PV_TENSOR ? "single tensor" : "non-dict value");
         goto cleanup;
     }
+    /* Tied weights visit a tensor twice; a real state dict stays far below this. */
+    w.visits_left = 4 * tps_pickle_count(pk) + 1024;
     TPS_CHECK(walk(&w, choose_state_dict(top), 0, err));
     if (w.name.oom) {
         st = tps_fail_oom(err, "naming tensors");
@@ -249,11 +255,11 @@ cleanup:
 }
 
 /* Opens the zip of file id of ix and hands it to ix's view state. */
-static tps_status open_zip(tps_index *ix, uint32_t file, unsigned flags, tps_zip **out, tps_error *err)
+static tps_status open_zip(tps_index *ix, uint32_t file, tps_zip **out, tps_error *err)
 {
     const tps_source_file *f = &ix->files[file];
     tps_zip *z = NULL;
-    tps_status st = tps_zip_open(f->fd, f->path, f->size, flags, &z, err);
+    tps_status st = tps_zip_open(f->fd, f->path, f->size, 0, &z, err);
     if (!st) st = tps_view_state_add_zip(ix, z, err);
     *out = st ? NULL : z;
     return st;
@@ -280,7 +286,8 @@ tps_status tps_torch_add_file(tps_index *ix, const char *path, tps_error *err)
     tps_zip *z;
     tps_status st = tps_index_add_file(ix, path, &file, err);
     if (!st) st = check_magic(&ix->files[file], err);
-    if (!st) st = open_zip(ix, file, TPS_ZIP_CRC_ZERO_IS_ABSENT, &z, err);
+    if (!st) st = open_zip(ix, file, &z, err);
+    if (!st) tps_zip_set_flags(z, TPS_ZIP_CRC_ZERO_IS_ABSENT);
     if (!st) st = read_archive(ix, z, ix->files[file].path, file, err);
     return st;
 }
@@ -296,9 +303,9 @@ static tps_status open_common(const char *path, bool allow_npz, tps_index **out,
     TPS_CHECK(tps_view_state_init(ix, err));
     TPS_CHECK(tps_index_add_file(ix, path, &file, err));
     TPS_CHECK(check_magic(&ix->files[file], err));
+    TPS_CHECK(open_zip(ix, file, &z, err));
     if (allow_npz) {
         /* Decide on the directory alone: npz when every entry is a .npy member. */
-        TPS_CHECK(open_zip(ix, file, 0, &z, err));
         bool npz = tps_zip_count(z) > 0;
         for (size_t i = 0; i < tps_zip_count(z) && npz; i++) {
             const char *n = tps_zip_entry_at(z, i)->name;
@@ -310,11 +317,8 @@ static tps_status open_common(const char *path, bool allow_npz, tps_index **out,
             TPS_CHECK(tps_npz_read(ix, z, file, err));
             goto done;
         }
-        /* A torch archive: reopen with its CRC policy. */
-        tps_view_state *vs = ix->state;
-        tps_zip_free(vs->zips[--vs->nzips]);
     }
-    TPS_CHECK(open_zip(ix, file, TPS_ZIP_CRC_ZERO_IS_ABSENT, &z, err));
+    tps_zip_set_flags(z, TPS_ZIP_CRC_ZERO_IS_ABSENT);
     TPS_CHECK(read_archive(ix, z, ix->files[file].path, file, err));
 done:
     *out = ix;

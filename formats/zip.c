@@ -376,6 +376,7 @@ cleanup:
     return st;
 }
 
+void tps_zip_set_flags(tps_zip *z, unsigned flags) { z->flags = flags; }
 size_t tps_zip_count(const tps_zip *z) { return z->n; }
 const tps_zip_entry *tps_zip_entry_at(const tps_zip *z, size_t i) { return i < z->n ? &z->entries[i] : NULL; }
 size_t tps_zip_crc_absent(const tps_zip *z) { return z->crc_absent; }
@@ -410,7 +411,7 @@ static void cursor_close(cursor *c)
     c->e = NULL;
 }
 
-static tps_status cursor_start(tps_zip *z, cursor *c, const tps_zip_entry *e, tps_error *err)
+static tps_status cursor_start(cursor *c, const tps_zip_entry *e, tps_error *err)
 {
     cursor_close(c);
     memset(&c->zs, 0, sizeof c->zs);
@@ -418,7 +419,6 @@ static tps_status cursor_start(tps_zip *z, cursor *c, const tps_zip_entry *e, tp
     c->e = e;
     c->in_pos = c->out_pos = 0;
     c->crc = (uint32_t)crc32(0, NULL, 0);
-    (void)z;
     return TPS_OK;
 }
 
@@ -499,7 +499,7 @@ tps_status tps_zip_read(tps_zip *z, const tps_zip_entry *e, uint64_t off, void *
             goto cleanup;
         }
     }
-    if (z->cur->e != e || z->cur->out_pos > off) TPS_CHECK(cursor_start(z, z->cur, e, err));
+    if (z->cur->e != e || z->cur->out_pos > off) TPS_CHECK(cursor_start(z->cur, e, err));
     TPS_CHECK(cursor_pull(z, z->cur, NULL, off - z->cur->out_pos, err));
     TPS_CHECK(cursor_pull(z, z->cur, buf, len, err));
 cleanup:
@@ -540,7 +540,7 @@ tps_status tps_zip_verify(tps_zip *z, const tps_zip_entry *e, tps_error *err)
             pthread_mutex_lock(&z->lock);
             tps_status st = TPS_OK;
             if (!z->cur && !(z->cur = calloc(1, sizeof *z->cur))) st = tps_fail_oom(err, "inflating a zip entry");
-            if (!st) st = cursor_start(z, z->cur, e, err);
+            if (!st) st = cursor_start(z->cur, e, err);
             if (!st) st = cursor_pull(z, z->cur, &none, 0, err);
             pthread_mutex_unlock(&z->lock);
             return st;

@@ -67,6 +67,9 @@ typedef struct tps_zip tps_zip;
  * in messages; both borrowed and kept).  Entries stay in central-directory order. */
 tps_status tps_zip_open(int fd, const char *path, uint64_t size, unsigned flags, tps_zip **out, tps_error *err);
 
+/* Replaces the open flags (a reader that learns what the archive is after opening it). */
+void tps_zip_set_flags(tps_zip *z, unsigned flags);
+
 size_t tps_zip_count(const tps_zip *z);
 const tps_zip_entry *tps_zip_entry_at(const tps_zip *z, size_t i);
 /* Exact name match; NULL if absent. */

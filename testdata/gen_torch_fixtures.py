@@ -399,6 +399,13 @@ def bad():
     put(BAD_TORCH, "legacy_pid_in_zip.bin", archive(state_dict_pickle([("w", ok_tensor[1].replace(op_int(2) + b"tQ", op_int(2) + b"NtQ"))])), 3, "legacy (pre-1.6) torch.save format inside a zip")
     put(BAD_TORCH, "two_roots.bin", zip_bytes(torch_archive(state_dict_pickle([ok_tensor]), rec) + [{"name": "other/x", "data": b""}]), 3, "outside the archive folder")
     put(BAD_TORCH, "no_root_folder.bin", zip_bytes([{"name": "data.pkl", "data": b"\x80\x02}."}]), 3, "is not in a top-level folder")
+    def level(i):  # {'a': level i-1, 'b': the same object again}: 2^25 paths through 26 dicts
+        if i == 0:
+            return b"}" + op_unicode("w") + ok_tensor[1] + b"sq\x00"
+        return (b"}" + op_unicode("a") + level(i - 1) + b"s" + op_unicode("b") + b"h" + bytes([i - 1]) + b"sq" + bytes([i]))
+    blow = b"\x80\x02" + level(25)
+    put(BAD_TORCH, "shared_subtree_blowup.bin", archive(blow + b"."), 3, "refers to its shared containers too many times")
+    put(BAD_TORCH, "cycle.bin", archive(b"\x80\x02}q\x00" + op_unicode("a") + b"h\x00s."), 3, "nested more than 32 deep (or a cycle)")
     put(BAD_TORCH, "bad_utf8_key.bin", archive(b"\x80\x02}X\x02\x00\x00\x00\xff\xfe" + ok_tensor[1] + b"s."), 3, "not valid UTF-8")
 
     # ZIP container.

@@ -101,7 +101,8 @@ TEST(structure_errors_refused)
     REFUSED("\x80\x02((K\x01K\x02u.", "stack underflow"); /* SETITEMS may not take its dict from below a MARK */
     REFUSED("\x80\x02t.", "no MARK");
     REFUSED("\x80\x02h\x00.", "memo lookup of an index never stored");
-    REFUSED("\x80\x02}r\xff\xff\xff\xff.", "memo index larger than the pickle");
+    REFUSED("\x80\x02}q\x01.", "memo index out of sequence");
+    REFUSED("\x80\x02}r\xff\xff\xff\xff.", "memo index out of sequence");
     REFUSED("\x80\x02X\xff\xff\xff\x7f" "ab.", "truncated inside an opcode argument");
     REFUSED("\x80\x02X\x02\x00\x00\x00\xc0\x80.", "not valid UTF-8");
     REFUSED("\x80\x02X\x01\x00\x00\x00\x00.", "not valid UTF-8"); /* embedded NUL */
