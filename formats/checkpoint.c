@@ -34,10 +34,12 @@ static tps_status open_file(const char *path, tps_index **out, tps_error *err)
         return tps_fail(err, e == ENOENT ? TPS_EINVALID : TPS_EIO, "%s: cannot open: %s", path, strerror(e));
     }
     ssize_t n = read(fd, magic, sizeof magic);
+    struct stat sb;
+    uint64_t size = fstat(fd, &sb) == 0 ? (uint64_t)sb.st_size : 0;
     close(fd);
     if (n >= 4 && memcmp(magic, "PK\3\4", 4) == 0) return tps_zip_checkpoint_open(path, out, err);
     if (n >= 6 && memcmp(magic, "\x93NUMPY", 6) == 0) return tps_npy_open(path, out, err);
-    if (n > 0 && tps_torch_is_pickle_magic(magic, (size_t)n)) return tps_torch_open(path, out, err); /* refused, with advice */
+    if (n > 0 && tps_torch_is_pickle_magic(magic, (size_t)n, size)) return tps_torch_open(path, out, err); /* refused, with advice */
     return tps_safetensors_open(path, out, err);
 }
 

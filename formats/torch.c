@@ -17,9 +17,14 @@
 
 static const unsigned char legacy_magic[] = {0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19};
 
-bool tps_torch_is_pickle_magic(const unsigned char *magic, size_t n)
+bool tps_torch_is_pickle_magic(const unsigned char *magic, size_t n, uint64_t file_size)
 {
-    return n >= 2 && magic[0] == 0x80 && magic[1] >= 2 && magic[1] <= 5;
+    if (n > 8) n = 8;
+    if (n >= 4 && memcmp(magic, legacy_magic, n) == 0) return true;
+    if (n < 8 || magic[0] != 0x80 || magic[1] < 2 || magic[1] > 5) return false;
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | magic[i];
+    return hlen > file_size;
 }
 
 typedef struct walker {
@@ -275,7 +280,7 @@ static tps_status check_magic(const tps_source_file *f, tps_error *err)
     if (n == sizeof legacy_magic && memcmp(magic, legacy_magic, n) == 0)
         return tps_fail(err, TPS_EINVALID, "%s: legacy (pre-1.6) torch.save format, which tpshard does not read; " RESAVE_HINT,
                         f->path);
-    if (tps_torch_is_pickle_magic(magic, n))
+    if (tps_torch_is_pickle_magic(magic, n, f->size))
         return tps_fail(err, TPS_EINVALID, "%s: a bare pickle, not a torch.save zip archive; " RESAVE_HINT, f->path);
     return tps_fail(err, TPS_EINVALID, "%s: not a torch.save zip archive (does not start with PK\\3\\4)", f->path);
 }

@@ -41,8 +41,11 @@
 
 #define TPS_EAGER_CRC_MAX (256ull << 20)
 
-/* True when the first n bytes of a file start a pickle stream (legacy torch.save output). */
-bool tps_torch_is_pickle_magic(const unsigned char *magic, size_t n);
+/* True when the first n (up to 8) bytes of a file of file_size bytes are a pickle stream
+ * (legacy torch.save output) and cannot be a safetensors file: either the legacy magic
+ * number's pickle, or "\x80" + protocol 2..5 where the bytes read as safetensors' u64
+ * header length would exceed the file. */
+bool tps_torch_is_pickle_magic(const unsigned char *magic, size_t n, uint64_t file_size);
 
 /* One torch.save archive as an index (format "torch"); also refuses legacy files. */
 tps_status tps_torch_open(const char *path, tps_index **out, tps_error *err);

@@ -395,7 +395,7 @@ def bad():
     put(BAD_TORCH, "bad_byteorder.bin", archive(state_dict_pickle([ok_tensor]), extra=[("byteorder", b"middle")]), 3, "not 'little' or 'big'")
     put(BAD_TORCH, "torchscript.bin", archive(state_dict_pickle([ok_tensor]), extra=[("constants.pkl", b"\x80\x02)."), ("code/__torch__.py", b"")]), 3, "TorchScript archive")
     put(BAD_TORCH, "legacy_format.bin", bytes.fromhex("80028a0a6cfc9c46f9206aa850192e") + bytes.fromhex("80024de9032e"), 3, "legacy (pre-1.6) torch.save format")
-    put(BAD_TORCH, "bare_pickle.bin", b"\x80\x02}q\x00.", 3, "a bare pickle, not a torch.save zip archive")
+    put(BAD_TORCH, "bare_pickle.bin", state_dict_pickle([("epoch", op_int(3)), ("note", op_unicode("not a torch.save archive"))]), 3, "a bare pickle, not a torch.save zip archive")
     put(BAD_TORCH, "legacy_pid_in_zip.bin", archive(state_dict_pickle([("w", ok_tensor[1].replace(op_int(2) + b"tQ", op_int(2) + b"NtQ"))])), 3, "legacy (pre-1.6) torch.save format inside a zip")
     put(BAD_TORCH, "two_roots.bin", zip_bytes(torch_archive(state_dict_pickle([ok_tensor]), rec) + [{"name": "other/x", "data": b""}]), 3, "outside the archive folder")
     put(BAD_TORCH, "no_root_folder.bin", zip_bytes([{"name": "data.pkl", "data": b"\x80\x02}."}]), 3, "is not in a top-level folder")

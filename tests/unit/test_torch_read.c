@@ -215,6 +215,32 @@ TEST(every_byte_flip_handled)
     unlink(tmp);
 }
 
+/* A safetensors file whose header length is 0x0280 starts with the bytes of a protocol-2
+ * pickle (80 02); it must still open as safetensors, not be refused as a legacy pickle. */
+TEST(safetensors_starting_like_a_pickle)
+{
+    char tmp[] = "/tmp/tps-st-XXXXXX";
+    unsigned char buf[8 + 640];
+    const char *json = "{\"__metadata__\":{\"format\":\"pt\"}}";
+    memset(buf, ' ', sizeof buf);
+    buf[0] = 0x80;
+    buf[1] = 0x02;
+    memset(buf + 2, 0, 6);
+    memcpy(buf + 8, json, strlen(json));
+    int fd = mkstemp(tmp);
+    CHECK(fd >= 0 && write(fd, buf, sizeof buf) == (ssize_t)sizeof buf);
+    tps_error err;
+    tps_error_clear(&err);
+    tps_index *ix = NULL;
+    tps_status st = tps_checkpoint_open(tmp, &ix, &err);
+    if (st) printf("#   %s\n", err.msg);
+    CHECK_EQ_U64(st, TPS_OK);
+    if (ix) CHECK_STR(ix->format, "safetensors");
+    tps_index_free(ix);
+    close(fd);
+    unlink(tmp);
+}
+
 int main(void)
 {
     RUN(llama_bf16_bin);
@@ -238,5 +264,6 @@ int main(void)
     RUN(plain_ranges_where_possible);
     RUN(every_truncation_refused);
     RUN(every_byte_flip_handled);
+    RUN(safetensors_starting_like_a_pickle);
     return tps_test_done();
 }
