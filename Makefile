@@ -53,6 +53,14 @@ PROBE_DIR := $(shell mkdir -p $(BUILD) && echo $(BUILD))
 HAVE_CUDA ?= $(shell printf '\043include <cublas_v2.h>\n\043include <nccl.h>\nint main(void){return 0;}\n' > $(PROBE_DIR)/.probe_cuda.c && $(CC) -I$(CUDA_HOME)/include -I$(NCCL_HOME)/include $(PROBE_DIR)/.probe_cuda.c -o $(PROBE_DIR)/.probe_cuda -L$(CUDA_HOME)/lib64 -L$(NCCL_HOME)/lib64 -lcublas -lnccl -lcudart >/dev/null 2>&1 && echo 1 || echo 0)
 HAVE_MPI ?= $(shell printf '\043include <mpi.h>\nint main(void){return 0;}\n' > $(PROBE_DIR)/.probe_mpi.c && $(MPICC) $(PROBE_DIR)/.probe_mpi.c -o $(PROBE_DIR)/.probe_mpi >/dev/null 2>&1 && echo 1 || echo 0)
 
+# Optional parts, each in its own fragment next to its code: the GPU and MPI verify backends,
+# fuzzing, benchmarks.  A fragment may add objects to LIB_OBJ, flags to OPT_CFLAGS/OPT_LIBS,
+# prerequisites of `make test` to TEST_DEPS, and its own targets.
+TEST_DEPS :=
+include verify/gpu.mk
+include tests/fuzz/fuzz.mk
+include tests/bench/bench.mk
+
 .PHONY: all test demo bench install uninstall clean deps check-deps config
 all: tpshard
 
@@ -82,7 +90,7 @@ $(BUILD)/tests/%: tests/unit/%.c $(UNIT_HELPER_OBJ) $(BUILD)/libtpshard.a
 	@echo "  CC      $<"
 	$(Q)$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $< $(UNIT_HELPER_OBJ) $(BUILD)/libtpshard.a $(OPT_LIBS) $(LDLIBS)
 
-test: tpshard $(UNIT_BIN)
+test: tpshard $(UNIT_BIN) $(TEST_DEPS)
 	$(Q)sh tests/run.sh
 
 demo: tpshard

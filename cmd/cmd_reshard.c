@@ -125,7 +125,7 @@ static int run_reshard(char **args, int nargs)
     }
     tps_progress_state ps;
     tps_progress_begin(&ps, "reshard");
-    tps_cut_opts co = {write_rank, o.name_template, 0, tps_progress_update, &ps};
+    tps_cut_opts co = {.write_rank = write_rank, .name_template = o.name_template, .progress = tps_progress_update, .progress_arg = &ps};
     tps_status st = tps_cut(m, read_shards, ss, od, &co, &err);
     tps_progress_end(&ps);
     if (st == TPS_OK) st = tps_publish_shardset(m, od, &err);

@@ -66,7 +66,7 @@ static int run_split(char **args, int nargs)
         }
     }
     char probe[1024];
-    if (tps_format_name(o.name_template ? o.name_template : TPS_DEFAULT_NAME_TEMPLATE, 0, o.la.tp, probe,
+    if (tps_format_name(o.name_template ? o.name_template : TPS_DEFAULT_NAME_TEMPLATE, 0, o.la.tp, 0, probe,
                         sizeof probe, &err)) {
         rc = tps_cli_report("split", &err);
         goto done;
@@ -84,7 +84,7 @@ static int run_split(char **args, int nargs)
     }
     tps_progress_state ps;
     tps_progress_begin(&ps, "split");
-    tps_cut_opts co = {write_rank, o.name_template, 0, tps_progress_update, &ps};
+    tps_cut_opts co = {.write_rank = write_rank, .name_template = o.name_template, .progress = tps_progress_update, .progress_arg = &ps};
     tps_status st = tps_cut(m, read_source, ix, od, &co, &err);
     tps_progress_end(&ps);
     if (st == TPS_OK) st = tps_publish_shardset(m, od, &err);

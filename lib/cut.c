@@ -13,7 +13,8 @@
 
 static const unsigned char zeros[64 << 10];
 
-tps_status tps_format_name(const char *tmpl, uint64_t r, uint64_t T, char *out, size_t size, tps_error *err)
+tps_status tps_format_name(const char *tmpl, uint64_t r, uint64_t T, uint64_t part, char *out, size_t size,
+                           tps_error *err)
 {
     size_t n = 0;
     for (const char *p = tmpl; *p;) {
@@ -28,6 +29,10 @@ tps_status tps_format_name(const char *tmpl, uint64_t r, uint64_t T, char *out, 
             snprintf(num, sizeof num, "%llu", (unsigned long long)T);
             piece = num;
             p += 4;
+        } else if (strncmp(p, "{part}", 6) == 0) {
+            snprintf(num, sizeof num, "%llu", (unsigned long long)part);
+            piece = num;
+            p += 6;
         } else {
             piece = p;
             plen = 1;
@@ -165,7 +170,7 @@ tps_status tps_cut(tps_manifest *m, tps_global_read_fn read, void *ctx, const tp
     for (size_t i = 0; i < m->ntensors; i++) prog.total += m->tensors[i].nbytes;
     for (uint64_t r = 0; r < m->tp; r++) {
         char name[1024];
-        TPS_CHECK(tps_format_name(tmpl, r, m->tp, name, sizeof name, err));
+        TPS_CHECK(tps_format_name(tmpl, r, m->tp, 0, name, sizeof name, err));
         for (uint64_t q = 0; q < r; q++)
             if (strcmp(m->files[q].name, name) == 0) {
                 st = tps_fail(err, TPS_EUSAGE, "file name template '%s' gives ranks %llu and %llu the same name", tmpl,

@@ -28,16 +28,29 @@ typedef struct tps_progress {
 typedef struct tps_cut_opts {
     const bool *write_rank;    /* NULL: every rank; else only ranks with write_rank[r] get a file
                                   (the others are still computed for the manifest's sizes and CRCs) */
-    const char *name_template; /* file name per rank: "{rank}", "{tp}" replaced; NULL for the default */
+    const char *name_template; /* file name per rank (and part): "{rank}", "{tp}", "{part}" replaced;
+                                  NULL for the default */
     uint64_t chunk_bytes;      /* 0: the default (8 MiB) */
     void (*progress)(const tps_progress *p, void *arg);
     void *progress_arg;
+    uint64_t max_part_bytes; /* 0: one file per rank.  Else each rank's tensors go, in manifest order,
+                                into parts of at most this many data bytes (a tensor slice larger than
+                                that gets a part of its own); the template must then contain {part},
+                                and each rank also gets a Hugging Face style index naming its parts. */
 } tps_cut_opts;
 
 #define TPS_DEFAULT_NAME_TEMPLATE "model-rank-{rank}-of-{tp}.safetensors"
+/* vLLM's sharded-state pattern; parts count from 0 as there. */
+#define TPS_DEFAULT_PART_TEMPLATE "model-rank-{rank}-part-{part}.safetensors"
+/* Rank r's index when it has parts: {"metadata": {"total_size": N}, "weight_map": {tensor: file}},
+ * named like the rank's unsplit file plus ".index.json", as model.safetensors.index.json is
+ * for model.safetensors. */
+#define TPS_RANK_INDEX_TEMPLATE "model-rank-{rank}-of-{tp}.safetensors.index.json"
 
-/* Formats a template for rank r of T into a plain file name (refusing '/', "..", empty). */
-tps_status tps_format_name(const char *tmpl, uint64_t r, uint64_t T, char *out, size_t size, tps_error *err);
+/* Formats a template for rank r of T (and part p, for templates with {part}) into a plain
+ * file name (refusing '/', "..", empty, a leading '.'). */
+tps_status tps_format_name(const char *tmpl, uint64_t r, uint64_t T, uint64_t p, char *out, size_t size,
+                           tps_error *err);
 
 /* Fills m->files (one per rank) and every m->tensors[i].crc, writing rank files into od's
  * temporary directory.  m->tp and the tensors' partitions must be set and checked. */

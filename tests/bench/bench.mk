@@ -1,0 +1,1 @@
+# make bench: synthetic checkpoints, tpshard against cp/cat/a torch splitter (issue 8).

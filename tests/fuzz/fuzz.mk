@@ -1,0 +1,1 @@
+# Fuzz targets, their replay under gcc in make test, and make fuzz (issue 9).
