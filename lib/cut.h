@@ -37,6 +37,9 @@ typedef struct tps_cut_opts {
                                 into parts of at most this many data bytes (a tensor slice larger than
                                 that gets a part of its own); the template must then contain {part},
                                 and each rank also gets a Hugging Face style index naming its parts. */
+    void (*file_done)(const char *name, uint64_t bytes, void *arg); /* after each file is complete
+                                                                        (for -v); NULL for none */
+    void *file_done_arg;
 } tps_cut_opts;
 
 #define TPS_DEFAULT_NAME_TEMPLATE "model-rank-{rank}-of-{tp}.safetensors"
