@@ -6,6 +6,7 @@
 #include <zlib.h>
 
 #include "checked.h"
+#include "rank_index.h"
 #include "spans.h"
 #include "formats/safetensors.h"
 
@@ -51,10 +52,15 @@ tps_status tps_format_name(const char *tmpl, uint64_t r, uint64_t T, uint64_t pa
     return TPS_OK;
 }
 
-/* Per-rank output: a writer, or only a running count and CRC for ranks this run does not
- * write (the manifest still describes them, so every node's manifest is identical). */
+/* Per-rank output: the writer of the part being filled (a count-only writer for ranks this
+ * run does not write: the manifest still describes them, so every node's manifest is
+ * identical), and where each part begins in manifest order. */
 typedef struct rank_out {
     tps_st_writer *w;
+    size_t nparts, cur; /* cur: the part w writes */
+    size_t *first;      /* first[p]: the first tensor of part p; first[nparts] == ntensors */
+    size_t file0;       /* m->files index of part 0 */
+    bool write;
 } rank_out;
 
 static tps_status emit(rank_out *ro, const void *p, size_t n, tps_error *err)
@@ -117,11 +123,11 @@ cleanup:
     return st;
 }
 
-static tps_status open_rank(tps_manifest *m, uint64_t r, const tps_outdir *od, const char *name,
-                            rank_out *ro, tps_error *err)
+/* Opens part p of rank r: the writer for tensors [first[p], first[p+1]). */
+static tps_status open_part(tps_manifest *m, uint64_t r, rank_out *ro, size_t p, const tps_outdir *od, tps_error *err)
 {
     tps_status st = TPS_OK;
-    size_t n = m->ntensors;
+    size_t i0 = ro->first[p], n = ro->first[p + 1] - i0;
     tps_st_entry *e = calloc(n ? n : 1, sizeof *e);
     uint64_t *shapes = calloc(n ? n * TPS_MAX_DIMS : 1, sizeof *shapes);
     char rank_s[32], tp_s[32];
@@ -133,19 +139,20 @@ static tps_status open_rank(tps_manifest *m, uint64_t r, const tps_outdir *od, c
         st = tps_fail_oom(err, "preparing rank headers");
         goto cleanup;
     }
-    for (size_t i = 0; i < n; i++) {
-        const tps_manifest_tensor *t = &m->tensors[i];
-        tps_partition_rank_shape(&t->part, t->ndim, t->shape, m->tp, r, shapes + i * TPS_MAX_DIMS);
-        e[i] = (tps_st_entry){t->name, t->dtype, t->ndim, shapes + i * TPS_MAX_DIMS};
+    for (size_t k = 0; k < n; k++) {
+        const tps_manifest_tensor *t = &m->tensors[i0 + k];
+        tps_partition_rank_shape(&t->part, t->ndim, t->shape, m->tp, r, shapes + k * TPS_MAX_DIMS);
+        e[k] = (tps_st_entry){t->name, t->dtype, t->ndim, shapes + k * TPS_MAX_DIMS};
     }
-    if (od) {
-        path = tps_outdir_path(od, name);
+    if (ro->write) {
+        path = tps_outdir_path(od, m->files[ro->file0 + p].name);
         if (!path) {
             st = tps_fail_oom(err, "naming rank files");
             goto cleanup;
         }
     }
     st = tps_st_writer_open(path, e, n, meta, 2, &ro->w, err);
+    ro->cur = p;
 cleanup:
     free(path);
     free(e);
@@ -153,51 +160,121 @@ cleanup:
     return st;
 }
 
+static tps_status close_part(tps_manifest *m, rank_out *ro, const tps_cut_opts *o, tps_error *err)
+{
+    tps_manifest_file *f = &m->files[ro->file0 + ro->cur];
+    tps_st_writer *w = ro->w;
+    ro->w = NULL; /* commit frees it whatever happens */
+    tps_status st = tps_st_writer_commit(w, &f->crc, &f->size, err);
+    if (st == TPS_OK && ro->write && o->file_done) o->file_done(f->name, f->size, o->file_done_arg);
+    return st;
+}
+
+/* Before tensor i: every rank's writer must be the part that holds i. */
+static tps_status enter_tensor(tps_manifest *m, rank_out *outs, size_t i, const tps_outdir *od,
+                               const tps_cut_opts *o, tps_error *err)
+{
+    for (uint64_t r = 0; r < m->tp; r++) {
+        rank_out *ro = &outs[r];
+        if (i < ro->first[ro->cur + 1]) continue;
+        tps_status st = close_part(m, ro, o, err);
+        if (st == TPS_OK) st = open_part(m, r, ro, ro->cur + 1, od, err);
+        if (st) return st;
+    }
+    return TPS_OK;
+}
+
+/* Splits rank r's tensors, in manifest order, into parts of at most max data bytes (0: one
+ * part); a slice larger than max gets a part of its own. */
+static tps_status plan_parts(const tps_manifest *m, uint64_t r, uint64_t max, rank_out *ro, tps_error *err)
+{
+    ro->first = calloc(m->ntensors + 2, sizeof *ro->first);
+    if (!ro->first) return tps_fail_oom(err, "planning parts");
+    ro->nparts = 1;
+    uint64_t cur = 0;
+    for (size_t i = 0; max && i < m->ntensors; i++) {
+        const tps_manifest_tensor *t = &m->tensors[i];
+        uint64_t shape[TPS_MAX_DIMS], nelem, b;
+        tps_partition_rank_shape(&t->part, t->ndim, t->shape, m->tp, r, shape);
+        if (!tps_prod_u64(shape, t->ndim, &nelem)) return tps_fail(err, TPS_EINVALID, "tensor '%s' is too large", t->name);
+        tps_status st = tps_dtype_nbytes(t->dtype, nelem, &b, t->name, err);
+        if (st) return st;
+        if (cur > 0 && (cur + b < cur || cur + b > max)) {
+            ro->first[ro->nparts++] = i;
+            cur = 0;
+        }
+        cur += b;
+    }
+    ro->first[ro->nparts] = m->ntensors;
+    return TPS_OK;
+}
+
+/* Names every file (rank-major, parts in order) and refuses two files with one name. */
+static tps_status name_files(tps_manifest *m, rank_out *outs, const char *tmpl, tps_error *err)
+{
+    size_t n = 0;
+    for (uint64_t r = 0; r < m->tp; r++) n += outs[r].nparts;
+    if (!(m->files = calloc(n, sizeof *m->files))) return tps_fail_oom(err, "naming rank files");
+    for (uint64_t r = 0; r < m->tp; r++) {
+        outs[r].file0 = m->nfiles;
+        for (size_t p = 0; p < outs[r].nparts; p++) {
+            char name[1024];
+            tps_status st = tps_format_name(tmpl, r, m->tp, p, name, sizeof name, err);
+            if (st) return st;
+            for (size_t q = 0; q < m->nfiles; q++)
+                if (strcmp(m->files[q].name, name) == 0)
+                    return tps_fail(err, TPS_EUSAGE, "file name template '%s' gives two files the name '%s'", tmpl, name);
+            tps_manifest_file *f = &m->files[m->nfiles];
+            if (!(f->name = strdup(name))) return tps_fail_oom(err, "naming rank files");
+            f->rank = r;
+            f->part = p;
+            m->nfiles++;
+        }
+    }
+    return TPS_OK;
+}
+
 tps_status tps_cut(tps_manifest *m, tps_global_read_fn read, void *ctx, const tps_outdir *od, const tps_cut_opts *o,
                    tps_error *err)
 {
     tps_status st = TPS_OK;
-    const char *tmpl = o->name_template ? o->name_template : TPS_DEFAULT_NAME_TEMPLATE;
+    const char *tmpl = o->name_template ? o->name_template
+                       : o->max_part_bytes ? TPS_DEFAULT_PART_TEMPLATE
+                                           : TPS_DEFAULT_NAME_TEMPLATE;
     size_t chunk = o->chunk_bytes ? (size_t)o->chunk_bytes : DEFAULT_CHUNK;
     rank_out *outs = calloc(m->tp, sizeof *outs);
     unsigned char *buf = malloc(chunk);
-    m->files = calloc(m->tp, sizeof *m->files);
-    if (!outs || !buf || !m->files) {
+    if (!outs || !buf) {
         st = tps_fail_oom(err, "starting the copy");
+        goto cleanup;
+    }
+    if (o->max_part_bytes && !strstr(tmpl, "{part}")) {
+        st = tps_fail(err, TPS_EUSAGE, "file name template '%s' lacks {part}, which a size cap needs", tmpl);
         goto cleanup;
     }
     tps_progress prog = {0, 0, NULL};
     for (size_t i = 0; i < m->ntensors; i++) prog.total += m->tensors[i].nbytes;
     for (uint64_t r = 0; r < m->tp; r++) {
-        char name[1024];
-        TPS_CHECK(tps_format_name(tmpl, r, m->tp, 0, name, sizeof name, err));
-        for (uint64_t q = 0; q < r; q++)
-            if (strcmp(m->files[q].name, name) == 0) {
-                st = tps_fail(err, TPS_EUSAGE, "file name template '%s' gives ranks %llu and %llu the same name", tmpl,
-                              (unsigned long long)q, (unsigned long long)r);
-                goto cleanup;
-            }
-        m->files[r].name = strdup(name);
-        m->files[r].rank = r;
-        m->nfiles = r + 1;
-        if (!m->files[r].name) {
-            st = tps_fail_oom(err, "naming rank files");
-            goto cleanup;
-        }
-        bool write = !o->write_rank || o->write_rank[r];
-        TPS_CHECK(open_rank(m, r, write ? od : NULL, name, &outs[r], err));
+        outs[r].write = od && (!o->write_rank || o->write_rank[r]);
+        TPS_CHECK(plan_parts(m, r, o->max_part_bytes, &outs[r], err));
     }
+    TPS_CHECK(name_files(m, outs, tmpl, err));
+    for (uint64_t r = 0; r < m->tp; r++) TPS_CHECK(open_part(m, r, &outs[r], 0, od, err));
     for (size_t i = 0; i < m->ntensors; i++) {
         prog.tensor = m->tensors[i].name;
+        TPS_CHECK(enter_tensor(m, outs, i, od, o, err));
         TPS_CHECK(cut_tensor(m, i, read, ctx, outs, buf, chunk, o, &prog, err));
     }
     for (uint64_t r = 0; r < m->tp; r++) {
-        tps_st_writer *w = outs[r].w;
-        outs[r].w = NULL; /* commit frees it whatever happens */
-        TPS_CHECK(tps_st_writer_commit(w, &m->files[r].crc, &m->files[r].size, err));
+        TPS_CHECK(close_part(m, &outs[r], o, err));
+        if (o->max_part_bytes && outs[r].write)
+            TPS_CHECK(tps_rank_index_write(m, r, outs[r].first, outs[r].file0, od, err));
     }
 cleanup:
-    for (uint64_t r = 0; outs && r < m->tp; r++) tps_st_writer_abort(outs[r].w);
+    for (uint64_t r = 0; outs && r < m->tp; r++) {
+        tps_st_writer_abort(outs[r].w);
+        free(outs[r].first);
+    }
     free(outs);
     free(buf);
     return st;
