@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/buf.h"
+
 tps_common_opts tps_common;
 
 bool tps_parse_size(const char *s, uint64_t *out)
@@ -46,6 +48,54 @@ static const tps_opt *find_short(const tps_opt *opts, char c)
     return NULL;
 }
 
+static bool takes_value(const tps_opt *o)
+{
+    return o->kind != TPS_OPT_FLAG && o->kind != TPS_OPT_COUNT;
+}
+
+/* Levenshtein distance, capped: names longer than 63 characters are never close. */
+static size_t edit_distance(const char *a, size_t la, const char *b, size_t lb)
+{
+    size_t row[64];
+    if (la >= 64 || lb >= 64) return SIZE_MAX;
+    for (size_t j = 0; j <= lb; j++) row[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t up = row[j], best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            diag = up;
+            row[j] = best;
+        }
+    }
+    return row[lb];
+}
+
+const char *tps_cli_suggest(const char *s, size_t len, const char *const *names, size_t n)
+{
+    const char *best = NULL;
+    size_t best_d = SIZE_MAX, limit = len >= 6 ? 2 : 1;
+    for (size_t i = 0; i < n; i++) {
+        size_t k = strlen(names[i]);
+        size_t d = len >= 2 && len < k && strncmp(names[i], s, len) == 0 ? 1 : edit_distance(s, len, names[i], k);
+        if (d <= limit && d < best_d) {
+            best = names[i];
+            best_d = d;
+        }
+    }
+    return best;
+}
+
+static const char *suggest_option(const tps_opt *opts, const char *name, size_t len)
+{
+    const char *names[64];
+    size_t n = 0;
+    for (const tps_opt *o = opts; o->long_name && n < 64; o++) names[n++] = o->long_name;
+    return tps_cli_suggest(name, len, names, n);
+}
+
 static int set_value(const tps_cmd *cmd, const tps_opt *o, const char *val)
 {
     char *end;
@@ -62,8 +112,7 @@ static int set_value(const tps_cmd *cmd, const tps_opt *o, const char *val)
                 return -1;
             }
         }
-        tps_cli_errorf(cmd->name, "--%s expects a non-negative integer, not '%s'", o->long_name, val);
-        return TPS_EUSAGE;
+        return tps_cli_usage(cmd->name, "--%s expects a non-negative integer, not '%s'", o->long_name, val);
     case TPS_OPT_DOUBLE: {
         errno = 0;
         double v = strtod(val, &end);
@@ -71,21 +120,21 @@ static int set_value(const tps_cmd *cmd, const tps_opt *o, const char *val)
             *(double *)o->target = v;
             return -1;
         }
-        tps_cli_errorf(cmd->name, "--%s expects a number, not '%s'", o->long_name, val);
-        return TPS_EUSAGE;
+        return tps_cli_usage(cmd->name, "--%s expects a number, not '%s'", o->long_name, val);
     }
     case TPS_OPT_SIZE:
         if (tps_parse_size(val, (uint64_t *)o->target)) return -1;
-        tps_cli_errorf(cmd->name, "--%s expects a size such as 4096, 500MB or 2GiB, not '%s'", o->long_name, val);
-        return TPS_EUSAGE;
+        return tps_cli_usage(cmd->name, "--%s expects a size such as 4096, 500MB or 2GiB, not '%s'", o->long_name,
+                             val);
     }
     return TPS_EUSAGE;
 }
 
-static int usage_hint(const tps_cmd *cmd)
+static int unknown_option(const tps_cmd *cmd, const char *shown, const char *name, size_t len)
 {
-    fprintf(stderr, "Try 'tpshard %s --help'.\n", cmd->name);
-    return TPS_EUSAGE;
+    const char *s = suggest_option(cmd->opts, name, len);
+    if (s) return tps_cli_usage(cmd->name, "unknown option '%s'; did you mean '--%s'?", shown, s);
+    return tps_cli_usage(cmd->name, "unknown option '%s'", shown);
 }
 
 int tps_cli_parse(const tps_cmd *cmd, int argc, char **argv, char **args, int *nargs)
@@ -95,10 +144,8 @@ int tps_cli_parse(const tps_cmd *cmd, int argc, char **argv, char **args, int *n
     for (int i = 0; i < argc; i++) {
         char *a = argv[i];
         if (options_done || a[0] != '-' || a[1] == '\0') {
-            if (*nargs >= cmd->max_args) {
-                tps_cli_errorf(cmd->name, "unexpected argument '%s'", a);
-                return usage_hint(cmd);
-            }
+            if (*nargs >= cmd->max_args)
+                return tps_cli_usage(cmd->name, "unexpected argument '%s' (usage: tpshard %s)", a, cmd->usage);
             args[(*nargs)++] = a;
             continue;
         }
@@ -113,47 +160,41 @@ int tps_cli_parse(const tps_cmd *cmd, int argc, char **argv, char **args, int *n
             size_t len = eq ? (size_t)(eq - name) : strlen(name);
             o = find_long(cmd->opts, name, len);
             if (!o) {
-                tps_cli_errorf(cmd->name, "unknown option '--%.*s'", (int)len, name);
-                return usage_hint(cmd);
+                char shown[80];
+                snprintf(shown, sizeof shown, "--%.*s", (int)(len < 60 ? len : 60), name);
+                return unknown_option(cmd, shown, name, len);
             }
             if (eq) {
-                if (o->kind == TPS_OPT_FLAG || o->kind == TPS_OPT_COUNT) {
-                    tps_cli_errorf(cmd->name, "option '--%s' takes no value", o->long_name);
-                    return usage_hint(cmd);
-                }
+                if (!takes_value(o)) return tps_cli_usage(cmd->name, "option '--%s' takes no value", o->long_name);
                 val = eq + 1;
             }
         } else {
             o = find_short(cmd->opts, a[1]);
-            if (!o || a[2] != '\0') {
-                tps_cli_errorf(cmd->name, "unknown option '%s'", a);
-                return usage_hint(cmd);
-            }
+            if (!o || a[2] != '\0') return unknown_option(cmd, a, a + 1, strlen(a + 1)); /* "-tp": --tp meant */
         }
-        if (!val && o->kind != TPS_OPT_FLAG && o->kind != TPS_OPT_COUNT) {
-            if (i + 1 >= argc) {
-                tps_cli_errorf(cmd->name, "option '--%s' needs a value (%s)", o->long_name,
-                               o->metavar ? o->metavar : "VALUE");
-                return usage_hint(cmd);
-            }
+        if (!val && takes_value(o)) {
+            if (i + 1 >= argc)
+                return tps_cli_usage(cmd->name, "option '--%s' needs a value (%s)", o->long_name,
+                                     o->metavar ? o->metavar : "VALUE");
             val = argv[++i];
         }
         int rc = set_value(cmd, o, val);
-        if (rc >= 0) return usage_hint(cmd);
+        if (rc >= 0) return rc;
     }
     if (tps_common.help) {
-        tps_cli_help(stdout, cmd);
+        tps_cli_help(stdout, cmd, tps_common.verbose > 0);
         return 0;
     }
-    if (*nargs < cmd->min_args) {
-        tps_cli_errorf(cmd->name, "missing argument; usage: tpshard %s", cmd->usage);
-        return usage_hint(cmd);
-    }
+    if (*nargs < cmd->min_args) return tps_cli_usage(cmd->name, "missing argument; usage: tpshard %s", cmd->usage);
     return -1;
 }
 
-void tps_cli_exit_codes(FILE *out)
+void tps_cli_exit_codes(FILE *out, bool full)
 {
+    if (!full) {
+        fputs("Exit: 0 ok, 1 mismatch, 2 usage, 3 invalid input, 4 I/O, 5 no backend\n", out);
+        return;
+    }
     fputs("Exit codes:\n"
           "  0  success\n"
           "  1  a check or verification found a mismatch\n"
@@ -164,23 +205,135 @@ void tps_cli_exit_codes(FILE *out)
           out);
 }
 
-void tps_cli_help(FILE *out, const tps_cmd *cmd)
+#define HELP_WIDTH 80
+#define HELP_LINES 24
+
+/* Writes text word-wrapped to HELP_WIDTH, the first line continuing at column col, later
+ * lines indented by indent.  With groups, a bracketed group ("(--layout FILE | --preset
+ * NAME)") is kept on one line where it fits, as usage lines read best that way. */
+static void wrap(FILE *out, int col, int indent, const char *text, bool groups)
 {
-    fprintf(out, "Usage: tpshard %s\n\n%s\n", cmd->usage, cmd->summary);
-    if (cmd->details) fprintf(out, "\n%s", cmd->details);
-    fputs("\nOptions:\n", out);
-    for (const tps_opt *o = cmd->opts; o->long_name; o++) {
-        char left[64];
-        int n = 0;
-        if (o->short_name) n = snprintf(left, sizeof left, "-%c, ", o->short_name);
-        else n = snprintf(left, sizeof left, "    ");
-        bool takes = o->kind != TPS_OPT_FLAG && o->kind != TPS_OPT_COUNT;
-        snprintf(left + n, sizeof left - (size_t)n, "--%s%s%s", o->long_name, takes ? " " : "",
-                 takes ? (o->metavar ? o->metavar : "VALUE") : "");
-        fprintf(out, "  %-28s %s\n", left, o->help);
+    bool first = true;
+    for (const char *p = text; *p;) {
+        while (*p == ' ' || *p == '\n') p++;
+        if (!*p) break;
+        size_t w = 0;
+        int depth = 0;
+        while (p[w] && p[w] != '\n' && (p[w] != ' ' || (groups && depth > 0))) {
+            if (p[w] == '(' || p[w] == '[') depth++;
+            if ((p[w] == ')' || p[w] == ']') && depth > 0) depth--;
+            w++;
+        }
+        if (!first && col + 1 + (int)w > HELP_WIDTH) {
+            fprintf(out, "\n%*s", indent, "");
+            col = indent;
+        } else if (!first) {
+            fputc(' ', out);
+            col++;
+        }
+        fwrite(p, 1, w, out);
+        col += (int)w;
+        p += w;
+        first = false;
     }
     fputc('\n', out);
-    tps_cli_exit_codes(out);
+}
+
+/* Details are paragraphs of prose, re-flowed to the width; a line that starts with a space
+ * is an example and stays as written. */
+static void print_details(FILE *out, const char *d)
+{
+    tps_buf para = TPS_BUF_INIT;
+    while (*d) {
+        size_t n = strcspn(d, "\n");
+        bool literal = d[0] == ' ', blank = n == 0;
+        if ((literal || blank) && para.len) {
+            if (tps_buf_cstr(&para)) wrap(out, 0, 0, para.data, false);
+            tps_buf_reset(&para);
+        }
+        if (literal || blank) fprintf(out, "%.*s\n", (int)n, d);
+        else tps_buf_printf(&para, "%s%.*s", para.len ? " " : "", (int)n, d);
+        d += n + (d[n] == '\n');
+    }
+    if (para.len && tps_buf_cstr(&para)) wrap(out, 0, 0, para.data, false);
+    tps_buf_release(&para);
+}
+
+void tps_cli_wrap(FILE *out, int col, int indent, const char *text)
+{
+    wrap(out, col, indent, text, false);
+}
+
+static bool is_common(const tps_opt *o)
+{
+    return o->target == &tps_common.help || o->target == &tps_common.quiet || o->target == &tps_common.verbose;
+}
+
+static void print_help(FILE *out, const tps_cmd *cmd, bool details)
+{
+    fprintf(out, "Usage: tpshard %s ", cmd->name);
+    wrap(out, 16 + (int)strlen(cmd->name), 16 + (int)strlen(cmd->name), cmd->usage + strlen(cmd->name), true);
+    wrap(out, 0, 0, cmd->summary, false);
+    if (details && cmd->details) {
+        fputc('\n', out);
+        print_details(out, cmd->details);
+    }
+    fputs("\nOptions:\n", out);
+    bool shorts = false;
+    int width = 0;
+    for (const tps_opt *o = cmd->opts; o->long_name; o++) {
+        if (is_common(o)) continue;
+        shorts |= o->short_name != 0;
+        int w = (int)strlen(o->long_name) + 2 + (takes_value(o) ? 1 + (int)strlen(o->metavar ? o->metavar : "VALUE") : 0);
+        if (w > width) width = w;
+    }
+    if (shorts) width += 4;
+    if (width > 26) width = 26;
+    for (const tps_opt *o = cmd->opts; o->long_name; o++) {
+        if (is_common(o)) continue;
+        char left[96];
+        const char *meta = takes_value(o) ? (o->metavar ? o->metavar : "VALUE") : NULL;
+        if (shorts && o->short_name)
+            snprintf(left, sizeof left, "-%c, --%s%s%s", o->short_name, o->long_name, meta ? " " : "", meta ? meta : "");
+        else
+            snprintf(left, sizeof left, "%s--%s%s%s", shorts ? "    " : "", o->long_name, meta ? " " : "",
+                     meta ? meta : "");
+        int n = fprintf(out, "  %-*s  ", width, left);
+        wrap(out, n, 4 + width, o->help, false);
+    }
+    const char *sep = "  ";
+    for (const tps_opt *o = cmd->opts; o->long_name; o++)
+        if (is_common(o)) {
+            fprintf(out, "%s-%c, --%s: %s", sep, o->short_name, o->long_name, o->help);
+            sep = "; ";
+        }
+    fputs("\n\n", out);
+    tps_cli_exit_codes(out, false);
+}
+
+void tps_cli_help(FILE *out, const tps_cmd *cmd, bool verbose)
+{
+    if (verbose || !cmd->details) {
+        print_help(out, cmd, true);
+        return;
+    }
+    /* Measure the full text; past one screen, leave the details to -v and the man page. */
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    if (mem) {
+        print_help(mem, cmd, true);
+        fclose(mem);
+    }
+    size_t lines = 0;
+    for (size_t i = 0; text && i < len; i++) lines += text[i] == '\n';
+    if (text && lines <= HELP_LINES) {
+        fputs(text, out);
+    } else {
+        print_help(out, cmd, false);
+        fprintf(out, "More: tpshard %s --help -v, or man tpshard\n", cmd->name);
+    }
+    free(text);
 }
 
 void tps_cli_errorf(const char *cmd, const char *fmt, ...)
@@ -193,10 +346,22 @@ void tps_cli_errorf(const char *cmd, const char *fmt, ...)
     fputc('\n', stderr);
 }
 
+int tps_cli_usage(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "tpshard %s: ", cmd);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\ntpshard %s: see 'tpshard %s --help'\n", cmd, cmd);
+    return TPS_EUSAGE;
+}
+
 int tps_cli_report(const char *cmd, const tps_error *err)
 {
     if (err->code == TPS_OK) return 0;
     fprintf(stderr, "tpshard %s: %s\n", cmd, err->msg[0] ? err->msg : tps_status_name(err->code));
+    if (err->code == TPS_EUSAGE) fprintf(stderr, "tpshard %s: see 'tpshard %s --help'\n", cmd, cmd);
     return (int)err->code;
 }
 

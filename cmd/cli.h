@@ -56,12 +56,24 @@ extern tps_common_opts tps_common;
  * Returns -1 to go on, or an exit code (0 after --help, 2 on a usage error with a hint). */
 int tps_cli_parse(const tps_cmd *cmd, int argc, char **argv, char **args, int *nargs);
 
-void tps_cli_help(FILE *out, const tps_cmd *cmd);
-void tps_cli_exit_codes(FILE *out);
+/* A command's help, generated from its table and wrapped to 80 columns.  The details
+ * paragraphs are shown when the whole text still fits one 24-line screen, or when verbose
+ * (`tpshard CMD --help -v`); otherwise a line says how to see them. */
+void tps_cli_help(FILE *out, const tps_cmd *cmd, bool verbose);
+/* The exit-code table (full: one line per code; else one line). */
+void tps_cli_exit_codes(FILE *out, bool full);
+
+/* Writes text word-wrapped to 80 columns, continuing at column col, later lines indented. */
+void tps_cli_wrap(FILE *out, int col, int indent, const char *text);
+
+/* The closest of names[0..n) to s (an edit or two away, or s a prefix of it), or NULL. */
+const char *tps_cli_suggest(const char *s, size_t len, const char *const *names, size_t n);
 
 /* "tpshard CMD: message" on stderr; returns the status as an exit code. */
 int tps_cli_report(const char *cmd, const tps_error *err);
 void tps_cli_errorf(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A usage error: the message, then "tpshard CMD: see 'tpshard CMD --help'"; returns 2. */
+int tps_cli_usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Parses "4", "500MB", "5GB" (decimal), "512MiB", "4GiB" (binary); false on junk/overflow. */
 bool tps_parse_size(const char *s, uint64_t *out);
@@ -70,9 +82,9 @@ bool tps_parse_size(const char *s, uint64_t *out);
 bool tps_parse_rank_list(const char *s, uint64_t tp, bool *out);
 
 #define TPS_COMMON_OPTS                                                               \
-    {"help", 'h', TPS_OPT_FLAG, &tps_common.help, NULL, "show this help and exit"},   \
-    {"quiet", 'q', TPS_OPT_FLAG, &tps_common.quiet, NULL, "print nothing but errors"}, \
-    {"verbose", 'v', TPS_OPT_COUNT, &tps_common.verbose, NULL, "say more (repeatable)"}
+    {"help", 'h', TPS_OPT_FLAG, &tps_common.help, NULL, "this help"},               \
+    {"quiet", 'q', TPS_OPT_FLAG, &tps_common.quiet, NULL, "errors only"},             \
+    {"verbose", 'v', TPS_OPT_COUNT, &tps_common.verbose, NULL, "more output"}
 
 #define TPS_OPTS_END {NULL, 0, TPS_OPT_FLAG, NULL, NULL, NULL}
 

@@ -13,6 +13,7 @@
 #include "lib/gather.h"
 #include "lib/json.h"
 #include "lib/manifest.h"
+#include "progress.h"
 
 static struct {
     const char *source;
@@ -62,6 +63,8 @@ typedef struct source_cmp {
     bool differs;
     findings *f;
     const char *name;
+    const tps_progress *prog; /* done: bytes of the tensors before this one */
+    tps_progress_state *ps;
 } source_cmp;
 
 #define CMP_CHUNK (4u << 20)
@@ -69,6 +72,8 @@ typedef struct source_cmp {
 static tps_status compare_with_source(void *arg, uint64_t off, const void *p, size_t n, tps_error *err)
 {
     source_cmp *c = arg;
+    tps_progress now = {c->prog->done + off + n, c->prog->total, c->name};
+    tps_progress_update(&now, c->ps);
     if (!c->x || c->differs) return TPS_OK;
     for (size_t done = 0; done < n;) {
         size_t k = n - done < CMP_CHUNK ? n - done : CMP_CHUNK;
@@ -224,9 +229,13 @@ static int run_check(char **args, int nargs)
         rc = tps_cli_report("check", &err);
         goto cleanup;
     }
+    tps_progress prog = {0, 0, NULL};
+    tps_progress_state ps;
+    for (size_t i = 0; i < m->ntensors; i++) prog.total += m->tensors[i].nbytes;
+    tps_progress_begin(&ps, "check");
     for (size_t i = 0; i < m->ntensors; i++) {
         const tps_manifest_tensor *t = &m->tensors[i];
-        source_cmp c = {src, NULL, cmpbuf, false, &f, t->name};
+        source_cmp c = {src, NULL, cmpbuf, false, &f, t->name, &prog, &ps};
         if (src) {
             c.x = tps_index_find(src, t->name);
             if (!c.x) add_findingf(&f, "tensor '%s' is not in the source", t->name);
@@ -239,7 +248,9 @@ static int run_check(char **args, int nargs)
         tps_gather_hooks h = {compare_with_source, forward_finding, &c};
         uint32_t gcrc;
         tps_error_clear(&err);
-        if (tps_gather_tensor(ss, t, &h, &gcrc, rank_crc + i * m->tp, &err)) {
+        tps_status gst = tps_gather_tensor(ss, t, &h, &gcrc, rank_crc + i * m->tp, &err);
+        prog.done += t->nbytes;
+        if (gst) {
             add_findingf(&f, "tensor '%s': %s", t->name, err.msg);
             continue;
         }
@@ -248,6 +259,7 @@ static int run_check(char **args, int nargs)
                          (unsigned)gcrc, t->crc);
         bytes += t->nbytes;
     }
+    tps_progress_end(&ps);
     tps_error_clear(&err);
     check_files(ss, rank_crc, &f, &err);
 report:
@@ -265,7 +277,7 @@ cleanup:
 
 const tps_cmd tps_cmd_check = {
     .name = "check",
-    .summary = "prove a shard set intact: files, shapes, coverage, replicas, checksums",
+    .summary = "prove a shard set intact: files, coverage, replicas, checksums",
     .usage = "check DIR [--source SRC] [--json]",
     .details = "Reads every shard byte once.  Exit 0 when intact; exit 1 listing every finding.\n",
     .opts = check_opts,

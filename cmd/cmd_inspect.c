@@ -137,7 +137,7 @@ static int run_inspect(char **args, int nargs)
 
 const tps_cmd tps_cmd_inspect = {
     .name = "inspect",
-    .summary = "list a checkpoint's tensors (dtype, shape, bytes) and totals, reading headers only",
+    .summary = "list a checkpoint's tensors, dtypes, shapes and totals (headers only)",
     .usage = "inspect PATH [--json]",
     .details = "PATH is a safetensors file, a Hugging Face multi-file directory or index,\n"
                "a torch.save .bin archive, an .npz/.npy file, or a shard set's rank file.\n",

@@ -45,10 +45,7 @@ static int run_layout(char **args, int nargs)
     (void)args;
     (void)nargs;
     int modes = o.list + (o.preset != NULL) + (o.check != NULL);
-    if (modes != 1) {
-        tps_cli_errorf("layout", "give exactly one of --list, --preset NAME or --check FILE");
-        return TPS_EUSAGE;
-    }
+    if (modes != 1) return tps_cli_usage("layout", "give exactly one of --list, --preset NAME or --check FILE");
     if (o.list) {
         print_list();
         return 0;

@@ -7,6 +7,7 @@
 
 #include "cli.h"
 #include "commands.h"
+#include "progress.h"
 #include "formats/safetensors.h"
 #include "lib/buf.h"
 #include "lib/gather.h"
@@ -31,20 +32,23 @@ static const tps_opt merge_opts[] = {
 
 typedef struct merge_sink {
     tps_st_writer *w;
-    char **findings;
     size_t nfindings;
+    tps_progress prog; /* done: bytes of the tensors before the current one */
+    tps_progress_state ps;
 } merge_sink;
 
 static tps_status to_writer(void *arg, uint64_t off, const void *p, size_t n, tps_error *err)
 {
-    (void)off;
     merge_sink *s = arg;
+    tps_progress now = {s->prog.done + off + n, s->prog.total, s->prog.tensor};
+    tps_progress_update(&now, &s->ps);
     return tps_st_writer_write(s->w, p, n, err);
 }
 
 static void on_finding(void *arg, const char *msg)
 {
     merge_sink *s = arg;
+    tps_progress_end(&s->ps);
     tps_cli_errorf("merge", "%s", msg);
     s->nfindings++;
 }
@@ -64,8 +68,11 @@ static tps_status write_part(tps_shardset *ss, size_t first, size_t last, const 
     tps_gather_hooks h = {to_writer, on_finding, sink};
     for (size_t i = first; i < last && st == TPS_OK; i++) {
         uint32_t crc;
+        sink->prog.tensor = m->tensors[i].name;
         st = tps_gather_tensor(ss, &m->tensors[i], &h, &crc, NULL, err);
+        sink->prog.done += m->tensors[i].nbytes;
         if (st == TPS_OK && crc != m->tensors[i].crc) {
+            tps_progress_end(&sink->ps);
             tps_cli_errorf("merge", "tensor '%s': CRC-32 %08x, the manifest says %08x", m->tensors[i].name,
                            (unsigned)crc, m->tensors[i].crc);
             sink->nfindings++;
@@ -78,7 +85,10 @@ static tps_status write_part(tps_shardset *ss, size_t first, size_t last, const 
     if (st) {
         tps_st_writer_abort(sink->w);
     } else {
-        st = tps_st_writer_commit(sink->w, NULL, NULL, err);
+        uint64_t size = 0;
+        st = tps_st_writer_commit(sink->w, NULL, &size, err);
+        const char *base = strrchr(path, '/');
+        if (st == TPS_OK) tps_progress_file_done(base ? base + 1 : path, size, &sink->ps);
     }
     sink->w = NULL;
     return st;
@@ -157,16 +167,15 @@ static tps_status merge_to_dir(tps_shardset *ss, const char *dir, merge_sink *si
 static int run_merge(char **args, int nargs)
 {
     (void)nargs;
-    if (!o.out) {
-        tps_cli_errorf("merge", "-o FILE|DIR is required");
-        return TPS_EUSAGE;
-    }
+    if (!o.out) return tps_cli_usage("merge", "-o FILE|DIR is required");
     tps_error err;
     tps_error_clear(&err);
     tps_shardset *ss = NULL;
     merge_sink sink = {0};
     if (tps_shardset_open(args[0], &ss, &err)) return tps_cli_report("merge", &err);
     tps_signals_install();
+    for (size_t i = 0; i < ss->m->ntensors; i++) sink.prog.total += ss->m->tensors[i].nbytes;
+    tps_progress_begin(&sink.ps, "merge");
     tps_status st;
     struct stat sb;
     bool exists = stat(o.out, &sb) == 0;
@@ -176,6 +185,7 @@ static int run_merge(char **args, int nargs)
     } else {
         st = merge_to_dir(ss, o.out, &sink, &err);
     }
+    tps_progress_end(&sink.ps);
     int rc = tps_cli_report("merge", &err);
     if (st == TPS_OK && !tps_common.quiet)
         printf("merged %s (tp %llu, %zu tensors) into %s\n", args[0], (unsigned long long)ss->m->tp, ss->m->ntensors,

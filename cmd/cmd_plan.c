@@ -4,29 +4,47 @@
 #include "cli.h"
 #include "commands.h"
 #include "layout_args.h"
+#include "lib/convert.h"
 
 static struct {
     tps_layout_args la;
+    const char *dtype;
 } o;
 
 static const tps_opt plan_opts[] = {
     {"tp", 0, TPS_OPT_UINT, &o.la.tp, "N", "tensor-parallel size (number of ranks)"},
     {"layout", 0, TPS_OPT_STRING, &o.la.layout, "FILE", "YAML layout file"},
     {"preset", 0, TPS_OPT_STRING, &o.la.preset, "NAME", "built-in layout (tpshard layout --list)"},
-    {"config", 0, TPS_OPT_STRING, &o.la.config, "FILE", "Hugging Face config.json with the model sizes (default: config.json beside SRC)"},
+    {"config", 0, TPS_OPT_STRING, &o.la.config, "FILE", "config.json with the sizes (default: beside SRC)"},
+    {"dtype", 0, TPS_OPT_STRING, &o.dtype, "bf16|f16|f32", "show the plan as split --dtype would convert it"},
     {"json", 0, TPS_OPT_FLAG, &tps_common.json, NULL, "machine-readable output"},
     TPS_COMMON_OPTS,
     TPS_OPTS_END,
 };
 
+/* Never called: plan converts dtypes and sizes in the manifest only, reading no data. */
+static tps_status no_read(void *ctx, size_t i, uint64_t off, void *buf, size_t len, tps_error *err)
+{
+    (void)ctx, (void)i, (void)off, (void)buf, (void)len;
+    return tps_fail(err, TPS_EIO, "plan reads no tensor data");
+}
+
 static int run_plan(char **args, int nargs)
 {
     (void)nargs;
+    tps_dtype to = TPS_DT_COUNT;
+    if (o.dtype && !tps_convert_parse_dtype(o.dtype, &to))
+        return tps_cli_usage("plan", "--dtype expects bf16, f16 or f32, not '%s'", o.dtype);
     tps_index *ix;
     tps_layout *l;
     tps_manifest *m;
+    tps_convert *cv = NULL;
+    tps_error err;
+    tps_error_clear(&err);
     int rc = tps_cli_plan("plan", args[0], &o.la, &ix, &l, &m);
+    if (rc == 0 && o.dtype && tps_convert_begin(m, to, no_read, NULL, &cv, &err)) rc = tps_cli_report("plan", &err);
     if (rc == 0) tps_cli_print_plan(m, tps_common.json);
+    tps_convert_free(cv);
     tps_manifest_free(m);
     tps_layout_free(l);
     tps_index_free(ix);
@@ -35,8 +53,8 @@ static int run_plan(char **args, int nargs)
 
 const tps_cmd tps_cmd_plan = {
     .name = "plan",
-    .summary = "show each tensor's rule, split and per-rank shape without writing anything",
-    .usage = "plan SRC --tp N (--layout FILE | --preset NAME) [--config FILE] [--json]",
+    .summary = "show how split would cut each tensor, and all problems at once",
+    .usage = "plan SRC --tp N (--layout FILE | --preset NAME) [--config FILE] [--dtype T] [--json]",
     .details = "Lists every problem at once: each unmatched tensor and each dimension that tp\n"
                "does not divide.  Exit 3 when there is any.\n",
     .opts = plan_opts,

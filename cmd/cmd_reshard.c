@@ -5,6 +5,7 @@
 
 #include "cli.h"
 #include "commands.h"
+#include "output_args.h"
 #include "progress.h"
 #include "lib/cut.h"
 #include "lib/outdir.h"
@@ -15,14 +16,16 @@ static struct {
     const char *out;
     const char *only;
     const char *name_template;
+    uint64_t max_shard;
     bool force;
 } o;
 
 static const tps_opt reshard_opts[] = {
     {"tp", 0, TPS_OPT_UINT, &o.tp, "M", "the new tensor-parallel size"},
     {"output", 'o', TPS_OPT_STRING, &o.out, "DIR", "output directory (must not exist or be empty)"},
-    {"only-rank", 0, TPS_OPT_STRING, &o.only, "R[,R...]", "write only these ranks' files (the manifest describes all)"},
-    {"name-template", 0, TPS_OPT_STRING, &o.name_template, "T", "rank file name, with {rank} and {tp}"},
+    {"max-shard-size", 0, TPS_OPT_SIZE, &o.max_shard, "SIZE", "cut each rank into parts of at most SIZE"},
+    {"name-template", 0, TPS_OPT_STRING, &o.name_template, "T", "file names with {rank}, {tp}, {part}"},
+    {"only-rank", 0, TPS_OPT_STRING, &o.only, "R[,R...]", "write only these ranks (full manifest)"},
     {"force", 'f', TPS_OPT_FLAG, &o.force, NULL, "replace a non-empty output directory"},
     TPS_COMMON_OPTS,
     TPS_OPTS_END,
@@ -93,17 +96,17 @@ static int run_reshard(char **args, int nargs)
 {
     (void)nargs;
     const char *dir = args[0];
-    if (o.tp == 0 || !o.out) {
-        tps_cli_errorf("reshard", "--tp M and -o DIR are required");
-        return TPS_EUSAGE;
-    }
+    if (o.tp == 0 || !o.out) return tps_cli_usage("reshard", "--tp M (M >= 1) and -o DIR are required");
+    const char *tmpl;
+    int rc = tps_cli_name_template("reshard", o.name_template, o.tp, o.max_shard, &tmpl);
+    if (rc >= 0) return rc;
+    rc = 0;
     tps_error err;
     tps_error_clear(&err);
     tps_shardset *ss = NULL;
     tps_manifest *m = NULL;
     tps_outdir *od = NULL;
     bool *write_rank = NULL;
-    int rc = 0;
     if (tps_shardset_open(dir, &ss, &err) || retarget(ss->m, o.tp, &m, &err)) {
         rc = tps_cli_report("reshard", &err);
         goto done;
@@ -111,9 +114,8 @@ static int run_reshard(char **args, int nargs)
     if (o.only) {
         write_rank = calloc(o.tp, sizeof *write_rank);
         if (!write_rank || !tps_parse_rank_list(o.only, o.tp, write_rank)) {
-            tps_cli_errorf("reshard", "--only-rank expects ranks below %llu separated by commas, not '%s'",
-                           (unsigned long long)o.tp, o.only);
-            rc = TPS_EUSAGE;
+            rc = tps_cli_usage("reshard", "--only-rank expects ranks below %llu separated by commas, not '%s'",
+                               (unsigned long long)o.tp, o.only);
             goto done;
         }
     }
@@ -125,7 +127,13 @@ static int run_reshard(char **args, int nargs)
     }
     tps_progress_state ps;
     tps_progress_begin(&ps, "reshard");
-    tps_cut_opts co = {.write_rank = write_rank, .name_template = o.name_template, .progress = tps_progress_update, .progress_arg = &ps};
+    tps_cut_opts co = {.write_rank = write_rank,
+                       .name_template = tmpl,
+                       .progress = tps_progress_update,
+                       .progress_arg = &ps,
+                       .max_part_bytes = o.max_shard,
+                       .file_done = tps_progress_file_done,
+                       .file_done_arg = &ps};
     tps_status st = tps_cut(m, read_shards, ss, od, &co, &err);
     tps_progress_end(&ps);
     if (st == TPS_OK) st = tps_publish_shardset(m, od, &err);
@@ -148,8 +156,8 @@ done:
 
 const tps_cmd tps_cmd_reshard = {
     .name = "reshard",
-    .summary = "convert an N-rank shard set to M ranks without the original checkpoint",
-    .usage = "reshard DIR --tp M -o DIR2",
+    .summary = "turn an N-rank shard set into M ranks, from the shards alone",
+    .usage = "reshard DIR --tp M -o DIR2 [--max-shard-size SIZE] [--name-template T]",
     .details = "Any M for which every tensor's partition is valid works (8->4, 4->8, 2->6 where heads\n"
                "allow).  KV replication and vocabulary padding are redone for M.\n",
     .opts = reshard_opts,

@@ -6,7 +6,9 @@
 #include "cli.h"
 #include "commands.h"
 #include "layout_args.h"
+#include "output_args.h"
 #include "progress.h"
+#include "lib/convert.h"
 #include "lib/cut.h"
 #include "lib/outdir.h"
 #include "lib/publish.h"
@@ -16,6 +18,8 @@ static struct {
     const char *out;
     const char *only;
     const char *name_template;
+    const char *dtype;
+    uint64_t max_shard;
     bool force, dry_run;
 } o;
 
@@ -23,10 +27,12 @@ static const tps_opt split_opts[] = {
     {"tp", 0, TPS_OPT_UINT, &o.la.tp, "N", "tensor-parallel size (number of ranks)"},
     {"layout", 0, TPS_OPT_STRING, &o.la.layout, "FILE", "YAML layout file"},
     {"preset", 0, TPS_OPT_STRING, &o.la.preset, "NAME", "built-in layout (tpshard layout --list)"},
-    {"config", 0, TPS_OPT_STRING, &o.la.config, "FILE", "Hugging Face config.json with the model sizes (default: config.json beside SRC)"},
-    {"output", 'o', TPS_OPT_STRING, &o.out, "DIR", "output directory (must not exist or be empty)"},
-    {"only-rank", 0, TPS_OPT_STRING, &o.only, "R[,R...]", "write only these ranks' files (the manifest describes all)"},
-    {"name-template", 0, TPS_OPT_STRING, &o.name_template, "T", "rank file name, with {rank} and {tp} (default " TPS_DEFAULT_NAME_TEMPLATE ")"},
+    {"config", 0, TPS_OPT_STRING, &o.la.config, "FILE", "config.json with the sizes (default: beside SRC)"},
+    {"output", 'o', TPS_OPT_STRING, &o.out, "DIR", "output directory (absent or empty)"},
+    {"dtype", 0, TPS_OPT_STRING, &o.dtype, "bf16|f16|f32", "convert floating tensors (nearest even)"},
+    {"max-shard-size", 0, TPS_OPT_SIZE, &o.max_shard, "SIZE", "cut each rank into parts of at most SIZE"},
+    {"name-template", 0, TPS_OPT_STRING, &o.name_template, "T", "file names with {rank}, {tp}, {part}"},
+    {"only-rank", 0, TPS_OPT_STRING, &o.only, "R[,R...]", "write only these ranks (full manifest)"},
     {"force", 'f', TPS_OPT_FLAG, &o.force, NULL, "replace a non-empty output directory"},
     {"dry-run", 'n', TPS_OPT_FLAG, &o.dry_run, NULL, "plan and check everything, write nothing"},
     TPS_COMMON_OPTS,
@@ -43,31 +49,33 @@ static int run_split(char **args, int nargs)
 {
     (void)nargs;
     const char *src = args[0];
-    if (!o.out && !o.dry_run) {
-        tps_cli_errorf("split", "-o DIR is required (or --dry-run)");
-        return TPS_EUSAGE;
-    }
+    if (!o.out && !o.dry_run) return tps_cli_usage("split", "-o DIR is required (or --dry-run)");
+    tps_dtype to = TPS_DT_COUNT;
+    if (o.dtype && !tps_convert_parse_dtype(o.dtype, &to))
+        return tps_cli_usage("split", "--dtype expects bf16, f16 or f32, not '%s'", o.dtype);
+    const char *tmpl;
+    int rc = tps_cli_name_template("split", o.name_template, o.la.tp, o.max_shard, &tmpl);
+    if (rc >= 0) return rc;
     tps_index *ix;
     tps_layout *l;
     tps_manifest *m;
+    tps_convert *cv = NULL;
     bool *write_rank = NULL;
     tps_outdir *od = NULL;
     tps_error err;
     tps_error_clear(&err);
-    int rc = tps_cli_plan("split", src, &o.la, &ix, &l, &m);
+    rc = tps_cli_plan("split", src, &o.la, &ix, &l, &m);
     if (rc) goto done;
     if (o.only) {
         write_rank = calloc(o.la.tp, sizeof *write_rank);
         if (!write_rank || !tps_parse_rank_list(o.only, o.la.tp, write_rank)) {
-            tps_cli_errorf("split", "--only-rank expects ranks below %llu separated by commas, not '%s'",
-                           (unsigned long long)o.la.tp, o.only);
-            rc = TPS_EUSAGE;
+            rc = tps_cli_usage("split", "--only-rank expects ranks below %llu separated by commas, not '%s'",
+                               (unsigned long long)o.la.tp, o.only);
             goto done;
         }
     }
-    char probe[1024];
-    if (tps_format_name(o.name_template ? o.name_template : TPS_DEFAULT_NAME_TEMPLATE, 0, o.la.tp, 0, probe,
-                        sizeof probe, &err)) {
+    /* After planning, so the partitions are checked on the source's shapes (a cast keeps them). */
+    if (o.dtype && tps_convert_begin(m, to, read_source, ix, &cv, &err)) {
         rc = tps_cli_report("split", &err);
         goto done;
     }
@@ -84,8 +92,14 @@ static int run_split(char **args, int nargs)
     }
     tps_progress_state ps;
     tps_progress_begin(&ps, "split");
-    tps_cut_opts co = {.write_rank = write_rank, .name_template = o.name_template, .progress = tps_progress_update, .progress_arg = &ps};
-    tps_status st = tps_cut(m, read_source, ix, od, &co, &err);
+    tps_cut_opts co = {.write_rank = write_rank,
+                       .name_template = tmpl,
+                       .progress = tps_progress_update,
+                       .progress_arg = &ps,
+                       .max_part_bytes = o.max_shard,
+                       .file_done = tps_progress_file_done,
+                       .file_done_arg = &ps};
+    tps_status st = cv ? tps_cut(m, tps_convert_read, cv, od, &co, &err) : tps_cut(m, read_source, ix, od, &co, &err);
     tps_progress_end(&ps);
     if (st == TPS_OK) st = tps_publish_shardset(m, od, &err);
     if (st) {
@@ -95,12 +109,13 @@ static int run_split(char **args, int nargs)
         goto done;
     }
     if (!tps_common.quiet)
-        printf("split %s into %llu rank%s in %s (%zu tensors)\n", src, (unsigned long long)m->tp, m->tp == 1 ? "" : "s",
-               o.out, m->ntensors);
+        printf("split %s into %llu rank%s in %s (%zu tensors, %zu files)\n", src, (unsigned long long)m->tp,
+               m->tp == 1 ? "" : "s", o.out, m->ntensors, m->nfiles);
     rc = 0;
 done:
     tps_outdir_free(od);
     free(write_rank);
+    tps_convert_free(cv);
     tps_manifest_free(m);
     tps_layout_free(l);
     tps_index_free(ix);
@@ -112,7 +127,12 @@ const tps_cmd tps_cmd_split = {
     .summary = "cut a checkpoint into per-rank shard files and a manifest",
     .usage = "split SRC --tp N (--layout FILE | --preset NAME) [--config FILE] -o DIR",
     .details = "Writes one safetensors file per rank and tpshard.json into DIR, which appears only\n"
-               "when complete.  The source is only read.  Every tensor must match a layout rule.\n",
+               "when complete.  The source is only read.  Every tensor must match a layout rule.\n"
+               "File names: default " TPS_DEFAULT_NAME_TEMPLATE ", or with\n"
+               "--max-shard-size " TPS_DEFAULT_PART_TEMPLATE " plus a per-rank index\n"
+               TPS_RANK_INDEX_TEMPLATE ".  Serving stacks' names:\n"
+               "  vLLM:          --name-template model-rank-{rank}-part-{part}.safetensors\n"
+               "  TensorRT-LLM:  --name-template rank{rank}.safetensors\n",
     .opts = split_opts,
     .min_args = 1,
     .max_args = 1,

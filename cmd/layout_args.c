@@ -29,14 +29,9 @@ int tps_cli_plan(const char *cmd, const char *src, const tps_layout_args *a, tps
     *ix = NULL;
     *l = NULL;
     *m = NULL;
-    if (a->tp == 0) {
-        tps_cli_errorf(cmd, "--tp N is required (N >= 1)");
-        return TPS_EUSAGE;
-    }
-    if (!a->layout == !a->preset) {
-        tps_cli_errorf(cmd, "give exactly one of --layout FILE or --preset NAME (see 'tpshard layout --list')");
-        return TPS_EUSAGE;
-    }
+    if (a->tp == 0) return tps_cli_usage(cmd, "--tp N is required (N >= 1)");
+    if (!a->layout == !a->preset)
+        return tps_cli_usage(cmd, "give exactly one of --layout FILE or --preset NAME (see 'tpshard layout --list')");
     char name[4200];
     if (a->layout) {
         if (tps_layout_load_file(a->layout, l, &err)) return tps_cli_report(cmd, &err);

@@ -30,14 +30,28 @@ static const tps_cmd *find_command(const char *name)
 
 static void print_overview(FILE *out)
 {
-    fputs("Usage: tpshard COMMAND [OPTIONS] [ARGS]\n\n"
+    fputs("Usage: tpshard COMMAND [OPTIONS] [ARGS]\n"
           "Split, reshard, merge, check and verify tensor-parallel checkpoint shards.\n\n"
           "Commands:\n",
           out);
     for (int i = 0; tps_commands[i]; i++)
-        fprintf(out, "  %-10s %s\n", tps_commands[i]->name, tps_commands[i]->summary);
-    fputs("\nRun 'tpshard help COMMAND' or 'tpshard COMMAND --help' for a command's options.\n\n", out);
-    tps_cli_exit_codes(out);
+        tps_cli_wrap(out, fprintf(out, "  %-8s ", tps_commands[i]->name), 11, tps_commands[i]->summary);
+    fputs("\n'tpshard COMMAND --help' (or 'tpshard help COMMAND') shows a command's options;\n"
+          "'man tpshard' has everything.  'tpshard --version' prints the version.\n\n",
+          out);
+    tps_cli_exit_codes(out, true);
+}
+
+static int unknown_command(const char *name)
+{
+    const char *names[32];
+    size_t n = 0;
+    for (int i = 0; tps_commands[i] && n < 32; i++) names[n++] = tps_commands[i]->name;
+    const char *s = tps_cli_suggest(name, strlen(name), names, n);
+    if (s) fprintf(stderr, "tpshard: unknown command '%s'; did you mean '%s'?\n", name, s);
+    else fprintf(stderr, "tpshard: unknown command '%s'\n", name);
+    fputs("tpshard: see 'tpshard --help'\n", stderr);
+    return TPS_EUSAGE;
 }
 
 int main(int argc, char **argv)
@@ -51,28 +65,33 @@ int main(int argc, char **argv)
         print_overview(stdout);
         return 0;
     }
-    if (strcmp(name, "--version") == 0 || strcmp(name, "version") == 0) {
+    if (strcmp(name, "--version") == 0 || strcmp(name, "-V") == 0 || strcmp(name, "version") == 0) {
         printf("tpshard %s\n", TPS_VERSION);
         return 0;
     }
     if (strcmp(name, "help") == 0) {
-        if (argc < 3) {
+        /* tpshard help [-v] [COMMAND] */
+        bool verbose = false;
+        const char *topic = NULL;
+        for (int i = 2; i < argc; i++) {
+            if (strcmp(argv[i], "-v") == 0 || strcmp(argv[i], "--verbose") == 0) verbose = true;
+            else if (!topic) topic = argv[i];
+            else {
+                fprintf(stderr, "tpshard help: one command at a time ('%s' and '%s')\n", topic, argv[i]);
+                return TPS_EUSAGE;
+            }
+        }
+        if (!topic) {
             print_overview(stdout);
             return 0;
         }
-        const tps_cmd *c = find_command(argv[2]);
-        if (!c) {
-            fprintf(stderr, "tpshard: unknown command '%s'; run 'tpshard --help'\n", argv[2]);
-            return TPS_EUSAGE;
-        }
-        tps_cli_help(stdout, c);
+        const tps_cmd *c = find_command(topic);
+        if (!c) return unknown_command(topic);
+        tps_cli_help(stdout, c, verbose);
         return 0;
     }
     const tps_cmd *cmd = find_command(name);
-    if (!cmd) {
-        fprintf(stderr, "tpshard: unknown command '%s'; run 'tpshard --help'\n", name);
-        return TPS_EUSAGE;
-    }
+    if (!cmd) return unknown_command(name);
     char *args[16];
     int nargs = 0;
     int rc = tps_cli_parse(cmd, argc - 2, argv + 2, args, &nargs);

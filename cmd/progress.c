@@ -1,6 +1,8 @@
 #include "progress.h"
 
 #include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -11,6 +13,27 @@ static double now(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int terminal_width(void)
+{
+    struct winsize ws;
+    if (ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col >= 40) return ws.ws_col;
+    return 80;
+}
+
+/* Decimal units, as disk and network speeds are quoted. */
+static void human(uint64_t bytes, char *out, size_t size)
+{
+    static const char *const unit[] = {"B", "kB", "MB", "GB", "TB", "PB"};
+    double v = (double)bytes;
+    int u = 0;
+    while (v >= 1000 && u < 5) {
+        v /= 1000;
+        u++;
+    }
+    if (u == 0) snprintf(out, size, "%llu B", (unsigned long long)bytes);
+    else snprintf(out, size, "%.*f %s", v < 10 ? 2 : v < 100 ? 1 : 0, v, unit[u]);
 }
 
 void tps_progress_begin(tps_progress_state *s, const char *verb)
@@ -26,16 +49,48 @@ void tps_progress_update(const tps_progress *p, void *state)
     tps_progress_state *s = state;
     if (!s->enabled) return;
     double t = now();
-    if (t - s->last < 0.2 && p->done < p->total) return; /* at most 5 updates a second */
+    if (t - s->last < 0.2 && p->done < p->total) return; /* at most 5 redraws a second, and the last */
     s->last = t;
     double el = t - s->start, rate = el > 0 ? (double)p->done / el : 0;
-    double eta = rate > 0 ? (double)(p->total - p->done) / rate : 0;
-    fprintf(stderr, "\r\033[K%s %.2f / %.2f GB  %.2f GB/s  ETA %.0fs  %.40s", s->verb, (double)p->done / 1e9,
-            (double)p->total / 1e9, rate / 1e9, eta, p->tensor ? p->tensor : "");
+    char done[32], total[32], eta[32], line[512];
+    human(p->done, done, sizeof done);
+    human(p->total, total, sizeof total);
+    if (rate > 0) {
+        unsigned long long sec = (unsigned long long)((double)(p->total - p->done) / rate + 0.5);
+        if (sec >= 3600) snprintf(eta, sizeof eta, "%llu:%02llu:%02llu", sec / 3600, sec / 60 % 60, sec % 60);
+        else snprintf(eta, sizeof eta, "%llu:%02llu", sec / 60, sec % 60);
+    } else {
+        snprintf(eta, sizeof eta, "--");
+    }
+    int n = snprintf(line, sizeof line, "%s %s / %s  %3.0f%%  %.2f GB/s  ETA %s  ", s->verb, done, total,
+                     p->total ? 100.0 * (double)p->done / (double)p->total : 100.0, rate / 1e9, eta);
+    /* The tensor name gets what is left of the line; its tail (layer and role) matters most. */
+    int room = terminal_width() - 1 - n;
+    const char *name = p->tensor ? p->tensor : "";
+    int len = (int)strlen(name);
+    if (room < 8) fprintf(stderr, "\r\033[K%.*s", n, line);
+    else if (len <= room) fprintf(stderr, "\r\033[K%s%s", line, name);
+    else fprintf(stderr, "\r\033[K%s...%s", line, name + len - (room - 3));
+    fflush(stderr);
     s->shown = true;
+}
+
+void tps_progress_file_done(const char *name, uint64_t bytes, void *state)
+{
+    tps_progress_state *s = state;
+    if (!tps_common.verbose || tps_common.quiet) return;
+    if (s->shown) {
+        fputs("\r\033[K", stderr); /* the next redraw puts the progress line back under the listing */
+        s->shown = false;
+    }
+    char size[32];
+    human(bytes, size, sizeof size);
+    printf("wrote %s (%s)\n", name, size);
+    fflush(stdout);
 }
 
 void tps_progress_end(tps_progress_state *s)
 {
     if (s->shown) fputs("\r\033[K", stderr);
+    s->shown = false;
 }

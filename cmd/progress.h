@@ -1,5 +1,7 @@
-/* One rate-limited progress line on stderr, only when stderr is a terminal and not -q:
- * bytes done and total, GB/s, ETA, the tensor in flight. */
+/* What long operations show while they run.  On a terminal (stderr), unless -q: one progress
+ * line, redrawn at most five times a second, with bytes done and total, GB/s, the ETA and
+ * the tensor in flight; it is erased when the operation ends.  Nothing when stderr is not
+ * a terminal.  With -v, each output file is listed on stdout as it completes. */
 #ifndef TPS_PROGRESS_H
 #define TPS_PROGRESS_H
 
@@ -13,6 +15,9 @@ typedef struct tps_progress_state {
 
 void tps_progress_begin(tps_progress_state *s, const char *verb);
 void tps_progress_update(const tps_progress *p, void *state); /* a tps_cut_opts.progress callback */
+/* A tps_cut_opts.file_done callback (state: the tps_progress_state): with -v, prints
+ * "wrote NAME (SIZE)". */
+void tps_progress_file_done(const char *name, uint64_t bytes, void *state);
 void tps_progress_end(tps_progress_state *s);
 
 #endif
