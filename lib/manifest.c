@@ -427,6 +427,28 @@ cleanup:
     return st;
 }
 
+tps_status tps_manifest_parse(const char *text, size_t len, const char *what, tps_manifest **out, tps_error *err)
+{
+    *out = NULL;
+    tps_json_doc *doc = NULL;
+    tps_manifest *m = NULL;
+    tps_status st = TPS_OK;
+    TPS_CHECK(tps_json_parse(text, len, what, &doc, err));
+    m = calloc(1, sizeof *m);
+    if (!m) {
+        st = tps_fail_oom(err, "loading the manifest");
+        goto cleanup;
+    }
+    loader L = {what, err};
+    TPS_CHECK(load_doc(&L, tps_json_root(doc), m));
+    *out = m;
+    m = NULL;
+cleanup:
+    tps_manifest_free(m);
+    tps_json_doc_free(doc);
+    return st;
+}
+
 tps_status tps_manifest_load(const char *dir, tps_manifest **out, tps_error *err)
 {
     *out = NULL;
@@ -434,9 +456,7 @@ tps_status tps_manifest_load(const char *dir, tps_manifest **out, tps_error *err
     if (snprintf(path, sizeof path, "%s/%s", dir, TPS_MANIFEST_NAME) >= (int)sizeof path)
         return tps_fail(err, TPS_EINVALID, "%s: path too long", dir);
     tps_index *holder = NULL;
-    tps_json_doc *doc = NULL;
     char *text = NULL;
-    tps_manifest *m = NULL;
     uint32_t fid;
     tps_status st = TPS_OK;
     struct stat sb;
@@ -455,19 +475,8 @@ tps_status tps_manifest_load(const char *dir, tps_manifest **out, tps_error *err
         goto cleanup;
     }
     TPS_CHECK(tps_pread_full(holder->files[0].fd, path, 0, text, (size_t)size, err));
-    TPS_CHECK(tps_json_parse(text, (size_t)size, path, &doc, err));
-    m = calloc(1, sizeof *m);
-    if (!m) {
-        st = tps_fail_oom(err, "loading the manifest");
-        goto cleanup;
-    }
-    loader L = {path, err};
-    TPS_CHECK(load_doc(&L, tps_json_root(doc), m));
-    *out = m;
-    m = NULL;
+    TPS_CHECK(tps_manifest_parse(text, (size_t)size, path, out, err));
 cleanup:
-    tps_manifest_free(m);
-    tps_json_doc_free(doc);
     free(text);
     tps_index_free(holder);
     return st;

@@ -67,6 +67,9 @@ typedef struct tps_manifest {
  * partitions re-validated against shapes and tp (tps_partition_check), file names plain
  * (no '/', no '..'), each rank 0..tp-1 present. */
 tps_status tps_manifest_load(const char *dir, tps_manifest **out, tps_error *err);
+/* The same checks on manifest text already in memory (len bytes); what names it in
+ * messages (the fuzz target and tests use it). */
+tps_status tps_manifest_parse(const char *text, size_t len, const char *what, tps_manifest **out, tps_error *err);
 
 /* Writes the manifest as pretty JSON into buf (deterministic: same input, same bytes). */
 tps_status tps_manifest_to_json(const tps_manifest *m, tps_buf *buf, tps_error *err);

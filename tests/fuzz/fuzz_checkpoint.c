@@ -1,0 +1,31 @@
+/* Format detection and every single-file reader behind it (formats/checkpoint.h): torch.save
+ * zip archives (zip + unpickler + the state-dict walk and its views), .npz, .npy and
+ * safetensors, then a short read of every tensor, which runs the view readers (byte swap,
+ * Fortran order, inflate). */
+#include "fuzz.h"
+
+#include "formats/checkpoint.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    const char *path = fuzz_memfile(data, size);
+    if (!path) return 0;
+    tps_index *ix = NULL;
+    tps_error err;
+    tps_error_clear(&err);
+    if (tps_checkpoint_open(path, &ix, &err) == TPS_OK) {
+        for (size_t i = 0; i < ix->ntensors && i < 64; i++) {
+            const tps_tensor *t = &ix->tensors[i];
+            unsigned char buf[64];
+            size_t n = t->nbytes < sizeof buf ? (size_t)t->nbytes : sizeof buf;
+            tps_error_clear(&err);
+            tps_tensor_read(ix, t, 0, buf, n, &err);
+            if (t->nbytes > n) {
+                tps_error_clear(&err);
+                tps_tensor_read(ix, t, t->nbytes - n, buf, n, &err);
+            }
+        }
+    }
+    tps_index_free(ix);
+    return 0;
+}
