@@ -116,10 +116,52 @@ typedef struct vrank_out {
 
 void vrank_out_release(vrank_out *o);
 
+/* Allocates o's buffers for n * hidden floats (and sets min_dtype to F64, the widest). */
+tps_status vrank_out_alloc(vrank_out *o, size_t nh, tps_error *err);
+
+/* Lowers o->min_dtype to the lowest-precision weight dtype l holds. */
+void vrank_note_dtypes(vrank_out *o, const vlayer *l);
+
+/* One rank of the sharded pass in the calling thread, joined to the others by comm (the
+ * MPI backend): loads its slices from src, then both stages, each ending in an
+ * all-reduce that every rank enters whatever happened, like vrank_run's threads.  out
+ * must be allocated (vrank_out_alloc).  When another rank could not load its slices,
+ * every rank stops: this one returns TPS_EIO with *elsewhere set and err untouched. */
+tps_status vrank_one(const tps_block *b, const vdims *d, uint64_t layer, const tps_vsource *src, size_t n,
+                     const float *x, tps_vcomm *comm, vrank_out *out, bool *elsewhere, tps_error *err);
+
 /* The sharded pass on T threads.  x is [n, hidden] (float32 values).  Every rank always
  * joins every collective, contributing zeros from slices it cannot use, so a bad rank is
  * reported rather than hanging the others. */
 tps_status vrank_run(const tps_block *b, const vdims *d, uint64_t layer, uint64_t T, const tps_vsource *ranks,
                      size_t n, const float *x, vrank_out *outs, tps_error *err);
+
+/* ---- backends (verify/backend.c) ---- */
+
+/* What a backend measured of one layer's pass (verify.h, tps_verify_result). */
+typedef struct vstats {
+    double upload_bytes, upload_seconds, layer_seconds;
+} vstats;
+
+/* Whether the pass spans several processes (MPI); be may be NULL (CPU threads). */
+bool vbackend_multi(const tps_vbackend *be);
+
+/* This process's rank under MPI, else 0. */
+uint64_t vbackend_rank(const tps_vbackend *be);
+
+/* The highest status of all processes (st itself in one process).  When it is another
+ * process's failure, err says so; the agreement is recorded for tps_vbackend_finish. */
+tps_status vbackend_agree(tps_vbackend *be, tps_status st, tps_error *err);
+
+/* Rank 0's n bytes of buf into every process's buf. */
+tps_status vbackend_bcast(tps_vbackend *be, void *buf, size_t n, tps_error *err);
+
+/* The sharded pass of one layer: runs the ranks this process holds, and leaves every
+ * rank's results in outs[0..T) on rank 0 (allocated there, released by the caller with
+ * vrank_out_release; elsewhere outs is only written for the process's own rank).  Every
+ * process enters it and returns the same status. */
+tps_status vbackend_run(tps_vbackend *be, const tps_block *b, const vdims *d, uint64_t layer, uint64_t T,
+                        const tps_vsource *ranks, size_t n, const float *x, vrank_out *outs, vstats *stats,
+                        tps_error *err);
 
 #endif

@@ -60,6 +60,12 @@ static void note_dtype(vrank_out *o, const tps_vt *t)
     if (t->data && tps_verify_rtol(t->dtype) > tps_verify_rtol(o->min_dtype)) o->min_dtype = t->dtype;
 }
 
+void vrank_note_dtypes(vrank_out *o, const vlayer *l)
+{
+    for (int r = 0; r < TPS_ROLE_COUNT; r++) note_dtype(o, &l->t[r]);
+    for (uint64_t i = 0; i < l->nex * TPS_ROLE_COUNT; i++) note_dtype(o, &l->ex[i]);
+}
+
 static void rank_stage(rank_job *j, const vlayer *l, int stage, const float *in, float *scratch)
 {
     const tps_block *b = j->b;
@@ -91,19 +97,14 @@ static void rank_stage(rank_job *j, const vlayer *l, int stage, const float *in,
     }
 }
 
-static void *rank_main(void *arg)
+/* Sets j->st; *elsewhere when it stopped because another rank could not load. */
+static void rank_body(rank_job *j, bool *elsewhere)
 {
-    rank_job *j = arg;
     const vdims *d = j->d;
     vrank_out *o = j->out;
     vlayer l;
     memset(&l, 0, sizeof l);
-    pthread_mutex_lock(j->gate_mu);
-    while (*j->gate == 0) pthread_cond_wait(j->gate_cv, j->gate_mu);
-    int go = *j->gate;
-    pthread_mutex_unlock(j->gate_mu);
-    if (go < 0) return NULL;
-
+    *elsewhere = false;
     size_t nh = j->n * d->hidden;
     float *h = malloc((nh + 1) * sizeof *h), *scratch = malloc((nh + 1) * sizeof *scratch);
     if (!h || !scratch) j->st = tps_fail_oom(&j->err, "a rank's activations");
@@ -112,11 +113,13 @@ static void *rank_main(void *arg)
     float failed = j->st != TPS_OK;
     tps_status cst = j->comm.allreduce_sum(&j->comm, &failed, 1, &j->err);
     if (cst != TPS_OK || failed > 0) {
-        if (j->st == TPS_OK) j->st = cst != TPS_OK ? cst : TPS_EIO;
+        if (j->st == TPS_OK) {
+            j->st = cst != TPS_OK ? cst : TPS_EIO;
+            *elsewhere = cst == TPS_OK;
+        }
         goto cleanup;
     }
-    for (int r = 0; r < TPS_ROLE_COUNT; r++) note_dtype(o, &l.t[r]);
-    for (uint64_t i = 0; i < l.nex * TPS_ROLE_COUNT; i++) note_dtype(o, &l.ex[i]);
+    vrank_note_dtypes(o, &l);
 
     for (int stage = 0; stage < TPS_VSTAGE_COUNT; stage++) {
         const float *in = j->x;
@@ -139,7 +142,43 @@ cleanup:
     vlayer_release(&l);
     free(h);
     free(scratch);
+}
+
+static void *rank_main(void *arg)
+{
+    rank_job *j = arg;
+    pthread_mutex_lock(j->gate_mu);
+    while (*j->gate == 0) pthread_cond_wait(j->gate_cv, j->gate_mu);
+    int go = *j->gate;
+    pthread_mutex_unlock(j->gate_mu);
+    bool elsewhere;
+    if (go > 0) rank_body(j, &elsewhere);
     return NULL;
+}
+
+tps_status vrank_one(const tps_block *b, const vdims *d, uint64_t layer, const tps_vsource *src, size_t n,
+                     const float *x, tps_vcomm *comm, vrank_out *out, bool *elsewhere, tps_error *err)
+{
+    rank_job j = {.b = b, .d = d, .layer = layer, .src = src, .n = n, .x = x, .out = out, .comm = *comm};
+    tps_error_clear(&j.err);
+    rank_body(&j, elsewhere);
+    if (j.st != TPS_OK && !*elsewhere) tps_fail(err, j.st, "%s", j.err.msg);
+    return j.st;
+}
+
+tps_status vrank_out_alloc(vrank_out *o, size_t nh, tps_error *err)
+{
+    memset(o, 0, sizeof *o);
+    o->min_dtype = TPS_DT_F64;
+    for (int s = 0; s < TPS_VSTAGE_COUNT; s++) {
+        o->partial[s] = malloc((nh + 1) * sizeof(float));
+        o->out[s] = malloc((nh + 1) * sizeof(float));
+        if (!o->partial[s] || !o->out[s]) {
+            vrank_out_release(o);
+            return tps_fail_oom(err, "the ranks' outputs");
+        }
+    }
+    return TPS_OK;
 }
 
 void vrank_out_release(vrank_out *o)
@@ -171,18 +210,8 @@ tps_status vrank_run(const tps_block *b, const vdims *d, uint64_t layer, uint64_
         st = tps_fail_oom(err, "the rank threads");
         goto cleanup;
     }
-    for (uint64_t r = 0; r < T; r++) {
-        memset(&outs[r], 0, sizeof outs[r]);
-        outs[r].min_dtype = TPS_DT_F64;
-        for (int s = 0; s < TPS_VSTAGE_COUNT; s++) {
-            outs[r].partial[s] = malloc((nh + 1) * sizeof(float));
-            outs[r].out[s] = malloc((nh + 1) * sizeof(float));
-            if (!outs[r].partial[s] || !outs[r].out[s]) {
-                st = tps_fail_oom(err, "the ranks' outputs");
-                goto cleanup;
-            }
-        }
-    }
+    for (uint64_t r = 0; r < T; r++) memset(&outs[r], 0, sizeof outs[r]);
+    for (uint64_t r = 0; r < T; r++) TPS_CHECK(vrank_out_alloc(&outs[r], nh, err));
     if (pthread_barrier_init(&sh.bar, NULL, (unsigned)T) != 0) {
         st = tps_fail(err, TPS_EIO, "cannot create a barrier for %llu rank threads", (unsigned long long)T);
         goto cleanup;

@@ -252,55 +252,23 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-tps_status tps_verify_layer(const tps_block *b, uint64_t layer, uint64_t T, const tps_vsource *ref,
-                            const tps_vsource *ranks, const tps_verify_opts *o, tps_verify_result *res,
-                            tps_error *err)
+/* Rank 0's half of the pass: the float64 reference of both stages and the comparison of
+ * every rank's outputs with it (and, on a difference, the culprit). */
+static tps_status compare_layer(const tps_block *b, const vdims *d, const vlayer *rl, uint64_t T, size_t n,
+                                const float *x, double *xd, double *h, double *ref_out[TPS_VSTAGE_COUNT],
+                                const vrank_out *outs, const tps_verify_opts *o, tps_verify_result *res,
+                                tps_error *err)
 {
     tps_status st = TPS_OK;
-    double t0 = now_s();
-    vlayer rl;
-    vdims d;
-    vrank_out *outs = NULL;
-    float *x = NULL;
-    double *xd = NULL, *h = NULL, *ref_out[TPS_VSTAGE_COUNT] = {NULL, NULL};
-    memset(res, 0, sizeof *res);
-    res->layer = layer;
-    res->failed_stage = -1;
-    res->culprit = -1;
-    res->tokens = o->tokens;
-    if (T == 0 || o->tokens == 0) return tps_fail(err, TPS_EINVALID, "verify needs at least one rank and one token");
-    TPS_CHECK(vlayer_load(b, layer, b->experts, ref, &rl, err));
-    TPS_CHECK(resolve_dims(b, layer, &rl, T, &d, err));
-    res->hidden = d.hidden;
-    uint64_t nh64;
-    size_t n, nh;
-    if (!tps_u64_to_size(o->tokens, &n) || !tps_mul_u64(o->tokens, d.hidden, &nh64) || !tps_u64_to_size(nh64, &nh) ||
-        nh > (size_t)1 << 32) {
-        st = tps_fail(err, TPS_EINVALID, "%llu tokens of hidden size %llu is too many", (unsigned long long)o->tokens,
-                      (unsigned long long)d.hidden);
-        goto cleanup;
-    }
-    x = malloc(nh * sizeof *x);
-    xd = malloc(nh * sizeof *xd);
-    h = malloc(nh * sizeof *h);
-    outs = calloc(T, sizeof *outs);
-    for (int s = 0; s < TPS_VSTAGE_COUNT; s++) ref_out[s] = malloc(nh * sizeof *ref_out[s]);
-    if (!x || !xd || !h || !outs || !ref_out[0] || !ref_out[1]) {
-        st = tps_fail_oom(err, "the layer's activations");
-        goto cleanup;
-    }
-    draw_inputs(o->seed, layer, nh, x);
+    size_t nh = n * (size_t)d->hidden;
     for (size_t i = 0; i < nh; i++) xd[i] = x[i];
-
-    TPS_CHECK(vref_attn(b, &d, &rl, NULL, n, xd, ref_out[TPS_VSTAGE_ATTN], err));
+    TPS_CHECK(vref_attn(b, d, rl, NULL, n, xd, ref_out[TPS_VSTAGE_ATTN], err));
     for (size_t i = 0; i < nh; i++) h[i] = b->parallel_residual ? xd[i] : xd[i] + ref_out[TPS_VSTAGE_ATTN][i];
-    TPS_CHECK(vref_mlp(b, &d, &rl, NULL, n, h, ref_out[TPS_VSTAGE_MLP], err));
-    TPS_CHECK(vrank_run(b, &d, layer, T, ranks, n, x, outs, err));
+    TPS_CHECK(vref_mlp(b, d, rl, NULL, n, h, ref_out[TPS_VSTAGE_MLP], err));
 
     res->dtype = TPS_DT_F64;
     for (uint64_t r = 0; r < T; r++)
         if (tps_verify_rtol(outs[r].min_dtype) > tps_verify_rtol(res->dtype)) res->dtype = outs[r].min_dtype;
-    res->pass = true;
     for (int s = 0; s < TPS_VSTAGE_COUNT; s++) {
         tps_verify_stage *vs = &res->stage[s];
         double ss = 0;
@@ -317,10 +285,75 @@ tps_status tps_verify_layer(const tps_block *b, uint64_t layer, uint64_t T, cons
         if (!vs->pass && res->pass) {
             res->pass = false;
             res->failed_stage = s;
-            TPS_CHECK(blame(b, &d, &rl, T, s, n, s == TPS_VSTAGE_ATTN ? xd : h, ref_out[s], outs, res, err));
+            TPS_CHECK(blame(b, d, rl, T, s, n, s == TPS_VSTAGE_ATTN ? xd : h, ref_out[s], outs, res, err));
         }
     }
-    if (o->keep_reference) {
+cleanup:
+    return st;
+}
+
+tps_status tps_verify_layer(const tps_block *b, uint64_t layer, uint64_t T, const tps_vsource *ref,
+                            const tps_vsource *ranks, const tps_verify_opts *o, tps_verify_result *res,
+                            tps_error *err)
+{
+    tps_status st = TPS_OK;
+    double t0 = now_s();
+    tps_vbackend *be = o->backend;
+    bool root = vbackend_rank(be) == 0;
+    vlayer rl;
+    vdims d;
+    vstats stats = {0, 0, 0};
+    vrank_out *outs = NULL;
+    float *x = NULL;
+    double *xd = NULL, *h = NULL, *ref_out[TPS_VSTAGE_COUNT] = {NULL, NULL};
+    memset(res, 0, sizeof *res);
+    memset(&rl, 0, sizeof rl);
+    memset(&d, 0, sizeof d);
+    res->layer = layer;
+    res->failed_stage = -1;
+    res->culprit = -1;
+    res->tokens = o->tokens;
+    if (T == 0 || o->tokens == 0) return tps_fail(err, TPS_EINVALID, "verify needs at least one rank and one token");
+    /* Under MPI only rank 0 holds the reference: it resolves the sizes and sends them. */
+    if (root) {
+        st = vlayer_load(b, layer, b->experts, ref, &rl, err);
+        if (st == TPS_OK) st = resolve_dims(b, layer, &rl, T, &d, err);
+    }
+    if (vbackend_multi(be)) {
+        TPS_CHECK(vbackend_agree(be, st, err));
+        TPS_CHECK(vbackend_bcast(be, &d, sizeof d, err));
+    }
+    TPS_CHECK(st);
+    res->hidden = d.hidden;
+    uint64_t nh64;
+    size_t n, nh;
+    if (!tps_u64_to_size(o->tokens, &n) || !tps_mul_u64(o->tokens, d.hidden, &nh64) || !tps_u64_to_size(nh64, &nh) ||
+        nh > (size_t)1 << 32) {
+        st = tps_fail(err, TPS_EINVALID, "%llu tokens of hidden size %llu is too many", (unsigned long long)o->tokens,
+                      (unsigned long long)d.hidden);
+        goto cleanup;
+    }
+    x = malloc(nh * sizeof *x);
+    outs = calloc(T, sizeof *outs);
+    if (root) {
+        xd = malloc(nh * sizeof *xd);
+        h = malloc(nh * sizeof *h);
+        for (int s = 0; s < TPS_VSTAGE_COUNT; s++) ref_out[s] = malloc(nh * sizeof *ref_out[s]);
+    }
+    if (!x || !outs || (root && (!xd || !h || !ref_out[0] || !ref_out[1])))
+        st = tps_fail_oom(err, "the layer's activations");
+    if (vbackend_multi(be)) st = vbackend_agree(be, st, err);
+    TPS_CHECK(st);
+    draw_inputs(o->seed, layer, nh, x);
+    TPS_CHECK(vbackend_run(be, b, &d, layer, T, ranks, n, x, outs, &stats, err));
+    res->upload_bytes = stats.upload_bytes;
+    res->upload_seconds = stats.upload_seconds;
+    res->layer_seconds = stats.layer_seconds;
+    res->pass = true;
+    if (root) st = compare_layer(b, &d, &rl, T, n, x, xd, h, ref_out, outs, o, res, err);
+    if (vbackend_multi(be)) st = vbackend_agree(be, st, err);
+    TPS_CHECK(st);
+    if (o->keep_reference && root) {
         res->x = xd;
         xd = NULL;
         for (int s = 0; s < TPS_VSTAGE_COUNT; s++) {

@@ -86,7 +86,72 @@ bool tps_verify_role_per_expert(const tps_block *b, tps_block_role role);
  * products; FP8 by their epsilon). */
 double tps_verify_rtol(tps_dtype dt);
 
+/* ---- backends: where the ranks of the sharded pass run ----
+ *
+ * A backend is a device (cpu: float32 on threads or processes; cuda: cuBLAS GEMMs and
+ * small kernels, one GPU per rank) and a launcher (local: every rank in this process;
+ * mpi: this process is one rank of an MPI job, `mpirun -np T tpshard verify ...`).  The
+ * CUDA device and the MPI glue live in plugins (libtpshard-cuda.so, libtpshard-mpi.so)
+ * loaded only when asked for, so tpshard starts on machines without CUDA or MPI runtime
+ * libraries (verify/backend.c says where they are looked for and why).
+ *
+ * Under MPI every process runs the same commands; the float64 reference, the comparison
+ * and the report are rank 0's.  Failures are agreed: every collective step of the pass is
+ * entered by every process, and tps_vbackend_finish makes the exit codes the same
+ * everywhere (the highest status any process reached). */
+typedef enum tps_vdevice { TPS_VDEV_CPU, TPS_VDEV_CUDA } tps_vdevice;
+typedef enum tps_vlauncher {
+    TPS_VLAUNCH_AUTO,  /* mpi when an MPI launcher's variables are set (OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK) */
+    TPS_VLAUNCH_LOCAL, /* every rank in this process */
+    TPS_VLAUNCH_MPI
+} tps_vlauncher;
+
+typedef struct tps_vbackend_config {
+    tps_vdevice device;
+    tps_vlauncher launcher;
+    bool emulate; /* cuda: more ranks than GPUs run in turn, joined without NCCL */
+} tps_vbackend_config;
+
+typedef struct tps_vbackend tps_vbackend;
+
+/* Opens the backend: loads its plugins and, under MPI, joins the job (MPI_Init).
+ * TPS_EBACKEND when a plugin or its runtime is missing, with a message saying which. */
+tps_status tps_vbackend_open(const tps_vbackend_config *cfg, tps_vbackend **out, tps_error *err);
+
+/* Readies the backend for T ranks: under MPI the job must have T processes (TPS_EUSAGE);
+ * cuda finds T GPUs, or fewer with emulate (TPS_EBACKEND otherwise), and sets up NCCL.
+ * st is this process's status so far: the first step every process takes together, so a
+ * process that failed before it stops the others here. */
+tps_status tps_vbackend_start(tps_vbackend *be, uint64_t T, tps_status st, tps_error *err);
+
+typedef struct tps_vbackend_info {
+    const char *device;   /* "cpu" or "cuda" */
+    const char *launcher; /* "threads", "local" or "mpi" */
+    uint64_t rank, processes; /* this process (0 of 1 without MPI) */
+    uint64_t devices, ranks_per_device; /* cuda after start: GPUs used by this job's node(s) */
+    bool nccl; /* all-reduce over NCCL (cuda), else emulated on the device or by MPI */
+    char desc[320]; /* one line for the report */
+} tps_vbackend_info;
+
+void tps_vbackend_get_info(const tps_vbackend *be, tps_vbackend_info *out);
+
+/* Whether this process prints the report (rank 0, or the only process). */
+bool tps_vbackend_is_root(const tps_vbackend *be);
+
+/* Whether this process opens rank r's shard file (its own rank under MPI, all otherwise). */
+bool tps_vbackend_holds_rank(const tps_vbackend *be, uint64_t r);
+
+/* The status all processes agree on (the highest), unless a failure was agreed already;
+ * when it came from another process, err says so and tps_vbackend_failed_elsewhere is
+ * true (its process reports why).  Call once at the end, on every path. */
+tps_status tps_vbackend_finish(tps_vbackend *be, tps_status st, tps_error *err);
+bool tps_vbackend_failed_elsewhere(const tps_vbackend *be);
+
+/* Tears down NCCL and MPI (MPI_Finalize); NULL is fine. */
+void tps_vbackend_close(tps_vbackend *be);
+
 typedef struct tps_verify_opts {
+    tps_vbackend *backend; /* NULL: CPU threads in this process */
     uint64_t tokens; /* sequence length, positions 0..tokens-1 */
     uint64_t seed;
     double rtol;     /* <= 0: by the shards' dtype */
@@ -108,6 +173,10 @@ typedef struct tps_verify_result {
     uint64_t layer;
     tps_dtype dtype; /* lowest-precision weight dtype in the ranks' slices */
     double seconds;  /* loading and computing, reference and ranks */
+    /* measured by the cuda backend (0 elsewhere): bytes of slices copied to the GPUs, the
+     * wall time of those copies, and of the layer's computation (both all-reduces
+     * included, slowest rank) */
+    double upload_bytes, upload_seconds, layer_seconds;
     bool pass;
     int failed_stage; /* first stage that differs, -1 when none */
     int64_t culprit;  /* lowest rank blamed, -1 when none could be singled out */
@@ -123,8 +192,9 @@ void tps_verify_result_release(tps_verify_result *r);
 /* Number of layers: b->layers, else counted from the names ref can load. */
 tps_status tps_verify_count_layers(const tps_block *b, const tps_vsource *ref, uint64_t *out, tps_error *err);
 
-/* Runs layer `layer` on T ranks (ranks[r] gives rank r's own tensors) and compares it with
- * the reference built from ref.  TPS_OK when the pass ran (res->pass tells the outcome);
+/* Runs layer `layer` on T ranks (ranks[r] gives rank r's own tensors; under MPI only this
+ * process's rank is used, and ref only on rank 0) and compares it with the reference
+ * built from ref (rank 0 only: elsewhere res holds no comparison).  TPS_OK when the pass ran (res->pass tells the outcome);
  * TPS_EINVALID when the reference does not match the block description or the head
  * counts do not divide by T; TPS_EIO on read or allocation failure. */
 tps_status tps_verify_layer(const tps_block *b, uint64_t layer, uint64_t T, const tps_vsource *ref,
