@@ -1,0 +1,299 @@
+"""make bench: tpshard against cp, cat and a Python/torch splitter on a synthetic Llama checkpoint.
+
+Environment (all optional):
+  BENCH_SIZE   4G (default, 5 layers, ~4 GiB) or 30G (~30 GiB, 69 layers: disk cases only,
+               since tmpfs cannot hold it next to its input on a 24 GiB machine), or a layer
+               count such as 12L
+  BENCH_RUNS   runs per case (default 5); the table shows medians
+  BENCH_DIR    where the input and the disk outputs go (default build/bench/data)
+  BENCH_TMPFS  tmpfs directory for the page-cache cases (default /dev/shm)
+  BENCH_COLD   auto (default: drop_caches when writable, else fadvise), drop, or fadvise
+  BENCH_TORCH  0 skips the torch splitter; BENCH_BIN 0 skips the .bin input case
+  BENCH_KEEP   1 keeps the generated checkpoints (a re-run reuses them)
+  BENCH_TPSHARD  the binary to measure (default ./tpshard)
+Writes build/bench/results.md and prints the same table.
+
+Method: every case runs BENCH_RUNS times, interleaved (one run of each case per round),
+and ratios are ratios of medians of the same round set.  Memory is the peak RssAnon
+(anonymous resident memory: file pages in the page cache are not charged), sampled about
+every millisecond by benchtool.  Cold cases drop the input's page cache before each run and
+report how many bytes the process read from storage (rusage inblock).
+"""
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+TOP = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BUILD = os.path.join(TOP, "build", "bench")
+TOOL = os.path.join(BUILD, "benchtool")
+TPSHARD = os.environ.get("BENCH_TPSHARD") or os.path.join(TOP, "tpshard")
+GiB = 1 << 30
+MiB = 1 << 20
+
+
+def env(name, default):
+    return os.environ.get(name, default)
+
+
+def layers_for(size):
+    s = size.upper()
+    if s.endswith("L"):
+        return int(s[:-1])
+    gib = float(s.rstrip("GIB") or 4)
+    # embeddings + lm_head ~1.96 GiB, ~0.406 GiB per layer
+    return max(1, round((gib - 1.957) / 0.40625))
+
+
+def sh(cmd, **kw):
+    return subprocess.run(cmd, check=True, **kw)
+
+
+def free_bytes(path):
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def tree_bytes(path):
+    if os.path.isfile(path):
+        return os.path.getsize(path)
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
+
+
+def rm(path):
+    if os.path.isdir(path):
+        shutil.rmtree(path, ignore_errors=True)
+    elif os.path.lexists(path):
+        os.unlink(path)
+
+
+class Bench:
+    def __init__(self):
+        self.size = env("BENCH_SIZE", "4G")
+        self.runs = int(env("BENCH_RUNS", "5"))
+        self.data = os.path.abspath(env("BENCH_DIR", os.path.join(BUILD, "data")))
+        self.tmpfs = os.path.join(env("BENCH_TMPFS", "/dev/shm"), f"tpsbench.{os.getpid()}")
+        self.keep = env("BENCH_KEEP", "0") == "1"
+        self.layers = layers_for(self.size)
+        self.src = os.path.join(self.data, f"llama-{self.layers}L", "model.safetensors")
+        self.cold = env("BENCH_COLD", "auto")
+        if self.cold == "auto":
+            self.cold = "drop" if os.access("/proc/sys/vm/drop_caches", os.W_OK) else "fadvise"
+        self.results = {}  # case -> list of (wall, rssanon_kib, inblock)
+        self.bytes = {}  # case -> bytes moved, for throughput
+        self.notes = []
+        self.python = subprocess.run(["sh", os.path.join(TOP, "tests/interop/python.sh")],
+                                     capture_output=True, text=True).stdout.strip()
+
+    # ---- cache control ----
+    def drop(self, files):
+        if self.cold == "drop":
+            sh(["sync"])
+            with open("/proc/sys/vm/drop_caches", "w") as f:
+                f.write("3\n")
+        else:
+            sh([TOOL, "evict"] + files)
+
+    def warm(self, files):
+        for f in files:
+            with open(f, "rb") as fh:
+                while fh.read(8 * MiB):
+                    pass
+
+    def shard_files(self, d):
+        return sorted(os.path.join(d, f) for f in os.listdir(d))
+
+    # ---- measuring ----
+    def measure(self, case, argv, nbytes, stdout=None, pre=None, post=None):
+        if pre:
+            pre()
+        cmd = [TOOL, "run"] + (["-o", stdout] if stdout else []) + ["--"] + argv
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True)
+        wall, rss, inblock, rc = out.stdout.split()
+        if int(rc) != 0:
+            sys.exit(f"bench: {case}: {' '.join(argv)} exited with status {rc}\n{out.stderr}")
+        if post:
+            post()
+        self.results.setdefault(case, []).append((float(wall), int(rss), int(inblock)))
+        self.bytes[case] = nbytes
+
+    # ---- setup ----
+    def setup(self):
+        os.makedirs(BUILD, exist_ok=True)
+        need = 3.2 * self.layers * 0.40625 * GiB + 6 * GiB
+        print(f"bench: {self.size} -> {self.layers} layers; input {self.src}; cold cache by {self.cold}")
+        print(subprocess.run(["df", "-h", self.data if os.path.isdir(self.data) else BUILD,
+                              os.path.dirname(self.tmpfs)], capture_output=True, text=True).stdout, end="")
+        if not os.path.exists(self.src):
+            if free_bytes(BUILD) < need:
+                sys.exit(f"bench: needs about {need / GiB:.0f} GiB free under {BUILD}")
+            os.makedirs(os.path.dirname(self.src), exist_ok=True)
+            sh([TOOL, "gen", self.src, str(self.layers)])
+        self.total = os.path.getsize(self.src)
+        # tmpfs holds one output at a time next to the cached input
+        self.tmpfs_ok = free_bytes(os.path.dirname(self.tmpfs)) > 1.3 * self.total and self.total < 12 * GiB
+        if not self.tmpfs_ok:
+            self.notes.append("tmpfs cases skipped: the output would not fit in tmpfs beside the cached input")
+        os.makedirs(self.tmpfs, exist_ok=True)
+        self.sets = {}
+        for tp in (4, 8) if self.tmpfs_ok else ():  # reshard, merge and check inputs, on disk
+            d = os.path.join(os.path.dirname(self.src), f"tp{tp}")
+            if not os.path.exists(os.path.join(d, "tpshard.json")):
+                rm(d)
+                sh([TPSHARD, "split", self.src, "--tp", str(tp), "--preset", "llama", "-o", d, "-q"])
+            self.sets[tp] = d
+        self.bin = None
+        if env("BENCH_BIN", "1") == "1" and self.python and self.tmpfs_ok:
+            self.bin = os.path.join(os.path.dirname(self.src), "pytorch_model.bin")
+            if not os.path.exists(self.bin):
+                sh([self.python, "-c",
+                    "import sys, torch; from safetensors.torch import load_file; "
+                    "torch.save(load_file(sys.argv[1]), sys.argv[2])", self.src, self.bin])
+
+    def assert_same_as_torch(self):
+        out_t = os.path.join(self.tmpfs, "torch")
+        out_s = os.path.join(self.tmpfs, "tps")
+        sh([self.python, os.path.join(TOP, "tests/bench/torch_split.py"), self.src, "--tp", "8", "-o", out_t])
+        sh([TPSHARD, "split", self.src, "--tp", "8", "--preset", "llama", "-o", out_s, "-q"])
+        name = "model-rank-5-of-8.safetensors"
+        sh([self.python, os.path.join(TOP, "tests/bench/torch_split.py"), "--compare",
+            os.path.join(out_t, name), os.path.join(out_s, name)])
+        rm(out_t)
+        rm(out_s)
+
+    # ---- the cases ----
+    def round(self):
+        T = self.tmpfs
+        src = self.src
+        o = os.path.join(T, "out")
+        disk_out = os.path.join(self.data, "out")
+        clean = lambda: rm(o)  # noqa: E731
+        n = self.total
+        split = lambda tp, dst: [TPSHARD, "split", src, "--tp", str(tp), "--preset", "llama", "-o", dst, "-q"]  # noqa
+
+        # cold input -> disk, fsync'd; tpshard syncs its own files, cp is followed by sync FILE
+        rm(disk_out)
+        self.measure("cold: cp + sync (disk)", ["sh", "-c", f"cp '{src}' '{disk_out}' && sync '{disk_out}'"], n,
+                     pre=lambda: self.drop([src]), post=lambda: rm(disk_out))
+        self.measure("cold: split tp8 (disk)", split(8, disk_out), n,
+                     pre=lambda: self.drop([src]), post=lambda: rm(disk_out))
+        if self.tmpfs_ok:
+            s8, s4 = self.sets[8], self.sets[4]
+            set_bytes = tree_bytes(s8)
+            self.warm([src] + self.shard_files(s8) + self.shard_files(s4))
+            self.measure("cp (to tmpfs)", ["cp", src, o], n, post=clean)
+            self.measure("cat > /dev/null", ["cat", src], n, stdout="/dev/null")
+            for tp in (2, 4, 8):
+                self.measure(f"split tp{tp}", split(tp, o), n, post=clean)
+            self.measure("reshard 8->4", [TPSHARD, "reshard", s8, "--tp", "4", "-o", o, "-q"], n, post=clean)
+            self.measure("reshard 4->8", [TPSHARD, "reshard", s4, "--tp", "8", "-o", o, "-q"], n, post=clean)
+            self.measure("merge tp8", [TPSHARD, "merge", s8, "-o", o + ".safetensors", "-q"], n,
+                         post=lambda: rm(o + ".safetensors"))
+            self.measure("check tp8", [TPSHARD, "check", s8, "-q"], set_bytes)
+            self.measure("cat tp8 shards > /dev/null", ["cat"] + self.shard_files(s8), set_bytes, stdout="/dev/null")
+            if self.bin:
+                self.measure("split tp8 from .bin", [TPSHARD, "split", self.bin, "--tp", "8", "--preset", "llama",
+                                                     "--config", os.path.join(os.path.dirname(src), "config.json"),
+                                                     "-o", o, "-q"], n, post=clean)
+            if self.python and env("BENCH_TORCH", "1") == "1":
+                self.measure("torch split tp8", [self.python, os.path.join(TOP, "tests/bench/torch_split.py"), src,
+                                                 "--tp", "8", "-o", o], n, post=clean)
+
+    # ---- report ----
+    def med(self, case):
+        return statistics.median(w for w, _, _ in self.results[case])
+
+    def table(self):
+        lines = [f"tpshard bench: {self.layers}-layer Llama-3-8B-shaped bf16 checkpoint, "
+                 f"{self.total / GiB:.2f} GiB; {self.runs} interleaved runs per case, medians; "
+                 f"{os.cpu_count()} CPUs; cold cache by {'drop_caches' if self.cold == 'drop' else 'posix_fadvise DONTNEED'}; "
+                 f"{time.strftime('%Y-%m-%d %H:%M')}",
+                 "",
+                 "| case | median s | min–max s | GB/s | peak RssAnon MiB | read from storage GiB |",
+                 "|---|---:|---:|---:|---:|---:|"]
+        for case, rs in self.results.items():
+            ws = [w for w, _, _ in rs]
+            m = self.med(case)
+            lines.append(f"| {case} | {m:.3f} | {min(ws):.2f}–{max(ws):.2f} | {self.bytes[case] / m / 1e9:.2f} | "
+                         f"{max(r for _, r, _ in rs) / 1024:.1f} | {statistics.median(b for _, _, b in rs) / GiB:.2f} |")
+        lines += ["", "| target | ratio of medians | goal | met |", "|---|---:|---|---|"]
+
+        def target(what, a, b, goal, le=True, inverse=False):
+            if a not in self.results or b not in self.results:
+                return
+            r = self.med(a) / self.med(b)
+            if inverse:
+                r = 1 / r
+            ok = r <= goal if le else r >= goal
+            lines.append(f"| {what} | {r:.2f} | {'≤' if le else '≥'} {goal} | {'yes' if ok else 'NO'} |")
+
+        target("split tp8 / cp (page cache -> tmpfs)", "split tp8", "cp (to tmpfs)", 1.2)
+        target("cold split tp8 / (cp + sync) (disk)", "cold: split tp8 (disk)", "cold: cp + sync (disk)", 1.3)
+        target("torch split tp8 / split tp8 (speedup)", "torch split tp8", "split tp8", 8, le=False)
+        target("reshard 8->4 / split tp4", "reshard 8->4", "split tp4", 1.3)
+        target("reshard 4->8 / split tp8", "reshard 4->8", "split tp8", 1.3)
+        target("merge tp8 / cp", "merge tp8", "cp (to tmpfs)", 1.2)
+        target("check throughput / cat throughput", "cat tp8 shards > /dev/null", "check tp8", 0.8, le=False)
+        target("split from .bin / from safetensors", "split tp8 from .bin", "split tp8", 1.1)
+        tps = [c for c in self.results if not c.startswith(("cp", "cat", "torch", "cold: cp"))]
+        if tps:
+            peak = max(r for c in tps for _, r, _ in self.results[c]) / 1024
+            lines.append(f"| peak RssAnon of any tpshard run (MiB) | {peak:.1f} | ≤ 64 | {'yes' if peak <= 64 else 'NO'} |")
+        if "cold: split tp8 (disk)" in self.results:
+            rd = statistics.median(b for _, _, b in self.results["cold: split tp8 (disk)"]) / self.total
+            lines.append(f"| cold split: bytes read from storage / input size | {rd:.2f} | ≈ 1 (one pass) | "
+                         f"{'yes' if rd < 1.1 else 'NO'} |")
+        if hasattr(self, "bystander"):
+            lines.append(f"| page cache of a 1 GiB bystander file kept through the cold split | "
+                         f"{self.bystander:.0%} | not evicted wholesale | {'yes' if self.bystander > 0.5 else 'NO'} |")
+        lines += [""] + [f"Note: {n}" for n in self.notes]
+        return "\n".join(lines) + "\n"
+
+    def bystander_check(self):
+        """Does one cold split of the whole input evict a warm, unrelated 1 GiB file?"""
+        f = os.path.join(self.data, "bystander")
+        with open(f, "wb") as fh:
+            fh.write(os.urandom(MiB) * 1024)
+        self.warm([f])
+        disk_out = os.path.join(self.data, "out")
+        rm(disk_out)
+        sh([TPSHARD, "split", self.src, "--tp", "8", "--preset", "llama", "-o", disk_out, "-q"])
+        got = int(subprocess.run([TOOL, "cached", f], capture_output=True, text=True, check=True).stdout)
+        self.bystander = got / os.path.getsize(f)
+        rm(disk_out)
+        rm(f)
+
+    def cleanup(self):
+        rm(self.tmpfs)
+        rm(os.path.join(self.data, "out"))
+        if not self.keep:
+            rm(os.path.dirname(self.src))
+
+
+def main():
+    b = Bench()
+    try:
+        b.setup()
+        if b.python and b.tmpfs_ok and env("BENCH_TORCH", "1") == "1":
+            b.assert_same_as_torch()
+        elif not b.python:
+            b.notes.append("torch splitter skipped: no Python with torch and safetensors (sh tests/interop/setup.sh)")
+        for i in range(b.runs):
+            print(f"bench: round {i + 1} of {b.runs}", flush=True)
+            b.round()
+        if b.total > 8 * GiB:
+            b.bystander_check()
+        text = b.table()
+        with open(os.path.join(BUILD, "results.md"), "w") as f:
+            f.write(text)
+        print()
+        print(text, end="")
+        print(f"bench: results in {os.path.relpath(os.path.join(BUILD, 'results.md'), TOP)}")
+    finally:
+        b.cleanup()
+
+
+if __name__ == "__main__":
+    main()
