@@ -30,21 +30,28 @@ int tps_outdir_interrupted(void) { return (int)caught_signal; }
 
 void tps_remove_tree(const char *path)
 {
-    DIR *d = opendir(path);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d))) {
-            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-            char *p = malloc(strlen(path) + strlen(e->d_name) + 2);
-            if (!p) continue;
-            sprintf(p, "%s/%s", path, e->d_name);
-            struct stat sb;
-            if (lstat(p, &sb) == 0 && S_ISDIR(sb.st_mode)) tps_remove_tree(p);
-            else unlink(p);
-            free(p);
-        }
-        closedir(d);
+    /* O_NOFOLLOW: a symlink planted at a temporary name must be removed itself, never
+     * followed into the directory it points at. */
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOTDIR || errno == ELOOP) unlink(path);
+        return;
     }
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        close(fd);
+        return;
+    }
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        char *p = malloc(strlen(path) + strlen(e->d_name) + 2);
+        if (!p) continue;
+        sprintf(p, "%s/%s", path, e->d_name);
+        tps_remove_tree(p);
+        free(p);
+    }
+    closedir(d);
     rmdir(path);
 }
 
@@ -117,6 +124,98 @@ static bool path_within(const char *a, const char *b)
     return a[n] == '\0' || a[n] == '/' || (n == 1 && b[0] == '/');
 }
 
+struct tps_outdir_src {
+    char *path;
+    struct stat sb;
+};
+
+static bool is_checkpoint_name(const char *name)
+{
+    static const char *const ext[] = {".safetensors", ".bin", ".pt", ".pth", ".npy", ".npz", ".json"};
+    size_t n = strlen(name);
+    for (size_t i = 0; i < sizeof ext / sizeof ext[0]; i++) {
+        size_t k = strlen(ext[i]);
+        if (n > k && strcmp(name + n - k, ext[i]) == 0) return true;
+    }
+    return false;
+}
+
+static tps_status add_src(tps_outdir *od, const char *path, const struct stat *sb, tps_error *err)
+{
+    tps_outdir_src *v = realloc(od->srcs, (od->nsrcs + 1) * sizeof *v);
+    if (!v) return tps_fail_oom(err, "recording the inputs");
+    od->srcs = v;
+    v[od->nsrcs].path = strdup(path);
+    if (!v[od->nsrcs].path) return tps_fail_oom(err, "recording the inputs");
+    v[od->nsrcs++].sb = *sb;
+    return TPS_OK;
+}
+
+/* The checkpoint files of a directory (one level: readers never descend). */
+static tps_status add_src_dir(tps_outdir *od, const char *dir, tps_error *err)
+{
+    DIR *d = opendir(dir);
+    if (!d) return TPS_OK; /* the reader already opened what it needs; nothing to compare */
+    tps_status st = TPS_OK;
+    struct dirent *e;
+    while (st == TPS_OK && (e = readdir(d))) {
+        if (e->d_name[0] == '.' || !is_checkpoint_name(e->d_name)) continue;
+        char p[PATH_MAX];
+        struct stat sb;
+        if (snprintf(p, sizeof p, "%s/%s", dir, e->d_name) < (int)sizeof p && stat(p, &sb) == 0 &&
+            S_ISREG(sb.st_mode))
+            st = add_src(od, p, &sb, err);
+    }
+    closedir(d);
+    return st;
+}
+
+static tps_status record_inputs(tps_outdir *od, const char *const *inputs, tps_error *err)
+{
+    tps_status st = TPS_OK;
+    for (size_t i = 0; st == TPS_OK && inputs && inputs[i]; i++) {
+        struct stat sb;
+        if (stat(inputs[i], &sb) != 0) continue;
+        size_t n = strlen(inputs[i]);
+        if (S_ISDIR(sb.st_mode)) {
+            st = add_src_dir(od, inputs[i], err);
+        } else if (n > 11 && strcmp(inputs[i] + n - 11, ".index.json") == 0) {
+            char *parent = parent_of(inputs[i]);
+            st = parent ? add_src_dir(od, parent, err) : tps_fail_oom(err, "recording the inputs");
+            free(parent);
+        } else if (S_ISREG(sb.st_mode)) {
+            st = add_src(od, inputs[i], &sb, err);
+        }
+    }
+    return st;
+}
+
+static bool same_time(const struct timespec *a, const struct timespec *b)
+{
+    return a->tv_sec == b->tv_sec && a->tv_nsec == b->tv_nsec;
+}
+
+static tps_status check_inputs(const tps_outdir *od, tps_error *err)
+{
+    for (size_t i = 0; i < od->nsrcs; i++) {
+        const tps_outdir_src *s = &od->srcs[i];
+        struct stat now;
+        if (stat(s->path, &now) != 0)
+            return tps_fail_errno(err, errno, "%s: the source disappeared while it was read; nothing was written",
+                                  s->path);
+        if (now.st_dev != s->sb.st_dev || now.st_ino != s->sb.st_ino)
+            return tps_fail(err, TPS_EIO, "%s: the source was replaced by another file while it was read; nothing was "
+                            "written", s->path);
+        if (now.st_size != s->sb.st_size)
+            return tps_fail(err, TPS_EIO, "%s: the source changed size from %lld to %lld bytes while it was read; "
+                            "nothing was written", s->path, (long long)s->sb.st_size, (long long)now.st_size);
+        if (!same_time(&now.st_mtim, &s->sb.st_mtim))
+            return tps_fail(err, TPS_EIO, "%s: the source was modified while it was read; nothing was written",
+                            s->path);
+    }
+    return TPS_OK;
+}
+
 tps_status tps_outdir_begin(const char *dir, bool force, const char *const *inputs, tps_outdir **out, tps_error *err)
 {
     *out = NULL;
@@ -151,10 +250,16 @@ tps_status tps_outdir_begin(const char *dir, bool force, const char *const *inpu
     }
     clean_leftovers(parent, base);
     tps_outdir *od = calloc(1, sizeof *od);
+    tps_status rst = od ? record_inputs(od, inputs, err) : TPS_OK;
+    if (rst) {
+        free(parent);
+        tps_outdir_free(od);
+        return rst;
+    }
     char *tmp = malloc(strlen(parent) + strlen(base) + 64);
     char *fin = strdup(dir);
     if (!od || !tmp || !fin) {
-        free(od);
+        tps_outdir_free(od);
         free(tmp);
         free(fin);
         free(parent);
@@ -166,7 +271,7 @@ tps_status tps_outdir_begin(const char *dir, bool force, const char *const *inpu
     if (mkdir(tmp, 0755) != 0) {
         int e = errno;
         tps_status st = tps_fail(err, e == ENOENT ? TPS_EINVALID : TPS_EIO, "%s: cannot create: %s", tmp, strerror(e));
-        free(od);
+        tps_outdir_free(od);
         free(tmp);
         free(fin);
         return st;
@@ -199,6 +304,8 @@ static tps_status fsync_path(const char *path, tps_error *err)
 tps_status tps_outdir_commit(tps_outdir *od, tps_error *err)
 {
     tps_status st = fsync_path(od->tmp, err);
+    if (st) return st;
+    st = check_inputs(od, err);
     if (st) return st;
     if (tps_outdir_interrupted())
         return tps_fail(err, TPS_EIO, "interrupted by signal %d; nothing was written", tps_outdir_interrupted());
@@ -239,6 +346,8 @@ void tps_outdir_abort(tps_outdir *od)
 void tps_outdir_free(tps_outdir *od)
 {
     if (!od) return;
+    for (size_t i = 0; i < od->nsrcs; i++) free(od->srcs[i].path);
+    free(od->srcs);
     free(od->final);
     free(od->tmp);
     free(od);

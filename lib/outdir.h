@@ -7,18 +7,30 @@
  * A leftover temp directory from a killed run has no manifest, so `check` never accepts
  * it, and tps_outdir_begin removes leftovers whose PID is no longer alive.
  * DIR must not exist, or be an empty directory; with force a non-empty DIR is replaced
- * (renamed aside, the new set renamed in, the old one removed). */
+ * (renamed aside, the new set renamed in, the old one removed).
+ *
+ * A source that changes while it is read must never yield a shard set: tps_outdir_begin
+ * records the identity (device, inode, size, modification time) of every input file (for a
+ * directory input, or a *.index.json, the checkpoint files beside it: *.safetensors, *.bin,
+ * *.pt, *.pth, *.npy, *.npz, *.json), and tps_outdir_commit refuses, with TPS_EIO naming
+ * the file and what changed, when any of them differs before the rename.  A source that
+ * shrank mid-read usually fails earlier, at the short read. */
 #ifndef TPS_OUTDIR_H
 #define TPS_OUTDIR_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "status.h"
+
+typedef struct tps_outdir_src tps_outdir_src;
 
 typedef struct tps_outdir {
     char *final; /* DIR as given */
     char *tmp;   /* the temporary directory being filled */
     bool force;
+    tps_outdir_src *srcs; /* input identities, checked again by commit */
+    size_t nsrcs;
 } tps_outdir;
 
 /* Refuses DIR when it is, contains, or lies inside any of the inputs (NULL-terminated). */
