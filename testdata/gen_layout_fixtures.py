@@ -1,0 +1,60 @@
+#!/usr/bin/python3
+"""Writes the tiny models that the example layouts in testdata/layouts/ are tested on
+(committed; rerun to regenerate).  Families here have no built-in layout, so README's
+worked example of a custom layout runs against real tensor names:
+
+  tiny-falcon   Falcon-7B's names and config.json keys: fused query_key_value with
+                multi-query attention ([Q heads; one K head; one V head]), one LayerNorm
+                shared by the parallel attention and MLP branches, no linear biases,
+                hidden 64, 8 heads, head_dim 8, 2 layers, vocab 1001, BF16
+
+Only the standard library is used (the value and encoding helpers of gen_fixtures.py), so
+the fixtures do not depend on tpshard.
+
+Usage: testdata/gen_layout_fixtures.py [OUTDIR]   (default: testdata/layouts beside this script)
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gen_fixtures import encode, safetensors_bytes, tensor_values, write, write_config  # noqa: E402
+
+
+def fixture_falcon():
+    h, heads, hd, layers, vocab = 64, 8, 8, 2, 1001
+    shapes = {"transformer.word_embeddings.weight": [vocab, h], "lm_head.weight": [vocab, h],
+              "transformer.ln_f.weight": [h], "transformer.ln_f.bias": [h]}
+    for i in range(layers):
+        p = "transformer.h.%d." % i
+        shapes.update({p + "input_layernorm.weight": [h], p + "input_layernorm.bias": [h],
+                       p + "self_attention.query_key_value.weight": [(heads + 2) * hd, h],
+                       p + "self_attention.dense.weight": [h, heads * hd],
+                       p + "mlp.dense_h_to_4h.weight": [4 * h, h],
+                       p + "mlp.dense_4h_to_h.weight": [h, 4 * h]})
+    # Falcon-7B's config.json: no num_key_value_heads (multi_query says there is one), no
+    # intermediate_size (4 * hidden).
+    config = {"architectures": ["FalconForCausalLM"], "model_type": "falcon", "hidden_size": h,
+              "num_attention_heads": heads, "num_hidden_layers": layers, "vocab_size": vocab,
+              "multi_query": True, "new_decoder_architecture": False, "parallel_attn": True, "bias": False,
+              "alibi": False, "layer_norm_epsilon": 1e-5, "rope_theta": 10000.0, "torch_dtype": "bfloat16"}
+    return shapes, config, "BF16"
+
+
+FIXTURES = {"tiny-falcon": fixture_falcon}
+
+
+def main():
+    out = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__)) + "/layouts"
+    for fixture, make in FIXTURES.items():
+        shapes, config, dtype = make()
+        tensors = [(name, shape, encode(tensor_values(fixture, name, shape), dtype)) for name, shape in shapes.items()]
+        d = os.path.join(out, fixture)
+        os.makedirs(d, exist_ok=True)
+        data = safetensors_bytes(tensors, dtype)
+        assert len(data) < 1 << 20, (fixture, len(data))
+        write(os.path.join(d, "model.safetensors"), data)
+        write_config(d, config)
+
+
+if __name__ == "__main__":
+    main()
