@@ -71,3 +71,15 @@ sed '/segments:/d; /kv_replicate:/d' "$LAY" >wrong.yaml
 "$TPSHARD" split "$F/model.safetensors" --tp 2 --layout wrong.yaml -o w2 -q && "$TPSHARD" check w2 -q >/dev/null &&
     ok "qkv cut as one block: split and check pass" || notok "wrong layout: split or check failed"
 expect_exit 1 "mismatch" "qkv cut as one block: verify fails with exit 1" "$TPSHARD" verify w2 --source "$F/model.safetensors"
+
+# README.md shows the layout inline: that copy parses and cuts every tensor the same way.
+awk '/^## Writing a layout/ {w = 1} w && /^```yaml/ {on = 1; next} on && /^```/ {exit} on' "$TPS_TOP/README.md" >readme.yaml
+"$TPSHARD" plan "$F/model.safetensors" --tp 4 --layout readme.yaml --json >a.json 2>a.err &&
+    "$TPSHARD" plan "$F/model.safetensors" --tp 4 --layout "$LAY" --json >b.json 2>>a.err &&
+    $PY -c "
+import json
+a, b = (json.load(open(f)) for f in ('a.json', 'b.json'))
+key = lambda d: [(t['name'], t['partition'], t['dtype'], t['rank_shapes']) for t in d['tensors']]
+assert len(a['tensors']) == 16 and key(a) == key(b) and a['rank_bytes'] == b['rank_bytes']
+" 2>>a.err && ok "README's inline Falcon layout parses and plans exactly like testdata/layouts/falcon.yaml" ||
+    { notok "README's Falcon layout"; sed 's/^/#   /' a.err | head -5; }
