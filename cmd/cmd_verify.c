@@ -1,5 +1,6 @@
-/* tpshard verify: run layers the tensor-parallel way on CPU ranks and compare them with
- * the unsharded layer in float64 (verify/verify.h). */
+/* tpshard verify: run layers the tensor-parallel way on CPU or GPU ranks, in this process or
+ * one MPI process per rank, and compare them with the unsharded layer in float64
+ * (verify/verify.h).  Under MPI every process runs this same command; rank 0 prints. */
 #include <errno.h>
 #include <libgen.h>
 #include <stdio.h>
@@ -17,7 +18,8 @@
 #include "verify/verify.h"
 
 static struct {
-    const char *source, *config, *layer, *backend, *dump;
+    const char *source, *config, *layer, *backend, *launcher, *dump;
+    bool emulate;
     uint64_t tokens, seed;
     double rtol, atol;
 } o = {.tokens = 16, .seed = 1};
@@ -28,7 +30,9 @@ static const tps_opt verify_opts[] = {
     {"layer", 0, TPS_OPT_STRING, &o.layer, "L|all", "layer to verify (default all)"},
     {"tokens", 0, TPS_OPT_UINT, &o.tokens, "N", "sequence length of the random input (default 16)"},
     {"seed", 0, TPS_OPT_UINT, &o.seed, "S", "seed of the random input (default 1)"},
-    {"backend", 0, TPS_OPT_STRING, &o.backend, "NAME", "cpu (threads; the default), cuda or mpi when built in"},
+    {"backend", 0, TPS_OPT_STRING, &o.backend, "NAME", "cpu (the default), cuda (one GPU per rank, NCCL), mpi (= cpu --launcher mpi)"},
+    {"launcher", 0, TPS_OPT_STRING, &o.launcher, "HOW", "auto (mpi under mpirun; the default), local (all ranks here) or mpi"},
+    {"emulate", 0, TPS_OPT_FLAG, &o.emulate, NULL, "cuda: run more ranks than GPUs in turn (NCCL not exercised)"},
     {"rtol", 0, TPS_OPT_DOUBLE, &o.rtol, "X", "relative tolerance (default by shard dtype)"},
     {"atol", 0, TPS_OPT_DOUBLE, &o.atol, "X", "absolute tolerance (default rtol * RMS of the reference output)"},
     {"dump-reference", 0, TPS_OPT_STRING, &o.dump, "FILE", "write inputs and float64 reference outputs as JSON"},
@@ -149,6 +153,14 @@ static void json_layer(tps_jw *w, const tps_verify_result *r)
     tps_jw_double(w, r->seconds);
     tps_jw_key(w, "pass");
     tps_jw_bool(w, r->pass);
+    if (r->upload_bytes > 0) {
+        tps_jw_key(w, "upload_bytes");
+        tps_jw_double(w, r->upload_bytes);
+        tps_jw_key(w, "upload_gbps");
+        tps_jw_double(w, r->upload_seconds > 0 ? r->upload_bytes / r->upload_seconds / 1e9 : 0);
+        tps_jw_key(w, "layer_seconds");
+        tps_jw_double(w, r->layer_seconds);
+    }
     for (int s = 0; s < TPS_VSTAGE_COUNT; s++) {
         tps_jw_key(w, tps_verify_stage_name(s));
         json_stage(w, &r->stage[s]);
@@ -172,7 +184,43 @@ static void print_layer(const tps_verify_result *r)
            "(atol %.3g)  %.3f s  %s\n",
            (unsigned long long)r->layer, tps_dtype_name(r->dtype), a->rtol, a->max_abs, a->rel, a->atol, m->max_abs,
            m->rel, m->atol, r->seconds, r->pass ? "ok" : "MISMATCH");
+    if (r->upload_bytes > 0)
+        printf("  gpu: uploaded %.3f GB at %.2f GB/s, layer %.3f ms\n", r->upload_bytes / 1e9,
+               r->upload_seconds > 0 ? r->upload_bytes / r->upload_seconds / 1e9 : 0.0, r->layer_seconds * 1e3);
     if (!r->pass) printf("  %s\n", r->detail);
+}
+
+/* --backend and --launcher into a backend configuration; false on a usage error. */
+static bool backend_config(tps_vbackend_config *c)
+{
+    const char *backend = o.backend ? o.backend : "cpu";
+    memset(c, 0, sizeof *c);
+    c->launcher = TPS_VLAUNCH_AUTO;
+    if (o.launcher) {
+        if (strcmp(o.launcher, "local") == 0) c->launcher = TPS_VLAUNCH_LOCAL;
+        else if (strcmp(o.launcher, "mpi") == 0) c->launcher = TPS_VLAUNCH_MPI;
+        else if (strcmp(o.launcher, "auto") != 0) {
+            tps_cli_usage("verify", "unknown launcher '%s' (auto, local or mpi)", o.launcher);
+            return false;
+        }
+    }
+    if (strcmp(backend, "cuda") == 0) c->device = TPS_VDEV_CUDA;
+    else if (strcmp(backend, "mpi") == 0) {
+        if (c->launcher == TPS_VLAUNCH_LOCAL) {
+            tps_cli_usage("verify", "--backend mpi runs one rank per MPI process: not with --launcher local");
+            return false;
+        }
+        c->launcher = TPS_VLAUNCH_MPI;
+    } else if (strcmp(backend, "cpu") != 0) {
+        tps_cli_usage("verify", "unknown backend '%s' (cpu, cuda or mpi)", backend);
+        return false;
+    }
+    if (o.emulate && c->device != TPS_VDEV_CUDA) {
+        tps_cli_usage("verify", "--emulate shares GPUs between ranks: it needs --backend cuda");
+        return false;
+    }
+    c->emulate = o.emulate;
+    return true;
 }
 
 static int run_verify(char **args, int nargs)
@@ -194,18 +242,11 @@ static int run_verify(char **args, int nargs)
     bool all_pass = true;
     tps_verify_result bad;
     memset(&bad, 0, sizeof bad);
+    tps_vbackend *be = NULL;
+    tps_vbackend_config bcfg;
+    tps_vbackend_info info;
 
-    const char *backend = o.backend ? o.backend : "cpu";
-    if (strcmp(backend, "cuda") == 0 || strcmp(backend, "mpi") == 0) {
-        tps_cli_errorf("verify", "backend '%s' is not built into this tpshard (it needs %s at build time); "
-                       "--backend cpu runs the ranks as threads", backend,
-                       strcmp(backend, "cuda") == 0 ? "CUDA, cuBLAS and NCCL" : "MPI");
-        return TPS_EBACKEND;
-    }
-    if (strcmp(backend, "cpu") != 0) {
-        tps_cli_errorf("verify", "unknown backend '%s' (cpu, cuda or mpi)", backend);
-        return TPS_EUSAGE;
-    }
+    if (!backend_config(&bcfg)) return TPS_EUSAGE;
     uint64_t tokens = o.tokens;
     if (tokens == 0 || tokens > 4096) {
         tps_cli_errorf("verify", "--tokens %llu: from 1 to 4096", (unsigned long long)tokens);
@@ -220,6 +261,10 @@ static int run_verify(char **args, int nargs)
         }
         count = 1;
     }
+    /* First, so that under MPI every later failure is agreed between the processes. */
+    TPS_CHECK(tps_vbackend_open(&bcfg, &be, &err));
+    /* Under MPI only rank 0 reports. */
+    bool root = tps_vbackend_is_root(be), json = tps_common.json && root, quiet = tps_common.quiet || !root;
 
     TPS_CHECK(tps_shardset_open(dir, &ss, &err));
     const char *text = ss->m->layout_text ? ss->m->layout_text : "";
@@ -250,6 +295,7 @@ static int run_verify(char **args, int nargs)
     }
     for (uint64_t r = 0; r < T; r++) {
         const tps_index *rix;
+        if (!tps_vbackend_holds_rank(be, r)) continue;
         TPS_CHECK(tps_shardset_open_rank(ss, r, &rix, &err));
         ranks[r] = tps_vsource_index(rix);
     }
@@ -257,11 +303,13 @@ static int run_verify(char **args, int nargs)
     if (!count) {
         TPS_CHECK(tps_verify_count_layers(&b, &ref, &count, &err));
     }
+    TPS_CHECK(tps_vbackend_start(be, T, st, &err));
+    tps_vbackend_get_info(be, &info);
 
     char refdesc[4200];
     if (o.source) snprintf(refdesc, sizeof refdesc, "reference from %s", o.source);
     else snprintf(refdesc, sizeof refdesc, "reference reassembled from shards");
-    if (o.dump) {
+    if (o.dump && root) {
         dump = fopen(o.dump, "w");
         if (!dump) {
             st = tps_fail_errno(&err, errno, "%s: cannot create", o.dump);
@@ -273,14 +321,28 @@ static int run_verify(char **args, int nargs)
         tps_jw_array_begin(&dw);
     }
     tps_jw_init(&jw, &jb, true);
-    if (tps_common.json) {
+    if (json) {
         tps_jw_object_begin(&jw);
         tps_jw_key(&jw, "dir");
         tps_jw_string(&jw, dir);
         tps_jw_key(&jw, "tp");
         tps_jw_u64(&jw, T);
         tps_jw_key(&jw, "backend");
-        tps_jw_string(&jw, "cpu");
+        tps_jw_string(&jw, info.device);
+        tps_jw_key(&jw, "launcher");
+        tps_jw_string(&jw, info.launcher);
+        tps_jw_key(&jw, "processes");
+        tps_jw_u64(&jw, info.processes);
+        tps_jw_key(&jw, "backend_detail");
+        tps_jw_string(&jw, info.desc);
+        if (strcmp(info.device, "cuda") == 0) {
+            tps_jw_key(&jw, "devices");
+            tps_jw_u64(&jw, info.devices);
+            tps_jw_key(&jw, "ranks_per_device");
+            tps_jw_u64(&jw, info.ranks_per_device);
+            tps_jw_key(&jw, "nccl");
+            tps_jw_bool(&jw, info.nccl);
+        }
         tps_jw_key(&jw, "kind");
         tps_jw_string(&jw, tps_block_kind_name(b.kind));
         tps_jw_key(&jw, "reference");
@@ -295,19 +357,19 @@ static int run_verify(char **args, int nargs)
         tps_jw_u64(&jw, o.seed);
         tps_jw_key(&jw, "layers");
         tps_jw_array_begin(&jw);
-    } else if (!tps_common.quiet) {
-        printf("verify %s: %s block, tp %llu, backend cpu (threads), %llu tokens, seed %llu; %s\n", dir,
-               tps_block_kind_name(b.kind), (unsigned long long)T, (unsigned long long)tokens,
+    } else if (!quiet) {
+        printf("verify %s: %s block, tp %llu, backend %s, %llu tokens, seed %llu; %s\n", dir,
+               tps_block_kind_name(b.kind), (unsigned long long)T, info.desc, (unsigned long long)tokens,
                (unsigned long long)(o.seed), refdesc);
         fflush(stdout);
     }
-    tps_verify_opts vo = {.tokens = tokens, .seed = o.seed, .rtol = o.rtol, .atol = o.atol,
-                          .keep_reference = o.dump != NULL};
+    tps_verify_opts vo = {.backend = be, .tokens = tokens, .seed = o.seed, .rtol = o.rtol, .atol = o.atol,
+                          .keep_reference = dump != NULL};
     for (uint64_t layer = first; layer < first + count; layer++) {
         tps_verify_result res;
         TPS_CHECK(tps_verify_layer(&b, layer, T, &ref, ranks, &vo, &res, &err));
-        if (tps_common.json) json_layer(&jw, &res);
-        else if (!tps_common.quiet || !res.pass) print_layer(&res);
+        if (json) json_layer(&jw, &res);
+        else if (root && (!quiet || !res.pass)) print_layer(&res);
         fflush(stdout);
         if (dump) {
             tps_jw_object_begin(&dw);
@@ -330,13 +392,13 @@ static int run_verify(char **args, int nargs)
         }
         tps_verify_result_release(&res);
     }
-    if (tps_common.json) {
+    if (json) {
         tps_jw_array_end(&jw);
         tps_jw_key(&jw, "pass");
         tps_jw_bool(&jw, all_pass);
         tps_jw_object_end(&jw);
         if (tps_buf_cstr(&jb)) printf("%s\n", jb.data);
-    } else if (!tps_common.quiet && all_pass) {
+    } else if (!quiet && all_pass) {
         printf("%llu layer%s verified: the shards compute the unsharded layer\n", (unsigned long long)count,
                count == 1 ? "" : "s");
     }
@@ -359,6 +421,11 @@ static int run_verify(char **args, int nargs)
         st = TPS_EMISMATCH;
     }
 cleanup:
+    /* Every process ends with the same status; a failure of another process is reported by
+     * that process alone. */
+    st = tps_vbackend_finish(be, st, &err);
+    bool quiet_err = tps_vbackend_failed_elsewhere(be);
+    tps_vbackend_close(be);
     if (dump) fclose(dump);
     tps_buf_release(&jb);
     tps_buf_release(&db);
@@ -368,14 +435,14 @@ cleanup:
     tps_index_free(shape_ix);
     tps_layout_free(l);
     tps_shardset_free(ss);
-    if (st != TPS_OK && st != TPS_EMISMATCH) return tps_cli_report("verify", &err);
+    if (st != TPS_OK && st != TPS_EMISMATCH && !quiet_err) return tps_cli_report("verify", &err);
     return (int)st;
 }
 
 const tps_cmd tps_cmd_verify = {
     .name = "verify",
-    .summary = "run layers the tensor-parallel way on CPU ranks and compare with the unsharded layer",
-    .usage = "verify DIR [--source SRC] [--layer L|all] [--tokens N] [--seed S] [--backend cpu] [--json]",
+    .summary = "run layers the tensor-parallel way on CPU or GPU ranks and compare with the unsharded layer",
+    .usage = "verify DIR [--source SRC] [--layer L|all] [--tokens N] [--seed S] [--backend cpu|cuda|mpi] [--emulate] [--json]",
     .details =
         "Each rank (a thread) loads only its own shard file's slices of the layer and computes in\n"
         "float32: its q heads with their KV heads, its o_proj rows, an all-reduce, its MLP slices and\n"
@@ -389,7 +456,14 @@ const tps_cmd tps_cmd_verify = {
         "On a mismatch the report names the first stage that differs and the rank whose slice\n"
         "causes it: a slice of the wrong shape, or the rank whose partial sum differs from the\n"
         "reference computed for that rank's share.  Exit 1 on a mismatch, 5 for a backend that is\n"
-        "not built in.  Model hyper-parameters (RoPE theta, norm epsilon, top-k) come from\n"
+        "not built in or has no device.\n"
+        "Backends: cpu runs each rank as a thread; cuda runs each rank on its own GPU (cuBLAS GEMMs\n"
+        "in the shard dtype with float32 accumulation, NCCL all-reduce), refusing fewer GPUs than\n"
+        "ranks unless --emulate, which runs the ranks in turn and joins them on the device (the\n"
+        "report says NCCL was not exercised).  Under `mpirun -np T tpshard verify DIR` (detected from\n"
+        "the launcher's environment, or --launcher mpi) each process is one rank: MPI_Allreduce on\n"
+        "the cpu backend, NCCL from a broadcast unique id on cuda (GPU by node-local rank); rank 0\n"
+        "prints the report and every process exits with the same code.  Model hyper-parameters (RoPE theta, norm epsilon, top-k) come from\n"
         "config.json: --config, next to SRC, or in DIR; else the block kind's defaults.\n",
     .opts = verify_opts,
     .min_args = 1,

@@ -298,14 +298,14 @@ tps_status tps_vbackend_start(tps_vbackend *be, uint64_t T, tps_status st, tps_e
     st = vbackend_agree(be, st, err);
     if (st != TPS_OK) return st;
     be->T = T;
-    if (be->mpi && (uint64_t)be->psize != T)
-        return vbackend_agree(be,
-                              tps_fail(err, TPS_EUSAGE,
-                                       "this MPI job has %d process%s but the shard set has tp %llu: one process per "
-                                       "rank (mpirun -np %llu)",
-                                       be->psize, be->psize == 1 ? "" : "es", (unsigned long long)T,
-                                       (unsigned long long)T),
-                              err);
+    /* Every process sees this alike: rank 0 says it, the others stop quietly. */
+    if (be->mpi && (uint64_t)be->psize != T && be->prank == 0)
+        st = tps_fail(err, TPS_EUSAGE,
+                      "this MPI job has %d process%s but the shard set has tp %llu: one process per rank (mpirun -np "
+                      "%llu)",
+                      be->psize, be->psize == 1 ? "" : "es", (unsigned long long)T, (unsigned long long)T);
+    st = vbackend_agree(be, st, err);
+    if (st != TPS_OK) return st;
     if (be->cfg.device == TPS_VDEV_CUDA) return start_cuda(be, T, err);
     if (be->mpi)
         snprintf(be->desc, sizeof be->desc, "cpu over MPI (%d processes, one rank each, MPI_Allreduce)", be->psize);
