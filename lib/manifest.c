@@ -156,10 +156,11 @@ typedef struct loader {
     tps_error *err;
 } loader;
 
-static tps_status bad(loader *L, const tps_json *at, const char *fmt, const char *field)
+/* "PATH: byte N: FIELD: MSG", or without "FIELD: " when field is empty. */
+static tps_status bad(loader *L, const tps_json *at, const char *msg, const char *field)
 {
-    return tps_fail(L->err, TPS_EINVALID, "%s: byte %zu: %s%s", L->path, at ? at->offset : 0, field,
-                    fmt);
+    return tps_fail(L->err, TPS_EINVALID, "%s: byte %zu: %s%s%s", L->path, at ? at->offset : 0, field,
+                    *field ? ": " : "", msg);
 }
 
 static const tps_json *field(loader *L, const tps_json *obj, const char *key, tps_json_type type, tps_status *st)
@@ -179,7 +180,7 @@ static const tps_json *field(loader *L, const tps_json *obj, const char *key, tp
 static char *dup_json_string(loader *L, const tps_json *v, tps_status *st)
 {
     if (strlen(v->u.string.s) != v->u.string.len) {
-        *st = bad(L, v, ": a string contains a NUL byte", "");
+        *st = bad(L, v, "a string contains a NUL byte", "");
         return NULL;
     }
     char *s = strdup(v->u.string.s);
@@ -197,7 +198,7 @@ static tps_status get_u64(loader *L, const tps_json *obj, const char *key, uint6
     tps_status st = TPS_OK;
     const tps_json *v = field(L, obj, key, TPS_JSON_NUMBER, &st);
     if (!v) return st;
-    if (!v->u.number.is_u64) return bad(L, v, ": not a non-negative integer", key);
+    if (!v->u.number.is_u64) return bad(L, v, "not a non-negative integer", key);
     *out = v->u.number.u64;
     return TPS_OK;
 }
@@ -217,11 +218,11 @@ static tps_status get_crc(loader *L, const tps_json *obj, uint32_t *out)
     const tps_json *v = field(L, obj, "crc32", TPS_JSON_STRING, &st);
     if (!v) return st;
     unsigned x = 0;
-    if (v->u.string.len != 8) return bad(L, v, ": crc32 must be 8 hex digits", "");
+    if (v->u.string.len != 8) return bad(L, v, "crc32 must be 8 hex digits", "");
     for (int i = 0; i < 8; i++) {
         char c = v->u.string.s[i];
         int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-        if (d < 0) return bad(L, v, ": crc32 must be 8 lowercase hex digits", "");
+        if (d < 0) return bad(L, v, "crc32 must be 8 lowercase hex digits", "");
         x = x * 16 + (unsigned)d;
     }
     *out = x;
@@ -230,10 +231,10 @@ static tps_status get_crc(loader *L, const tps_json *obj, uint32_t *out)
 
 static tps_status get_shape(loader *L, const tps_json *v, uint64_t *shape, int *ndim)
 {
-    if (v->type != TPS_JSON_ARRAY || v->u.array.n > TPS_MAX_DIMS) return bad(L, v, ": bad shape", "");
+    if (v->type != TPS_JSON_ARRAY || v->u.array.n > TPS_MAX_DIMS) return bad(L, v, "a shape must be an array of at most 16 integers", "");
     for (size_t i = 0; i < v->u.array.n; i++) {
         const tps_json *e = v->u.array.items[i];
-        if (e->type != TPS_JSON_NUMBER || !e->u.number.is_u64) return bad(L, e, ": bad shape entry", "");
+        if (e->type != TPS_JSON_NUMBER || !e->u.number.is_u64) return bad(L, e, "bad shape entry", "");
         shape[i] = e->u.number.u64;
     }
     *ndim = (int)v->u.array.n;
@@ -249,24 +250,24 @@ static tps_status load_partition(loader *L, const tps_json *pj, tps_partition *p
 {
     tps_status st = TPS_OK;
     memset(p, 0, sizeof *p);
-    if (pj->type != TPS_JSON_OBJECT) return bad(L, pj, ": partition must be an object", "");
+    if (pj->type != TPS_JSON_OBJECT) return bad(L, pj, "partition must be an object", "");
     TPS_CHECK(get_bool(L, pj, "replicated", &p->replicated));
     if (p->replicated) return TPS_OK;
     uint64_t dim;
     TPS_CHECK(get_u64(L, pj, "dim", &dim));
-    if (dim >= TPS_MAX_DIMS) return bad(L, pj, ": dim out of range", "");
+    if (dim >= TPS_MAX_DIMS) return bad(L, pj, "dim out of range", "");
     p->dim = (int)dim;
     TPS_CHECK(get_bool(L, pj, "pad", &p->pad));
     const tps_json *segs = field(L, pj, "segments", TPS_JSON_ARRAY, &st);
     NEED(segs);
-    if (segs->u.array.n < 1 || segs->u.array.n > TPS_MAX_SEGMENTS) return bad(L, segs, ": 1 to 8 segments", "");
+    if (segs->u.array.n < 1 || segs->u.array.n > TPS_MAX_SEGMENTS) return bad(L, segs, "1 to 8 segments", "");
     p->nseg = (int)segs->u.array.n;
     for (int s = 0; s < p->nseg; s++) {
         const tps_json *sj = segs->u.array.items[s];
-        if (sj->type != TPS_JSON_OBJECT) return bad(L, sj, ": segment must be an object", "");
+        if (sj->type != TPS_JSON_OBJECT) return bad(L, sj, "segment must be an object", "");
         const tps_json *nm = field(L, sj, "name", TPS_JSON_STRING, &st);
         NEED(nm);
-        if (nm->u.string.len >= sizeof p->seg[s].name) return bad(L, nm, ": segment name too long", "");
+        if (nm->u.string.len >= sizeof p->seg[s].name) return bad(L, nm, "segment name too long", "");
         memcpy(p->seg[s].name, nm->u.string.s, nm->u.string.len + 1);
         TPS_CHECK(get_u64(L, sj, "length", &p->seg[s].length));
         TPS_CHECK(get_u64(L, sj, "unit", &p->seg[s].unit));
@@ -279,13 +280,14 @@ cleanup:
 static tps_status load_tensor(loader *L, const tps_json *tj, uint64_t tp, tps_manifest_tensor *t)
 {
     tps_status st = TPS_OK;
-    if (tj->type != TPS_JSON_OBJECT) return bad(L, tj, ": tensor entry must be an object", "");
+    if (tj->type != TPS_JSON_OBJECT) return bad(L, tj, "tensor entry must be an object", "");
     const tps_json *v = field(L, tj, "name", TPS_JSON_STRING, &st);
     NEED(v);
     NEED(t->name = dup_json_string(L, v, &st));
     v = field(L, tj, "dtype", TPS_JSON_STRING, &st);
     NEED(v);
-    if (!tps_dtype_parse(v->u.string.s, v->u.string.len, &t->dtype)) return bad(L, v, ": unknown dtype", "");
+    if (!tps_dtype_parse(v->u.string.s, v->u.string.len, &t->dtype))
+        return tps_fail(L->err, TPS_EINVALID, "%s: byte %zu: unknown dtype '%.40s'", L->path, v->offset, v->u.string.s);
     v = field(L, tj, "shape", TPS_JSON_ARRAY, &st);
     NEED(v);
     TPS_CHECK(get_shape(L, v, t->shape, &t->ndim));
@@ -305,7 +307,10 @@ static tps_status load_tensor(loader *L, const tps_json *tj, uint64_t tp, tps_ma
     if (nbytes != t->nbytes)
         return tps_fail(L->err, TPS_EINVALID, "%s: bytes %llu but dtype and shape give %llu", what,
                         (unsigned long long)t->nbytes, (unsigned long long)nbytes);
-    TPS_CHECK(tps_partition_check(&t->part, t->name, t->dtype, t->ndim, t->shape, tp, L->err));
+    tps_error perr;
+    tps_error_clear(&perr);
+    if (tps_partition_check(&t->part, t->name, t->dtype, t->ndim, t->shape, tp, &perr))
+        return tps_fail(L->err, perr.code, "%s: %s", L->path, perr.msg);
     v = field(L, tj, "rank_shapes", TPS_JSON_ARRAY, &st);
     NEED(v);
     if (v->u.array.n != tp) return tps_fail(L->err, TPS_EINVALID, "%s: rank_shapes has %zu entries for tp %llu", what, v->u.array.n, (unsigned long long)tp);
@@ -336,16 +341,16 @@ static int cmp_file(const void *a, const void *b)
 static tps_status load_doc(loader *L, const tps_json *root, tps_manifest *m)
 {
     tps_status st = TPS_OK;
-    if (root->type != TPS_JSON_OBJECT) return bad(L, root, ": the manifest must be a JSON object", "");
+    if (root->type != TPS_JSON_OBJECT) return bad(L, root, "the manifest must be a JSON object", "");
     const tps_json *v = field(L, root, "format", TPS_JSON_STRING, &st);
     NEED(v);
-    if (strcmp(v->u.string.s, "tpshard") != 0) return bad(L, v, ": format is not \"tpshard\"", "");
+    if (strcmp(v->u.string.s, "tpshard") != 0) return bad(L, v, "format is not \"tpshard\"", "");
     TPS_CHECK(get_u64(L, root, "version", &m->version));
     if (m->version != TPS_MANIFEST_VERSION)
         return tps_fail(L->err, TPS_EINVALID, "%s: manifest version %llu; this tpshard reads version %d", L->path,
                         (unsigned long long)m->version, TPS_MANIFEST_VERSION);
     TPS_CHECK(get_u64(L, root, "tp", &m->tp));
-    if (m->tp < 1 || m->tp > 65536) return bad(L, root, ": tp must be 1 to 65536", "");
+    if (m->tp < 1 || m->tp > 65536) return bad(L, tps_json_get(root, "tp"), "must be 1 to 65536", "tp");
     v = field(L, root, "tool", TPS_JSON_STRING, &st);
     NEED(v);
     NEED(m->tool = dup_json_string(L, v, &st));
@@ -368,7 +373,7 @@ static tps_status load_doc(loader *L, const tps_json *root, tps_manifest *m)
     if (!m->source.files) return tps_fail_oom(L->err, "loading the manifest");
     for (size_t i = 0; i < sf->u.array.n; i++) {
         const tps_json *fj = sf->u.array.items[i];
-        if (fj->type != TPS_JSON_OBJECT) return bad(L, fj, ": source file entry must be an object", "");
+        if (fj->type != TPS_JSON_OBJECT) return bad(L, fj, "source file entry must be an object", "");
         NEED(v = field(L, fj, "name", TPS_JSON_STRING, &st));
         m->source.nfiles = i + 1;
         NEED(m->source.files[i].name = dup_json_string(L, v, &st));
@@ -381,7 +386,7 @@ static tps_status load_doc(loader *L, const tps_json *root, tps_manifest *m)
     for (size_t i = 0; i < files->u.array.n; i++) {
         const tps_json *fj = files->u.array.items[i];
         tps_manifest_file *f = &m->files[i];
-        if (fj->type != TPS_JSON_OBJECT) return bad(L, fj, ": file entry must be an object", "");
+        if (fj->type != TPS_JSON_OBJECT) return bad(L, fj, "file entry must be an object", "");
         NEED(v = field(L, fj, "name", TPS_JSON_STRING, &st));
         m->nfiles = i + 1;
         NEED(f->name = dup_json_string(L, v, &st));

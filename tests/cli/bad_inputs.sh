@@ -2,6 +2,8 @@
 # Replays the malformed-file catalogue: every testdata/bad/<format>/CASES line, run as
 # `tpshard SUBCOMMAND FILE` (default inspect).  A line is TAB-separated:
 #     FILE  EXIT  FRAGMENT  [SUBCOMMAND]
+# SUBCOMMAND may carry options after the subcommand's name (words separated by spaces,
+# "{fix}" standing for the testdata directory); FILE comes last.
 # FILE is relative to the CASES file; FRAGMENT must appear in stderr when EXIT is non-zero
 # (which must also name the file and start with "tpshard SUBCOMMAND: "), or in stdout when
 # EXIT is 0.  An empty FRAGMENT, or "-" when a SUBCOMMAND follows, checks no text.
@@ -20,7 +22,10 @@ for cases in "$FIX"/bad/*/CASES; do
         sub=${sub:-inspect}
         ncases=$((ncases + 1))
         name="$fmt/$file: $sub exits $code"
-        "$TPSHARD" "$sub" "$dir/$file" </dev/null >"$T/out" 2>"$T/err"
+        # shellcheck disable=SC2046
+        set -- $(printf '%s\n' "$sub" | sed "s|{fix}|$FIX|g")
+        sub=$1
+        "$TPSHARD" "$@" "$dir/$file" </dev/null >"$T/out" 2>"$T/err"
         rc=$?
         why=
         if [ "$rc" -ne "$code" ]; then
