@@ -269,10 +269,39 @@ static bool is_common(const tps_opt *o)
     return o->target == &tps_common.help || o->target == &tps_common.quiet || o->target == &tps_common.verbose;
 }
 
-static void print_help(FILE *out, const tps_cmd *cmd, bool details)
+/* The usage line; one that would wrap drops its optional [...] groups for "[OPTIONS]",
+ * since the options are listed below it anyway. */
+static void print_usage(FILE *out, const tps_cmd *cmd)
 {
-    fprintf(out, "Usage: tpshard %s ", cmd->name);
-    wrap(out, 16 + (int)strlen(cmd->name), 16 + (int)strlen(cmd->name), cmd->usage + strlen(cmd->name), true);
+    int col = fprintf(out, "Usage: tpshard ");
+    if (col + strlen(cmd->usage) <= HELP_WIDTH) {
+        fprintf(out, "%s\n", cmd->usage);
+        return;
+    }
+    tps_buf u = TPS_BUF_INIT;
+    int depth = 0;
+    for (const char *p = cmd->usage; *p; p++) {
+        if (*p == '[' && depth++ == 0) {
+            while (u.len && u.data[u.len - 1] == ' ') u.len--;
+            continue;
+        }
+        if (depth) {
+            if (*p == ']') depth--;
+            continue;
+        }
+        tps_buf_putc(&u, *p);
+    }
+    tps_buf_puts(&u, " [OPTIONS]");
+    const char *text = tps_buf_cstr(&u);
+    wrap(out, col, col + (int)strlen(cmd->name) + 1, text ? text : cmd->usage, true);
+    tps_buf_release(&u);
+}
+
+/* width: at most this many columns for the option names; a longer name pushes its own help
+ * text right rather than every option's. */
+static void print_help(FILE *out, const tps_cmd *cmd, bool details, int width_cap)
+{
+    print_usage(out, cmd);
     wrap(out, 0, 0, cmd->summary, false);
     if (details && cmd->details) {
         fputc('\n', out);
@@ -280,18 +309,18 @@ static void print_help(FILE *out, const tps_cmd *cmd, bool details)
     }
     fputs("\nOptions:\n", out);
     bool shorts = false;
+    for (const tps_opt *o = cmd->opts; o->long_name; o++) shorts |= !is_common(o) && o->short_name != 0;
     int width = 0;
+    char left[96];
     for (const tps_opt *o = cmd->opts; o->long_name; o++) {
         if (is_common(o)) continue;
-        shorts |= o->short_name != 0;
-        int w = (int)strlen(o->long_name) + 2 + (takes_value(o) ? 1 + (int)strlen(o->metavar ? o->metavar : "VALUE") : 0);
-        if (w > width) width = w;
+        const char *meta = takes_value(o) ? (o->metavar ? o->metavar : "VALUE") : NULL;
+        int w = snprintf(left, sizeof left, "%s--%s%s%s", shorts ? "    " : "", o->long_name, meta ? " " : "",
+                         meta ? meta : "");
+        if (w > width && w <= width_cap) width = w;
     }
-    if (shorts) width += 4;
-    if (width > 26) width = 26;
     for (const tps_opt *o = cmd->opts; o->long_name; o++) {
         if (is_common(o)) continue;
-        char left[96];
         const char *meta = takes_value(o) ? (o->metavar ? o->metavar : "VALUE") : NULL;
         if (shorts && o->short_name)
             snprintf(left, sizeof left, "-%c, --%s%s%s", o->short_name, o->long_name, meta ? " " : "", meta ? meta : "");
@@ -311,28 +340,42 @@ static void print_help(FILE *out, const tps_cmd *cmd, bool details)
     tps_cli_exit_codes(out, false);
 }
 
-void tps_cli_help(FILE *out, const tps_cmd *cmd, bool verbose)
+/* Renders the help into a string and counts its lines; NULL when out of memory. */
+static char *render(const tps_cmd *cmd, bool details, int width_cap, size_t *lines)
 {
-    if (verbose || !cmd->details) {
-        print_help(out, cmd, true);
-        return;
-    }
-    /* Measure the full text; past one screen, leave the details to -v and the man page. */
     char *text = NULL;
     size_t len = 0;
     FILE *mem = open_memstream(&text, &len);
-    if (mem) {
-        print_help(mem, cmd, true);
-        fclose(mem);
+    if (!mem) return NULL;
+    print_help(mem, cmd, details, width_cap);
+    if (fclose(mem) != 0) {
+        free(text);
+        return NULL;
     }
-    size_t lines = 0;
-    for (size_t i = 0; text && i < len; i++) lines += text[i] == '\n';
-    if (text && lines <= HELP_LINES) {
-        fputs(text, out);
-    } else {
-        print_help(out, cmd, false);
-        fprintf(out, "More: tpshard %s --help -v, or man tpshard\n", cmd->name);
+    *lines = 0;
+    for (size_t i = 0; i < len; i++) *lines += text[i] == '\n';
+    return text;
+}
+
+void tps_cli_help(FILE *out, const tps_cmd *cmd, bool verbose)
+{
+    /* The first rendering that fits one screen: with the details, then without them (the
+     * common options line says -v shows them), with the option column narrowed last, as
+     * aligned help reads best. */
+    static const int caps[] = {26, 22, 18, 16};
+    char *text = NULL;
+    for (int details = 1; details >= 0; details--) {
+        if (!details && verbose) break;
+        for (size_t k = 0; k < sizeof caps / sizeof caps[0]; k++) {
+            size_t lines;
+            free(text);
+            text = render(cmd, details || !cmd->details, caps[k], &lines);
+            if (!text || lines <= HELP_LINES) goto print;
+        }
     }
+print:
+    if (text) fputs(text, out);
+    else print_help(out, cmd, true, caps[0]);
     free(text);
 }
 

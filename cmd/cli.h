@@ -58,7 +58,7 @@ int tps_cli_parse(const tps_cmd *cmd, int argc, char **argv, char **args, int *n
 
 /* A command's help, generated from its table and wrapped to 80 columns.  The details
  * paragraphs are shown when the whole text still fits one 24-line screen, or when verbose
- * (`tpshard CMD --help -v`); otherwise a line says how to see them. */
+ * (`tpshard CMD --help -v`); the option column narrows when that makes it fit. */
 void tps_cli_help(FILE *out, const tps_cmd *cmd, bool verbose);
 /* The exit-code table (full: one line per code; else one line). */
 void tps_cli_exit_codes(FILE *out, bool full);
@@ -82,9 +82,9 @@ bool tps_parse_size(const char *s, uint64_t *out);
 bool tps_parse_rank_list(const char *s, uint64_t tp, bool *out);
 
 #define TPS_COMMON_OPTS                                                               \
-    {"help", 'h', TPS_OPT_FLAG, &tps_common.help, NULL, "this help"},               \
+    {"help", 'h', TPS_OPT_FLAG, &tps_common.help, NULL, "this help (-v: all)"},       \
     {"quiet", 'q', TPS_OPT_FLAG, &tps_common.quiet, NULL, "errors only"},             \
-    {"verbose", 'v', TPS_OPT_COUNT, &tps_common.verbose, NULL, "more output"}
+    {"verbose", 'v', TPS_OPT_COUNT, &tps_common.verbose, NULL, "more"}
 
 #define TPS_OPTS_END {NULL, 0, TPS_OPT_FLAG, NULL, NULL, NULL}
 
