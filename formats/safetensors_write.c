@@ -8,17 +8,24 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include "../lib/buf.h"
 #include "../lib/checked.h"
+#include "../lib/crc.h"
+#include "../lib/iocache.h"
 #include "../lib/json.h"
 
 /* Large enough that streaming costs few syscalls, small enough to not matter next to the
  * copy engine's own buffers. */
 #define WBUF_SIZE (1u << 20)
+/* Pieces at least this large are written straight from the caller's memory: copying them
+ * into the buffer first would only add a pass over the bytes. */
+#define DIRECT_MIN ((size_t)256 << 10)
 /* Linux transfers at most 0x7ffff000 bytes per write(). */
 #define MAX_WRITE ((size_t)1 << 30)
+/* Writeback is started every this many bytes, so the disk works while the copy goes on and
+ * the fsync at commit has little left to do (instead of one long flush at the end). */
+#define KICK_BYTES ((uint64_t)8 << 20)
 
 struct tps_st_writer {
     char *path;
@@ -28,6 +35,7 @@ struct tps_st_writer {
     size_t buflen;
     uint64_t total;   /* the file size the header announces */
     uint64_t written; /* bytes accepted so far, header included */
+    uint64_t flushed, kicked; /* bytes handed to write(); bytes whose writeback was started */
     uint32_t crc;
     bool failed; /* a write failed: the file is incomplete and only abort is useful */
     bool count_only; /* opened with a NULL path: no file, only the size and CRC it would have */
@@ -165,7 +173,7 @@ static tps_status write_all(tps_st_writer *w, const void *p, size_t n, tps_error
 {
     const char *c = p;
     while (n > 0) {
-        ssize_t r = write(w->fd, c, n < MAX_WRITE ? n : MAX_WRITE);
+        ssize_t r = tps_io_write(w->fd, c, n < MAX_WRITE ? n : MAX_WRITE);
         if (r < 0) {
             if (errno == EINTR) continue;
             w->failed = true;
@@ -174,6 +182,13 @@ static tps_status write_all(tps_st_writer *w, const void *p, size_t n, tps_error
         }
         c += r;
         n -= (size_t)r;
+        w->flushed += (uint64_t)r;
+    }
+    if (w->flushed - w->kicked >= KICK_BYTES) {
+        /* Only a hint: file systems without it (tmpfs) return at once, and fsync at commit
+         * remains what makes the file durable. */
+        sync_file_range(w->fd, (off_t)w->kicked, (off_t)(w->flushed - w->kicked), SYNC_FILE_RANGE_WRITE);
+        w->kicked = w->flushed;
     }
     return TPS_OK;
 }
@@ -190,16 +205,19 @@ static tps_status flush(tps_st_writer *w, tps_error *err)
 static tps_status put(tps_st_writer *w, const void *p, size_t n, tps_error *err)
 {
     tps_status st;
-    w->crc = (uint32_t)crc32_z(w->crc, p, n);
+    w->crc = tps_crc32(w->crc, p, n);
     w->written += n;
     if (w->count_only) return TPS_OK; /* the CRC and size are all it keeps */
+    if (n >= DIRECT_MIN) {
+        if ((st = flush(w, err))) return st;
+        return write_all(w, p, n, err);
+    }
     if (n <= WBUF_SIZE - w->buflen) {
         memcpy(w->buf + w->buflen, p, n);
         w->buflen += n;
         return TPS_OK;
     }
     if ((st = flush(w, err))) return st;
-    if (n >= WBUF_SIZE) return write_all(w, p, n, err);
     memcpy(w->buf, p, n);
     w->buflen = n;
     return TPS_OK;
@@ -225,7 +243,7 @@ tps_status tps_st_writer_open(const char *path, const tps_st_entry *entries, siz
         st = tps_fail_oom(err, "opening a safetensors writer");
         goto cleanup;
     }
-    w->crc = (uint32_t)crc32_z(0, NULL, 0);
+    w->crc = 0;
     if (!tps_add_u64(8 + (uint64_t)hdr.len, data_total, &w->total)) {
         st = tps_fail(err, TPS_EINVALID, "%s: the file size overflows 64 bits", label);
         goto cleanup;

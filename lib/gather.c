@@ -5,9 +5,13 @@
 #include <string.h>
 #include <zlib.h>
 
+#include "crc.h"
+#include "iocache.h"
 #include "spans.h"
 
 #define CHUNK (4u << 20)
+/* Row pieces per preadv: a dimension-1 cut holds one small piece per row on each rank. */
+#define MAX_IOV 1024
 
 typedef struct walk {
     tps_shardset *ss;
@@ -33,7 +37,132 @@ static void finding(walk *wk, uint64_t r, const char *what)
 static tps_status rank_read(walk *wk, uint64_t r, uint64_t off, unsigned char *buf, size_t n, tps_error *err)
 {
     tps_status st = tps_tensor_read(wk->ix[r], wk->x[r], off, buf, n, err);
-    if (st == TPS_OK) wk->rcrc[r] = crc32_z(wk->rcrc[r], buf, n);
+    if (st == TPS_OK) wk->rcrc[r] = tps_crc32((uint32_t)wk->rcrc[r], buf, n);
+    return st;
+}
+
+/* One of rank r's pieces of a row, in the rank's own byte order. */
+typedef struct local_piece {
+    uint64_t off;  /* within the rank's slab */
+    size_t span;   /* index into sp->span */
+    uint32_t j;    /* which owner of the span rank r is (0: the one that gives the global bytes) */
+} local_piece;
+
+static int cmp_local(const void *a, const void *b)
+{
+    const local_piece *x = a, *y = b;
+    return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* Tensors cut along a later dimension have many short rows (slabs): gather a block of rows
+ * at a time, each rank's block with one preadv scattering its row pieces straight to their
+ * places in the global block (replica and padding bytes go to a side buffer to be checked),
+ * instead of one read per piece.  Returns 1 in *handled when it applied. */
+static tps_status gather_rows(walk *wk, const tps_spans *sp, uint64_t *gcrc, bool *handled, tps_error *err)
+{
+    uint64_t T = wk->ss->m->tp;
+    tps_status st = TPS_OK;
+    *handled = false;
+    size_t nent = 0;
+    for (size_t k = 0; k < sp->nspans; k++) nent += sp->span[k].nowners;
+    local_piece *lp = calloc(nent + 1, sizeof *lp);
+    size_t *first = calloc(T + 1, sizeof *first);
+    struct iovec *iov = malloc(MAX_IOV * sizeof *iov);
+    if (!lp || !first || !iov) {
+        st = tps_fail_oom(err, "gathering a tensor");
+        goto cleanup;
+    }
+    /* Per rank, its pieces in rank order; the side bytes (replicas, padding) one row needs. */
+    uint64_t side = 0;
+    size_t most = 1, n = 0;
+    for (uint64_t r = 0; r < T; r++) {
+        first[r] = n;
+        for (size_t k = 0; k < sp->nspans; k++)
+            for (uint32_t j = 0; j < sp->span[k].nowners; j++)
+                if (sp->owner[sp->span[k].owner0 + j] == r) {
+                    lp[n++] = (local_piece){sp->owner_offset[sp->span[k].owner0 + j], k, j};
+                    if (j) side += sp->span[k].end - sp->span[k].begin;
+                }
+        qsort(lp + first[r], n - first[r], sizeof *lp, cmp_local);
+        side += sp->rank_pad_bytes[r];
+        if (n - first[r] + 1 > most) most = n - first[r] + 1;
+        if (wk->x[r]->reader_data) goto cleanup; /* not a plain file range: the general path */
+    }
+    first[T] = n;
+    uint64_t rows = CHUNK / sp->slab_bytes;
+    if (side && CHUNK / side < rows) rows = CHUNK / side;
+    if (MAX_IOV / most < rows) rows = MAX_IOV / most;
+    if (rows < 2) goto cleanup;
+    *handled = true;
+    for (uint64_t o0 = 0; o0 < sp->outer; o0 += rows) {
+        uint64_t nr = sp->outer - o0 < rows ? sp->outer - o0 : rows;
+        uint64_t bside = 0; /* side bytes of the ranks before r */
+        for (uint64_t r = 0; r < T; r++) {
+            for (uint64_t pass = 0; pass < 2; pass++) { /* read, then checksum in rank order */
+                int ni = 0;
+                uint64_t b0 = bside;
+                for (uint64_t o = 0; o < nr; o++) {
+                    for (size_t e = first[r]; e < first[r + 1]; e++) {
+                        const tps_span *s = &sp->span[lp[e].span];
+                        size_t len = (size_t)(s->end - s->begin);
+                        void *dst = lp[e].j ? wk->b + b0 : wk->a + o * sp->slab_bytes + s->begin;
+                        if (lp[e].j) b0 += len;
+                        iov[ni++] = (struct iovec){dst, len};
+                    }
+                    if (sp->rank_pad_bytes[r]) {
+                        iov[ni++] = (struct iovec){wk->b + b0, (size_t)sp->rank_pad_bytes[r]};
+                        b0 += sp->rank_pad_bytes[r];
+                    }
+                }
+                if (pass == 0) {
+                    const tps_source_file *f = &wk->ix[r]->files[wk->x[r]->file];
+                    TPS_CHECK(tps_preadv_full(f->fd, f->path, iov, ni, wk->x[r]->offset + o0 * sp->rank_slab_bytes[r],
+                                              err));
+                } else {
+                    for (int q = 0; q < ni; q++)
+                        wk->rcrc[r] = tps_crc32((uint32_t)wk->rcrc[r], iov[q].iov_base, iov[q].iov_len);
+                    bside = b0;
+                }
+            }
+        }
+        /* Replicas against the first owner's bytes, padding against zero: the side bytes were
+         * laid out rank by rank in the order above, so walk them the same way. */
+        uint64_t b0 = 0;
+        for (uint64_t r = 0; r < T; r++)
+            for (uint64_t o = 0; o < nr; o++) {
+                for (size_t e = first[r]; e < first[r + 1]; e++) {
+                    if (!lp[e].j) continue;
+                    const tps_span *s = &sp->span[lp[e].span];
+                    size_t len = (size_t)(s->end - s->begin);
+                    if (memcmp(wk->a + o * sp->slab_bytes + s->begin, wk->b + b0, len) != 0) {
+                        char what[256];
+                        snprintf(what, sizeof what,
+                                 "replicas differ: ranks %u and %u hold different bytes for global bytes from %llu",
+                                 (unsigned)sp->owner[s->owner0], (unsigned)r,
+                                 (unsigned long long)((o0 + o) * sp->slab_bytes + s->begin));
+                        finding(wk, r, what);
+                    }
+                    b0 += len;
+                }
+                for (uint64_t z = 0; z < sp->rank_pad_bytes[r]; z++)
+                    if (wk->b[b0 + z]) {
+                        char what[256];
+                        snprintf(what, sizeof what, "rank %llu's padding is not zero at its byte %llu",
+                                 (unsigned long long)r,
+                                 (unsigned long long)((o0 + o + 1) * sp->rank_slab_bytes[r] - sp->rank_pad_bytes[r] + z));
+                        finding(wk, r, what);
+                        break;
+                    }
+                b0 += sp->rank_pad_bytes[r];
+            }
+        size_t nb = (size_t)(nr * sp->slab_bytes);
+        *gcrc = tps_crc32((uint32_t)*gcrc, wk->a, nb);
+        if (wk->h && wk->h->on_bytes) TPS_CHECK(wk->h->on_bytes(wk->h->arg, o0 * sp->slab_bytes, wk->a, nb, err));
+    }
+cleanup:
+    free(lp);
+    free(first);
+    free(iov);
     return st;
 }
 
@@ -53,17 +182,23 @@ tps_status tps_gather_tensor(tps_shardset *ss, const tps_manifest_tensor *t, con
     for (uint64_t r = 0; r < T; r++) {
         TPS_CHECK(tps_shardset_open_rank(ss, r, &wk.ix[r], err));
         wk.x[r] = tps_index_find(wk.ix[r], t->name);
-        wk.rcrc[r] = crc32(0, NULL, 0);
+        wk.rcrc[r] = 0;
     }
-    uLong gcrc = crc32(0, NULL, 0);
-    for (uint64_t o = 0; o < sp.outer && sp.slab_bytes > 0; o++) {
+    uLong gcrc = 0;
+    bool rows_done = false;
+    if (sp.outer > 1 && sp.slab_bytes > 0 && sp.slab_bytes <= CHUNK / 2) TPS_CHECK(gather_rows(&wk, &sp, &gcrc, &rows_done, err));
+    for (uint64_t o = 0; !rows_done && o < sp.outer && sp.slab_bytes > 0; o++) {
         for (size_t k = 0; k < sp.nspans; k++) {
             const tps_span *s = &sp.span[k];
             for (uint64_t w = s->begin; w < s->end;) {
                 size_t n = s->end - w < CHUNK ? (size_t)(s->end - w) : CHUNK;
                 uint32_t r0 = sp.owner[s->owner0];
                 uint64_t base = o * sp.rank_slab_bytes[r0] + sp.owner_offset[s->owner0] + (w - s->begin);
-                TPS_CHECK(rank_read(&wk, r0, base, wk.a, n, err));
+                /* The first owner's bytes are the global bytes: checksum them once for both. */
+                TPS_CHECK(tps_tensor_read(wk.ix[r0], wk.x[r0], base, wk.a, n, err));
+                uLong c = tps_crc32(0, wk.a, n);
+                wk.rcrc[r0] = crc32_combine(wk.rcrc[r0], c, (z_off_t)n);
+                gcrc = crc32_combine(gcrc, c, (z_off_t)n);
                 for (uint32_t j = 1; j < s->nowners; j++) {
                     uint32_t r = sp.owner[s->owner0 + j];
                     uint64_t rb = o * sp.rank_slab_bytes[r] + sp.owner_offset[s->owner0 + j] + (w - s->begin);
@@ -75,7 +210,6 @@ tps_status tps_gather_tensor(tps_shardset *ss, const tps_manifest_tensor *t, con
                         finding(&wk, r, what);
                     }
                 }
-                gcrc = crc32_z(gcrc, wk.a, n);
                 if (h && h->on_bytes) TPS_CHECK(h->on_bytes(h->arg, o * sp.slab_bytes + w, wk.a, n, err));
                 w += n;
             }

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "checked.h"
+#include "iocache.h"
 
 static char *dup_n(const char *s, size_t n)
 {
@@ -220,7 +221,7 @@ tps_status tps_pread_full(int fd, const char *path, uint64_t off, void *buf, siz
 {
     char *p = buf;
     while (len > 0) {
-        ssize_t n = pread(fd, p, len, (off_t)off);
+        ssize_t n = tps_io_pread(fd, p, len, (off_t)off);
         if (n < 0) {
             if (errno == EINTR) continue;
             return tps_fail_errno(err, errno, "%s: read of %zu bytes at offset %llu failed", path, len,

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "checked.h"
+#include "iocache.h"
 #include "manifest.h"
 #include "spans.h"
 #include "formats/safetensors.h"
@@ -91,6 +92,21 @@ cleanup:
     return st;
 }
 
+/* Pending pieces of one rank that follow each other in its file, read by one preadv. */
+typedef struct run_batch {
+    const tps_source_file *f;
+    uint64_t start, end; /* file offsets [start, end) */
+    int n;
+    struct iovec iov[256];
+} run_batch;
+
+static tps_status batch_flush(run_batch *b, tps_error *err)
+{
+    int n = b->n;
+    b->n = 0;
+    return n ? tps_preadv_full(b->f->fd, b->f->path, b->iov, n, b->start, err) : TPS_OK;
+}
+
 tps_status tps_shardset_read_global(tps_shardset *ss, const tps_manifest_tensor *t, uint64_t off, void *buf, size_t len,
                                     tps_error *err)
 {
@@ -101,6 +117,14 @@ tps_status tps_shardset_read_global(tps_shardset *ss, const tps_manifest_tensor 
     tps_spans sp;
     tps_status st = tps_spans_build(&t->part, t->dtype, t->ndim, t->shape, ss->m->tp, &sp, err);
     if (st) return st;
+    /* A dimension-1 cut gives every rank one short piece per row, and a rank's pieces of
+     * successive rows are adjacent in its file: gather each rank's with one preadv per batch
+     * instead of one read per piece. */
+    run_batch *bt = calloc(ss->m->tp, sizeof *bt);
+    if (!bt) {
+        st = tps_fail_oom(err, "reading shards");
+        goto cleanup;
+    }
     unsigned char *p = buf;
     uint64_t g = off;
     while (g < end) {
@@ -113,11 +137,26 @@ tps_status tps_shardset_read_global(tps_shardset *ss, const tps_manifest_tensor 
         TPS_CHECK(tps_shardset_open_rank(ss, owner, &ix, err));
         const tps_tensor *x = tps_index_find(ix, t->name);
         /* o * rank_slab_bytes <= the rank tensor's size, which the reader bounded by its file. */
-        TPS_CHECK(tps_tensor_read(ix, x, o * sp.rank_slab_bytes[owner] + local, p, (size_t)run, err));
+        uint64_t at = o * sp.rank_slab_bytes[owner] + local;
+        if (x->reader_data) {
+            TPS_CHECK(tps_tensor_read(ix, x, at, p, (size_t)run, err));
+        } else {
+            run_batch *b = &bt[owner];
+            uint64_t fo = x->offset + at;
+            if (b->n && (b->end != fo || b->n == (int)(sizeof b->iov / sizeof b->iov[0]))) TPS_CHECK(batch_flush(b, err));
+            if (!b->n) {
+                b->f = &ix->files[x->file];
+                b->start = b->end = fo;
+            }
+            b->iov[b->n++] = (struct iovec){p, (size_t)run};
+            b->end += run;
+        }
         p += run;
         g += run;
     }
+    for (uint64_t r = 0; r < ss->m->tp; r++) TPS_CHECK(batch_flush(&bt[r], err));
 cleanup:
+    free(bt);
     tps_spans_release(&sp);
     return st;
 }

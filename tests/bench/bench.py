@@ -182,7 +182,7 @@ class Bench:
         if self.tmpfs_ok:
             s8, s4 = self.sets[8], self.sets[4]
             set_bytes = tree_bytes(s8)
-            self.warm([src] + self.shard_files(s8) + self.shard_files(s4))
+            self.warm([src] + self.shard_files(s8) + self.shard_files(s4) + ([self.bin] if self.bin else []))
             self.measure("cp (to tmpfs)", ["cp", src, o], n, post=clean)
             self.measure("cat > /dev/null", ["cat", src], n, stdout="/dev/null")
             for tp in (2, 4, 8):
