@@ -1,0 +1,128 @@
+#!/bin/sh
+# make gpu-check: the CUDA backend on a Llama-3-8B-shaped checkpoint, on the GPUs there are.
+# Generates a two-layer BF16 checkpoint (hidden 4096, 32 heads, 8 KV heads, intermediate
+# 14336; tests/gpu/gen_llama.c), splits it at tp 1, 2, 4, 8 and verifies each split with
+# --backend cuda against the float64 reference from the source: NCCL when there are at
+# least tp GPUs, --emulate otherwise.  Prints one table row per tp.  Every step has a time
+# limit and a failure stops the run with the step's log; exit 0 only when every tp passed.
+# Knobs: GPU_CHECK_TP="1 2 4 8", GPU_CHECK_DIR (scratch parent, default $TMPDIR or /tmp;
+# needs ~5 GB), GPU_CHECK_KEEP=1 keeps the scratch directory, GPU_CHECK_TOKENS=16.
+set -u
+top=$(cd "$(dirname "$0")/../.." && pwd)
+TPSHARD=${TPSHARD:-$top/tpshard}
+GEN=${GEN_LLAMA:-$top/build/gpu/gen_llama}
+TPS=${GPU_CHECK_TP:-1 2 4 8}
+TOKENS=${GPU_CHECK_TOKENS:-16}
+start=$(date +%s)
+
+say() { echo "gpu-check: $*"; }
+fail() {
+    echo "gpu-check: FAILED: $*" >&2
+    exit 1
+}
+for f in "$TPSHARD" "$GEN"; do
+    [ -x "$f" ] || fail "$f is missing: run it through 'make gpu-check', which builds it"
+done
+command -v timeout >/dev/null 2>&1 || fail "needs timeout(1) (coreutils) to bound every step"
+
+work=$(mktemp -d "${GPU_CHECK_DIR:-${TMPDIR:-/tmp}}/tpshard-gpu-check.XXXXXX") || fail "cannot make a scratch directory"
+if [ -n "${GPU_CHECK_KEEP:-}" ]; then say "keeping $work"; else trap 'rm -rf "$work"' EXIT; fi
+trap 'echo "gpu-check: interrupted" >&2; exit 130' INT TERM
+
+# step LIMIT NAME CMD...: runs CMD with a time limit, its output in $work/NAME.log.
+step() {
+    limit=$1 name=$2
+    shift 2
+    t0=$(date +%s)
+    timeout -k 10 "$limit" "$@" >"$work/$name.log" 2>&1
+    rc=$?
+    say "$name: exit $rc in $(($(date +%s) - t0)) s"
+    if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+        echo "gpu-check: $name ran past its ${limit} s limit and was killed" >>"$work/$name.log"
+    fi
+    return $rc
+}
+show_log() { sed 's/^/    /' "$work/$1.log" | tail -"${2:-20}" >&2; }
+
+# GPUs: nvidia-smi when present; otherwise tpshard's own refusal tells whether to emulate.
+gpus=
+if command -v nvidia-smi >/dev/null 2>&1; then
+    if timeout 60 nvidia-smi -L >"$work/gpus.txt" 2>&1; then
+        gpus=$(grep -c '^GPU ' "$work/gpus.txt")
+        sed 's/^/    /' "$work/gpus.txt"
+    else
+        sed 's/^/    /' "$work/gpus.txt" >&2
+        fail "nvidia-smi -L failed: no usable GPU or driver"
+    fi
+    [ "$gpus" -gt 0 ] || fail "nvidia-smi lists no GPU"
+    say "$gpus GPU(s)"
+else
+    say "no nvidia-smi: finding out from tpshard whether ranks must share GPUs"
+fi
+
+mkdir -p "$work/src" || fail "cannot write $work"
+step 180 generate "$GEN" "$work/src" 2 2048 || {
+    show_log generate
+    fail "generating the checkpoint"
+}
+cat "$work/generate.log"
+
+rows=
+for tp in $TPS; do
+    out="$work/tp$tp"
+    step 300 "split-tp$tp" "$TPSHARD" split "$work/src" --tp "$tp" --preset llama -o "$out" -q || {
+        show_log "split-tp$tp"
+        fail "split at tp $tp"
+    }
+    emulate=
+    if [ -n "$gpus" ] && [ "$gpus" -lt "$tp" ]; then emulate=--emulate; fi
+    step 300 "verify-tp$tp" "$TPSHARD" verify "$out" --source "$work/src" --backend cuda --tokens "$TOKENS" $emulate
+    rc=$?
+    if [ $rc -eq 5 ] && [ -z "$gpus" ] && [ -z "$emulate" ] && grep -q -- "--emulate" "$work/verify-tp$tp.log"; then
+        emulate=--emulate
+        step 300 "verify-tp$tp" "$TPSHARD" verify "$out" --source "$work/src" --backend cuda --tokens "$TOKENS" \
+            $emulate
+        rc=$?
+    fi
+    cat "$work/verify-tp$tp.log"
+    if [ $rc -ne 0 ]; then
+        show_log "verify-tp$tp" 30
+        fail "verify --backend cuda $emulate at tp $tp (exit $rc)"
+    fi
+    log="$work/verify-tp$tp.log"
+    if grep -q "NCCL NOT exercised" "$log"; then
+        backend="cuda emulated (no NCCL)"
+        rpd=$(sed -n 's/.*GPUs*, \([0-9]*\) per GPU.*/\1/p' "$log" | head -1)
+    else
+        grep -q "NCCL all-reduce" "$log" || fail "tp $tp: the report does not say how the ranks were joined"
+        backend="cuda + NCCL"
+        rpd=1
+    fi
+    # Worst errors over both layers and stages; mean upload rate and layer time.
+    stats=$(awk '
+        $1 == "layer" && $NF == "ok" {
+            for (i = 1; i < NF; i++) {
+                if ($i == "abs" && $(i + 1) + 0 > ma) ma = $(i + 1) + 0
+                if ($i == "rel" && $(i + 1) + 0 > mr) mr = $(i + 1) + 0
+            }
+            layers++
+        }
+        $1 == "gpu:" { gbps += $6; ms += $9; g++ }
+        END {
+            if (!layers || !g) exit 1
+            printf "%.3g %.3g %.2f %.2f %d", ma, mr, gbps / g, ms / g, layers
+        }' "$log") || fail "tp $tp: no per-layer results in the report"
+    set -- $stats
+    [ "$5" -eq 2 ] || fail "tp $tp: $5 layers verified, expected 2"
+    rows="$rows$(printf '%-4s %-24s %-14s %-12s %-12s %-12s %s' "$tp" "$backend" "${rpd:-?}" "$1" "$2" "$3" "$4")
+"
+    [ -n "${GPU_CHECK_KEEP:-}" ] || rm -rf "$out"
+done
+
+echo
+printf '%-4s %-24s %-14s %-12s %-12s %-12s %s\n' tp backend ranks/device "max err" "rel err" "upload GB/s" "layer ms"
+printf '%s' "$rows"
+total=$(($(date +%s) - start))
+echo
+say "every tp passed in $total s (BF16, rtol 0.016; errors are the worst over 2 layers, attention and MLP outputs)"
+[ "$total" -le 300 ] || say "WARNING: took more than the 5 minutes it is sized for"
