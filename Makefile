@@ -55,8 +55,10 @@ HAVE_MPI ?= $(shell printf '\043include <mpi.h>\nint main(void){return 0;}\n' > 
 
 # Optional parts, each in its own fragment next to its code: the GPU and MPI verify backends,
 # fuzzing, benchmarks.  A fragment may add objects to LIB_OBJ, flags to OPT_CFLAGS/OPT_LIBS,
-# prerequisites of `make test` to TEST_DEPS, and its own targets.
+# prerequisites of `make test` to TEST_DEPS, and its own targets (all stays the default goal:
+# make takes the first target it reads unless .DEFAULT_GOAL is set, and it is set here).
 TEST_DEPS :=
+.DEFAULT_GOAL := all
 include verify/gpu.mk
 include tests/fuzz/fuzz.mk
 include tests/bench/bench.mk

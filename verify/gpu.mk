@@ -9,7 +9,6 @@
 # The binary never links CUDA or MPI: it dlopens these plugins when a backend asks for them
 # (verify/plugin.h, verify/backend.c), from the build directory, or from $(PREFIX)/lib/tpshard
 # after `make install`.  Each plugin has an rpath to the libraries it was built against.
-GPU_SAVED_GOAL := $(.DEFAULT_GOAL)
 
 ifneq ($(MPI),)
 HAVE_MPI := $(MPI)
@@ -77,4 +76,3 @@ test-gpu gpu-check:
 	@$(if $(filter gpu-check,$@),exit 1,true)
 endif
 
-.DEFAULT_GOAL := $(GPU_SAVED_GOAL)
