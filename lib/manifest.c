@@ -454,9 +454,34 @@ cleanup:
     return st;
 }
 
+/* Whether dir's last component is an output directory still being written, or left by a
+ * killed run: ".NAME.tpshard-tmp.PID" (lib/outdir.c), or its ".old" aside copy. */
+static bool is_unpublished_dir(const char *dir, long *pid)
+{
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/') n--;
+    size_t b = n;
+    while (b > 0 && dir[b - 1] != '/') b--;
+    const char *base = dir + b, *tag = ".tpshard-tmp.";
+    if (base[0] != '.') return false;
+    for (const char *p = base + 1; p < dir + n; p++) {
+        if (strncmp(p, tag, strlen(tag)) != 0) continue;
+        char *end;
+        *pid = strtol(p + strlen(tag), &end, 10);
+        if (end > p + strlen(tag) && (end == dir + n || (strncmp(end, ".old", 4) == 0 && end + 4 == dir + n)))
+            return true;
+    }
+    return false;
+}
+
 tps_status tps_manifest_load(const char *dir, tps_manifest **out, tps_error *err)
 {
     *out = NULL;
+    long pid;
+    if (is_unpublished_dir(dir, &pid))
+        return tps_fail(err, TPS_EINVALID,
+                        "%s: not a shard set: the temporary directory of a tpshard run (process %ld) that was never "
+                        "published, or was interrupted", dir, pid);
     char path[4096];
     if (snprintf(path, sizeof path, "%s/%s", dir, TPS_MANIFEST_NAME) >= (int)sizeof path)
         return tps_fail(err, TPS_EINVALID, "%s: path too long", dir);
