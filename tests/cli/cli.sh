@@ -168,7 +168,7 @@ json_case "plan --dtype f32 --json: every dtype F32, 4 bytes an element" \
     "all(t['dtype'] == 'F32' for t in d['tensors']) and d['rank_bytes'] == [sum(4 * __import__('math').prod(t['rank_shapes'][r]) for t in d['tensors']) for r in range(2)]" \
     plan "$SRC" --tp 2 --preset llama --dtype f32 --json
 json_case "check --json: ok with counts" "d['ok'] is True and d['tp'] == 2 and d['findings'] == []" check s2 --json
-json_case "verify --json" "isinstance(d, dict) and len(d) > 0" verify s2 --json
+json_case "verify --json: every layer passes" "d['pass'] is True and d['tp'] == 2 and [l['layer'] for l in d['layers']] == [0, 1]" verify s2 --json
 
 # Progress: one rate-limited line on a terminal; nothing in a file or with -q.
 "$TPSHARD" split "$SRC" --tp 2 --preset llama -o p0 2>p0.err >/dev/null
