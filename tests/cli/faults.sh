@@ -293,3 +293,51 @@ done
 if [ "$n" -gt 0 ] && [ "$bad" -eq 0 ]; then ok "all $n catalogue cases keep their exit code under ulimit -v 256 MiB"; else
     notok "catalogue under ulimit -v 256 MiB: $bad of $n cases changed exit code"
 fi
+
+# ---- nothing in a checkpoint is executed ----
+marker=/tmp/tpshard-pwned # what testdata/bad/pickle/subprocess_popen.bin would create
+if [ -e "$marker" ]; then
+    skip "hostile pickles run nothing: $marker exists already, so its absence cannot be checked"
+else
+    ran=0
+    for f in "$FIX"/bad/pickle/*.bin "$FIX"/bad/torch/*.bin; do
+        "$TPSHARD" inspect "$f" >/dev/null 2>&1
+        "$TPSHARD" split "$f" --tp 2 --preset llama -o "pk$ran" >/dev/null 2>&1
+        ran=$((ran + 1))
+    done
+    if [ ! -e "$marker" ] && [ -z "$(ls -d pk* 2>/dev/null)" ] && [ "$ran" -gt 20 ]; then
+        ok "$ran hostile pickles: inspect and split run nothing and write nothing"
+    else
+        notok "hostile pickles: something ran or was written"
+        ls -d "$marker" pk* 2>/dev/null | sed 's/^/#   /'
+    fi
+fi
+
+# ---- sizes from headers are bounded before allocation ----
+python3 - <<'EOF2'
+import struct, zipfile
+# A safetensors header length just under the 100 MB cap, in a 100-byte file.
+open("claims_99mb.safetensors", "wb").write(struct.pack("<Q", 99999990) + b"{" * 92)
+# A torch archive whose deflated data.pkl claims 4 GiB in the central directory.
+with zipfile.ZipFile("claims_1tb.bin", "w", zipfile.ZIP_DEFLATED) as z:
+    z.writestr("archive/data.pkl", b"\x80\x02}q\x00.")
+    z.writestr("archive/version", "3\n")
+b = bytearray(open("claims_1tb.bin", "rb").read())
+cd = b.find(b"PK\x01\x02")
+struct.pack_into("<I", b, cd + 24, 0xFFFFFFFE)  # usize
+open("claims_1tb.bin", "wb").write(bytes(b))
+# A .npy whose shape claims 2^60 elements of a 3-element file.
+h = b"{'descr': '<f4', 'fortran_order': False, 'shape': (1152921504606846976,), }"
+h += b" " * (-(10 + len(h) + 1) % 64) + b"\n"
+open("claims_2p60.npy", "wb").write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(h)) + h + b"\0" * 12)
+EOF2
+for f in claims_99mb.safetensors claims_1tb.bin claims_2p60.npy; do
+    (ulimit -v 65536 && exec "$TPSHARD" inspect "$f") >"$T/.out" 2>"$T/.err"
+    rc=$?
+    if [ $rc -eq 3 ] && grep -qF "$f" "$T/.err"; then ok "$f: refused under ulimit -v 64 MiB before allocating what it claims"
+    else
+        notok "$f: refused under ulimit -v 64 MiB before allocating what it claims"
+        echo "#   exit $rc"
+        sed 's/^/#   /' "$T/.err" | head -3
+    fi
+done
