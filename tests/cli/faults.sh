@@ -19,7 +19,7 @@ model_sum=$(sum_of model)
 # leftovers DIR: prints whatever of DIR or its temporary siblings exists.
 leftovers() {
     parent=$(dirname "$1") base=$(basename "$1")
-    ls -d "$1" "$parent/.$base".tpshard-tmp.* "$parent/.$base".*.tmp.* 2>/dev/null
+    ls -d "$1" "$parent/.$base".tpshard-tmp.* "$parent/.$base".tmp.* 2>/dev/null
 }
 
 # outcome NAME CODE FRAGMENT OUTPUT INPUT...: checks the last command's $rc and $T/.err,
@@ -148,6 +148,30 @@ else
     wait $pid
     notok "SIGKILL mid-write: the split never showed a partly written shard"
 fi
+
+# merge into one file does not use a temporary directory: its temporary file must go.
+"$TPSHARD" split big.safetensors --tp 2 --layout big.yaml -o bigset >/dev/null 2>&1 || notok "setup: split big.safetensors"
+bigset_sum=$(sum_of bigset)
+"$TPSHARD" merge bigset -o bigmerged.safetensors >"$T/.out" 2>"$T/.err" &
+pid=$!
+i=0
+while [ $i -lt 400 ] && [ ! -s ".bigmerged.safetensors.tmp.$pid" ] && kill -0 $pid 2>/dev/null; do
+    sleep 0.05
+    i=$((i + 1))
+done
+if [ -s ".bigmerged.safetensors.tmp.$pid" ]; then
+    kill -INT $pid
+    wait $pid
+    rc=$?
+    want_sum=$bigset_sum
+    outcome "SIGINT mid-merge into one file: exit 4, the temporary file removed, no output" 4 \
+        "interrupted by signal" bigmerged.safetensors bigset
+else
+    wait $pid
+    notok "SIGINT mid-merge into one file: the merge never showed a partly written file"
+    ls -la | sed 's/^/#   /'
+fi
+rm -rf bigset
 
 # A complete set under a temporary name (a run killed between the manifest and the rename)
 # is still not a shard set.
