@@ -276,7 +276,20 @@ def gen_hfindex():
     case("same_tensor_twice", 3, "'a'", {"weight_map": {"a": "p1.safetensors", "b": "p2.safetensors"}},
          files={"p1.safetensors": part1, "p2.safetensors": st_bytes([("a", "F32", [2], f32(5, 6)),
                                                                        ("b", "F32", [2], f32(3, 4))], {})})
-    write_cases(d, "Hugging Face multi-file indexes: `tpshard inspect DIR` (DIR holds model.safetensors.index.json).", rows)
+    # The torch flavour (pytorch_model.bin.index.json) follows the same rule.
+    tbin = open(os.path.join(HERE, "..", "torch", "parameters.bin"), "rb").read()
+    for name, target in [("torch_dotdot", "../torch_ok/p1.bin"), ("torch_absolute", "/etc/passwd"),
+                         ("torch_subdir", "sub/p1.bin")]:
+        cd = os.path.join(d, name)
+        os.makedirs(os.path.join(cd, "sub"))
+        for fn in ("p1.bin", "sub/p1.bin"):
+            with open(os.path.join(cd, fn), "wb") as f:
+                f.write(tbin)
+        with open(os.path.join(cd, "pytorch_model.bin.index.json"), "w") as f:
+            json.dump({"weight_map": {"weight": target}}, f)
+        rows.append((name, 3, "plain file"))
+    write_cases(d, "Hugging Face multi-file indexes: `tpshard inspect DIR` (DIR holds model.safetensors.index.json\n"
+                "# or pytorch_model.bin.index.json).", rows)
 
 
 # ---------------------------------------------------------------- pickles inside torch.save archives
