@@ -405,6 +405,10 @@ static tps_status setup_layer(grank *g, const vdims *d, size_t n, const float *x
     }
     DMALLOC(g->x, nh, "the input");
     CU(cudaMemcpy(g->x, x, nh * sizeof *x, cudaMemcpyHostToDevice));
+    /* cudaMemcpy from pageable memory returns once the bytes are staged, before the DMA
+     * has landed, and on the legacy stream, which the rank's non-blocking stream does not
+     * wait for: without this the first kernels could read weights still in flight. */
+    CU(cudaDeviceSynchronize());
     g->upload_s += now_s() - t0;
     DMALLOC(g->xn, nh, "the normalized input");
     DMALLOC(g->h, nh, "the residual");
@@ -766,22 +770,28 @@ static tps_status run_emulated(gctx *c, const tps_block *b, const vdims *d, size
         double t0 = now_s();
         for (int s = 0; s < TPS_VSTAGE_COUNT; s++) {
             for (uint64_t i = 0; i < c->count; i++) {
-                CHECK(stage_partial(&c->r[i], b, d, s, TPS_OK, err));
-                CU(cudaStreamSynchronize(c->r[i].s));
+                g = &c->r[i];
+                CHECK(stage_partial(g, b, d, s, TPS_OK, err));
+                CU(cudaStreamSynchronize(g->s));
             }
+            /* Every copy and add on the ranks' own streams: a device-to-device cudaMemcpy
+             * returns before it is done and runs on the legacy stream, which the
+             * non-blocking rank streams (stage_finish's bias add and read-back) do not
+             * wait for. */
             g = &c->r[0];
             CU(cudaSetDevice(g->dev));
-            CU(cudaMemcpy(c->red, c->r[0].part[s], nh * sizeof(float), cudaMemcpyDefault));
+            CU(cudaMemcpyAsync(c->red, g->part[s], nh * sizeof(float), cudaMemcpyDefault, g->s));
             for (uint64_t i = 1; i < c->count; i++) {
-                CU(cudaMemcpy(c->tmp, c->r[i].part[s], nh * sizeof(float), cudaMemcpyDefault));
-                k_add<<<blocks(nh), NT, 0, 0>>>(c->red, c->red, c->tmp, nh);
+                CU(cudaMemcpyAsync(c->tmp, c->r[i].part[s], nh * sizeof(float), cudaMemcpyDefault, g->s));
+                k_add<<<blocks(nh), NT, 0, g->s>>>(c->red, c->red, c->tmp, nh);
                 LAUNCHED();
             }
-            CU(cudaDeviceSynchronize());
+            CU(cudaStreamSynchronize(g->s));
             for (uint64_t i = 0; i < c->count; i++) {
                 g = &c->r[i];
-                CU(cudaMemcpy(g->out[s], c->red, nh * sizeof(float), cudaMemcpyDefault));
-                CHECK(stage_finish(g, s, err));
+                CU(cudaSetDevice(g->dev));
+                CU(cudaMemcpyAsync(g->out[s], c->red, nh * sizeof(float), cudaMemcpyDefault, g->s));
+                CHECK(stage_finish(g, s, err)); /* ends with a sync of g->s: red is free again */
             }
         }
         stats->layer_seconds = now_s() - t0;
