@@ -1,14 +1,15 @@
 #include "cut.h"
 
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "checked.h"
 #include "crc.h"
 #include "iocache.h"
+#include "prefetch.h"
 #include "rank_index.h"
 #include "spans.h"
 #include "formats/safetensors.h"
@@ -86,78 +87,38 @@ static tps_status emit_zeros(rank_out *ro, uint64_t n, tps_error *err)
     return TPS_OK;
 }
 
-/* The reader thread: it calls read() for every chunk of every tensor, in the order the
- * consumer takes them, while the calling thread checksums and writes earlier chunks.  The
- * read callback is only ever called from this one thread, one call at a time, so sources
- * need not be thread-safe; the output does not depend on the timing. */
-typedef struct slot {
-    unsigned char *buf;
-    size_t n;
-    tps_status st;
-    tps_error err;
-} slot;
-
-typedef struct feeder {
-    pthread_t th;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    slot s[NSLOTS];
-    size_t produced, consumed;
-    bool stop;
+/* The stream the reader thread (lib/prefetch.h) produces: every tensor's bytes in manifest
+ * order, in chunks, read through the caller's read(), which therefore needs no locking. */
+typedef struct source_stream {
     const tps_manifest *m;
     tps_global_read_fn read;
     void *ctx;
-    size_t chunk;
-} feeder;
+    size_t i;
+    uint64_t g;
+} source_stream;
 
-static void *feed(void *arg)
+static tps_status fill_source(void *arg, unsigned char *buf, size_t cap, size_t *n, bool *end, tps_error *err)
 {
-    feeder *f = arg;
-    for (size_t i = 0; i < f->m->ntensors; i++)
-        for (uint64_t g = 0; g < f->m->tensors[i].nbytes;) {
-            pthread_mutex_lock(&f->mu);
-            while (!f->stop && f->produced - f->consumed == NSLOTS) pthread_cond_wait(&f->cv, &f->mu);
-            bool stop = f->stop;
-            pthread_mutex_unlock(&f->mu);
-            if (stop) return NULL;
-            slot *sl = &f->s[f->produced % NSLOTS];
-            uint64_t left = f->m->tensors[i].nbytes - g;
-            sl->n = left < f->chunk ? (size_t)left : f->chunk;
-            tps_error_clear(&sl->err);
-            sl->st = tps_outdir_interrupted() ? TPS_EIO : f->read(f->ctx, i, g, sl->buf, sl->n, &sl->err);
-            if (sl->st && !sl->err.msg[0])
-                tps_fail(&sl->err, sl->st, "interrupted by signal %d while copying '%s'", tps_outdir_interrupted(),
-                         f->m->tensors[i].name);
-            g += sl->n;
-            pthread_mutex_lock(&f->mu);
-            f->produced++;
-            pthread_cond_broadcast(&f->cv);
-            pthread_mutex_unlock(&f->mu);
-            if (sl->st) return NULL;
-        }
-    return NULL;
-}
-
-/* The next chunk in order; release it with done() once its bytes are written. */
-static slot *take(feeder *f)
-{
-    pthread_mutex_lock(&f->mu);
-    while (f->produced == f->consumed) pthread_cond_wait(&f->cv, &f->mu);
-    slot *sl = &f->s[f->consumed % NSLOTS];
-    pthread_mutex_unlock(&f->mu);
-    return sl;
-}
-
-static void done(feeder *f)
-{
-    pthread_mutex_lock(&f->mu);
-    f->consumed++;
-    pthread_cond_broadcast(&f->cv);
-    pthread_mutex_unlock(&f->mu);
+    source_stream *ss = arg;
+    while (ss->i < ss->m->ntensors && ss->g >= ss->m->tensors[ss->i].nbytes) {
+        ss->i++;
+        ss->g = 0;
+    }
+    if (ss->i == ss->m->ntensors) {
+        *end = true;
+        return TPS_OK;
+    }
+    const tps_manifest_tensor *t = &ss->m->tensors[ss->i];
+    if (tps_outdir_interrupted())
+        return tps_fail(err, TPS_EIO, "interrupted by signal %d while copying '%s'", tps_outdir_interrupted(), t->name);
+    *n = t->nbytes - ss->g < cap ? (size_t)(t->nbytes - ss->g) : cap;
+    tps_status st = ss->read(ss->ctx, ss->i, ss->g, buf, *n, err);
+    ss->g += *n;
+    return st;
 }
 
 /* Streams global tensor i and hands each byte run to the ranks that hold it. */
-static tps_status cut_tensor(tps_manifest *m, size_t i, feeder *fd, rank_out *outs, const tps_cut_opts *o,
+static tps_status cut_tensor(tps_manifest *m, size_t i, tps_prefetch *pf, rank_out *outs, const tps_cut_opts *o,
                              tps_progress *prog, tps_error *err)
 {
     tps_manifest_tensor *t = &m->tensors[i];
@@ -172,15 +133,15 @@ static tps_status cut_tensor(tps_manifest *m, size_t i, feeder *fd, rank_out *ou
             st = tps_fail(err, TPS_EIO, "interrupted by signal %d while copying '%s'", tps_outdir_interrupted(), t->name);
             goto cleanup;
         }
-        slot *sl = take(fd);
-        if (sl->st) {
-            *err = sl->err;
-            st = sl->st;
+        unsigned char *buf;
+        size_t n;
+        uint32_t c;
+        TPS_CHECK(tps_prefetch_take(pf, &buf, &n, &c, err));
+        if (!buf) {
+            st = tps_fail(err, TPS_EIO, "internal: the read stream ended inside '%s'", t->name);
             goto cleanup;
         }
-        unsigned char *buf = sl->buf;
-        size_t n = sl->n;
-        crc = tps_crc32(crc, buf, n);
+        crc = (uint32_t)crc32_combine(crc, c, (z_off_t)n);
         size_t at = 0;
         while (at < n) {
             uint64_t w = (g + at) % sp.slab_bytes;
@@ -195,7 +156,7 @@ static tps_status cut_tensor(tps_manifest *m, size_t i, feeder *fd, rank_out *ou
                 for (uint64_t r = 0; r < m->tp; r++)
                     if (sp.rank_pad_bytes[r]) TPS_CHECK(emit_zeros(&outs[r], sp.rank_pad_bytes[r], err));
         }
-        done(fd);
+        tps_prefetch_done(pf);
         g += n;
         prog->done += n;
         if (o->progress) o->progress(prog, o->progress_arg);
@@ -326,12 +287,8 @@ tps_status tps_cut(tps_manifest *m, tps_global_read_fn read, void *ctx, const tp
                                            : TPS_DEFAULT_NAME_TEMPLATE;
     size_t chunk = o->chunk_bytes ? (size_t)o->chunk_bytes : DEFAULT_CHUNK;
     rank_out *outs = calloc(m->tp, sizeof *outs);
-    feeder fd = {.m = m, .read = read, .ctx = ctx, .chunk = chunk};
-    bool started = false;
-    pthread_mutex_init(&fd.mu, NULL);
-    pthread_cond_init(&fd.cv, NULL);
-    for (int k = 0; k < NSLOTS; k++)
-        if (!(fd.s[k].buf = malloc(chunk))) outs = (free(outs), NULL);
+    source_stream ss = {m, read, ctx, 0, 0};
+    tps_prefetch *pf = NULL;
     if (!outs) {
         st = tps_fail_oom(err, "starting the copy");
         goto cleanup;
@@ -352,15 +309,11 @@ tps_status tps_cut(tps_manifest *m, tps_global_read_fn read, void *ctx, const tp
      * around the page cache instead of evicting everything else (lib/iocache.h). */
     long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
     tps_io_set_uncached(pages > 0 && psize > 0 && prog.total > (uint64_t)pages * (uint64_t)psize / 4);
-    if (pthread_create(&fd.th, NULL, feed, &fd) != 0) {
-        st = tps_fail(err, TPS_EIO, "cannot start the reader thread");
-        goto cleanup;
-    }
-    started = true;
+    TPS_CHECK(tps_prefetch_start(fill_source, &ss, chunk, NSLOTS, &pf, err));
     for (size_t i = 0; i < m->ntensors; i++) {
         prog.tensor = m->tensors[i].name;
         TPS_CHECK(enter_tensor(m, outs, i, od, o, err));
-        TPS_CHECK(cut_tensor(m, i, &fd, outs, o, &prog, err));
+        TPS_CHECK(cut_tensor(m, i, pf, outs, o, &prog, err));
     }
     for (uint64_t r = 0; r < m->tp; r++) {
         TPS_CHECK(close_part(m, &outs[r], o, err));
@@ -368,17 +321,8 @@ tps_status tps_cut(tps_manifest *m, tps_global_read_fn read, void *ctx, const tp
             TPS_CHECK(tps_rank_index_write(m, r, outs[r].first, outs[r].file0, od, err));
     }
 cleanup:
-    if (started) {
-        pthread_mutex_lock(&fd.mu);
-        fd.stop = true;
-        pthread_cond_broadcast(&fd.cv);
-        pthread_mutex_unlock(&fd.mu);
-        pthread_join(fd.th, NULL);
-    }
+    tps_prefetch_stop(pf);
     tps_io_set_uncached(false);
-    pthread_mutex_destroy(&fd.mu);
-    pthread_cond_destroy(&fd.cv);
-    for (int k = 0; k < NSLOTS; k++) free(fd.s[k].buf);
     for (uint64_t r = 0; outs && r < m->tp; r++) {
         tps_st_writer_abort(outs[r].w);
         free(outs[r].first);

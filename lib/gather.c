@@ -7,6 +7,7 @@
 
 #include "crc.h"
 #include "iocache.h"
+#include "prefetch.h"
 #include "spans.h"
 
 #define CHUNK (4u << 20)
@@ -166,6 +167,38 @@ cleanup:
     return st;
 }
 
+/* The global bytes of a tensor with long slabs, chunk by chunk from each span's first
+ * owner, in global order: what the reader thread produces (lib/prefetch.h). */
+typedef struct first_owner_stream {
+    walk *wk;
+    const tps_spans *sp;
+    uint64_t o, w;
+    size_t k;
+} first_owner_stream;
+
+static tps_status fill_first(void *arg, unsigned char *buf, size_t cap, size_t *n, bool *end, tps_error *err)
+{
+    first_owner_stream *fs = arg;
+    const tps_spans *sp = fs->sp;
+    while (fs->o < sp->outer && fs->k < sp->nspans && fs->w >= sp->span[fs->k].end) {
+        if (++fs->k == sp->nspans) {
+            fs->k = 0;
+            fs->o++;
+        }
+        fs->w = sp->span[fs->k].begin;
+    }
+    if (fs->o >= sp->outer || sp->slab_bytes == 0) {
+        *end = true;
+        return TPS_OK;
+    }
+    const tps_span *s = &sp->span[fs->k];
+    *n = s->end - fs->w < cap ? (size_t)(s->end - fs->w) : cap;
+    uint32_t r0 = sp->owner[s->owner0];
+    uint64_t base = fs->o * sp->rank_slab_bytes[r0] + sp->owner_offset[s->owner0] + (fs->w - s->begin);
+    fs->w += *n;
+    return tps_tensor_read(fs->wk->ix[r0], fs->wk->x[r0], base, buf, *n, err);
+}
+
 tps_status tps_gather_tensor(tps_shardset *ss, const tps_manifest_tensor *t, const tps_gather_hooks *h,
                              uint32_t *global_crc, uint32_t *rank_crc, tps_error *err)
 {
@@ -173,6 +206,7 @@ tps_status tps_gather_tensor(tps_shardset *ss, const tps_manifest_tensor *t, con
     tps_spans sp;
     tps_status st = tps_spans_build(&t->part, t->dtype, t->ndim, t->shape, T, &sp, err);
     if (st) return st;
+    tps_prefetch *pf = NULL;
     walk wk = {ss, t, h, calloc(T, sizeof(tps_index *)), calloc(T, sizeof(tps_tensor *)), calloc(T, sizeof(uLong)),
                malloc(CHUNK), malloc(CHUNK), calloc(T, sizeof(bool))};
     if (!wk.ix || !wk.x || !wk.rcrc || !wk.a || !wk.b || !wk.reported) {
@@ -187,30 +221,45 @@ tps_status tps_gather_tensor(tps_shardset *ss, const tps_manifest_tensor *t, con
     uLong gcrc = 0;
     bool rows_done = false;
     if (sp.outer > 1 && sp.slab_bytes > 0 && sp.slab_bytes <= CHUNK / 2) TPS_CHECK(gather_rows(&wk, &sp, &gcrc, &rows_done, err));
+    first_owner_stream fs = {&wk, &sp, 0, sp.nspans ? sp.span[0].begin : 0, 0};
+    /* Several chunks: read them in a second thread while this one checksums and hands out. */
+    if (!rows_done && t->nbytes > CHUNK) TPS_CHECK(tps_prefetch_start(fill_first, &fs, CHUNK, 3, &pf, err));
     for (uint64_t o = 0; !rows_done && o < sp.outer && sp.slab_bytes > 0; o++) {
         for (size_t k = 0; k < sp.nspans; k++) {
             const tps_span *s = &sp.span[k];
             for (uint64_t w = s->begin; w < s->end;) {
                 size_t n = s->end - w < CHUNK ? (size_t)(s->end - w) : CHUNK;
                 uint32_t r0 = sp.owner[s->owner0];
-                uint64_t base = o * sp.rank_slab_bytes[r0] + sp.owner_offset[s->owner0] + (w - s->begin);
                 /* The first owner's bytes are the global bytes: checksum them once for both. */
-                TPS_CHECK(tps_tensor_read(wk.ix[r0], wk.x[r0], base, wk.a, n, err));
-                uLong c = tps_crc32(0, wk.a, n);
+                unsigned char *a = wk.a;
+                size_t got = 0;
+                uint32_t c = 0;
+                bool end = false;
+                if (pf) {
+                    TPS_CHECK(tps_prefetch_take(pf, &a, &got, &c, err));
+                } else {
+                    TPS_CHECK(fill_first(&fs, a, CHUNK, &got, &end, err));
+                    c = tps_crc32(0, a, got);
+                }
+                if (!a || got != n) {
+                    st = tps_fail(err, TPS_EIO, "internal: the read stream of '%s' is out of step", t->name);
+                    goto cleanup;
+                }
                 wk.rcrc[r0] = crc32_combine(wk.rcrc[r0], c, (z_off_t)n);
                 gcrc = crc32_combine(gcrc, c, (z_off_t)n);
                 for (uint32_t j = 1; j < s->nowners; j++) {
                     uint32_t r = sp.owner[s->owner0 + j];
                     uint64_t rb = o * sp.rank_slab_bytes[r] + sp.owner_offset[s->owner0 + j] + (w - s->begin);
                     TPS_CHECK(rank_read(&wk, r, rb, wk.b, n, err));
-                    if (memcmp(wk.a, wk.b, n) != 0) {
+                    if (memcmp(a, wk.b, n) != 0) {
                         char what[256];
                         snprintf(what, sizeof what, "replicas differ: ranks %u and %u hold different bytes for global bytes from %llu",
                                  (unsigned)r0, (unsigned)r, (unsigned long long)(o * sp.slab_bytes + w));
                         finding(&wk, r, what);
                     }
                 }
-                if (h && h->on_bytes) TPS_CHECK(h->on_bytes(h->arg, o * sp.slab_bytes + w, wk.a, n, err));
+                if (h && h->on_bytes) TPS_CHECK(h->on_bytes(h->arg, o * sp.slab_bytes + w, a, n, err));
+                if (pf) tps_prefetch_done(pf);
                 w += n;
             }
         }
@@ -235,6 +284,7 @@ tps_status tps_gather_tensor(tps_shardset *ss, const tps_manifest_tensor *t, con
     if (global_crc) *global_crc = (uint32_t)gcrc;
     for (uint64_t r = 0; rank_crc && r < T; r++) rank_crc[r] = (uint32_t)wk.rcrc[r];
 cleanup:
+    tps_prefetch_stop(pf); /* before the buffers and indexes it reads with */
     free(wk.ix);
     free(wk.x);
     free(wk.rcrc);
