@@ -7,6 +7,12 @@ TPS_TOP=${TPS_TOP:-$(cd "$(dirname "$0")/../.." && pwd)}
 TPSHARD=${TPSHARD:-$TPS_TOP/tpshard}
 . "$TPS_TOP/tests/cli/lib.sh"
 M="$FIX/models"
+# make test-gpu runs this script alone, not through tests/run.sh: a failed case must fail it.
+failed=0
+notok() {
+    failed=1
+    echo "not ok - $*"
+}
 
 "$TPSHARD" split "$M/tiny-llama" --tp 1 --preset llama --config "$M/tiny-llama/config.json" -o "$T/probe" -q
 timeout 300 "$TPSHARD" verify "$T/probe" --backend cuda >"$T/probe.out" 2>&1
@@ -105,3 +111,4 @@ if command -v mpirun >/dev/null 2>&1 && make -s -C "$TPS_TOP" config 2>/dev/null
 else
     skip "MPI with CUDA: no mpirun or no MPI plugin"
 fi
+exit $failed
