@@ -937,6 +937,27 @@ static void g_close(void *ctx)
     free(c);
 }
 
+/* The device, stream and cuBLAS handle of each of c's ranks. */
+static tps_status open_ranks(gctx *c, const tps_cuda_setup *s, int *devs, tps_error *err)
+{
+    tps_status st = TPS_OK;
+    grank *g = NULL;
+    if (cudaGetDeviceCount(&c->ndev) != cudaSuccess || c->ndev == 0)
+        return gfail(err, TPS_EBACKEND, "rank %llu: the cuda backend found no GPU", (unsigned long long)s->first);
+    for (uint64_t i = 0; i < s->count; i++) {
+        g = &c->r[i];
+        g->rank = s->first + i;
+        g->dev = s->local_rank >= 0 ? s->local_rank % c->ndev : (int)(i % (uint64_t)c->ndev);
+        devs[i] = g->dev;
+        CU(cudaSetDevice(g->dev));
+        CU(cudaStreamCreateWithFlags(&g->s, cudaStreamNonBlocking));
+        BLAS(cublasCreate(&g->blas));
+        BLAS(cublasSetStream(g->blas, g->s));
+    }
+cleanup:
+    return st;
+}
+
 static tps_status g_open(const tps_cuda_setup *s, void **out, tps_error *err)
 {
     tps_status st = TPS_OK;
@@ -953,24 +974,20 @@ static tps_status g_open(const tps_cuda_setup *s, void **out, tps_error *err)
     c->r = (grank *)calloc(s->count, sizeof *c->r);
     devs = (int *)calloc(s->count, sizeof *devs);
     comms = (ncclComm_t *)calloc(s->count, sizeof *comms);
-    if (!c->r || !devs || !comms) {
-        st = gfail(err, TPS_EIO, "out of memory for the cuda backend's ranks");
-        goto cleanup;
+    if (!c->r || !devs || !comms) st = gfail(err, TPS_EIO, "out of memory for the cuda backend's ranks");
+    if (st == TPS_OK) st = open_ranks(c, s, devs, err);
+    if (c->nccl && s->nccl_id) {
+        /* ncclCommInitRank returns only once every process of the job has called it: a
+         * process that failed above would leave the others blocked in it for good, so the
+         * processes agree over MPI first. */
+        float failed = st != TPS_OK;
+        tps_status cs = s->host_comm->allreduce_sum(s->host_comm, &failed, 1, err);
+        if (st == TPS_OK && cs != TPS_OK) st = cs;
+        if (st == TPS_OK && failed > 0)
+            st = gfail(err, TPS_EIO, "rank %llu: NCCL not started: another rank could not set up its GPU (its process says why)",
+                       (unsigned long long)s->first);
     }
-    if (cudaGetDeviceCount(&c->ndev) != cudaSuccess || c->ndev == 0) {
-        st = gfail(err, TPS_EBACKEND, "the cuda backend found no GPU");
-        goto cleanup;
-    }
-    for (uint64_t i = 0; i < s->count; i++) {
-        g = &c->r[i];
-        g->rank = s->first + i;
-        g->dev = s->local_rank >= 0 ? s->local_rank % c->ndev : (int)(i % (uint64_t)c->ndev);
-        devs[i] = g->dev;
-        CU(cudaSetDevice(g->dev));
-        CU(cudaStreamCreateWithFlags(&g->s, cudaStreamNonBlocking));
-        BLAS(cublasCreate(&g->blas));
-        BLAS(cublasSetStream(g->blas, g->s));
-    }
+    if (st != TPS_OK) goto cleanup;
     if (c->nccl) {
         g = &c->r[0];
         if (s->nccl_id) {
