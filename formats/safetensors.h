@@ -50,6 +50,10 @@ typedef struct tps_st_writer tps_st_writer;
 tps_status tps_st_writer_open(const char *path, const tps_st_entry *entries, size_t n, const tps_kv *meta,
                               size_t nmeta, tps_st_writer **out, tps_error *err);
 tps_status tps_st_writer_write(tps_st_writer *w, const void *buf, size_t len, tps_error *err);
+/* The same, for a caller that already has the CRC-32 of buf (the copy engine's reader thread
+ * checksums each chunk): the file's CRC is extended with crc32_combine instead of a second
+ * pass over the bytes. */
+tps_status tps_st_writer_write_crc(tps_st_writer *w, const void *buf, size_t len, uint32_t crc, tps_error *err);
 /* Fails unless exactly the announced bytes were written.  Fills the whole file's CRC-32
  * (zlib) and size when the pointers are non-NULL.  Frees w in every case (on failure the
  * temporary file is removed first), so w must not be used or aborted afterwards. */

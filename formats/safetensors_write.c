@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "../lib/buf.h"
 #include "../lib/checked.h"
@@ -201,11 +202,12 @@ static tps_status flush(tps_st_writer *w, tps_error *err)
     return st;
 }
 
-/* Header bytes and data bytes take the same path, so the CRC covers the whole file. */
-static tps_status put(tps_st_writer *w, const void *p, size_t n, tps_error *err)
+/* Header bytes and data bytes take the same path, so the CRC covers the whole file; crc is
+ * that of p[0, n) when known (have_crc), else computed here. */
+static tps_status put(tps_st_writer *w, const void *p, size_t n, bool have_crc, uint32_t crc, tps_error *err)
 {
     tps_status st;
-    w->crc = tps_crc32(w->crc, p, n);
+    w->crc = have_crc ? (uint32_t)crc32_combine(w->crc, crc, (z_off_t)n) : tps_crc32(w->crc, p, n);
     w->written += n;
     if (w->count_only) return TPS_OK; /* the CRC and size are all it keeps */
     if (n >= DIRECT_MIN) {
@@ -257,8 +259,8 @@ tps_status tps_st_writer_open(const char *path, const tps_st_entry *entries, siz
     }
     unsigned char prefix[8];
     for (int i = 0; i < 8; i++) prefix[i] = (unsigned char)((uint64_t)hdr.len >> (8 * i));
-    TPS_CHECK(put(w, prefix, 8, err));
-    TPS_CHECK(put(w, hdr.data, hdr.len, err));
+    TPS_CHECK(put(w, prefix, 8, false, 0, err));
+    TPS_CHECK(put(w, hdr.data, hdr.len, false, 0, err));
     *out = w;
     w = NULL;
 cleanup:
@@ -267,7 +269,8 @@ cleanup:
     return st;
 }
 
-tps_status tps_st_writer_write(tps_st_writer *w, const void *buf, size_t len, tps_error *err)
+static tps_status write_data(tps_st_writer *w, const void *buf, size_t len, bool have_crc, uint32_t crc,
+                             tps_error *err)
 {
     if (w->failed) return tps_fail(err, TPS_EIO, "%s: an earlier write failed", w->path);
     uint64_t end;
@@ -276,7 +279,17 @@ tps_status tps_st_writer_write(tps_st_writer *w, const void *buf, size_t len, tp
         return tps_fail(err, TPS_EINVALID, "%s: %zu more bytes would pass the %llu bytes the header announces",
                         w->path, len, (unsigned long long)w->total);
     }
-    return put(w, buf, len, err);
+    return put(w, buf, len, have_crc, crc, err);
+}
+
+tps_status tps_st_writer_write(tps_st_writer *w, const void *buf, size_t len, tps_error *err)
+{
+    return write_data(w, buf, len, false, 0, err);
+}
+
+tps_status tps_st_writer_write_crc(tps_st_writer *w, const void *buf, size_t len, uint32_t crc, tps_error *err)
+{
+    return write_data(w, buf, len, true, crc, err);
 }
 
 static tps_status sync_dir(const char *path, tps_error *err)

@@ -88,14 +88,30 @@ static tps_status emit_zeros(rank_out *ro, uint64_t n, tps_error *err)
 }
 
 /* The stream the reader thread (lib/prefetch.h) produces: every tensor's bytes in manifest
- * order, in chunks, read through the caller's read(), which therefore needs no locking. */
+ * order, in chunks, read through the caller's read(), which therefore needs no locking.
+ * Where a tensor's spans are long (dimension-0 cuts, replicated tensors) a chunk never
+ * crosses a span boundary, so a chunk is one rank run and the reader's CRC of it is that
+ * run's CRC too: the writers combine it instead of checksumming the bytes again. */
 typedef struct source_stream {
     const tps_manifest *m;
     tps_global_read_fn read;
     void *ctx;
     size_t i;
     uint64_t g;
+    tps_spans sp; /* of tensor sp_i */
+    size_t sp_i;
 } source_stream;
+
+/* The size of the chunk of tensor i at global byte g, the same for the reader and the consumer. */
+static size_t chunk_at(const tps_spans *sp, uint64_t nbytes, uint64_t g, size_t cap)
+{
+    size_t n = nbytes - g < cap ? (size_t)(nbytes - g) : cap;
+    if (sp->outer == 1 && sp->nspans > 0) {
+        const tps_span *s = tps_spans_find(sp, g);
+        if (s && s->end - g < n) n = (size_t)(s->end - g);
+    }
+    return n;
+}
 
 static tps_status fill_source(void *arg, unsigned char *buf, size_t cap, size_t *n, bool *end, tps_error *err)
 {
@@ -111,15 +127,22 @@ static tps_status fill_source(void *arg, unsigned char *buf, size_t cap, size_t 
     const tps_manifest_tensor *t = &ss->m->tensors[ss->i];
     if (tps_outdir_interrupted())
         return tps_fail(err, TPS_EIO, "interrupted by signal %d while copying '%s'", tps_outdir_interrupted(), t->name);
-    *n = t->nbytes - ss->g < cap ? (size_t)(t->nbytes - ss->g) : cap;
+    if (ss->sp_i != ss->i) {
+        tps_spans_release(&ss->sp);
+        ss->sp_i = (size_t)-1;
+        tps_status st = tps_spans_build(&t->part, t->dtype, t->ndim, t->shape, ss->m->tp, &ss->sp, err);
+        if (st) return st;
+        ss->sp_i = ss->i;
+    }
+    *n = chunk_at(&ss->sp, t->nbytes, ss->g, cap);
     tps_status st = ss->read(ss->ctx, ss->i, ss->g, buf, *n, err);
     ss->g += *n;
     return st;
 }
 
 /* Streams global tensor i and hands each byte run to the ranks that hold it. */
-static tps_status cut_tensor(tps_manifest *m, size_t i, tps_prefetch *pf, rank_out *outs, const tps_cut_opts *o,
-                             tps_progress *prog, tps_error *err)
+static tps_status cut_tensor(tps_manifest *m, size_t i, tps_prefetch *pf, size_t chunk, rank_out *outs,
+                             const tps_cut_opts *o, tps_progress *prog, tps_error *err)
 {
     tps_manifest_tensor *t = &m->tensors[i];
     tps_spans sp;
@@ -137,8 +160,8 @@ static tps_status cut_tensor(tps_manifest *m, size_t i, tps_prefetch *pf, rank_o
         size_t n;
         uint32_t c;
         TPS_CHECK(tps_prefetch_take(pf, &buf, &n, &c, err));
-        if (!buf) {
-            st = tps_fail(err, TPS_EIO, "internal: the read stream ended inside '%s'", t->name);
+        if (!buf || n != chunk_at(&sp, t->nbytes, g, chunk)) {
+            st = tps_fail(err, TPS_EIO, "internal: the read stream is out of step in '%s'", t->name);
             goto cleanup;
         }
         crc = (uint32_t)crc32_combine(crc, c, (z_off_t)n);
@@ -149,8 +172,11 @@ static tps_status cut_tensor(tps_manifest *m, size_t i, tps_prefetch *pf, rank_o
             while (sp.span[k].end <= w) k++;
             const tps_span *s = &sp.span[k];
             size_t run = s->end - w < n - at ? (size_t)(s->end - w) : n - at;
-            for (uint32_t j = 0; j < s->nowners; j++)
-                TPS_CHECK(emit(&outs[sp.owner[s->owner0 + j]], buf + at, run, err));
+            for (uint32_t j = 0; j < s->nowners; j++) {
+                tps_st_writer *wr = outs[sp.owner[s->owner0 + j]].w;
+                if (run == n) TPS_CHECK(tps_st_writer_write_crc(wr, buf, n, c, err)); /* the whole chunk */
+                else TPS_CHECK(tps_st_writer_write(wr, buf + at, run, err));
+            }
             at += run;
             if (w + run == sp.slab_bytes)
                 for (uint64_t r = 0; r < m->tp; r++)
@@ -287,7 +313,7 @@ tps_status tps_cut(tps_manifest *m, tps_global_read_fn read, void *ctx, const tp
                                            : TPS_DEFAULT_NAME_TEMPLATE;
     size_t chunk = o->chunk_bytes ? (size_t)o->chunk_bytes : DEFAULT_CHUNK;
     rank_out *outs = calloc(m->tp, sizeof *outs);
-    source_stream ss = {m, read, ctx, 0, 0};
+    source_stream ss = {.m = m, .read = read, .ctx = ctx, .sp_i = (size_t)-1};
     tps_prefetch *pf = NULL;
     if (!outs) {
         st = tps_fail_oom(err, "starting the copy");
@@ -313,7 +339,7 @@ tps_status tps_cut(tps_manifest *m, tps_global_read_fn read, void *ctx, const tp
     for (size_t i = 0; i < m->ntensors; i++) {
         prog.tensor = m->tensors[i].name;
         TPS_CHECK(enter_tensor(m, outs, i, od, o, err));
-        TPS_CHECK(cut_tensor(m, i, pf, outs, o, &prog, err));
+        TPS_CHECK(cut_tensor(m, i, pf, chunk, outs, o, &prog, err));
     }
     for (uint64_t r = 0; r < m->tp; r++) {
         TPS_CHECK(close_part(m, &outs[r], o, err));
@@ -322,6 +348,7 @@ tps_status tps_cut(tps_manifest *m, tps_global_read_fn read, void *ctx, const tp
     }
 cleanup:
     tps_prefetch_stop(pf);
+    tps_spans_release(&ss.sp);
     tps_io_set_uncached(false);
     for (uint64_t r = 0; outs && r < m->tp; r++) {
         tps_st_writer_abort(outs[r].w);
