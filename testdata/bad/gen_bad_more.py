@@ -90,6 +90,14 @@ def gen_layouts():
         with open(os.path.join(d, name), "w") as f:
             f.write(text)
         rows.append((name, code, frag, plan))
+    # Globs with many '*' against a long name: exponential for a plain backtracking matcher.
+    name = "a" * 200
+    with open(os.path.join(d, "glob_blowup.safetensors"), "wb") as f:
+        f.write(st_bytes([(name, "F32", [2], f32(1, 2))], {}))
+    with open(os.path.join(d, "glob_blowup.yaml"), "w") as f:
+        f.write("rules:\n  - match: \"" + "*a" * 40 + "*b\"\n    split: column\ndefault:\n  split: replicate\n")
+    rows.append(("glob_blowup.yaml", 0, "8 bytes",
+                 "split {fix}/bad/layout/glob_blowup.safetensors --tp 2 --dry-run -o /nonexistent/out --layout"))
     write_cases(d, "Layouts: `tpshard layout --check FILE`, or a dry-run split of a two-tensor file.", rows)
 
 

@@ -11,6 +11,8 @@
 . "${TPS_TOP:-$(cd "$(dirname "$0")/../.." && pwd)}/tests/cli/lib.sh"
 
 tab=$(printf '\t')
+limit=
+command -v timeout >/dev/null 2>&1 && limit="timeout 60"
 ncases=0
 for cases in "$FIX"/bad/*/CASES; do
     [ -f "$cases" ] || continue
@@ -25,8 +27,10 @@ for cases in "$FIX"/bad/*/CASES; do
         # shellcheck disable=SC2046
         set -- $(printf '%s\n' "$sub" | sed "s|{fix}|$FIX|g")
         sub=$1
-        "$TPSHARD" "$@" "$dir/$file" </dev/null >"$T/out" 2>"$T/err"
+        # A hang (a parser gone exponential) is a failure, not a stuck test run.
+        $limit "$TPSHARD" "$@" "$dir/$file" </dev/null >"$T/out" 2>"$T/err"
         rc=$?
+        [ "$rc" -eq 124 ] && [ -n "$limit" ] && echo "(timed out after 60 s)" >>"$T/err"
         why=
         if [ "$rc" -ne "$code" ]; then
             why="exit $rc"
