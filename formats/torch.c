@@ -77,6 +77,18 @@ static tps_status add_tensor(walker *w, const tps_pv *t, tps_error *err)
                         "%s: tensor '%s' (shape %s, storage offset %llu) reaches past the %llu bytes of record '%s'", w->path,
                         name, shape, (unsigned long long)t->u.tensor.offset, (unsigned long long)e->usize, rec);
     }
+    /* Elements that share storage (torch's expand: stride 0) would be written out once per
+     * element: a few bytes of record could claim terabytes of output.  A tensor may hold at
+     * most as many bytes as its record (a non-overlapping view never holds more). */
+    uint64_t nbytes;
+    if (!tps_mul_u64(nelem, dt->esize, &nbytes) || nbytes > e->usize) {
+        char shape[256];
+        tps_shape_str(v.shape, v.ndim, shape, sizeof shape);
+        return tps_fail(err, TPS_EINVALID,
+                        "%s: tensor '%s' (shape %s) needs more bytes than the %llu of its record '%s': its elements "
+                        "overlap in storage (an expanded view), which is refused", w->path, name, shape,
+                        (unsigned long long)e->usize, rec);
+    }
     const tps_view *rd = NULL;
     uint64_t offset = 0;
     if (tps_view_is_plain(&v)) {

@@ -365,6 +365,12 @@ def gen_pickles():
          + st.replace(b"\x8a\x08\x00\x00\x00\x00\x00\x00\x00\x40", b"K\x02")
          + b"K\x00\x8a\x08\x00\x00\x00\x00\x00\x00\x00\x80\x85K\x01\x85\x89ccollections\nOrderedDict\n)RtRu.",
          {"0": b"\x00" * 8})
+    # An expanded view: 2^40 elements with stride 0 over a one-element storage.
+    case("expand_2p40.bin", 3, "overlap in storage",
+         P + b"}(X\x01\x00\x00\x00wctorch._utils\n_rebuild_tensor_v2\n("
+         + st.replace(b"\x8a\x08\x00\x00\x00\x00\x00\x00\x00\x40", b"K\x01")
+         + b"K\x00\x8a\x08\x00\x00\x00\x00\x00\x01\x00\x00\x85K\x00\x85\x89ccollections\nOrderedDict\n)RtRu.",
+         {"0": b"\x00" * 4})
     write_cases(d, "Hostile pickles in torch.save archives: nothing is imported, called or executed; "
                 "`tpshard inspect FILE`.", rows)
 
