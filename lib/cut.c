@@ -7,7 +7,6 @@
 #include <zlib.h>
 
 #include "checked.h"
-#include "crc.h"
 #include "iocache.h"
 #include "prefetch.h"
 #include "rank_index.h"
