@@ -289,11 +289,40 @@ else
     notok "merge --force onto a symlink replaces the link, not its target"
     sed 's/^/#   /' "$T/.err" | head -5
 fi
+# Symlinks planted at the exact temporary names a run will use (its PID is known: the shell
+# that sleeps then execs tpshard).
+echo precious >victim/file
+sh -c 'sleep 1; exec "$0" merge s2b -o planted.safetensors' "$TPSHARD" >"$T/.out" 2>"$T/.err" &
+pid=$!
+ln -s "$T/victim/file" ".planted.safetensors.tmp.$pid"
+wait $pid
+rc=$?
+if [ $rc -eq 4 ] && [ "$(cat victim/file)" = precious ] && [ ! -e planted.safetensors ] &&
+    [ -L ".planted.safetensors.tmp.$pid" ]; then
+    ok "a symlink at the writer's temporary name: exit 4, the target untouched (O_EXCL|O_NOFOLLOW)"
+else
+    notok "a symlink at the writer's temporary name: exit 4, the target untouched (O_EXCL|O_NOFOLLOW)"
+    echo "#   exit $rc; victim: $(cat victim/file)"
+    sed 's/^/#   /' "$T/.err" | head -5
+fi
+rm -f ".planted.safetensors.tmp.$pid"
+sh -c 'sleep 1; exec "$0" split model --tp 2 --preset llama -o plantdir' "$TPSHARD" >"$T/.out" 2>"$T/.err" &
+pid=$!
+ln -s "$T/victim" ".plantdir.tpshard-tmp.$pid"
+wait $pid
+rc=$?
+if [ $rc -eq 0 ] && [ "$(ls victim | tr '\n' ' ')" = "file keep " ] && "$TPSHARD" check plantdir >/dev/null 2>&1; then
+    ok "a symlink at the output's temporary directory name is replaced, its target untouched"
+else
+    notok "a symlink at the output's temporary directory name is replaced, its target untouched"
+    echo "#   exit $rc; victim holds: $(ls victim | tr '\n' ' ')"
+    sed 's/^/#   /' "$T/.err" | head -5
+fi
 # An output directory that is a symlink is refused.
 ln -s "$T/victim" linked
 expect_exit 3 "not a directory" "an output path that is a symlink is refused" \
     "$TPSHARD" split model --tp 2 --preset llama -o linked --force
-[ "$(ls victim)" = keep ] || notok "the symlinked output wrote into its target"
+[ "$(ls victim | tr '\n' ' ')" = "file keep " ] || notok "the symlinked output wrote into its target"
 
 # ---- memory bounded whatever a header claims: the catalogue under ulimit -v ----
 # (A sanitizer build reserves terabytes of address space and cannot start under ulimit -v.)

@@ -18,6 +18,9 @@ static const struct {
     {"model.layers.0.mlp.down_proj.weight", 2, {64, 128}},
     {"model.layers.1.input_layernorm.weight", 1, {64, 0}},
     {"lm_head.weight", 2, {96, 64}},
+    /* A long component: globs with many '*' must stay polynomial against it. */
+    {"model.layers.0.aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa.weight", 1,
+     {64, 0}},
 };
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
