@@ -9,9 +9,8 @@
 #include "commands.h"
 #include "progress.h"
 #include "formats/safetensors.h"
-#include "lib/buf.h"
 #include "lib/gather.h"
-#include "lib/json.h"
+#include "lib/hf_index.h"
 #include "lib/outdir.h"
 #include "lib/publish.h"
 
@@ -107,59 +106,38 @@ static tps_status merge_to_dir(tps_shardset *ss, const char *dir, merge_sink *si
     const tps_manifest *m = ss->m;
     uint64_t max = o.max_shard ? o.max_shard : 5000000000ull;
     size_t nparts = 0, *start = calloc(m->ntensors + 2, sizeof *start);
-    if (!start) return tps_fail_oom(err, "merging");
-    uint64_t cur = 0, total = 0;
-    for (size_t i = 0; i < m->ntensors; i++) {
-        uint64_t b = m->tensors[i].nbytes;
-        if (i == 0 || (cur > 0 && cur + b > max)) {
-            start[nparts++] = i;
-            cur = 0;
-        }
-        cur += b;
-        total += b;
+    uint64_t *bytes = calloc(m->ntensors + 1, sizeof *bytes);
+    char(*names)[64] = calloc(m->ntensors + 1, sizeof *names);
+    if (!start || !bytes || !names) {
+        free(start);
+        free(bytes);
+        free(names);
+        return tps_fail_oom(err, "merging");
     }
-    if (nparts == 0) start[nparts++] = 0;
-    start[nparts] = m->ntensors;
+    uint64_t total = 0;
+    for (size_t i = 0; i < m->ntensors; i++) total += bytes[i] = m->tensors[i].nbytes;
+    tps_parts_greedy(bytes, m->ntensors, max, start, &nparts);
     const char *inputs[] = {ss->dir, NULL};
     tps_outdir *od = NULL;
-    tps_buf idx = TPS_BUF_INIT;
     tps_status st = tps_outdir_begin(dir, o.force, inputs, &od, err);
-    char name[64];
+    const char **part_names = calloc(nparts, sizeof *part_names);
+    if (st == TPS_OK && !part_names) st = tps_fail_oom(err, "merging");
     for (size_t p = 0; st == TPS_OK && p < nparts; p++) {
-        if (nparts == 1) snprintf(name, sizeof name, "model.safetensors");
-        else snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", p + 1, nparts);
-        char *path = tps_outdir_path(od, name);
+        if (nparts == 1) snprintf(names[p], sizeof names[p], "model.safetensors");
+        else snprintf(names[p], sizeof names[p], "model-%05zu-of-%05zu.safetensors", p + 1, nparts);
+        part_names[p] = names[p];
+        char *path = tps_outdir_path(od, names[p]);
         st = path ? write_part(ss, start[p], start[p + 1], path, sink, err) : tps_fail_oom(err, "merging");
         free(path);
     }
-    if (st == TPS_OK && nparts > 1) {
-        tps_jw w;
-        tps_jw_init(&w, &idx, true);
-        tps_jw_object_begin(&w);
-        tps_jw_key(&w, "metadata");
-        tps_jw_object_begin(&w);
-        tps_jw_key(&w, "total_size");
-        tps_jw_u64(&w, total);
-        tps_jw_object_end(&w);
-        tps_jw_key(&w, "weight_map");
-        tps_jw_object_begin(&w);
-        for (size_t p = 0; p < nparts; p++)
-            for (size_t i = start[p]; i < start[p + 1]; i++) {
-                snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", p + 1, nparts);
-                tps_jw_key(&w, m->tensors[i].name);
-                tps_jw_string(&w, name);
-            }
-        tps_jw_object_end(&w);
-        tps_jw_object_end(&w);
-        tps_buf_putc(&idx, '\n');
-        char *path = tps_outdir_path(od, "model.safetensors.index.json");
-        st = !path || idx.oom ? tps_fail_oom(err, "writing the index") : tps_write_file_atomic(path, idx.data, idx.len, err);
-        free(path);
-    }
+    if (st == TPS_OK && nparts > 1)
+        st = tps_hf_index_write(od, "model.safetensors.index.json", m, start, nparts, part_names, total, err);
     if (st == TPS_OK) st = tps_outdir_commit(od, err);
     if (st) tps_outdir_abort(od);
     else tps_outdir_free(od);
-    tps_buf_release(&idx);
+    free(part_names);
+    free(names);
+    free(bytes);
     free(start);
     return st;
 }

@@ -9,7 +9,7 @@
 #include "checked.h"
 #include "iocache.h"
 #include "prefetch.h"
-#include "rank_index.h"
+#include "hf_index.h"
 #include "spans.h"
 #include "formats/safetensors.h"
 
