@@ -22,7 +22,7 @@ struct tps_prefetch {
     int nslots;
     size_t cap;
     uint64_t produced, consumed;
-    bool stop, started;
+    bool stop, started, checksum;
     tps_fill_fn fill;
     void *ctx;
 };
@@ -41,7 +41,7 @@ static void *run(void *arg)
         sl->end = false;
         tps_error_clear(&sl->err);
         sl->st = p->fill(p->ctx, sl->buf, p->cap, &sl->n, &sl->end, &sl->err);
-        if (sl->st == TPS_OK && !sl->end) sl->crc = tps_crc32(0, sl->buf, sl->n);
+        if (p->checksum && sl->st == TPS_OK && !sl->end) sl->crc = tps_crc32(0, sl->buf, sl->n);
         bool last = sl->st != TPS_OK || sl->end;
         pthread_mutex_lock(&p->mu);
         p->produced++;
@@ -51,7 +51,8 @@ static void *run(void *arg)
     }
 }
 
-tps_status tps_prefetch_start(tps_fill_fn fill, void *ctx, size_t cap, int nslots, tps_prefetch **out, tps_error *err)
+tps_status tps_prefetch_start(tps_fill_fn fill, void *ctx, size_t cap, int nslots, bool checksum, tps_prefetch **out,
+                              tps_error *err)
 {
     *out = NULL;
     tps_prefetch *p = calloc(1, sizeof *p);
@@ -61,6 +62,7 @@ tps_status tps_prefetch_start(tps_fill_fn fill, void *ctx, size_t cap, int nslot
     }
     p->nslots = nslots;
     p->cap = cap;
+    p->checksum = checksum;
     p->fill = fill;
     p->ctx = ctx;
     pthread_mutex_init(&p->mu, NULL);
