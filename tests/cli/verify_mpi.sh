@@ -10,7 +10,7 @@ if ! command -v mpirun >/dev/null 2>&1; then
     skip "verify under mpirun: no mpirun on PATH (install Open MPI)"
     exit 0
 fi
-if ! make -s -C "$TPS_TOP" config 2>/dev/null | grep -q "^MPI .*found"; then
+if ! make -s -C "$TPS_TOP" config 2>/dev/null | grep -q "^MPI  *found"; then
     skip "verify under mpirun: this build has no MPI plugin (make config: MPI not found)"
     exit 0
 fi

@@ -96,7 +96,7 @@ expect_exit 1 "rank 0's partial sum differs from the reference for its share" \
     "wrong q order: cuda exits 1 blaming rank 0's partial sum" timeout 300 "$TPSHARD" verify "$T/q" --backend cuda $e2
 
 # MPI with CUDA: NCCL from a broadcast unique id (or the host all-reduce on one GPU).
-if command -v mpirun >/dev/null 2>&1 && make -s -C "$TPS_TOP" config 2>/dev/null | grep -q "^MPI .*found"; then
+if command -v mpirun >/dev/null 2>&1 && make -s -C "$TPS_TOP" config 2>/dev/null | grep -q "^MPI  *found"; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     flags=
     mpirun --version 2>&1 | grep -q "Open MPI" && flags=--oversubscribe
