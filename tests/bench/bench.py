@@ -122,7 +122,9 @@ class Bench:
     # ---- setup ----
     def setup(self):
         os.makedirs(BUILD, exist_ok=True)
-        need = 3.2 * self.layers * 0.40625 * GiB + 6 * GiB
+        est = (1.957 + self.layers * 0.40625) * GiB
+        # input, then .bin, two shard sets and one output (tmpfs cases), or input and output
+        need = est * (4.2 if est < 12 * GiB else 2.1)
         print(f"bench: {self.size} -> {self.layers} layers; input {self.src}; cold cache by {self.cold}")
         print(subprocess.run(["df", "-h", self.data if os.path.isdir(self.data) else BUILD,
                               os.path.dirname(self.tmpfs)], capture_output=True, text=True).stdout, end="")
