@@ -257,25 +257,18 @@ static tps_status enter_tensor(tps_manifest *m, rank_out *outs, size_t i, const 
  * part); a slice larger than max gets a part of its own. */
 static tps_status plan_parts(const tps_manifest *m, uint64_t r, uint64_t max, rank_out *ro, tps_error *err)
 {
+    tps_status st = TPS_OK;
+    uint64_t *bytes = calloc(m->ntensors + 1, sizeof *bytes);
     ro->first = calloc(m->ntensors + 2, sizeof *ro->first);
-    if (!ro->first) return tps_fail_oom(err, "planning parts");
-    ro->nparts = 1;
-    uint64_t cur = 0;
-    for (size_t i = 0; max && i < m->ntensors; i++) {
-        const tps_manifest_tensor *t = &m->tensors[i];
-        uint64_t shape[TPS_MAX_DIMS], nelem, b;
-        tps_partition_rank_shape(&t->part, t->ndim, t->shape, m->tp, r, shape);
-        if (!tps_prod_u64(shape, t->ndim, &nelem)) return tps_fail(err, TPS_EINVALID, "tensor '%s' is too large", t->name);
-        tps_status st = tps_dtype_nbytes(t->dtype, nelem, &b, t->name, err);
-        if (st) return st;
-        if (cur > 0 && (cur + b < cur || cur + b > max)) {
-            ro->first[ro->nparts++] = i;
-            cur = 0;
-        }
-        cur += b;
+    if (!bytes || !ro->first) {
+        st = tps_fail_oom(err, "planning parts");
+        goto cleanup;
     }
-    ro->first[ro->nparts] = m->ntensors;
-    return TPS_OK;
+    for (size_t i = 0; max && i < m->ntensors; i++) TPS_CHECK(tps_manifest_rank_bytes(m, i, r, &bytes[i], err));
+    tps_parts_greedy(bytes, m->ntensors, max, ro->first, &ro->nparts);
+cleanup:
+    free(bytes);
+    return st;
 }
 
 /* Names every file (rank-major, parts in order) and refuses two files with one name. */

@@ -4,9 +4,10 @@
  * Split, reshard and merge are all this one pipeline; they differ only in where the global
  * bytes come from (a checkpoint reader, or a shard set gathering them from its ranks) and
  * in the target partitions (merge: everything replicated at tp 1, padding stripped).  Each
- * tensor is read front to back in chunks of at most chunk_bytes, so memory stays bounded by
- * the chunk plus one write buffer per rank file, whatever the model size; the input is
- * read in one sequential pass and each rank file is written sequentially. */
+ * tensor is read front to back in chunks of at most chunk_bytes by a reader thread that runs
+ * a few chunks ahead of the writer (lib/prefetch.h), so memory stays bounded by those chunks
+ * in flight plus one write buffer per rank file, whatever the model size; the input is read
+ * in one sequential pass and each rank file is written sequentially. */
 #ifndef TPS_CUT_H
 #define TPS_CUT_H
 
@@ -30,7 +31,7 @@ typedef struct tps_cut_opts {
                                   (the others are still computed for the manifest's sizes and CRCs) */
     const char *name_template; /* file name per rank (and part): "{rank}", "{tp}", "{part}" replaced;
                                   NULL for the default */
-    uint64_t chunk_bytes;      /* 0: the default (8 MiB) */
+    uint64_t chunk_bytes;      /* 0: the default (1 MiB; 8 in flight) */
     void (*progress)(const tps_progress *p, void *arg);
     void *progress_arg;
     uint64_t max_part_bytes; /* 0: one file per rank.  Else each rank's tensors go, in manifest order,

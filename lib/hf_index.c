@@ -64,16 +64,9 @@ tps_status tps_rank_index_write(const tps_manifest *m, uint64_t r, const size_t 
     const char **names = calloc(nparts ? nparts : 1, sizeof *names);
     if (!names) return tps_fail_oom(err, "writing a rank index");
     for (size_t p = 0; p < nparts; p++) names[p] = m->files[file0 + p].name;
-    /* The rank's tensor bytes, padding rows included (they are in the rank's tensors). */
     for (size_t i = 0; i < m->ntensors; i++) {
-        const tps_manifest_tensor *t = &m->tensors[i];
-        uint64_t shape[TPS_MAX_DIMS], nelem, bytes;
-        tps_partition_rank_shape(&t->part, t->ndim, t->shape, m->tp, r, shape);
-        if (!tps_prod_u64(shape, t->ndim, &nelem)) {
-            st = tps_fail(err, TPS_EINVALID, "tensor '%s' is too large", t->name);
-            goto cleanup;
-        }
-        TPS_CHECK(tps_dtype_nbytes(t->dtype, nelem, &bytes, t->name, err));
+        uint64_t bytes;
+        TPS_CHECK(tps_manifest_rank_bytes(m, i, r, &bytes, err));
         if (!tps_add_u64(total, bytes, &total)) {
             st = tps_fail(err, TPS_EINVALID, "rank %llu is too large", (unsigned long long)r);
             goto cleanup;

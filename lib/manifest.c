@@ -538,3 +538,12 @@ void tps_manifest_free(tps_manifest *m)
     free(m->layout_text);
     free(m);
 }
+
+tps_status tps_manifest_rank_bytes(const tps_manifest *m, size_t i, uint64_t r, uint64_t *out, tps_error *err)
+{
+    const tps_manifest_tensor *t = &m->tensors[i];
+    uint64_t shape[TPS_MAX_DIMS], nelem;
+    tps_partition_rank_shape(&t->part, t->ndim, t->shape, m->tp, r, shape);
+    if (!tps_prod_u64(shape, t->ndim, &nelem)) return tps_fail(err, TPS_EINVALID, "tensor '%s' is too large", t->name);
+    return tps_dtype_nbytes(t->dtype, nelem, out, t->name, err);
+}

@@ -76,6 +76,9 @@ tps_status tps_manifest_to_json(const tps_manifest *m, tps_buf *buf, tps_error *
 
 const tps_manifest_tensor *tps_manifest_find(const tps_manifest *m, const char *name);
 
+/* Bytes of rank r's slice of tensor i (padding included: it is in the rank's tensor). */
+tps_status tps_manifest_rank_bytes(const tps_manifest *m, size_t i, uint64_t r, uint64_t *out, tps_error *err);
+
 void tps_manifest_free(tps_manifest *m);
 
 /* An opened shard set: its manifest and, per rank, an index over that rank's files. */

@@ -3,7 +3,6 @@
 #   make bench BENCH_SIZE=30G       ~30 GiB (disk cases only), BENCH_RUNS=3 for a quick run
 # Other knobs (BENCH_DIR, BENCH_TMPFS, BENCH_COLD, BENCH_TORCH, BENCH_BIN, BENCH_KEEP): see
 # tests/bench/bench.py.  Results: build/bench/results.md.
-BENCH_SAVED_GOAL := $(.DEFAULT_GOAL)
 BENCH_PYTHON ?= /usr/bin/python3
 
 $(BUILD)/bench/benchtool: tests/bench/benchtool.c
@@ -14,5 +13,3 @@ $(BUILD)/bench/benchtool: tests/bench/benchtool.c
 bench: tpshard $(BUILD)/bench/benchtool
 	$(Q)$(foreach v,BENCH_SIZE BENCH_RUNS BENCH_DIR BENCH_TMPFS BENCH_COLD BENCH_TORCH BENCH_BIN BENCH_KEEP,$(if $($(v)),$(v)='$($(v))')) $(BENCH_PYTHON) tests/bench/bench.py
 
-# These rules must not become the default goal of the including Makefile.
-.DEFAULT_GOAL := $(BENCH_SAVED_GOAL)

@@ -5,8 +5,6 @@
 #                             $(FUZZ_BUILD) (apart from the gcc build) and runs it N seconds
 #                             (FUZZ_TARGETS= picks some); new inputs go to $(FUZZ_BUILD)/corpus/<t>,
 #                             crashes to $(FUZZ_BUILD)/artifacts/<t>/
-# Included before `all:`: keep this fragment's targets from becoming make's default goal.
-FUZZ_SAVED_GOAL := $(.DEFAULT_GOAL)
 FUZZ_TARGETS ?= safetensors json zip pickle npy layout manifest checkpoint
 FUZZ_ALL := safetensors json zip pickle npy layout manifest checkpoint
 FUZZ_SECONDS ?= 60
@@ -38,4 +36,3 @@ fuzz-build:
 fuzz: fuzz-build
 	$(Q)sh tests/fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
-.DEFAULT_GOAL := $(FUZZ_SAVED_GOAL)
