@@ -1,9 +1,11 @@
 /* tpshard check: prove a shard set intact from its manifest, in one read of the shards. */
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include "cli.h"
@@ -56,15 +58,30 @@ static void add_findingf(findings *f, const char *fmt, ...)
     add_finding(f, msg);
 }
 
-typedef struct source_cmp {
+/* Tensors are independent (each has its own global CRC and its own CRC per rank), so check
+ * walks them on several threads: each claims the next tensor and gathers it with its own
+ * buffers, keeping that tensor's findings apart; they are reported afterwards in manifest
+ * order, so the output does not depend on timing. */
+typedef struct check_job {
+    tps_shardset *ss;
     const tps_index *src;
+    uint32_t *rank_crc;   /* [tensor * tp + rank] */
+    findings *per_tensor; /* one list per tensor */
+    uint64_t *ok_bytes;   /* per tensor: its bytes once its checksum matched */
+    size_t next;          /* the next tensor to claim */
+    tps_progress prog;
+    tps_progress_state *ps;
+    pthread_mutex_t mu; /* next, prog and the progress line */
+    int threads;
+} check_job;
+
+typedef struct source_cmp {
+    check_job *job;
     const tps_tensor *x;
     unsigned char *buf;
     bool differs;
     findings *f;
     const char *name;
-    const tps_progress *prog; /* done: bytes of the tensors before this one */
-    tps_progress_state *ps;
 } source_cmp;
 
 #define CMP_CHUNK (4u << 20)
@@ -72,12 +89,15 @@ typedef struct source_cmp {
 static tps_status compare_with_source(void *arg, uint64_t off, const void *p, size_t n, tps_error *err)
 {
     source_cmp *c = arg;
-    tps_progress now = {c->prog->done + off + n, c->prog->total, c->name};
-    tps_progress_update(&now, c->ps);
+    pthread_mutex_lock(&c->job->mu);
+    c->job->prog.done += n;
+    c->job->prog.tensor = c->name;
+    tps_progress_update(&c->job->prog, c->job->ps);
+    pthread_mutex_unlock(&c->job->mu);
     if (!c->x || c->differs) return TPS_OK;
     for (size_t done = 0; done < n;) {
         size_t k = n - done < CMP_CHUNK ? n - done : CMP_CHUNK;
-        tps_status st = tps_tensor_read(c->src, c->x, off + done, c->buf, k, err);
+        tps_status st = tps_tensor_read(c->job->src, c->x, off + done, c->buf, k, err);
         if (st) return st;
         if (memcmp(c->buf, (const char *)p + done, k) != 0) {
             const unsigned char *a = c->buf, *b = (const unsigned char *)p + done;
@@ -97,6 +117,63 @@ static void forward_finding(void *arg, const char *msg)
 {
     source_cmp *c = arg;
     add_finding(c->f, msg);
+}
+
+static void check_tensor(check_job *j, size_t i, unsigned char *cmpbuf)
+{
+    const tps_manifest *m = j->ss->m;
+    const tps_manifest_tensor *t = &m->tensors[i];
+    findings *f = &j->per_tensor[i];
+    source_cmp c = {j, NULL, cmpbuf, false, f, t->name};
+    if (j->src) {
+        c.x = tps_index_find(j->src, t->name);
+        if (!c.x) add_findingf(f, "tensor '%s' is not in the source", t->name);
+        else if (c.x->dtype != t->dtype || c.x->ndim != t->ndim ||
+                 memcmp(c.x->shape, t->shape, sizeof(uint64_t) * (size_t)t->ndim)) {
+            add_findingf(f, "tensor '%s': dtype or shape differs from the source", t->name);
+            c.x = NULL;
+        }
+    }
+    tps_gather_hooks h = {compare_with_source, forward_finding, &c, j->threads > 1};
+    uint32_t gcrc;
+    tps_error err;
+    tps_error_clear(&err);
+    if (tps_gather_tensor(j->ss, t, &h, &gcrc, j->rank_crc + i * m->tp, &err)) {
+        add_findingf(f, "tensor '%s': %s", t->name, err.msg);
+        return;
+    }
+    if (gcrc != t->crc)
+        add_findingf(f, "tensor '%s': CRC-32 of the reassembled tensor is %08x, the manifest says %08x", t->name,
+                     (unsigned)gcrc, t->crc);
+    j->ok_bytes[i] = t->nbytes;
+}
+
+typedef struct worker {
+    check_job *job;
+    unsigned char *cmpbuf;
+    pthread_t th;
+} worker;
+
+static void *check_worker(void *arg)
+{
+    worker *w = arg;
+    check_job *j = w->job;
+    for (;;) {
+        pthread_mutex_lock(&j->mu);
+        size_t i = j->next++;
+        pthread_mutex_unlock(&j->mu);
+        if (i >= j->ss->m->ntensors) return NULL;
+        check_tensor(j, i, w->cmpbuf);
+    }
+}
+
+/* Threads for the walk: the cores there are, at most 4 (each also has its reader thread);
+ * one with --source, whose reader (a .bin, an .npz) need not allow concurrent reads. */
+static int check_threads(const tps_manifest *m, bool with_source)
+{
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int n = with_source || ncpu < 2 ? 1 : ncpu > 4 ? 4 : (int)ncpu;
+    return (size_t)n > m->ntensors ? (m->ntensors ? (int)m->ntensors : 1) : n;
 }
 
 /* Rebuilds each rank file's CRC from its header bytes and the rank's tensor CRCs. */
@@ -184,7 +261,10 @@ static int run_check(char **args, int nargs)
     tps_shardset *ss = NULL;
     tps_index *src = NULL;
     uint32_t *rank_crc = NULL;
-    unsigned char *cmpbuf = NULL;
+    tps_progress_state ps;
+    check_job job = {.ps = &ps, .mu = PTHREAD_MUTEX_INITIALIZER};
+    worker *workers = NULL;
+    int nthreads = 0;
     uint64_t bytes = 0;
     int rc = 0;
     struct stat sb;
@@ -222,42 +302,33 @@ static int run_check(char **args, int nargs)
         add_findingf(&f, "byte-level checks skipped: not every rank's files could be opened");
         goto report;
     }
-    rank_crc = calloc(m->ntensors * m->tp + 1, sizeof *rank_crc);
-    cmpbuf = malloc(CMP_CHUNK);
-    if (!rank_crc || !cmpbuf) {
+    job.threads = nthreads = check_threads(m, src != NULL);
+    job.ss = ss;
+    job.src = src;
+    job.rank_crc = rank_crc = calloc(m->ntensors * m->tp + 1, sizeof *rank_crc);
+    job.per_tensor = calloc(m->ntensors + 1, sizeof *job.per_tensor);
+    job.ok_bytes = calloc(m->ntensors + 1, sizeof *job.ok_bytes);
+    workers = calloc((size_t)nthreads, sizeof *workers);
+    bool bufs_ok = workers != NULL;
+    for (int k = 0; bufs_ok && k < nthreads; k++) {
+        workers[k].job = &job;
+        bufs_ok = !src || (workers[k].cmpbuf = malloc(CMP_CHUNK)) != NULL;
+    }
+    if (!rank_crc || !job.per_tensor || !job.ok_bytes || !bufs_ok) {
         tps_fail_oom(&err, "checking");
         rc = tps_cli_report("check", &err);
         goto cleanup;
     }
-    tps_progress prog = {0, 0, NULL};
-    tps_progress_state ps;
-    for (size_t i = 0; i < m->ntensors; i++) prog.total += m->tensors[i].nbytes;
+    for (size_t i = 0; i < m->ntensors; i++) job.prog.total += m->tensors[i].nbytes;
     tps_progress_begin(&ps, "check");
+    int started = 0;
+    for (int k = 1; k < nthreads; k++, started++)
+        if (pthread_create(&workers[k].th, NULL, check_worker, &workers[k]) != 0) break;
+    check_worker(&workers[0]);
+    for (int k = 1; k <= started; k++) pthread_join(workers[k].th, NULL);
     for (size_t i = 0; i < m->ntensors; i++) {
-        const tps_manifest_tensor *t = &m->tensors[i];
-        source_cmp c = {src, NULL, cmpbuf, false, &f, t->name, &prog, &ps};
-        if (src) {
-            c.x = tps_index_find(src, t->name);
-            if (!c.x) add_findingf(&f, "tensor '%s' is not in the source", t->name);
-            else if (c.x->dtype != t->dtype || c.x->ndim != t->ndim ||
-                     memcmp(c.x->shape, t->shape, sizeof(uint64_t) * (size_t)t->ndim)) {
-                add_findingf(&f, "tensor '%s': dtype or shape differs from the source", t->name);
-                c.x = NULL;
-            }
-        }
-        tps_gather_hooks h = {compare_with_source, forward_finding, &c};
-        uint32_t gcrc;
-        tps_error_clear(&err);
-        tps_status gst = tps_gather_tensor(ss, t, &h, &gcrc, rank_crc + i * m->tp, &err);
-        prog.done += t->nbytes;
-        if (gst) {
-            add_findingf(&f, "tensor '%s': %s", t->name, err.msg);
-            continue;
-        }
-        if (gcrc != t->crc)
-            add_findingf(&f, "tensor '%s': CRC-32 of the reassembled tensor is %08x, the manifest says %08x", t->name,
-                         (unsigned)gcrc, t->crc);
-        bytes += t->nbytes;
+        for (size_t q = 0; q < job.per_tensor[i].n; q++) add_finding(&f, job.per_tensor[i].msg[q]);
+        bytes += job.ok_bytes[i];
     }
     tps_progress_end(&ps);
     tps_error_clear(&err);
@@ -268,8 +339,15 @@ report:
 cleanup:
     for (size_t i = 0; i < f.n; i++) free(f.msg[i]);
     free(f.msg);
+    for (size_t i = 0; job.per_tensor && i < job.ss->m->ntensors; i++) {
+        for (size_t q = 0; q < job.per_tensor[i].n; q++) free(job.per_tensor[i].msg[q]);
+        free(job.per_tensor[i].msg);
+    }
+    for (int k = 0; workers && k < nthreads; k++) free(workers[k].cmpbuf);
+    free(workers);
+    free(job.per_tensor);
+    free(job.ok_bytes);
     free(rank_crc);
-    free(cmpbuf);
     tps_index_free(src);
     tps_shardset_free(ss);
     return rc;

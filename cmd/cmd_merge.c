@@ -64,7 +64,7 @@ static tps_status write_part(tps_shardset *ss, size_t first, size_t last, const 
     tps_status st = tps_st_writer_open(path, e, last - first, NULL, 0, &sink->w, err);
     free(e);
     if (st) return st;
-    tps_gather_hooks h = {to_writer, on_finding, sink};
+    tps_gather_hooks h = {to_writer, on_finding, sink, false};
     for (size_t i = first; i < last && st == TPS_OK; i++) {
         uint32_t crc;
         sink->prog.tensor = m->tensors[i].name;

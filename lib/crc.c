@@ -1,5 +1,6 @@
 #include "crc.h"
 
+#include <stdatomic.h>
 #include <zlib.h>
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -85,12 +86,15 @@ __attribute__((target("pclmul,sse4.1"))) static uint32_t fold(const unsigned cha
 
 static int have_clmul(void)
 {
-    static int have = -1; /* a benign race: every thread computes the same value */
-    if (have < 0) {
+    /* Threads may race to fill it in; they all store the same value, and atomically. */
+    static _Atomic int have = -1;
+    int h = atomic_load_explicit(&have, memory_order_relaxed);
+    if (h < 0) {
         __builtin_cpu_init();
-        have = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
+        h = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
+        atomic_store_explicit(&have, h, memory_order_relaxed);
     }
-    return have;
+    return h;
 }
 
 uint32_t tps_crc32(uint32_t crc, const void *buf, size_t len)

@@ -8,6 +8,7 @@
 #ifndef TPS_GATHER_H
 #define TPS_GATHER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "manifest.h"
@@ -19,6 +20,9 @@ typedef struct tps_gather_hooks {
      * is reported once per tensor and rank pair. */
     void (*on_finding)(void *arg, const char *msg);
     void *arg;
+    /* The caller walks several tensors at once, one per core: read in the calling thread
+     * instead of a reader thread of its own (the chunks stay in this core's cache). */
+    bool in_caller_thread;
 } tps_gather_hooks;
 
 /* Fills global_crc and, when rank_crc is non-NULL, rank_crc[r] for every rank. */
