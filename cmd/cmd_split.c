@@ -92,13 +92,7 @@ static int run_split(char **args, int nargs)
     }
     tps_progress_state ps;
     tps_progress_begin(&ps, "split");
-    tps_cut_opts co = {.write_rank = write_rank,
-                       .name_template = tmpl,
-                       .progress = tps_progress_update,
-                       .progress_arg = &ps,
-                       .max_part_bytes = o.max_shard,
-                       .file_done = tps_progress_file_done,
-                       .file_done_arg = &ps};
+    tps_cut_opts co = tps_cli_cut_opts(write_rank, tmpl, o.max_shard, &ps);
     tps_status st = cv ? tps_cut(m, tps_convert_read, cv, od, &co, &err) : tps_cut(m, read_source, ix, od, &co, &err);
     tps_progress_end(&ps);
     if (st == TPS_OK) st = tps_publish_shardset(m, od, &err);

@@ -20,3 +20,15 @@ int tps_cli_name_template(const char *cmd, const char *user, uint64_t tp, uint64
     *out = tmpl;
     return -1;
 }
+
+tps_cut_opts tps_cli_cut_opts(const bool *write_rank, const char *tmpl, uint64_t max_part_bytes,
+                              tps_progress_state *ps)
+{
+    return (tps_cut_opts){.write_rank = write_rank,
+                          .name_template = tmpl,
+                          .progress = tps_progress_update,
+                          .progress_arg = ps,
+                          .max_part_bytes = max_part_bytes,
+                          .file_done = tps_progress_file_done,
+                          .file_done_arg = ps};
+}
