@@ -278,30 +278,36 @@ bool vcheck_shapes(const tps_block *b, const vdims *d, const vshare *s, const vl
     return true;
 }
 
+/* Names out and gives it a buffer for a whole tensor; *nb is its byte count. */
+static tps_status vt_prepare(tps_vt *out, const char *name, uint64_t nbytes, tps_dtype dtype, int ndim,
+                             const uint64_t *shape, size_t *nb, tps_error *err)
+{
+    memset(out, 0, sizeof *out);
+    if (!tps_u64_to_size(nbytes, nb)) return tps_fail_oom(err, name);
+    out->name = strdup(name);
+    out->data = malloc(*nb ? *nb : 1);
+    if (!out->name || !out->data) {
+        tps_vt_release(out);
+        return tps_fail_oom(err, name);
+    }
+    out->dtype = dtype;
+    out->ndim = ndim;
+    memcpy(out->shape, shape, sizeof out->shape);
+    /* the readers checked nbytes against the shape, so the product fits */
+    tps_prod_u64(shape, ndim, &out->nelem);
+    return TPS_OK;
+}
+
 static tps_status index_load(void *ctx, const char *name, tps_vt *out, tps_error *err)
 {
     const tps_index *ix = ctx;
     const tps_tensor *t = tps_index_find(ix, name);
     if (!t) return tps_fail(err, TPS_EINVALID, "%s: no tensor %s", ix->path, name);
     size_t nb;
-    if (!tps_u64_to_size(t->nbytes, &nb)) return tps_fail_oom(err, name);
-    memset(out, 0, sizeof *out);
-    out->name = strdup(name);
-    out->data = malloc(nb ? nb : 1);
-    if (!out->name || !out->data) {
-        tps_vt_release(out);
-        return tps_fail_oom(err, name);
-    }
-    tps_status st = tps_tensor_read(ix, t, 0, out->data, nb, err);
-    if (st != TPS_OK) {
-        tps_vt_release(out);
-        return st;
-    }
-    out->dtype = t->dtype;
-    out->ndim = t->ndim;
-    memcpy(out->shape, t->shape, sizeof out->shape);
-    out->nelem = t->nelem;
-    return TPS_OK;
+    tps_status st = vt_prepare(out, name, t->nbytes, t->dtype, t->ndim, t->shape, &nb, err);
+    if (st == TPS_OK) st = tps_tensor_read(ix, t, 0, out->data, nb, err);
+    if (st) tps_vt_release(out);
+    return st;
 }
 
 static bool index_has(void *ctx, const char *name)
@@ -321,25 +327,10 @@ static tps_status shardset_load(void *ctx, const char *name, tps_vt *out, tps_er
     const tps_manifest_tensor *t = tps_manifest_find(ss->m, name);
     if (!t) return tps_fail(err, TPS_EINVALID, "%s: the manifest has no tensor %s", ss->dir, name);
     size_t nb;
-    if (!tps_u64_to_size(t->nbytes, &nb)) return tps_fail_oom(err, name);
-    memset(out, 0, sizeof *out);
-    out->name = strdup(name);
-    out->data = malloc(nb ? nb : 1);
-    if (!out->name || !out->data) {
-        tps_vt_release(out);
-        return tps_fail_oom(err, name);
-    }
-    tps_status st = tps_shardset_read_global(ss, t, 0, out->data, nb, err);
-    if (st != TPS_OK) {
-        tps_vt_release(out);
-        return st;
-    }
-    out->dtype = t->dtype;
-    out->ndim = t->ndim;
-    memcpy(out->shape, t->shape, sizeof out->shape);
-    /* the manifest loader checked nbytes against the shape, so the product fits */
-    tps_prod_u64(t->shape, t->ndim, &out->nelem);
-    return TPS_OK;
+    tps_status st = vt_prepare(out, name, t->nbytes, t->dtype, t->ndim, t->shape, &nb, err);
+    if (st == TPS_OK) st = tps_shardset_read_global(ss, t, 0, out->data, nb, err);
+    if (st) tps_vt_release(out);
+    return st;
 }
 
 static bool shardset_has(void *ctx, const char *name)
