@@ -191,10 +191,12 @@ if command -v script >/dev/null 2>&1 && script -qc true /dev/null </dev/null >/d
         rc=$?
         secs=$(($(date +%s) - start + 1))
         draws=$(grep -o "$(printf '\r')$(printf '\033')\[K$c [0-9]" "tty.$c" | wc -l)
-        # the last draw shows everything done, with the rate, the ETA and a tensor name
+        # the last draw shows everything done, with the rate, the ETA and a tensor name, whose
+        # head is cut to "..." when it does not fit (which tensor is last depends on timing:
+        # check walks tensors on several threads)
         last=$(tr '\r' '\n' <"tty.$c" | grep "^$(printf '\033')\[K$c [0-9]" | tail -1)
         if [ $rc -eq 0 ] && [ "$draws" -ge 1 ] && [ "$draws" -le $((5 * secs + 2)) ] &&
-            echo "$last" | grep -Eq "$c [0-9.]+ [kMG]?B / [0-9.]+ [kMG]?B +100%  [0-9.]+ GB/s  ETA [0-9]+:[0-9]{2}  (model|lm_head)"; then
+            echo "$last" | grep -Eq "$c [0-9.]+ [kMG]?B / [0-9.]+ [kMG]?B +100%  [0-9.]+ GB/s  ETA [0-9]+:[0-9]{2}  (model|lm_head|\.\.\.[a-z_.0-9]+$)"; then
             ok "$c on a terminal: $draws progress draw(s) in ${secs}s (at most 5/s), bytes, %, GB/s, ETA, tensor"
         else
             notok "$c on a terminal: progress line"
