@@ -745,13 +745,15 @@ void tps_jw_object_end(tps_jw *w) { close_container(w, '}'); }
 void tps_jw_array_begin(tps_jw *w) { open_container(w, '['); }
 void tps_jw_array_end(tps_jw *w) { close_container(w, ']'); }
 
-void tps_jw_key(tps_jw *w, const char *key)
+static void key_n(tps_jw *w, const char *key, size_t n)
 {
     before_item(w);
-    tps_json_escape(w->out, key, strlen(key));
+    tps_json_escape(w->out, key, n);
     tps_buf_append(w->out, ": ", w->pretty ? 2 : 1);
     w->after_key = true;
 }
+
+void tps_jw_key(tps_jw *w, const char *key) { key_n(w, key, strlen(key)); }
 
 void tps_jw_string_n(tps_jw *w, const char *s, size_t n)
 {
@@ -815,4 +817,30 @@ void tps_jw_null(tps_jw *w)
 {
     before_item(w);
     tps_buf_append(w->out, "null", 4);
+}
+
+void tps_jw_value(tps_jw *w, const tps_json *v)
+{
+    switch (v->type) {
+    case TPS_JSON_NULL: tps_jw_null(w); break;
+    case TPS_JSON_BOOL: tps_jw_bool(w, v->u.boolean); break;
+    case TPS_JSON_NUMBER:
+        before_item(w);
+        tps_buf_append(w->out, v->u.number.text, v->u.number.len);
+        break;
+    case TPS_JSON_STRING: tps_jw_string_n(w, v->u.string.s, v->u.string.len); break;
+    case TPS_JSON_ARRAY:
+        tps_jw_array_begin(w);
+        for (size_t i = 0; i < v->u.array.n; i++) tps_jw_value(w, v->u.array.items[i]);
+        tps_jw_array_end(w);
+        break;
+    case TPS_JSON_OBJECT:
+        tps_jw_object_begin(w);
+        for (size_t i = 0; i < v->u.object.n; i++) {
+            key_n(w, v->u.object.keys[i]->u.string.s, v->u.object.keys[i]->u.string.len);
+            tps_jw_value(w, v->u.object.values[i]);
+        }
+        tps_jw_object_end(w);
+        break;
+    }
 }

@@ -98,6 +98,8 @@ void tps_jw_i64(tps_jw *w, int64_t v);
 void tps_jw_double(tps_jw *w, double v); /* shortest text that reads back to the same double */
 void tps_jw_bool(tps_jw *w, bool v);
 void tps_jw_null(tps_jw *w);
+/* A parsed value, re-emitted: numbers keep their text, so nothing is rounded on the way. */
+void tps_jw_value(tps_jw *w, const tps_json *v);
 
 /* Escape s (n bytes) as a JSON string literal, quotes included, appended to out. */
 void tps_json_escape(tps_buf *out, const char *s, size_t n);

@@ -727,6 +727,37 @@ TEST(doubles_shortest_round_trip)
     }
 }
 
+/* Re-emitting a parsed document keeps every number's text (nothing rounded or reformatted),
+ * decoded strings re-escaped, and the document order of keys. */
+TEST(value_reemitted_verbatim)
+{
+    const char *in = " { \"rope_theta\" : 10000.0, \"eps\": 1e-05, \"big\": 18446744073709551615,"
+                     " \"neg\": -0.50, \"s\": \"a\\u00e9\\n\\\"\", \"n\": null,"
+                     " \"list\": [true, false, [], {}], \"k\\u0000\": 1 } ";
+    const char *want = "{\"rope_theta\":10000.0,\"eps\":1e-05,\"big\":18446744073709551615,\"neg\":-0.50,"
+                       "\"s\":\"a\xc3\xa9\\n\\\"\",\"n\":null,\"list\":[true,false,[],{}],\"k\\u0000\":1}";
+    tps_error err;
+    tps_json_doc *doc = parse(in, &err);
+    CHECK(doc != NULL);
+    if (!doc) return;
+    tps_buf b = TPS_BUF_INIT;
+    tps_jw w;
+    tps_jw_init(&w, &b, false);
+    tps_jw_value(&w, tps_json_root(doc));
+    CHECK_STR(tps_buf_cstr(&b), want);
+    /* and pretty, inside an object being written: the same separators as hand-written keys */
+    tps_buf p = TPS_BUF_INIT;
+    tps_jw_init(&w, &p, true);
+    tps_jw_object_begin(&w);
+    tps_jw_key(&w, "keys");
+    tps_jw_value(&w, tps_json_get(tps_json_root(doc), "list"));
+    tps_jw_object_end(&w);
+    CHECK_STR(tps_buf_cstr(&p), "{\n  \"keys\": [\n    true,\n    false,\n    [],\n    {}\n  ]\n}");
+    tps_buf_release(&b);
+    tps_buf_release(&p);
+    tps_json_doc_free(doc);
+}
+
 int main(void)
 {
     RUN(nested_document);
@@ -745,5 +776,6 @@ int main(void)
     RUN(emit_compact);
     RUN(emit_pretty);
     RUN(doubles_shortest_round_trip);
+    RUN(value_reemitted_verbatim);
     return tps_test_done();
 }
