@@ -44,12 +44,18 @@ static tps_status retarget(const tps_manifest *src, uint64_t tp, tps_manifest **
     size_t nproblems = 0;
     tps_manifest *m = calloc(1, sizeof *m);
     if (!m) return tps_fail_oom(err, "resharding");
-    *m = (tps_manifest){TPS_MANIFEST_VERSION, tp, strdup(src->tool), strdup(src->layout_name), strdup(src->layout_text),
-                        {strdup(src->source.path), strdup(src->source.format), src->source.bytes, 0, NULL},
-                        calloc(src->ntensors + 1, sizeof *m->tensors), 0, NULL, 0};
+    *m = (tps_manifest){.version = TPS_MANIFEST_VERSION,
+                        .tp = tp,
+                        .tool = strdup(src->tool),
+                        .layout_name = strdup(src->layout_name),
+                        .layout_text = strdup(src->layout_text),
+                        .config_path = src->config_path ? strdup(src->config_path) : NULL,
+                        .config_keys = src->config_keys ? strdup(src->config_keys) : NULL,
+                        .source = {strdup(src->source.path), strdup(src->source.format), src->source.bytes, 0, NULL},
+                        .tensors = calloc(src->ntensors + 1, sizeof *m->tensors)};
     m->source.files = calloc(src->source.nfiles + 1, sizeof *m->source.files);
     if (!m->tool || !m->layout_name || !m->layout_text || !m->source.path || !m->source.format || !m->tensors ||
-        !m->source.files) {
+        !m->source.files || !m->config_path != !src->config_path || !m->config_keys != !src->config_keys) {
         st = tps_fail_oom(err, "resharding");
         goto cleanup;
     }

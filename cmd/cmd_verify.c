@@ -26,7 +26,7 @@ static struct {
 
 static const tps_opt verify_opts[] = {
     {"source", 0, TPS_OPT_STRING, &o.source, "SRC", "reference weights from this checkpoint (default: reassembled from the shards)"},
-    {"config", 0, TPS_OPT_STRING, &o.config, "FILE", "Hugging Face config.json (default: next to SRC or in DIR)"},
+    {"config", 0, TPS_OPT_STRING, &o.config, "FILE", "config.json (default: the keys recorded in the manifest)"},
     {"layer", 0, TPS_OPT_STRING, &o.layer, "L|all", "layer to verify (default all)"},
     {"tokens", 0, TPS_OPT_UINT, &o.tokens, "N", "sequence length of the random input (default 16)"},
     {"seed", 0, TPS_OPT_UINT, &o.seed, "S", "seed of the random input (default 1)"},
@@ -64,7 +64,6 @@ static void add_candidate(tps_buf *b, const char *path)
 
 static char *find_config(const char *dir, const tps_manifest *m)
 {
-    if (o.config) return strdup(o.config);
     tps_buf b = TPS_BUF_INIT;
     if (o.source) add_candidate(&b, o.source);
     if (m->source.path) add_candidate(&b, m->source.path);
@@ -75,6 +74,53 @@ static char *find_config(const char *dir, const tps_manifest *m)
         if (is_file(b.data + off)) found = strdup(b.data + off);
     tps_buf_release(&b);
     return found;
+}
+
+/* Model hyper-parameters: --config, else the config keys the manifest recorded at split
+ * time (what the set was cut with), else a config.json found near the source or the set
+ * (shard sets made before manifests recorded it), else the block kind's defaults.  *from
+ * (malloc'd) says which, for the report. */
+static tps_status read_hyperparameters(const char *dir, const tps_manifest *m, tps_layout *l, char **from,
+                                       tps_error *err)
+{
+    tps_status st = TPS_OK;
+    tps_buf what = TPS_BUF_INIT;
+    char *path = o.config ? strdup(o.config) : NULL;
+    if (o.config && !path) return tps_fail_oom(err, "verify");
+    if (!path && m->config_keys) {
+        tps_buf_printf(&what, "%s/" TPS_MANIFEST_NAME " (config recorded from %s)", dir, m->config_path);
+        if (!tps_buf_cstr(&what)) return tps_fail_oom(err, "verify");
+        st = tps_layout_apply_config_text(l, m->config_keys, strlen(m->config_keys), what.data, NULL, err);
+        *from = what.data;
+        return st;
+    }
+    if (!path) path = find_config(dir, m);
+    if (path) st = tps_layout_read_config(l, path, NULL, err);
+    *from = path ? path : strdup("the block kind's defaults");
+    if (!*from) st = tps_fail_oom(err, "verify");
+    return st;
+}
+
+static void json_block(tps_jw *w, const tps_block *b)
+{
+    tps_jw_object_begin(w);
+    const struct {
+        const char *key;
+        uint64_t v;
+    } sizes[] = {{"hidden", b->hidden},         {"heads", b->heads},     {"kv_heads", b->kv_heads},
+                 {"head_dim", b->head_dim},     {"intermediate", b->intermediate},
+                 {"experts", b->experts},       {"top_k", b->top_k}};
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+        tps_jw_key(w, sizes[i].key);
+        tps_jw_u64(w, sizes[i].v);
+    }
+    tps_jw_key(w, "norm_eps");
+    tps_jw_double(w, b->norm_eps);
+    tps_jw_key(w, "rope_theta");
+    tps_jw_double(w, b->rope_theta);
+    tps_jw_key(w, "rotary_pct");
+    tps_jw_double(w, b->rotary_pct);
+    tps_jw_object_end(w);
 }
 
 /* An index of the manifest's global shapes, for the layout's shape inference when no
@@ -270,8 +316,7 @@ static int run_verify(char **args, int nargs)
     const char *text = ss->m->layout_text ? ss->m->layout_text : "";
     TPS_CHECK(tps_layout_parse(text, strlen(text), ss->m->layout_name ? ss->m->layout_name : "manifest layout", &l,
                                &err));
-    config = find_config(dir, ss->m);
-    if (config) TPS_CHECK(tps_layout_read_config(l, config, &err));
+    TPS_CHECK(read_hyperparameters(dir, ss->m, l, &config, &err));
     if (o.source) {
         TPS_CHECK(tps_checkpoint_open(o.source, &src_ix, &err));
         TPS_CHECK(tps_layout_infer_sizes(l, src_ix, &err));
@@ -351,6 +396,10 @@ static int run_verify(char **args, int nargs)
             tps_jw_key(&jw, "source");
             tps_jw_string(&jw, o.source);
         }
+        tps_jw_key(&jw, "config");
+        tps_jw_string(&jw, config);
+        tps_jw_key(&jw, "block");
+        json_block(&jw, &b);
         tps_jw_key(&jw, "tokens");
         tps_jw_u64(&jw, tokens);
         tps_jw_key(&jw, "seed");
@@ -361,6 +410,9 @@ static int run_verify(char **args, int nargs)
         printf("verify %s: %s block, tp %llu, backend %s, %llu tokens, seed %llu; %s\n", dir,
                tps_block_kind_name(b.kind), (unsigned long long)T, info.desc, (unsigned long long)tokens,
                (unsigned long long)(o.seed), refdesc);
+        if (tps_common.verbose)
+            printf("hyper-parameters from %s: norm eps %g, RoPE theta %g, rotary fraction %g\n", config, b.norm_eps,
+                   b.rope_theta, b.rotary_pct);
         fflush(stdout);
     }
     tps_verify_opts vo = {.backend = be, .tokens = tokens, .seed = o.seed, .rtol = o.rtol, .atol = o.atol,
@@ -463,8 +515,10 @@ const tps_cmd tps_cmd_verify = {
         "report says NCCL was not exercised).  Under `mpirun -np T tpshard verify DIR` (detected from\n"
         "the launcher's environment, or --launcher mpi) each process is one rank: MPI_Allreduce on\n"
         "the cpu backend, NCCL from a broadcast unique id on cuda (GPU by node-local rank); rank 0\n"
-        "prints the report and every process exits with the same code.  Model hyper-parameters (RoPE theta, norm epsilon, top-k) come from\n"
-        "config.json: --config, next to SRC, or in DIR; else the block kind's defaults.\n",
+        "prints the report and every process exits with the same code.\n"
+        "Model hyper-parameters (RoPE theta, norm epsilon, top-k) come from --config, else from the\n"
+        "config.json keys the manifest recorded at split time, else a config.json next to SRC or in\n"
+        "DIR, else the block kind's defaults; -v and --json say which.\n",
     .opts = verify_opts,
     .min_args = 1,
     .max_args = 1,

@@ -54,11 +54,23 @@ int tps_cli_plan(const char *cmd, const char *src, const tps_layout_args *a, tps
             if (tps_common.verbose) fprintf(stderr, "tpshard %s: sizes from %s\n", cmd, beside);
         }
     }
-    if (config && tps_layout_read_config(*l, config, &err)) return tps_cli_report(cmd, &err);
-    if (tps_checkpoint_open(src, ix, &err)) return tps_cli_report(cmd, &err);
-    if (tps_layout_infer_sizes(*l, *ix, &err)) return tps_cli_report(cmd, &err);
+    char *config_keys = NULL;
+    if (config && tps_layout_read_config(*l, config, &config_keys, &err)) return tps_cli_report(cmd, &err);
+    tps_status st = tps_checkpoint_open(src, ix, &err);
+    if (st == TPS_OK) st = tps_layout_infer_sizes(*l, *ix, &err);
+    if (st) {
+        free(config_keys);
+        return tps_cli_report(cmd, &err);
+    }
     tps_buf problems = TPS_BUF_INIT, unused = TPS_BUF_INIT;
-    tps_status st = tps_plan_build(*ix, *l, name, a->tp, m, &problems, &unused, &err);
+    st = tps_plan_build(*ix, *l, name, a->tp, m, &problems, &unused, &err);
+    if (st == TPS_OK && config_keys) {
+        /* The manifest keeps what the sizes and block came from: verify needs no config.json. */
+        (*m)->config_keys = config_keys;
+        config_keys = NULL;
+        if (!((*m)->config_path = strdup(config))) st = tps_fail_oom(&err, "planning");
+    }
+    free(config_keys);
     if (unused.len && !tps_common.quiet) print_lines(cmd, "warning: layout rule matched no tensor: ", unused.data);
     if (st == TPS_EINVALID || st == TPS_EUSAGE) {
         print_lines(cmd, "", problems.data);

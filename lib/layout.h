@@ -32,8 +32,15 @@ tps_status tps_layout_load_preset(const char *preset, tps_layout **out, tps_erro
 
 /* Fills sizes the layout left unset from a Hugging Face config.json (hidden_size,
  * num_attention_heads, num_key_value_heads, head_dim, intermediate_size, vocab_size,
- * num_hidden_layers, num_local_experts; GPT-2's n_embd/n_head/n_layer/n_inner). */
-tps_status tps_layout_read_config(tps_layout *l, const char *config_path, tps_error *err);
+ * num_hidden_layers, num_local_experts; GPT-2's n_embd/n_head/n_layer/n_inner), and block
+ * settings its block: section left open (norm epsilon, RoPE theta, rotary fraction, top-k,
+ * activation, parallel residual).  With kept, *kept receives (malloc'd) a compact JSON
+ * object of just the keys tpshard read, as the file had them: what a manifest records so
+ * that the shard set needs no config.json later. */
+tps_status tps_layout_read_config(tps_layout *l, const char *config_path, char **kept, tps_error *err);
+/* The same from config text in memory (a manifest's recorded keys); what names it. */
+tps_status tps_layout_apply_config_text(tps_layout *l, const char *text, size_t len, const char *what, char **kept,
+                                        tps_error *err);
 
 /* Fills sizes still unset from tensor shapes where the layout's `infer:` hints make them
  * unambiguous; fails naming the size when two tensors disagree. */

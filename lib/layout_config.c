@@ -52,6 +52,28 @@ cleanup:
     return st;
 }
 
+/* The config.json keys tpshard reads, in the order model families use them; earlier keys
+ * win.  tps_config_subset keeps exactly these, so the list lives in one place. */
+static const char *const size_keys[TPS_NSIZES][4] = {
+    {"hidden_size", "n_embd", "d_model", NULL},
+    {"num_attention_heads", "n_head", NULL},
+    {"num_key_value_heads", NULL},
+    {"head_dim", NULL},
+    {"intermediate_size", "n_inner", NULL},
+    {"vocab_size", NULL},
+    {"num_hidden_layers", "n_layer", NULL},
+    {"num_local_experts", "num_experts", NULL},
+};
+static const char *const eps_keys[] = {"rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", NULL};
+static const char *const theta_keys[] = {"rope_theta", "rotary_emb_base", NULL};
+static const char *const pct_keys[] = {"rotary_pct", "partial_rotary_factor", NULL};
+static const char *const topk_keys[] = {"num_experts_per_tok", NULL};
+static const char *const act_keys[] = {"hidden_act", "activation_function", NULL};
+static const char *const parallel_residual_keys[] = {"use_parallel_residual", NULL};
+
+static const char *const *const block_key_lists[] = {eps_keys, theta_keys, pct_keys, topk_keys, act_keys,
+                                                      parallel_residual_keys};
+
 /* The first of keys present with a non-null value; NULL when none is. */
 static const tps_json *first_key(const tps_json *root, const char *const *keys, const char **which)
 {
@@ -95,17 +117,6 @@ static tps_status apply_config(tps_layout *l, const char *path, const tps_json *
 {
     if (!root || root->type != TPS_JSON_OBJECT)
         return tps_fail(err, TPS_EINVALID, "%s: a config.json must be a JSON object", path);
-    /* Per size, the Hugging Face keys in the order model families use them. */
-    static const char *const size_keys[TPS_NSIZES][4] = {
-        {"hidden_size", "n_embd", "d_model", NULL},
-        {"num_attention_heads", "n_head", NULL},
-        {"num_key_value_heads", NULL},
-        {"head_dim", NULL},
-        {"intermediate_size", "n_inner", NULL},
-        {"vocab_size", NULL},
-        {"num_hidden_layers", "n_layer", NULL},
-        {"num_local_experts", "num_experts", NULL},
-    };
     tps_status st;
     tps_model_sizes cfg = {0};
     bool found;
@@ -128,11 +139,6 @@ static tps_status apply_config(tps_layout *l, const char *path, const tps_json *
     }
 
     /* Block settings; kept separately so the layout's own block: values still win. */
-    static const char *const eps_keys[] = {"rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", NULL};
-    static const char *const theta_keys[] = {"rope_theta", "rotary_emb_base", NULL};
-    static const char *const pct_keys[] = {"rotary_pct", "partial_rotary_factor", NULL};
-    static const char *const topk_keys[] = {"num_experts_per_tok", NULL};
-    static const char *const act_keys[] = {"hidden_act", "activation_function", NULL};
     if ((st = config_double(path, root, eps_keys, 0, 1, &l->cfg.norm_eps, &found, err)) != TPS_OK) return st;
     if (found) l->cfg_set |= 1u << TPS_BF_NORM_EPS;
     if ((st = config_double(path, root, theta_keys, 0, 1e12, &l->cfg.rope_theta, &found, err)) != TPS_OK) return st;
@@ -141,7 +147,7 @@ static tps_status apply_config(tps_layout *l, const char *path, const tps_json *
     if (found) l->cfg_set |= 1u << TPS_BF_ROTARY_PCT;
     if ((st = config_u64(path, root, topk_keys, &l->cfg.top_k, &found, err)) != TPS_OK) return st;
     if (found) l->cfg_set |= 1u << TPS_BF_TOP_K;
-    const tps_json *pr = tps_json_get(root, "use_parallel_residual");
+    const tps_json *pr = tps_json_get(root, parallel_residual_keys[0]);
     if (pr && pr->type == TPS_JSON_BOOL) {
         l->cfg.parallel_residual = pr->u.boolean;
         l->cfg_set |= 1u << TPS_BF_PARALLEL_RESIDUAL;
@@ -163,18 +169,52 @@ static tps_status apply_config(tps_layout *l, const char *path, const tps_json *
     return TPS_OK;
 }
 
-tps_status tps_layout_read_config(tps_layout *l, const char *config_path, tps_error *err)
+/* Copies the keys tpshard reads (those present) from root into one compact JSON object. */
+static tps_status keep_known_keys(const tps_json *root, const char *what, char **out, tps_error *err)
+{
+    tps_buf b = TPS_BUF_INIT;
+    tps_jw w;
+    tps_jw_init(&w, &b, false);
+    tps_jw_object_begin(&w);
+    for (size_t i = 0; i < TPS_NSIZES + sizeof block_key_lists / sizeof *block_key_lists; i++) {
+        const char *const *keys = i < TPS_NSIZES ? size_keys[i] : block_key_lists[i - TPS_NSIZES];
+        for (; *keys; keys++) {
+            const tps_json *v = tps_json_get(root, *keys);
+            if (!v) continue;
+            tps_jw_key(&w, *keys);
+            tps_jw_value(&w, v);
+        }
+    }
+    tps_jw_object_end(&w);
+    if (!tps_buf_cstr(&b)) {
+        tps_buf_release(&b);
+        return tps_fail_oom(err, what);
+    }
+    *out = b.data;
+    return TPS_OK;
+}
+
+tps_status tps_layout_apply_config_text(tps_layout *l, const char *text, size_t len, const char *what, char **kept,
+                                        tps_error *err)
+{
+    tps_json_doc *doc = NULL;
+    tps_status st = TPS_OK;
+    if (kept) *kept = NULL;
+    TPS_CHECK(tps_json_parse(text, len, what, &doc, err));
+    TPS_CHECK(apply_config(l, what, tps_json_root(doc), err));
+    tps_layout_sync_block(l);
+    if (kept) TPS_CHECK(keep_known_keys(tps_json_root(doc), what, kept, err));
+cleanup:
+    tps_json_doc_free(doc);
+    return st;
+}
+
+tps_status tps_layout_read_config(tps_layout *l, const char *config_path, char **kept, tps_error *err)
 {
     char *text = NULL;
     size_t len = 0;
-    tps_json_doc *doc = NULL;
-    tps_status st = TPS_OK;
-    TPS_CHECK(read_small_file(config_path, &text, &len, err));
-    TPS_CHECK(tps_json_parse(text, len, config_path, &doc, err));
-    TPS_CHECK(apply_config(l, config_path, tps_json_root(doc), err));
-    tps_layout_sync_block(l);
-cleanup:
-    tps_json_doc_free(doc);
+    tps_status st = read_small_file(config_path, &text, &len, err);
+    if (st == TPS_OK) st = tps_layout_apply_config_text(l, text, len, config_path, kept, err);
     free(text);
     return st;
 }

@@ -75,6 +75,20 @@ tps_status tps_manifest_to_json(const tps_manifest *m, tps_buf *buf, tps_error *
     tps_jw_key(&w, "text");
     tps_jw_string(&w, m->layout_text ? m->layout_text : "");
     tps_jw_object_end(&w);
+    if (m->config_keys) {
+        /* Pretty like the rest: the recorded object is our own compact text, parsed again. */
+        tps_json_doc *doc = NULL;
+        tps_status st = tps_json_parse(m->config_keys, strlen(m->config_keys), "the recorded config", &doc, err);
+        if (st) return st;
+        tps_jw_key(&w, "config");
+        tps_jw_object_begin(&w);
+        tps_jw_key(&w, "path");
+        tps_jw_string(&w, m->config_path ? m->config_path : "");
+        tps_jw_key(&w, "keys");
+        tps_jw_value(&w, tps_json_root(doc));
+        tps_jw_object_end(&w);
+        tps_json_doc_free(doc);
+    }
     tps_jw_key(&w, "source");
     tps_jw_object_begin(&w);
     tps_jw_key(&w, "path");
@@ -338,6 +352,29 @@ static int cmp_file(const void *a, const void *b)
     return x->part < y->part ? -1 : x->part > y->part;
 }
 
+/* "config": {"path": "...", "keys": {...}}; the keys are checked when verify applies them,
+ * by the code that reads a config.json. */
+static tps_status load_config(loader *L, const tps_json *root, tps_manifest *m)
+{
+    tps_status st = TPS_OK;
+    const tps_json *cfg = field(L, root, "config", TPS_JSON_OBJECT, &st), *v, *keys;
+    NEED(cfg);
+    NEED(v = field(L, cfg, "path", TPS_JSON_STRING, &st));
+    NEED(m->config_path = dup_json_string(L, v, &st));
+    NEED(keys = field(L, cfg, "keys", TPS_JSON_OBJECT, &st));
+    tps_buf b = TPS_BUF_INIT;
+    tps_jw w;
+    tps_jw_init(&w, &b, false);
+    tps_jw_value(&w, keys);
+    if (!tps_buf_cstr(&b)) {
+        tps_buf_release(&b);
+        return tps_fail_oom(L->err, "loading the manifest");
+    }
+    m->config_keys = b.data;
+cleanup:
+    return st;
+}
+
 static tps_status load_doc(loader *L, const tps_json *root, tps_manifest *m)
 {
     tps_status st = TPS_OK;
@@ -360,6 +397,8 @@ static tps_status load_doc(loader *L, const tps_json *root, tps_manifest *m)
     NEED(m->layout_name = dup_json_string(L, v, &st));
     NEED(v = field(L, lay, "text", TPS_JSON_STRING, &st));
     NEED(m->layout_text = dup_json_string(L, v, &st));
+    if (tps_json_get(root, "config")) /* optional: absent when the split read no config.json */
+        TPS_CHECK(load_config(L, root, m));
     const tps_json *src = field(L, root, "source", TPS_JSON_OBJECT, &st);
     NEED(src);
     NEED(v = field(L, src, "path", TPS_JSON_STRING, &st));
@@ -536,6 +575,8 @@ void tps_manifest_free(tps_manifest *m)
     free(m->tool);
     free(m->layout_name);
     free(m->layout_text);
+    free(m->config_path);
+    free(m->config_keys);
     free(m);
 }
 

@@ -56,6 +56,8 @@ typedef struct tps_manifest {
     char *tool;          /* "tpshard 0.1.0" */
     char *layout_name;   /* "preset:llama" or the layout file path */
     char *layout_text;   /* the YAML the set was cut with */
+    char *config_path;   /* the config.json the sizes came from, as given; NULL when none */
+    char *config_keys;   /* the keys of it tpshard reads, a compact JSON object; NULL when none */
     tps_source_info source;
     tps_manifest_tensor *tensors; /* in the order they appear in each rank's files */
     size_t ntensors;

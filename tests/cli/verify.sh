@@ -152,3 +152,29 @@ wrong q-order llama llama 2 attention "rank 0's partial sum differs from the ref
     split: column
     unit: head_dim
     segments: {qa: heads*head_dim/2, qb: heads*head_dim/2}'
+
+# The manifest records the config.json keys the set was cut with; verify of the set alone
+# uses them (the float64 effect is checked against torch in tests/interop), --config still
+# wins, and a recorded value that cannot be used is refused naming the manifest and key.
+mkdir -p "$T/alone"
+cp -r "$T/llama-2" "$T/alone/set"
+"$TPSHARD" verify "$T/alone/set" -v >"$T/.out" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && grep -q "hyper-parameters from $T/alone/set/tpshard.json (config recorded from $M/tiny-llama/config.json): norm eps 1e-05, RoPE theta 10000" "$T/.out"; then
+    ok "verify of a set copied away from its source reads the config keys its manifest recorded"
+else
+    notok "verify of a set copied away from its source reads the config keys its manifest recorded"
+    sed 's/^/#   /' "$T/.out" | head -5
+fi
+sed 's/"rope_theta": 10000.0/"rope_theta": 250000/' "$M/tiny-llama/config.json" >"$T/theta.json"
+"$TPSHARD" verify "$T/alone/set" --config "$T/theta.json" -v >"$T/.out" 2>&1
+rc=$?
+[ $rc -eq 0 ] && grep -q "hyper-parameters from $T/theta.json: .*RoPE theta 250000" "$T/.out" &&
+    ok "verify --config overrides the recorded keys" ||
+    { notok "verify --config overrides the recorded keys"; sed 's/^/#   /' "$T/.out" | head -5; }
+sed 's/"rope_theta": 10000.0/"rope_theta": "fast"/' "$T/alone/set/tpshard.json" >"$T/.m" && mv "$T/.m" "$T/alone/set/tpshard.json"
+grep -q '"rope_theta": "fast"' "$T/alone/set/tpshard.json" || notok "setup: the recorded rope_theta was not replaced"
+expect_exit 3 'tpshard.json (config recorded from' "a recorded rope_theta that is not a number: exit 3 naming the manifest" \
+    "$TPSHARD" verify "$T/alone/set"
+"$TPSHARD" verify "$T/alone/set" 2>&1 | grep -q '"rope_theta" must be a number' &&
+    ok "... and the key" || notok "a bad recorded rope_theta: the message does not name the key"

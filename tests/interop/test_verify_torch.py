@@ -149,11 +149,52 @@ def rel(a, b):
     return float((a - b).norm() / b.norm())
 
 
+def worst_rel(dump, w, c, fn):
+    worst = 0.0
+    for L in json.load(open(dump))["layers"]:
+        a, m = fn(w, c, torch.tensor(L["x"], dtype=torch.float64), L["layer"])
+        worst = max(worst, rel(torch.tensor(L["attention"], dtype=torch.float64), a),
+                    rel(torch.tensor(L["mlp"], dtype=torch.float64), m))
+    return worst
+
+
+def recorded_config(tmp):
+    """A shard set carries the config.json keys it was split with: verify of the set on its
+    own, after the source's config.json changed, still computes with the split-time values."""
+    import shutil
+    model, fn = "tiny-llama", CASES[0][2]
+    src = os.path.join(tmp, "cfg-src")
+    shutil.copytree(os.path.join(MODELS, model), src)
+    original = json.load(open(os.path.join(src, "config.json")))
+    altered = dict(original, rope_theta=500000.0, rms_norm_eps=0.25)
+    json.dump(altered, open(os.path.join(src, "config.json"), "w"))
+    shards = os.path.join(tmp, "cfg-alone", "set")
+    os.makedirs(os.path.dirname(shards))
+    r = subprocess.run([TPSHARD, "split", src, "--tp", "2", "--preset", "llama", "-o", shards, "-q"],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        return report(False, "recorded config: split", r.stderr)
+    json.dump(original, open(os.path.join(src, "config.json"), "w"))  # the source's config moves on
+    dump = os.path.join(tmp, "cfg.json")
+    r = subprocess.run([TPSHARD, "verify", shards, "--tokens", "5", "--seed", "4", "--dump-reference", dump,
+                        "--json"], capture_output=True, text=True)
+    if r.returncode != 0:
+        return report(False, "recorded config: verify", r.stdout + r.stderr)
+    block = json.loads(r.stdout)["block"]
+    w = load_weights(model)
+    with_altered, with_original = worst_rel(dump, w, altered, fn), worst_rel(dump, w, original, fn)
+    report(block["rope_theta"] == 500000 and block["norm_eps"] == 0.25 and with_altered < 1e-10 and with_original > 1e-6,
+           "verify of a shard set alone uses the config keys recorded at split time (rope_theta 500000, eps 0.25: "
+           "rel err %.2g; with the source's current config.json it would be %.2g)" % (with_altered, with_original),
+           "block: %s" % block)
+
+
 def main():
     if not os.access(TPSHARD, os.X_OK):
         print("not ok - tpshard binary missing at " + TPSHARD)
         return 1
     with tempfile.TemporaryDirectory() as tmp:
+        recorded_config(tmp)
         for model, preset, fn in CASES:
             src = os.path.join(MODELS, model)
             shards = os.path.join(tmp, model)

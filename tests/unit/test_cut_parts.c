@@ -52,7 +52,7 @@ static tps_manifest *split_fixture(uint64_t tp, const tps_cut_opts *o, const cha
     tps_buf problems = TPS_BUF_INIT, unused = TPS_BUF_INIT;
     tps_remove_tree(out);
     tps_status st = tps_layout_load_preset("llama", &l, err);
-    if (!st) st = tps_layout_read_config(l, FIXTURE "/config.json", err);
+    if (!st) st = tps_layout_read_config(l, FIXTURE "/config.json", NULL, err);
     if (!st) st = tps_checkpoint_open(FIXTURE, ixp, err);
     if (!st) st = tps_plan_build(*ixp, l, "preset:llama", tp, &m, &problems, &unused, err);
     const char *inputs[] = {FIXTURE, NULL};

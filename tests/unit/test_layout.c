@@ -543,7 +543,7 @@ static tps_layout *preset_with_config(const fixture *f)
     tps_error_clear(&err);
     char cfg[512];
     snprintf(cfg, sizeof cfg, "%s/testdata/models/%s/config.json", TPS_TOP, f->dir);
-    if (tps_layout_load_preset(f->preset, &l, &err) != TPS_OK || tps_layout_read_config(l, cfg, &err) != TPS_OK) {
+    if (tps_layout_load_preset(f->preset, &l, &err) != TPS_OK || tps_layout_read_config(l, cfg, NULL, &err) != TPS_OK) {
         printf("#   %s: %s\n", f->dir, err.msg);
         tps_test_failed_now = 1;
         tps_layout_free(l);
@@ -727,7 +727,7 @@ TEST(config_json_errors_and_priority)
     if (l) {
         write_file(p, "{\"hidden_size\": 96, \"num_attention_heads\": 12, \"vocab_size\": 1000, \"num_hidden_layers\": 3}");
         tps_error_clear(&err);
-        CHECK(tps_layout_read_config(l, p, &err) == TPS_OK);
+        CHECK(tps_layout_read_config(l, p, NULL, &err) == TPS_OK);
         const tps_model_sizes *s = tps_layout_sizes(l);
         CHECK_EQ_U64(s->vocab, 7); /* the layout wins */
         CHECK_EQ_U64(s->hidden, 96);
@@ -754,7 +754,7 @@ TEST(config_json_errors_and_priority)
         if (!l) continue;
         write_file(p, bad[i].json);
         tps_error_clear(&err);
-        CHECK(tps_layout_read_config(l, p, &err) == TPS_EINVALID);
+        CHECK(tps_layout_read_config(l, p, NULL, &err) == TPS_EINVALID);
         CHECK_CONTAINS(err.msg, bad[i].msg);
         tps_layout_free(l);
     }
@@ -765,7 +765,7 @@ TEST(config_json_errors_and_priority)
     l = parse_ok(blk);
     if (l) {
         tps_error_clear(&err);
-        CHECK(tps_layout_read_config(l, p, &err) == TPS_EINVALID);
+        CHECK(tps_layout_read_config(l, p, NULL, &err) == TPS_EINVALID);
         CHECK_CONTAINS(err.msg, "\"hidden_act\" is not an activation tpshard computes");
         tps_layout_free(l);
     }
@@ -774,7 +774,7 @@ TEST(config_json_errors_and_priority)
     l = parse_ok(blk2);
     if (l) {
         tps_error_clear(&err);
-        CHECK(tps_layout_read_config(l, p, &err) == TPS_OK);
+        CHECK(tps_layout_read_config(l, p, NULL, &err) == TPS_OK);
         CHECK(tps_layout_block(l)->act == TPS_ACT_GELU_ERF);
         tps_layout_free(l);
     }
@@ -782,7 +782,7 @@ TEST(config_json_errors_and_priority)
     if (l) {
         snprintf(p, sizeof p, "%s/missing.json", dir);
         tps_error_clear(&err);
-        CHECK(tps_layout_read_config(l, p, &err) == TPS_EINVALID);
+        CHECK(tps_layout_read_config(l, p, NULL, &err) == TPS_EINVALID);
         CHECK_CONTAINS(err.msg, "missing.json: cannot open");
         tps_layout_free(l);
     }
