@@ -223,6 +223,9 @@ def gen_manifests():
                                             [{"name": "s%d" % i, "length": 1, "unit": 1, "replicate": False}
                                              for i in range(64)]))
     case("rank_shapes_wrong", 3, "'a'", setf(["tensors", 0, "rank_shapes"], [[3, 2], [1, 2]]))
+    case("config_not_object", 3, "config", setf(["config"], "config.json"))
+    case("config_keys_not_object", 3, "keys", setf(["config"], {"path": "config.json", "keys": [1]}))
+    case("config_path_missing", 3, "path", setf(["config"], {"keys": {}}))
     case("file_size_lie", 1, "model-rank-0-of-2.safetensors", setf(["files", 0, "bytes"], 9999), sub="check")
     case("file_crc_lie", 1, "model-rank-0-of-2.safetensors", setf(["files", 0, "crc32"], "00000000"), sub="check")
     case("tensor_crc_lie", 1, "'a'", setf(["tensors", 0, "crc32"], "00000000"), sub="check")
@@ -302,11 +305,15 @@ def gen_hfindex():
 
 # ---------------------------------------------------------------- pickles inside torch.save archives
 def torch_zip(path, pkl, records=None):
+    # A fixed timestamp, as torch.save writes: rerunning the generator changes no bytes.
+    def put(z, name, data):
+        z.writestr(zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0)), data)
+
     with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
-        z.writestr("archive/data.pkl", pkl)
-        z.writestr("archive/version", "3\n")
+        put(z, "archive/data.pkl", pkl)
+        put(z, "archive/version", "3\n")
         for k, v in (records or {}).items():
-            z.writestr("archive/data/" + k, v)
+            put(z, "archive/data/" + k, v)
 
 
 def binunicode(s):
