@@ -114,12 +114,14 @@ static void json_block(tps_jw *w, const tps_block *b)
         tps_jw_key(w, sizes[i].key);
         tps_jw_u64(w, sizes[i].v);
     }
-    tps_jw_key(w, "norm_eps");
-    tps_jw_double(w, b->norm_eps);
-    tps_jw_key(w, "rope_theta");
-    tps_jw_double(w, b->rope_theta);
-    tps_jw_key(w, "rotary_pct");
-    tps_jw_double(w, b->rotary_pct);
+    const struct {
+        const char *key;
+        double v;
+    } reals[] = {{"norm_eps", b->norm_eps}, {"rope_theta", b->rope_theta}, {"rotary_pct", b->rotary_pct}};
+    for (size_t i = 0; i < sizeof reals / sizeof *reals; i++) {
+        tps_jw_key(w, reals[i].key);
+        tps_jw_double(w, reals[i].v);
+    }
     tps_jw_object_end(w);
 }
 
