@@ -48,14 +48,7 @@ static void emit_json(const tps_index *ix, const uint64_t *dt_bytes, const uint6
     for (size_t i = 0; i < ix->ntensors; i++) {
         const tps_tensor *t = &ix->tensors[i];
         tps_jw_object_begin(&w);
-        tps_jw_key(&w, "name");
-        tps_jw_string(&w, t->name);
-        tps_jw_key(&w, "dtype");
-        tps_jw_string(&w, tps_dtype_name(t->dtype));
-        tps_jw_key(&w, "shape");
-        tps_jw_array_begin(&w);
-        for (int d = 0; d < t->ndim; d++) tps_jw_u64(&w, t->shape[d]);
-        tps_jw_array_end(&w);
+        tps_jw_tensor_head(&w, t->name, t->dtype, t->ndim, t->shape);
         tps_jw_key(&w, "elements");
         tps_jw_u64(&w, t->nelem);
         tps_jw_key(&w, "bytes");

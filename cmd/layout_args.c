@@ -129,11 +129,7 @@ void tps_cli_print_plan(const tps_manifest *m, bool json)
             for (int d = 0; d < t->ndim; d++) n *= shape[d]; /* a rank's slice is no larger than the padded tensor */
             bytes = n * tps_dtype_bits(t->dtype) / 8;
             rank_bytes[r] += bytes;
-            if (json) {
-                tps_jw_array_begin(&w);
-                for (int d = 0; d < t->ndim; d++) tps_jw_u64(&w, shape[d]);
-                tps_jw_array_end(&w);
-            }
+            if (json) tps_jw_u64_array(&w, shape, (size_t)t->ndim);
         }
         if (json) {
             tps_jw_array_end(&w);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "checked.h"
+#include "json.h"
 #include "iocache.h"
 
 static char *dup_n(const char *s, size_t n)
@@ -273,4 +274,14 @@ void tps_index_free(tps_index *ix)
     free(ix->hash);
     free(ix->path);
     free(ix);
+}
+
+void tps_jw_tensor_head(tps_jw *w, const char *name, tps_dtype dtype, int ndim, const uint64_t *shape)
+{
+    tps_jw_key(w, "name");
+    tps_jw_string(w, name);
+    tps_jw_key(w, "dtype");
+    tps_jw_string(w, tps_dtype_name(dtype));
+    tps_jw_key(w, "shape");
+    tps_jw_u64_array(w, shape, (size_t)ndim);
 }

@@ -91,6 +91,11 @@ tps_status tps_index_add_tensor(tps_index *ix, const char *name, size_t name_len
 tps_status tps_index_add_meta(tps_index *ix, const char *key, const char *value, tps_error *err);
 
 const tps_tensor *tps_index_find(const tps_index *ix, const char *name);
+
+/* The keys every JSON description of a tensor starts with (inspect --json, the manifest):
+ * "name", "dtype" and "shape", written into the object w has open. */
+struct tps_jw;
+void tps_jw_tensor_head(struct tps_jw *w, const char *name, tps_dtype dtype, int ndim, const uint64_t *shape);
 const char *tps_index_meta(const tps_index *ix, const char *key); /* NULL if absent */
 
 /* Reads bytes [off, off+len) of t's data; fails with TPS_EINVALID when the range is outside

@@ -769,6 +769,13 @@ void tps_jw_u64(tps_jw *w, uint64_t v)
     tps_buf_printf(w->out, "%" PRIu64, v);
 }
 
+void tps_jw_u64_array(tps_jw *w, const uint64_t *v, size_t n)
+{
+    tps_jw_array_begin(w);
+    for (size_t i = 0; i < n; i++) tps_jw_u64(w, v[i]);
+    tps_jw_array_end(w);
+}
+
 void tps_jw_i64(tps_jw *w, int64_t v)
 {
     before_item(w);

@@ -98,6 +98,7 @@ void tps_jw_i64(tps_jw *w, int64_t v);
 void tps_jw_double(tps_jw *w, double v); /* shortest text that reads back to the same double */
 void tps_jw_bool(tps_jw *w, bool v);
 void tps_jw_null(tps_jw *w);
+void tps_jw_u64_array(tps_jw *w, const uint64_t *v, size_t n); /* [v0, v1, ...] */
 /* A parsed value, re-emitted: numbers keep their text, so nothing is rounded on the way. */
 void tps_jw_value(tps_jw *w, const tps_json *v);
 

@@ -19,13 +19,6 @@ static void jw_crc(tps_jw *w, uint32_t crc)
     tps_jw_string(w, hex);
 }
 
-static void jw_shape(tps_jw *w, const uint64_t *shape, int ndim)
-{
-    tps_jw_array_begin(w);
-    for (int d = 0; d < ndim; d++) tps_jw_u64(w, shape[d]);
-    tps_jw_array_end(w);
-}
-
 static void jw_partition(tps_jw *w, const tps_partition *p)
 {
     tps_jw_object_begin(w);
@@ -132,12 +125,7 @@ tps_status tps_manifest_to_json(const tps_manifest *m, tps_buf *buf, tps_error *
     for (size_t i = 0; i < m->ntensors; i++) {
         const tps_manifest_tensor *t = &m->tensors[i];
         tps_jw_object_begin(&w);
-        tps_jw_key(&w, "name");
-        tps_jw_string(&w, t->name);
-        tps_jw_key(&w, "dtype");
-        tps_jw_string(&w, tps_dtype_name(t->dtype));
-        tps_jw_key(&w, "shape");
-        jw_shape(&w, t->shape, t->ndim);
+        tps_jw_tensor_head(&w, t->name, t->dtype, t->ndim, t->shape);
         tps_jw_key(&w, "bytes");
         tps_jw_u64(&w, t->nbytes);
         tps_jw_key(&w, "crc32");
@@ -151,7 +139,7 @@ tps_status tps_manifest_to_json(const tps_manifest *m, tps_buf *buf, tps_error *
         for (uint64_t r = 0; r < m->tp; r++) {
             uint64_t rs[TPS_MAX_DIMS];
             tps_partition_rank_shape(&t->part, t->ndim, t->shape, m->tp, r, rs);
-            jw_shape(&w, rs, t->ndim);
+            tps_jw_u64_array(&w, rs, (size_t)t->ndim);
         }
         tps_jw_array_end(&w);
         tps_jw_object_end(&w);
