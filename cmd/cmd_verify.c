@@ -15,6 +15,7 @@
 #include "lib/json.h"
 #include "lib/layout.h"
 #include "lib/manifest.h"
+#include "progress.h"
 #include "verify/verify.h"
 
 static struct {
@@ -174,6 +175,54 @@ static void dump_matrix(tps_jw *w, const double *v, uint64_t rows, uint64_t cols
     tps_jw_array_end(w);
 }
 
+/* The progress line counts the bytes of the verified layers' weights (each layer's tensors
+ * in the manifest, by its name prefix) and names the layer in flight. */
+typedef struct layer_progress {
+    tps_progress p;
+    tps_progress_state s;
+    char **prefix;   /* per verified layer */
+    uint64_t *bytes; /* per verified layer */
+    uint64_t count;
+} layer_progress;
+
+static void layer_progress_begin(layer_progress *lp, const tps_manifest *m, const tps_block *b, uint64_t first,
+                                 uint64_t count, bool show)
+{
+    memset(lp, 0, sizeof *lp);
+    tps_progress_begin(&lp->s, "verify");
+    lp->s.enabled = lp->s.enabled && show;
+    if (!lp->s.enabled) return;
+    lp->prefix = calloc(count, sizeof *lp->prefix);
+    lp->bytes = calloc(count, sizeof *lp->bytes);
+    lp->count = lp->prefix && lp->bytes ? count : 0;
+    for (uint64_t i = 0; i < lp->count; i++) {
+        if (!(lp->prefix[i] = tps_verify_layer_prefix(b, first + i))) continue;
+        size_t n = strlen(lp->prefix[i]);
+        for (size_t t = 0; t < m->ntensors; t++)
+            if (strncmp(m->tensors[t].name, lp->prefix[i], n) == 0) lp->bytes[i] += m->tensors[t].nbytes;
+        lp->p.total += lp->bytes[i];
+    }
+    lp->s.enabled = lp->count > 0; /* without the tables (out of memory) the run goes on silently */
+}
+
+/* i: the index of the layer among those verified; done: whether it has finished. */
+static void layer_progress_at(layer_progress *lp, uint64_t i, bool done)
+{
+    if (!lp->s.enabled || i >= lp->count) return;
+    lp->p.tensor = lp->prefix[i];
+    if (done) lp->p.done += lp->bytes[i];
+    tps_progress_update(&lp->p, &lp->s);
+}
+
+static void layer_progress_end(layer_progress *lp)
+{
+    tps_progress_end(&lp->s);
+    for (uint64_t i = 0; i < lp->count; i++) free(lp->prefix[i]);
+    free(lp->prefix);
+    free(lp->bytes);
+    memset(lp, 0, sizeof *lp);
+}
+
 static void json_stage(tps_jw *w, const tps_verify_stage *s)
 {
     tps_jw_object_begin(w);
@@ -293,6 +342,8 @@ static int run_verify(char **args, int nargs)
     tps_vbackend *be = NULL;
     tps_vbackend_config bcfg;
     tps_vbackend_info info;
+    layer_progress lp;
+    memset(&lp, 0, sizeof lp);
 
     if (!backend_config(&bcfg)) return TPS_EUSAGE;
     uint64_t tokens = o.tokens;
@@ -419,11 +470,18 @@ static int run_verify(char **args, int nargs)
     }
     tps_verify_opts vo = {.backend = be, .tokens = tokens, .seed = o.seed, .rtol = o.rtol, .atol = o.atol,
                           .keep_reference = dump != NULL};
+    layer_progress_begin(&lp, ss->m, &b, first, count, root);
     for (uint64_t layer = first; layer < first + count; layer++) {
         tps_verify_result res;
+        layer_progress_at(&lp, layer - first, false);
         TPS_CHECK(tps_verify_layer(&b, layer, T, &ref, ranks, &vo, &res, &err));
-        if (json) json_layer(&jw, &res);
-        else if (root && (!quiet || !res.pass)) print_layer(&res);
+        layer_progress_at(&lp, layer - first, true);
+        if (json) {
+            json_layer(&jw, &res);
+        } else if (root && (!quiet || !res.pass)) {
+            tps_progress_suspend(&lp.s);
+            print_layer(&res);
+        }
         fflush(stdout);
         if (dump) {
             tps_jw_object_begin(&dw);
@@ -446,6 +504,7 @@ static int run_verify(char **args, int nargs)
         }
         tps_verify_result_release(&res);
     }
+    layer_progress_end(&lp);
     if (json) {
         tps_jw_array_end(&jw);
         tps_jw_key(&jw, "pass");
@@ -475,6 +534,7 @@ static int run_verify(char **args, int nargs)
         st = TPS_EMISMATCH;
     }
 cleanup:
+    layer_progress_end(&lp);
     /* Every process ends with the same status; a failure of another process is reported by
      * that process alone. */
     st = tps_vbackend_finish(be, st, &err);

@@ -79,18 +79,20 @@ void tps_progress_file_done(const char *name, uint64_t bytes, void *state)
 {
     tps_progress_state *s = state;
     if (!tps_common.verbose || tps_common.quiet) return;
-    if (s->shown) {
-        fputs("\r\033[K", stderr); /* the next redraw puts the progress line back under the listing */
-        s->shown = false;
-    }
+    tps_progress_suspend(s); /* the next redraw puts the progress line back under the listing */
     char size[32];
     human(bytes, size, sizeof size);
     printf("wrote %s (%s)\n", name, size);
     fflush(stdout);
 }
 
-void tps_progress_end(tps_progress_state *s)
+void tps_progress_suspend(tps_progress_state *s)
 {
-    if (s->shown) fputs("\r\033[K", stderr);
+    if (s->shown) {
+        fputs("\r\033[K", stderr);
+        fflush(stderr);
+    }
     s->shown = false;
 }
+
+void tps_progress_end(tps_progress_state *s) { tps_progress_suspend(s); }

@@ -69,6 +69,15 @@ static void put_expanded(tps_buf *out, const char *tmpl, uint64_t layer, uint64_
     }
 }
 
+/* The expanded text as a malloc'd string; NULL when out of memory. */
+static char *take_string(tps_buf *s)
+{
+    const char *c = tps_buf_cstr(s);
+    char *out = c ? strdup(c) : NULL;
+    tps_buf_release(s);
+    return out;
+}
+
 char *tps_verify_tensor_name(const tps_block *b, tps_block_role role, uint64_t layer, uint64_t expert, bool *oom)
 {
     *oom = false;
@@ -77,16 +86,16 @@ char *tps_verify_tensor_name(const tps_block *b, tps_block_role role, uint64_t l
     if (b->layer_prefix) put_expanded(&s, b->layer_prefix, layer, expert);
     if (tps_verify_role_per_expert(b, role) && b->expert_prefix) put_expanded(&s, b->expert_prefix, layer, expert);
     put_expanded(&s, b->role[role], layer, expert);
-    const char *c = tps_buf_cstr(&s);
-    if (!c) {
-        *oom = true;
-        tps_buf_release(&s);
-        return NULL;
-    }
-    char *name = strdup(c);
-    tps_buf_release(&s);
+    char *name = take_string(&s);
     if (!name) *oom = true;
     return name;
+}
+
+char *tps_verify_layer_prefix(const tps_block *b, uint64_t layer)
+{
+    tps_buf s = TPS_BUF_INIT;
+    put_expanded(&s, b->layer_prefix ? b->layer_prefix : "", layer, 0);
+    return take_string(&s);
 }
 
 static tps_status load_role(const tps_block *b, tps_block_role role, uint64_t layer, uint64_t expert,

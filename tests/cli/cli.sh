@@ -179,12 +179,13 @@ if command -v script >/dev/null 2>&1 && script -qc true /dev/null </dev/null >/d
         shift
         script -qec "$*" /dev/null </dev/null >"$f" 2>&1
     }
-    for c in split reshard merge check; do
+    for c in split reshard merge check verify; do
         case $c in
         split) args="split $SRC --tp 2 --preset llama -o tty-split" ;;
         reshard) args="reshard s2 --tp 1 -o tty-reshard" ;;
         merge) args="merge s2 -o tty-merged.safetensors" ;;
         check) args="check s2" ;;
+        verify) args="verify s2 --layer all" ;;
         esac
         start=$(date +%s)
         on_tty "tty.$c" "$TPSHARD" $args
@@ -203,6 +204,10 @@ if command -v script >/dev/null 2>&1 && script -qc true /dev/null </dev/null >/d
             echo "#   exit $rc, $draws draws in ${secs}s, last: $(echo "$last" | cat -v)"
         fi
     done
+    # verify's layer lines go to the same terminal: the progress line is erased before each
+    layers=$(tr '\r' '\n' <tty.verify | grep -c "^\($(printf '\033')\[K\)\{0,1\}layer [01]    BF16 .* ok$")
+    [ "$layers" -eq 2 ] && ok "verify on a terminal: both layer lines whole, the progress line erased before each" ||
+        { notok "verify on a terminal: the layer lines are broken by the progress line"; cat -v tty.verify | sed 's/^/#   /'; }
     on_tty tty.q "$TPSHARD" split "$SRC" --tp 2 --preset llama -o tty-q -q
     [ $? -eq 0 ] && ! grep -q "GB/s" tty.q && ok "split -q on a terminal: no progress line" || notok "split -q showed progress"
 else
