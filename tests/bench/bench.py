@@ -226,16 +226,21 @@ class Bench:
             m = self.med(case)
             lines.append(f"| {case} | {m:.3f} | {min(ws):.2f}–{max(ws):.2f} | {self.bytes[case] / m / 1e9:.2f} | "
                          f"{max(r for _, r, _ in rs) / 1024:.1f} | {statistics.median(b for _, _, b in rs) / GiB:.2f} |")
-        lines += ["", "| target | ratio of medians | goal | met |", "|---|---:|---|---|"]
+        # The verdict is the ratio of medians.  The ratio of minimums is printed beside it: on a
+        # shared VM noise only ever adds time (writing 4 GiB of zeros to tmpfs took 1.6 to 6.2 s
+        # minutes apart on the development machine), so the fastest runs show the tools
+        # themselves when the medians are dominated by the host.
+        lines += ["", "| target | ratio of medians | ratio of minimums | goal | met (medians) |", "|---|---:|---:|---|---|"]
 
-        def target(what, a, b, goal, le=True, inverse=False):
+        def fastest(case):
+            return min(w for w, _, _ in self.results[case])
+
+        def target(what, a, b, goal, le=True):
             if a not in self.results or b not in self.results:
                 return
-            r = self.med(a) / self.med(b)
-            if inverse:
-                r = 1 / r
+            r, rmin = self.med(a) / self.med(b), fastest(a) / fastest(b)
             ok = r <= goal if le else r >= goal
-            lines.append(f"| {what} | {r:.2f} | {'≤' if le else '≥'} {goal} | {'yes' if ok else 'NO'} |")
+            lines.append(f"| {what} | {r:.2f} | {rmin:.2f} | {'≤' if le else '≥'} {goal} | {'yes' if ok else 'NO'} |")
 
         target("split tp8 / cp (page cache -> tmpfs)", "split tp8", "cp (to tmpfs)", 1.2)
         target("cold split tp8 / (cp + sync) (disk)", "cold: split tp8 (disk)", "cold: cp + sync (disk)", 1.3)
@@ -248,14 +253,14 @@ class Bench:
         tps = [c for c in self.results if not c.startswith(("cp", "cat", "torch", "cold: cp"))]
         if tps:
             peak = max(r for c in tps for _, r, _ in self.results[c]) / 1024
-            lines.append(f"| peak RssAnon of any tpshard run (MiB) | {peak:.1f} | ≤ 64 | {'yes' if peak <= 64 else 'NO'} |")
+            lines.append(f"| peak RssAnon of any tpshard run (MiB) | {peak:.1f} | | ≤ 64 | {'yes' if peak <= 64 else 'NO'} |")
         if "cold: split tp8 (disk)" in self.results:
             rd = statistics.median(b for _, _, b in self.results["cold: split tp8 (disk)"]) / self.total
-            lines.append(f"| cold split: bytes read from storage / input size | {rd:.2f} | ≈ 1 (one pass) | "
+            lines.append(f"| cold split: bytes read from storage / input size | {rd:.2f} | | ≈ 1 (one pass) | "
                          f"{'yes' if rd < 1.1 else 'NO'} |")
         if hasattr(self, "bystander"):
             lines.append(f"| page cache of a 1 GiB bystander file kept through the cold split | "
-                         f"{self.bystander:.0%} | not evicted wholesale | {'yes' if self.bystander > 0.5 else 'NO'} |")
+                         f"{self.bystander:.0%} | | not evicted wholesale | {'yes' if self.bystander > 0.5 else 'NO'} |")
         lines += [""] + [f"Note: {n}" for n in self.notes]
         return "\n".join(lines) + "\n"
 
