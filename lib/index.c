@@ -9,8 +9,8 @@
 #include <unistd.h>
 
 #include "checked.h"
-#include "json.h"
 #include "iocache.h"
+#include "json.h"
 
 static char *dup_n(const char *s, size_t n)
 {

@@ -91,11 +91,6 @@ tps_status tps_index_add_tensor(tps_index *ix, const char *name, size_t name_len
 tps_status tps_index_add_meta(tps_index *ix, const char *key, const char *value, tps_error *err);
 
 const tps_tensor *tps_index_find(const tps_index *ix, const char *name);
-
-/* The keys every JSON description of a tensor starts with (inspect --json, the manifest):
- * "name", "dtype" and "shape", written into the object w has open. */
-struct tps_jw;
-void tps_jw_tensor_head(struct tps_jw *w, const char *name, tps_dtype dtype, int ndim, const uint64_t *shape);
 const char *tps_index_meta(const tps_index *ix, const char *key); /* NULL if absent */
 
 /* Reads bytes [off, off+len) of t's data; fails with TPS_EINVALID when the range is outside
@@ -110,5 +105,10 @@ tps_status tps_pread_full(int fd, const char *path, uint64_t off, void *buf, siz
 void tps_shape_str(const uint64_t *shape, int ndim, char *buf, size_t bufsize);
 
 void tps_index_free(tps_index *ix);
+
+/* The keys every JSON description of a tensor starts with (inspect --json, the manifest):
+ * "name", "dtype" and "shape", written into the object w has open. */
+struct tps_jw;
+void tps_jw_tensor_head(struct tps_jw *w, const char *name, tps_dtype dtype, int ndim, const uint64_t *shape);
 
 #endif

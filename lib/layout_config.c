@@ -53,7 +53,7 @@ cleanup:
 }
 
 /* The config.json keys tpshard reads, in the order model families use them; earlier keys
- * win.  tps_config_subset keeps exactly these, so the list lives in one place. */
+ * win.  keep_known_keys records exactly these in a manifest, so the list lives in one place. */
 static const char *const size_keys[TPS_NSIZES][4] = {
     {"hidden_size", "n_embd", "d_model", NULL},
     {"num_attention_heads", "n_head", NULL},
