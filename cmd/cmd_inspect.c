@@ -1,12 +1,16 @@
-/* tpshard inspect: list a checkpoint's tensors from its headers, without reading data. */
+/* tpshard inspect: list a checkpoint's tensors from its headers, without reading data; for
+ * a shard-set directory, what its manifest says. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 #include "commands.h"
 #include "formats/checkpoint.h"
+#include "layout_args.h"
 #include "lib/buf.h"
 #include "lib/json.h"
+#include "lib/manifest.h"
 
 static const tps_opt inspect_opts[] = {
     {"json", 0, TPS_OPT_FLAG, &tps_common.json, NULL, "machine-readable output (schema in README)"},
@@ -106,12 +110,50 @@ static void print_human(const tps_index *ix, const uint64_t *dt_bytes, const uin
                    (unsigned long long)dt_params[d], (unsigned long long)dt_bytes[d]);
 }
 
+/* A shard set is described by its manifest alone (checked strictly on load; `check` reads the
+ * files): --json prints the manifest itself, else a summary and the cut of every tensor in
+ * the form `plan` uses. */
+static int inspect_shard_set(const char *dir)
+{
+    tps_error err;
+    tps_error_clear(&err);
+    tps_manifest *m = NULL;
+    if (tps_manifest_load(dir, &m, &err) != TPS_OK) return tps_cli_report("inspect", &err);
+    if (tps_common.json) {
+        tps_buf b = TPS_BUF_INIT;
+        tps_status st = tps_manifest_to_json(m, &b, &err);
+        if (st == TPS_OK && !tps_buf_cstr(&b)) st = tps_fail_oom(&err, "inspect");
+        if (st == TPS_OK) fputs(b.data, stdout); /* it ends with a newline */
+        tps_buf_release(&b);
+        tps_manifest_free(m);
+        return st ? tps_cli_report("inspect", &err) : 0;
+    }
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < m->nfiles; i++) bytes += m->files[i].size;
+    printf("%s: tpshard shard set, tp %llu, %zu file%s (%llu bytes), %zu tensor%s\n", dir, (unsigned long long)m->tp,
+           m->nfiles, m->nfiles == 1 ? "" : "s", (unsigned long long)bytes, m->ntensors, m->ntensors == 1 ? "" : "s");
+    printf("  made by %s with layout %s from %s (%s, %llu bytes)\n", m->tool, m->layout_name, m->source.path,
+           m->source.format, (unsigned long long)m->source.bytes);
+    if (m->config_path) printf("  config keys recorded from %s\n", m->config_path);
+    for (size_t i = 0; i < m->nfiles; i++)
+        printf("  rank %-4llu part %-3llu %-48s %12llu bytes  crc32 %08x\n", (unsigned long long)m->files[i].rank,
+               (unsigned long long)m->files[i].part, m->files[i].name, (unsigned long long)m->files[i].size,
+               (unsigned)m->files[i].crc);
+    tps_cli_print_plan(m, false);
+    tps_manifest_free(m);
+    return 0;
+}
+
 static int run_inspect(char **args, int nargs)
 {
     (void)nargs;
     tps_error err;
     tps_error_clear(&err);
     tps_index *ix = NULL;
+    char manifest[4200];
+    struct stat sb;
+    snprintf(manifest, sizeof manifest, "%s/%s", args[0], TPS_MANIFEST_NAME);
+    if (stat(manifest, &sb) == 0 && S_ISREG(sb.st_mode)) return inspect_shard_set(args[0]);
     if (tps_checkpoint_open(args[0], &ix, &err) != TPS_OK) return tps_cli_report("inspect", &err);
     uint64_t dt_bytes[TPS_DT_COUNT] = {0}, dt_params[TPS_DT_COUNT] = {0}, params = 0, bytes = 0;
     /* Readers bound every tensor by its file, so these sums stay far below 2^64. */
@@ -133,7 +175,10 @@ const tps_cmd tps_cmd_inspect = {
     .summary = "list a checkpoint's tensors, dtypes, shapes and totals (headers only)",
     .usage = "inspect PATH [--json]",
     .details = "PATH is a safetensors file, a Hugging Face multi-file directory or index,\n"
-               "a torch.save .bin archive, an .npz/.npy file, or a shard set's rank file.\n",
+               "a torch.save .bin archive, an .npz/.npy file, or a shard set's rank file.\n"
+               "A shard-set directory (holding tpshard.json) is shown from its manifest: source,\n"
+               "layout, files, and every tensor's cut as `plan` prints it; --json prints the\n"
+               "manifest.  `tpshard check` reads the files themselves.\n",
     .opts = inspect_opts,
     .min_args = 1,
     .max_args = 1,

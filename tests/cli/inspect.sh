@@ -127,3 +127,36 @@ del d["weight_map"]["norm"]
 json.dump(d, open(p, "w"))'
 expect_exit 3 "tensor 'norm' is in" "inspect of a multi-file set with a tensor missing from the map exits 3" \
     "$TPSHARD" inspect hf
+
+# A shard-set directory is shown from its manifest: --json is the manifest byte for byte;
+# the text names every file and gives one line per tensor; a broken manifest is exit 3.
+"$TPSHARD" split "$FIX/models/tiny-llama" --tp 2 --preset llama -o set -q || notok "setup: split tiny-llama"
+if "$TPSHARD" inspect --json set >set.json 2>err.txt && cmp -s set.json set/tpshard.json; then
+    ok "inspect --json of a shard set prints its manifest"
+else
+    notok "inspect --json of a shard set prints its manifest"
+    sed 's/^/#   /' err.txt | head -5
+fi
+"$TPSHARD" inspect set >set.txt 2>err.txt
+rc=$?
+if [ $rc -eq 0 ] && "$PY" - set/tpshard.json set.txt <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+lines = open(sys.argv[2]).read().splitlines()
+assert lines[0] == "set: tpshard shard set, tp 2, 2 files (%d bytes), %d tensors" % (
+    sum(f["bytes"] for f in m["files"]), len(m["tensors"])), lines[0]
+assert "  config keys recorded from " + m["config"]["path"] in lines, lines[:4]
+for f in m["files"]:
+    assert any(f["name"] in l and ("%d bytes" % f["bytes"]) in l and f["crc32"] in l for l in lines), f
+for t in m["tensors"]:
+    (line,) = [l for l in lines if l.split()[:1] == [t["name"]]]
+    assert "-> [%s]" % ", ".join(map(str, t["rank_shapes"][0])) in line, (line, t["rank_shapes"])
+PY
+then
+    ok "inspect of a shard set: summary, every file with size and CRC, every tensor with its rank shape"
+else
+    notok "inspect of a shard set: summary, every file with size and CRC, every tensor with its rank shape"
+    sed 's/^/#   /' set.txt err.txt | head -10
+fi
+printf '{"format": "tpshard",' >set/tpshard.json
+expect_exit 3 "tpshard.json" "inspect of a shard set whose manifest is cut short exits 3" "$TPSHARD" inspect set
