@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -267,10 +266,7 @@ static int run_check(char **args, int nargs)
     int nthreads = 0;
     uint64_t bytes = 0;
     int rc = 0;
-    struct stat sb;
-    char mpath[4200];
-    snprintf(mpath, sizeof mpath, "%s/%s", dir, TPS_MANIFEST_NAME);
-    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode) || stat(mpath, &sb) != 0) {
+    if (!tps_is_shard_set(dir)) {
         tps_cli_errorf("check", "%s: not a shard set (no %s)", dir, TPS_MANIFEST_NAME);
         return TPS_EINVALID;
     }

@@ -2,7 +2,6 @@
  * a shard-set directory, what its manifest says. */
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/stat.h>
 
 #include "cli.h"
 #include "commands.h"
@@ -150,10 +149,7 @@ static int run_inspect(char **args, int nargs)
     tps_error err;
     tps_error_clear(&err);
     tps_index *ix = NULL;
-    char manifest[4200];
-    struct stat sb;
-    snprintf(manifest, sizeof manifest, "%s/%s", args[0], TPS_MANIFEST_NAME);
-    if (stat(manifest, &sb) == 0 && S_ISREG(sb.st_mode)) return inspect_shard_set(args[0]);
+    if (tps_is_shard_set(args[0])) return inspect_shard_set(args[0]);
     if (tps_checkpoint_open(args[0], &ix, &err) != TPS_OK) return tps_cli_report("inspect", &err);
     uint64_t dt_bytes[TPS_DT_COUNT] = {0}, dt_params[TPS_DT_COUNT] = {0}, params = 0, bytes = 0;
     /* Readers bound every tensor by its file, so these sums stay far below 2^64. */

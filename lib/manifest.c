@@ -501,6 +501,14 @@ static bool is_unpublished_dir(const char *dir, long *pid)
     return false;
 }
 
+bool tps_is_shard_set(const char *dir)
+{
+    char path[4096];
+    struct stat sb;
+    return snprintf(path, sizeof path, "%s/%s", dir, TPS_MANIFEST_NAME) < (int)sizeof path && stat(path, &sb) == 0 &&
+           S_ISREG(sb.st_mode);
+}
+
 tps_status tps_manifest_load(const char *dir, tps_manifest **out, tps_error *err)
 {
     *out = NULL;

@@ -69,6 +69,9 @@ typedef struct tps_manifest {
  * partitions re-validated against shapes and tp (tps_partition_check), file names plain
  * (no '/', no '..'), each rank 0..tp-1 present. */
 tps_status tps_manifest_load(const char *dir, tps_manifest **out, tps_error *err);
+/* Whether dir holds a tpshard.json (a regular file): what makes it a shard set, before the
+ * manifest is read. */
+bool tps_is_shard_set(const char *dir);
 /* The same checks on manifest text already in memory (len bytes); what names it in
  * messages (the fuzz target and tests use it). */
 tps_status tps_manifest_parse(const char *text, size_t len, const char *what, tps_manifest **out, tps_error *err);
