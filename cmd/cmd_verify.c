@@ -538,7 +538,9 @@ cleanup:
     /* Every process ends with the same status; a failure of another process is reported by
      * that process alone. */
     st = tps_vbackend_finish(be, st, &err);
-    bool quiet_err = tps_vbackend_failed_elsewhere(be);
+    /* Reported before the backend closes: under MPI, closing lets the other processes exit. */
+    int rc = (int)st;
+    if (st != TPS_OK && st != TPS_EMISMATCH && !tps_vbackend_failed_elsewhere(be)) rc = tps_cli_report("verify", &err);
     tps_vbackend_close(be);
     if (dump) fclose(dump);
     tps_buf_release(&jb);
@@ -549,8 +551,7 @@ cleanup:
     tps_index_free(shape_ix);
     tps_layout_free(l);
     tps_shardset_free(ss);
-    if (st != TPS_OK && st != TPS_EMISMATCH && !quiet_err) return tps_cli_report("verify", &err);
-    return (int)st;
+    return rc;
 }
 
 const tps_cmd tps_cmd_verify = {

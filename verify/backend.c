@@ -41,6 +41,7 @@ struct tps_vbackend {
     bool mpi_inited;
     int prank, psize, local_rank, local_size;
     bool agreed, elsewhere; /* a failure was agreed; it was another process's */
+    bool broken;            /* an MPI call failed: no further collective may be entered */
     uint64_t T;
     uint64_t devices, ranks_per_device;
     bool nccl;
@@ -123,6 +124,7 @@ static tps_status load_plugin(const char *file, int flags, const char *what, voi
 
 static tps_status mpi_fail(tps_vbackend *be, tps_error *err, const char *what, int rc, const char *msg)
 {
+    be->broken = true;
     return tps_fail(err, TPS_EIO, "rank %d: %s failed (MPI error %d): %s", be->prank, what, rc, msg);
 }
 
@@ -361,7 +363,19 @@ void tps_vbackend_close(tps_vbackend *be)
     if (be->cuda_ctx) be->cuda->close(be->cuda_ctx);
     /* The CUDA plugin stays loaded: unloading libraries that started driver threads is
      * not safe, and the process is about to end. */
-    if (be->mpi_inited) be->mpiapi->finalize();
+    if (be->mpi_inited) {
+        /* A last collective after every process has written its report: Open MPI aborts the
+         * job at the first non-zero exit and kills the processes still running, so a process
+         * that failed must have written its message before any other may leave. */
+        if (vbackend_multi(be) && !be->broken) {
+            fflush(stdout);
+            fflush(stderr);
+            int v = 0;
+            char msg[256];
+            be->mpiapi->allreduce_max_int(&v, msg, sizeof msg);
+        }
+        be->mpiapi->finalize();
+    }
     free(be);
 }
 
