@@ -86,32 +86,50 @@ printf 'rules:\n  - match: w\n    split: column\n' >big.yaml
 big_sum=$(sum_of big.safetensors)
 big_size=$(wc -c <big.safetensors)
 
-# start_big OUT: starts a split of big.safetensors into OUT in the background ($pid) and
-# waits until its temporary directory holds a partly written shard; fails after 20 s.
-start_big() {
-    "$TPSHARD" split big.safetensors --tp 2 --layout big.yaml -o "$1" >"$T/.out" 2>"$T/.err" &
-    pid=$!
+# step_until PID TEST...: runs the stopped process PID in slices of ~10 ms (SIGCONT, sleep,
+# SIGSTOP) until TEST succeeds, and leaves it stopped there, so that "mid-write" does not
+# depend on how fast this machine writes.  Fails when PID ends first or after ~2000 slices.
+step_until() {
+    sp=$1
+    shift
     i=0
-    while [ $i -lt 400 ]; do
-        for f in ".$1.tpshard-tmp.$pid"/* ".$1.tpshard-tmp.$pid"/.[!.]*; do
-            [ -s "$f" ] && return 0
-        done
-        kill -0 $pid 2>/dev/null || return 1
-        sleep 0.05
+    while [ $i -lt 2000 ]; do
+        "$@" && return 0
+        kill -0 "$sp" 2>/dev/null || return 1
+        kill -CONT "$sp"
+        sleep 0.01
+        kill -STOP "$sp" 2>/dev/null
         i=$((i + 1))
     done
     return 1
+}
+# partial_shard DIR: DIR holds a file with some bytes in it.
+partial_shard() {
+    for f in "$1"/* "$1"/.[!.]*; do
+        [ -s "$f" ] && return 0
+    done
+    return 1
+}
+# start_big OUT: starts a split of big.safetensors into OUT in the background ($pid) and
+# leaves it stopped once its temporary directory holds a partly written shard.
+start_big() {
+    "$TPSHARD" split big.safetensors --tp 2 --layout big.yaml -o "$1" >"$T/.out" 2>"$T/.err" &
+    pid=$!
+    kill -STOP $pid
+    step_until $pid partial_shard ".$1.tpshard-tmp.$pid"
 }
 
 for sig in INT TERM; do
     want_sum=$big_sum
     if start_big "sig$sig"; then
         kill -$sig $pid
+        kill -CONT $pid
         wait $pid
         rc=$?
         outcome "SIG$sig mid-write: exit 4 naming the signal, temporary files removed, no output" 4 \
             "interrupted by signal" "sig$sig" big.safetensors
     else
+        kill -CONT $pid
         wait $pid
         notok "SIG$sig mid-write: the split never showed a partly written shard"
         sed 's/^/#   /' "$T/.err" | head -5
@@ -145,6 +163,7 @@ if start_big killed; then
         sed 's/^/#   /' "$T/.err" | head -5
     fi
 else
+    kill -CONT $pid
     wait $pid
     notok "SIGKILL mid-write: the split never showed a partly written shard"
 fi
@@ -154,19 +173,17 @@ fi
 bigset_sum=$(sum_of bigset)
 "$TPSHARD" merge bigset -o bigmerged.safetensors >"$T/.out" 2>"$T/.err" &
 pid=$!
-i=0
-while [ $i -lt 400 ] && [ ! -s ".bigmerged.safetensors.tmp.$pid" ] && kill -0 $pid 2>/dev/null; do
-    sleep 0.05
-    i=$((i + 1))
-done
-if [ -s ".bigmerged.safetensors.tmp.$pid" ]; then
+kill -STOP $pid
+if step_until $pid test -s ".bigmerged.safetensors.tmp.$pid"; then
     kill -INT $pid
+    kill -CONT $pid
     wait $pid
     rc=$?
     want_sum=$bigset_sum
     outcome "SIGINT mid-merge into one file: exit 4, the temporary file removed, no output" 4 \
         "interrupted by signal" bigmerged.safetensors bigset
 else
+    kill -CONT $pid
     wait $pid
     notok "SIGINT mid-merge into one file: the merge never showed a partly written file"
     ls -la | sed 's/^/#   /'
@@ -190,7 +207,6 @@ changed() {
     out=chg$((${chg:-0} + 1))
     chg=$((${chg:-0} + 1))
     if start_big "$out"; then
-        kill -STOP $pid
         "$@"
         want_sum=$(sum_of big.safetensors)
         kill -CONT $pid
@@ -198,6 +214,7 @@ changed() {
         rc=$?
         outcome "$name" 4 "$frag" "$out" big.safetensors
     else
+        kill -CONT $pid
         wait $pid
         notok "$name: the split never showed a partly written shard"
     fi
