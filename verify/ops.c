@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "moe_route.h"
 
 /* Tokens per block of the Linear kernel: 16 float64 accumulators fill 8 SSE registers. */
 #define VTB 16

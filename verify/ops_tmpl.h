@@ -295,9 +295,8 @@ cleanup:
     return st;
 }
 
-/* Mixtral: softmax over the router logits, the top_k experts (lowest index first on a
- * tie), their weights renormalized to sum to 1 (HF MixtralSparseMoeBlock); each expert
- * runs on the tokens routed to it. */
+/* Mixtral: the router picks top_k experts per token (verify/moe_route.h); each expert runs
+ * on the tokens routed to it and its output is added with the token's weight. */
 static tps_status F(vmoe)(const tps_block *b, const vdims *d, const vlayer *l, const vmlp_map *m, size_t n,
                           const REAL *xn, REAL *out, tps_error *err)
 {
@@ -305,29 +304,16 @@ static tps_status F(vmoe)(const tps_block *b, const vdims *d, const vlayer *l, c
     size_t E = (size_t)d->experts, H = (size_t)d->hidden, K = (size_t)d->top_k;
     REAL *logit = malloc((n * E + 1) * sizeof *logit), *xg = malloc((n * H + 1) * sizeof *xg);
     REAL *yg = malloc((n * H + 1) * sizeof *yg);
-    double *wt = calloc(n * E + 1, sizeof *wt);
+    double *ld = malloc((n * E + 1) * sizeof *ld), *wt = calloc(n * E + 1, sizeof *wt);
     unsigned char *sel = calloc(n * E + 1, 1);
     size_t *tok = malloc((n + 1) * sizeof *tok);
-    if (!logit || !xg || !yg || !wt || !sel || !tok) {
+    if (!logit || !xg || !yg || !ld || !wt || !sel || !tok) {
         st = tps_fail_oom(err, "MoE buffers");
         goto cleanup;
     }
     TPS_CHECK(F(vlinear)(vrole(l, TPS_ROLE_ROUTER_W, 0, false), false, n, xn, H, 0, d->hidden, 0, E, logit, E, err));
-    for (size_t t = 0; t < n; t++) {
-        const REAL *lt = logit + t * E;
-        double *wt_t = wt + t * E, mx = (double)lt[0], z = 0, kept = 0;
-        for (size_t e = 1; e < E; e++) mx = fmax(mx, (double)lt[e]);
-        for (size_t e = 0; e < E; e++) z += exp((double)lt[e] - mx);
-        for (size_t k = 0; k < K; k++) {
-            size_t best = E;
-            for (size_t e = 0; e < E; e++)
-                if (!sel[t * E + e] && (best == E || lt[e] > lt[best])) best = e;
-            sel[t * E + best] = 1;
-            wt_t[best] = exp((double)lt[best] - mx) / z;
-            kept += wt_t[best];
-        }
-        for (size_t e = 0; e < E; e++) wt_t[e] /= kept;
-    }
+    for (size_t i = 0; i < n * E; i++) ld[i] = (double)logit[i];
+    vmoe_route(n, E, K, ld, sel, wt);
     memset(out, 0, n * H * sizeof *out);
     for (size_t e = 0; e < E; e++) {
         size_t ng = 0;
@@ -347,6 +333,7 @@ cleanup:
     free(logit);
     free(xg);
     free(yg);
+    free(ld);
     free(wt);
     free(sel);
     free(tok);

@@ -33,6 +33,7 @@
 #include <time.h>
 
 extern "C" {
+#include "verify/moe_route.h"
 #include "verify/plugin.h"
 }
 
@@ -540,36 +541,24 @@ cleanup:
     return st;
 }
 
-/* Mixtral: routing on the host exactly as verify/ops_tmpl.h does it, experts on the GPU. */
+/* Mixtral: routing on the host by the CPU ranks' own code (verify/moe_route.h), experts on
+ * the GPU. */
 static tps_status moe(grank *g, const tps_block *b, const vdims *d, const float *xn, float *out, tps_error *err)
 {
     tps_status st = TPS_OK;
     size_t n = g->n, H = g->H, E = (size_t)d->experts, K = (size_t)d->top_k;
     float *lg = (float *)malloc((n * E + 1) * sizeof *lg), *wcol = (float *)malloc((n + 1) * sizeof *wcol);
-    double *wt = (double *)calloc(n * E + 1, sizeof *wt);
+    double *ld = (double *)malloc((n * E + 1) * sizeof *ld), *wt = (double *)calloc(n * E + 1, sizeof *wt);
     unsigned char *sel = (unsigned char *)calloc(n * E + 1, 1);
-    if (!lg || !wcol || !wt || !sel) {
+    if (!lg || !wcol || !ld || !wt || !sel) {
         st = gfail(err, TPS_EIO, "rank %llu: out of memory for the routing", (unsigned long long)g->rank);
         goto cleanup;
     }
     CHECK(linear(g, role(g, TPS_ROLE_ROUTER_W, 0, false), false, n, xn, H, g->logits, E, err));
     CU(cudaMemcpyAsync(lg, g->logits, n * E * sizeof *lg, cudaMemcpyDeviceToHost, g->s));
     CU(cudaStreamSynchronize(g->s));
-    for (size_t t = 0; t < n; t++) {
-        const float *lt = lg + t * E;
-        double *wt_t = wt + t * E, mx = (double)lt[0], z = 0, kept = 0;
-        for (size_t e = 1; e < E; e++) mx = fmax(mx, (double)lt[e]);
-        for (size_t e = 0; e < E; e++) z += exp((double)lt[e] - mx);
-        for (size_t k = 0; k < K; k++) {
-            size_t best = E;
-            for (size_t e = 0; e < E; e++)
-                if (!sel[t * E + e] && (best == E || lt[e] > lt[best])) best = e;
-            sel[t * E + best] = 1;
-            wt_t[best] = exp((double)lt[best] - mx) / z;
-            kept += wt_t[best];
-        }
-        for (size_t e = 0; e < E; e++) wt_t[e] /= kept;
-    }
+    for (size_t i = 0; i < n * E; i++) ld[i] = (double)lg[i];
+    vmoe_route(n, E, K, ld, sel, wt);
     CU(cudaMemsetAsync(out, 0, n * H * sizeof *out, g->s));
     for (size_t e = 0; e < E; e++) {
         bool any = false;
@@ -587,6 +576,7 @@ static tps_status moe(grank *g, const tps_block *b, const vdims *d, const float 
 cleanup:
     free(lg);
     free(wcol);
+    free(ld);
     free(wt);
     free(sel);
     return st;
