@@ -422,20 +422,29 @@ static tps_status cursor_start(cursor *c, const tps_zip_entry *e, tps_error *err
     return TPS_OK;
 }
 
+/* Reads the next INBUF bytes (at most) of the compressed data once inflate has used what
+ * it had; never past the entry's compressed size. */
+static tps_status cursor_refill(tps_zip *z, cursor *c, tps_error *err)
+{
+    const tps_zip_entry *e = c->e;
+    if (c->zs.avail_in != 0 || c->in_pos >= e->csize) return TPS_OK;
+    uint64_t n = e->csize - c->in_pos < INBUF ? e->csize - c->in_pos : INBUF;
+    tps_status st = pread_at(z, e->data_ofs + c->in_pos, c->in, (size_t)n, "deflated data", err);
+    if (st) return st;
+    c->in_pos += n;
+    c->zs.next_in = c->in;
+    c->zs.avail_in = (uInt)n;
+    return TPS_OK;
+}
+
 /* Produces the next len bytes of the cursor's entry into out (NULL: discard). */
 static tps_status cursor_pull(tps_zip *z, cursor *c, unsigned char *out, uint64_t len, tps_error *err)
 {
     const tps_zip_entry *e = c->e;
     unsigned char sink[4096];
     while (len > 0) {
-        if (c->zs.avail_in == 0 && c->in_pos < e->csize) {
-            uint64_t n = e->csize - c->in_pos < INBUF ? e->csize - c->in_pos : INBUF;
-            tps_status st = pread_at(z, e->data_ofs + c->in_pos, c->in, (size_t)n, "deflated data", err);
-            if (st) return st;
-            c->in_pos += n;
-            c->zs.next_in = c->in;
-            c->zs.avail_in = (uInt)n;
-        }
+        tps_status st = cursor_refill(z, c, err);
+        if (st) return st;
         uint64_t want = len;
         unsigned char *dst = out ? out : sink;
         if (!out && want > sizeof sink) want = sizeof sink;
@@ -463,14 +472,8 @@ static tps_status cursor_pull(tps_zip *z, cursor *c, unsigned char *out, uint64_
         unsigned char extra;
         c->zs.next_out = &extra;
         c->zs.avail_out = 1;
-        if (c->zs.avail_in == 0 && c->in_pos < e->csize) {
-            uint64_t n = e->csize - c->in_pos < INBUF ? e->csize - c->in_pos : INBUF;
-            tps_status st = pread_at(z, e->data_ofs + c->in_pos, c->in, (size_t)n, "deflated data", err);
-            if (st) return st;
-            c->in_pos += n;
-            c->zs.next_in = c->in;
-            c->zs.avail_in = (uInt)n;
-        }
+        tps_status st = cursor_refill(z, c, err);
+        if (st) return st;
         int r = inflate(&c->zs, Z_NO_FLUSH);
         if (c->zs.avail_out == 0)
             return tps_fail(err, TPS_EINVALID, "%s: entry '%s' inflates past its declared size of %llu bytes (zip bomb?)", z->path,
