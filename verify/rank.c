@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gated_threads.h"
 #include "internal.h"
 
 /* ---- the thread all-reduce ---- */
@@ -49,10 +50,7 @@ typedef struct rank_job {
     tps_vcomm comm;
     tps_status st;
     tps_error err;
-    /* start gate: every thread waits until all were created (or creation failed) */
-    pthread_mutex_t *gate_mu;
-    pthread_cond_t *gate_cv;
-    int *gate; /* 0 wait, 1 go, -1 abort */
+    vgate *gate; /* every thread waits until all were created (verify/gated_threads.h) */
 } rank_job;
 
 static void note_dtype(vrank_out *o, const tps_vt *t)
@@ -147,12 +145,8 @@ cleanup:
 static void *rank_main(void *arg)
 {
     rank_job *j = arg;
-    pthread_mutex_lock(j->gate_mu);
-    while (*j->gate == 0) pthread_cond_wait(j->gate_cv, j->gate_mu);
-    int go = *j->gate;
-    pthread_mutex_unlock(j->gate_mu);
     bool elsewhere;
-    if (go > 0) rank_body(j, &elsewhere);
+    if (vgate_pass(j->gate)) rank_body(j, &elsewhere);
     return NULL;
 }
 
@@ -201,9 +195,7 @@ tps_status vrank_run(const tps_block *b, const vdims *d, uint64_t layer, uint64_
     pthread_t *tid = calloc(T, sizeof *tid);
     sh.bufs = calloc(T, sizeof *sh.bufs);
     sh.sum = malloc((nh + 1) * sizeof *sh.sum);
-    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-    pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
-    int gate = 0;
+    vgate gate = VGATE_INIT;
     uint64_t started = 0;
     bool bar = false;
     if (!jobs || !tid || !sh.bufs || !sh.sum) {
@@ -218,22 +210,13 @@ tps_status vrank_run(const tps_block *b, const vdims *d, uint64_t layer, uint64_
     }
     bar = true;
     for (uint64_t r = 0; r < T; r++) {
-        rank_job *j = &jobs[r];
-        *j = (rank_job){.b = b, .d = d, .layer = layer, .src = &ranks[r], .n = n, .x = x, .out = &outs[r],
-                        .comm = {.rank = r, .size = T, .allreduce_sum = thread_allreduce, .impl = &sh},
-                        .gate_mu = &mu, .gate_cv = &cv, .gate = &gate};
-        tps_error_clear(&j->err);
-        if (pthread_create(&tid[r], NULL, rank_main, j) != 0) {
-            st = tps_fail(err, TPS_EIO, "cannot start the thread of rank %llu", (unsigned long long)r);
-            break;
-        }
-        started++;
+        jobs[r] = (rank_job){.b = b, .d = d, .layer = layer, .src = &ranks[r], .n = n, .x = x, .out = &outs[r],
+                             .comm = {.rank = r, .size = T, .allreduce_sum = thread_allreduce, .impl = &sh},
+                             .gate = &gate};
+        tps_error_clear(&jobs[r].err);
     }
-    pthread_mutex_lock(&mu);
-    gate = st == TPS_OK ? 1 : -1;
-    pthread_cond_broadcast(&cv);
-    pthread_mutex_unlock(&mu);
-    for (uint64_t r = 0; r < started; r++) pthread_join(tid[r], NULL);
+    started = vgate_run(&gate, tid, T, rank_main, jobs, sizeof *jobs);
+    if (started < T) st = tps_fail(err, TPS_EIO, "cannot start the thread of rank %llu", (unsigned long long)started);
     for (uint64_t r = 0; r < started && st == TPS_OK; r++)
         if (jobs[r].st != TPS_OK && jobs[r].err.code != TPS_OK) {
             *err = jobs[r].err;

@@ -33,6 +33,7 @@
 #include <time.h>
 
 extern "C" {
+#include "verify/gated_threads.h"
 #include "verify/moe_route.h"
 #include "verify/plugin.h"
 }
@@ -675,10 +676,7 @@ typedef struct rank_thread {
     pthread_barrier_t *bar; /* between the threads of one process */
     bool *failed;           /* one flag per thread, read after the barrier */
     uint64_t idx;
-    /* start gate: 0 wait, 1 go, -1 stop (a thread could not be created) */
-    pthread_mutex_t *mu;
-    pthread_cond_t *cv;
-    int *gate;
+    vgate *gate; /* with several threads: all were created (verify/gated_threads.h) */
     tps_status st;
     tps_error err;
 } rank_thread;
@@ -709,15 +707,9 @@ static void *rank_thread_main(void *arg)
     rank_thread *rt = (rank_thread *)arg;
     grank *g = rt->g;
     tps_error *err = &rt->err;
-    if (rt->gate) {
-        pthread_mutex_lock(rt->mu);
-        while (*rt->gate == 0) pthread_cond_wait(rt->cv, rt->mu);
-        int go = *rt->gate;
-        pthread_mutex_unlock(rt->mu);
-        if (go < 0) {
-            rt->st = TPS_EIO;
-            return NULL;
-        }
+    if (rt->gate && !vgate_pass(rt->gate)) {
+        rt->st = TPS_EIO;
+        return NULL;
     }
     rt->st = setup_layer(g, rt->d, rt->n, rt->x, err);
     if (peers_failed(rt)) return NULL;
@@ -798,14 +790,12 @@ static tps_status run_threads(gctx *c, const tps_block *b, const vdims *d, size_
                               tps_error *err)
 {
     tps_status st = TPS_OK;
-    uint64_t T = c->count, started = 0;
+    uint64_t T = c->count;
     rank_thread *rt = (rank_thread *)calloc(T, sizeof *rt);
     pthread_t *tid = (pthread_t *)calloc(T, sizeof *tid);
     bool *failed = (bool *)calloc(T, sizeof *failed);
     pthread_barrier_t bar;
-    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-    pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
-    int gate = 0;
+    vgate gate = VGATE_INIT;
     bool threads = T > 1, have_bar = false;
     if (!rt || !tid || !failed) {
         st = gfail(err, TPS_EIO, "out of memory for the rank threads");
@@ -829,28 +819,16 @@ static tps_status run_threads(gctx *c, const tps_block *b, const vdims *d, size_
         r->bar = have_bar ? &bar : NULL;
         r->failed = failed;
         r->idx = i;
-        if (threads) {
-            r->mu = &mu;
-            r->cv = &cv;
-            r->gate = &gate;
-        }
+        if (threads) r->gate = &gate;
     }
     if (!threads) {
         rank_thread_main(&rt[0]);
     } else {
-        for (uint64_t i = 0; i < T; i++) {
-            if (pthread_create(&tid[i], NULL, rank_thread_main, &rt[i]) != 0) {
-                st = gfail(err, TPS_EIO, "cannot start the thread of rank %llu", (unsigned long long)c->r[i].rank);
-                break;
-            }
-            started++;
+        uint64_t started = vgate_run(&gate, tid, T, rank_thread_main, rt, sizeof *rt);
+        if (started < T) {
+            st = gfail(err, TPS_EIO, "cannot start the thread of rank %llu", (unsigned long long)c->r[started].rank);
+            goto cleanup;
         }
-        pthread_mutex_lock(&mu);
-        gate = st == TPS_OK ? 1 : -1;
-        pthread_cond_broadcast(&cv);
-        pthread_mutex_unlock(&mu);
-        for (uint64_t i = 0; i < started; i++) pthread_join(tid[i], NULL);
-        if (st != TPS_OK) goto cleanup;
     }
     for (uint64_t i = 0; i < T && st == TPS_OK; i++)
         if (rt[i].st != TPS_OK && rt[i].err.code != TPS_OK) {
