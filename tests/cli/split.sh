@@ -66,6 +66,11 @@ else notok "--only-rank"; fi
 expect_exit 3 "" "plan at tp 3 is refused" "$TPSHARD" plan "$SRC" --tp 3 --preset llama --config "$L/config.json"
 n=$(grep -c "tensor '" "$T/.err")
 [ "$n" -ge 4 ] && ok "plan lists every problem at once ($n lines)" || notok "plan listed $n problems"
+# the divisibility refusal names the numbers and the rule that chose the cut, with its place
+grep -qF "tensor 'model.layers.0.mlp.down_proj.weight': segment 0 has 176 units of 1 along dimension 1, which tp 3 neither divides nor is a multiple of" "$T/.err" &&
+    grep "tensor 'model.layers.0.mlp.down_proj.weight'" "$T/.err" | grep -qF "; rule model.layers.*.mlp.down_proj.weight (preset:llama:" &&
+    ok "plan at tp 3: the refusal names tensor, units, dimension, tp and the rule with its line" ||
+    { notok "plan at tp 3: the refusal names tensor, units, dimension, tp and the rule with its line"; sed 's/^/#   /' "$T/.err" | head -3; }
 [ ! -e "s3" ] && ok "nothing written by a refused plan" || notok "plan wrote"
 
 # vocabulary 1003 at tp 8: padded rows recorded, merge strips them
