@@ -72,7 +72,7 @@ static tps_status retarget(const tps_manifest *src, uint64_t tp, tps_manifest **
         const tps_manifest_tensor *s = &src->tensors[i];
         tps_error e;
         tps_error_clear(&e);
-        if (tps_partition_check(&s->part, s->name, s->dtype, s->ndim, s->shape, tp, &e)) {
+        if (tps_partition_check_rule(&s->part, s->name, s->dtype, s->ndim, s->shape, tp, s->rule, &e)) {
             tps_cli_errorf("reshard", "%s", e.msg);
             if (!nproblems++) tps_fail(err, e.code, "%s", e.msg);
             continue;

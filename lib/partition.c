@@ -87,6 +87,16 @@ tps_status tps_partition_check(const tps_partition *p, const char *name, tps_dty
     return TPS_OK;
 }
 
+tps_status tps_partition_check_rule(const tps_partition *p, const char *name, tps_dtype dtype, int ndim,
+                                    const uint64_t *shape, uint64_t T, const char *rule, tps_error *err)
+{
+    tps_error e;
+    tps_error_clear(&e);
+    tps_status st = tps_partition_check(p, name, dtype, ndim, shape, T, &e);
+    if (st == TPS_OK) return TPS_OK;
+    return rule && *rule ? tps_fail(err, st, "%s; rule %s", e.msg, rule) : tps_fail(err, st, "%s", e.msg);
+}
+
 void tps_partition_slice(const tps_partition *p, uint64_t T, uint64_t r, tps_slice *out)
 {
     memset(out, 0, sizeof *out);

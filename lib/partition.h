@@ -58,6 +58,11 @@ void tps_partition_simple(tps_partition *p, int dim, uint64_t dim_len, uint64_t 
 tps_status tps_partition_check(const tps_partition *p, const char *name, tps_dtype dtype, int ndim,
                                const uint64_t *shape, uint64_t T, tps_error *err);
 
+/* tps_partition_check, with "; rule LABEL" appended to a refusal: the partition knows the
+ * tensor and the numbers, the caller knows which layout rule (and file:line) chose them. */
+tps_status tps_partition_check_rule(const tps_partition *p, const char *name, tps_dtype dtype, int ndim,
+                                    const uint64_t *shape, uint64_t T, const char *rule, tps_error *err);
+
 /* Rank r's slice.  Call tps_partition_check first; the result is undefined otherwise. */
 void tps_partition_slice(const tps_partition *p, uint64_t T, uint64_t r, tps_slice *out);
 

@@ -59,16 +59,9 @@ tps_status tps_plan_build(const tps_index *ix, tps_layout *l, const char *layout
         tps_error_clear(&e);
         size_t rule = 0;
         tps_status ts = tps_layout_partition(l, x->name, x->dtype, x->ndim, x->shape, &t->part, &rule, &e);
-        if (ts == TPS_OK) {
-            ts = tps_partition_check(&t->part, x->name, x->dtype, x->ndim, x->shape, tp, &e);
-            /* The partition knows the tensor, not the layout: say which rule, and where. */
-            if (ts == TPS_EINVALID) {
-                char msg[sizeof e.msg];
-                snprintf(msg, sizeof msg, "%s", e.msg);
-                tps_error_clear(&e);
-                tps_fail(&e, ts, "%s; rule %s", msg, tps_layout_rule_label(l, rule));
-            }
-        }
+        if (ts == TPS_OK)
+            ts = tps_partition_check_rule(&t->part, x->name, x->dtype, x->ndim, x->shape, tp,
+                                          tps_layout_rule_label(l, rule), &e);
         if (ts != TPS_OK) {
             if (ts != TPS_EINVALID && ts != TPS_EUSAGE) { /* out of memory: stop */
                 st = tps_fail(err, ts, "%s", e.msg);

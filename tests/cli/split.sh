@@ -45,6 +45,8 @@ before=$(cksum <"$SRC")
 # a non-prime, non-power-of-two pair where heads allow: 8 heads, 2 kv heads -> tp 2 and 6 are not
 # both valid; check that reshard refuses with the numbers instead.
 expect_exit 3 "tp 6" "reshard to tp 6 refused naming the tensor and numbers" "$TPSHARD" reshard base --tp 6 -o r6
+grep -qF "; rule model.layers.*." "$T/.err" && ok "the reshard refusal names the recorded layout rule" ||
+    { notok "the reshard refusal names the recorded layout rule"; sed 's/^/#   /' "$T/.err" | head -3; }
 [ ! -e r6 ] && ok "refused reshard leaves no output" || notok "refused reshard left r6"
 
 mkdir full && echo x >full/keep
