@@ -379,12 +379,18 @@ print:
     free(text);
 }
 
+/* "tpshard CMD: message" without the newline. */
+__attribute__((format(printf, 2, 0))) static void verrorf(const char *cmd, const char *fmt, va_list ap)
+{
+    fprintf(stderr, "tpshard %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+}
+
 void tps_cli_errorf(const char *cmd, const char *fmt, ...)
 {
     va_list ap;
-    fprintf(stderr, "tpshard %s: ", cmd);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    verrorf(cmd, fmt, ap);
     va_end(ap);
     fputc('\n', stderr);
 }
@@ -392,9 +398,8 @@ void tps_cli_errorf(const char *cmd, const char *fmt, ...)
 int tps_cli_usage(const char *cmd, const char *fmt, ...)
 {
     va_list ap;
-    fprintf(stderr, "tpshard %s: ", cmd);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    verrorf(cmd, fmt, ap);
     va_end(ap);
     fprintf(stderr, "\ntpshard %s: see 'tpshard %s --help'\n", cmd, cmd);
     return TPS_EUSAGE;

@@ -313,13 +313,19 @@ static tps_status no_duplicate_keys(pctx *c, const yaml_node_t *map, const char 
     return TPS_OK;
 }
 
-static tps_status parse_sizes(pctx *c, const yaml_node_t *n)
+/* A mapping whose keys are size names (sizes:, infer:): vals[i] is size i's value or NULL. */
+static tps_status size_fields(pctx *c, const yaml_node_t *n, const char *what, yaml_node_t *vals[TPS_NSIZES])
 {
-    yaml_node_t *vals[TPS_NSIZES];
     const char *allowed[TPS_NSIZES + 1];
     for (int i = 0; i < TPS_NSIZES; i++) allowed[i] = tps_size_names[i];
     allowed[TPS_NSIZES] = NULL;
-    tps_status st = map_fields(c, n, "sizes", allowed, vals);
+    return map_fields(c, n, what, allowed, vals);
+}
+
+static tps_status parse_sizes(pctx *c, const yaml_node_t *n)
+{
+    yaml_node_t *vals[TPS_NSIZES];
+    tps_status st = size_fields(c, n, "sizes", vals);
     for (int i = 0; st == TPS_OK && i < TPS_NSIZES; i++)
         if (vals[i]) st = get_u64(c, vals[i], tps_size_names[i], tps_size_slot(&c->l->sizes, i));
     return st;
@@ -356,10 +362,7 @@ static tps_status parse_hint(pctx *c, const yaml_node_t *n, tps_hint *h, const c
 static tps_status parse_infer(pctx *c, const yaml_node_t *n)
 {
     yaml_node_t *vals[TPS_NSIZES];
-    const char *allowed[TPS_NSIZES + 1];
-    for (int i = 0; i < TPS_NSIZES; i++) allowed[i] = tps_size_names[i];
-    allowed[TPS_NSIZES] = NULL;
-    tps_status st = map_fields(c, n, "infer", allowed, vals);
+    tps_status st = size_fields(c, n, "infer", vals);
     for (int i = 0; st == TPS_OK && i < TPS_NSIZES; i++)
         if (vals[i]) st = parse_hint(c, vals[i], &c->l->hints[i], tps_size_names[i]);
     return st;
