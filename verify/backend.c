@@ -364,10 +364,12 @@ void tps_vbackend_close(tps_vbackend *be)
     /* The CUDA plugin stays loaded: unloading libraries that started driver threads is
      * not safe, and the process is about to end. */
     if (be->mpi_inited) {
-        /* A last collective after every process has written its report: Open MPI aborts the
-         * job at the first non-zero exit and kills the processes still running, so a process
-         * that failed must have written its message before any other may leave. */
-        if (vbackend_multi(be) && !be->broken) {
+        /* After an agreed failure, a last collective once every process has written its
+         * report: Open MPI aborts the job at the first non-zero exit and kills the processes
+         * still running, so the one that failed must have written its message before any
+         * other may leave.  (Every process knows of an agreed failure, so all enter it; after
+         * a failed MPI call none does.) */
+        if (vbackend_multi(be) && be->agreed && !be->broken) {
             fflush(stdout);
             fflush(stderr);
             int v = 0;
