@@ -5,15 +5,21 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-static volatile sig_atomic_t caught_signal;
+/* Atomic rather than volatile sig_atomic_t: the handler may run on any thread (the reader
+ * thread, check's walkers) and the main thread reads it, which only an atomic makes defined
+ * (ThreadSanitizer reported the volatile as a data race).  A lock-free atomic is safe in a
+ * signal handler. */
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "the signal flag must be a lock-free atomic");
+static atomic_int caught_signal;
 
-static void on_signal(int sig) { caught_signal = sig; }
+static void on_signal(int sig) { atomic_store_explicit(&caught_signal, sig, memory_order_relaxed); }
 
 void tps_signals_install(void)
 {
@@ -26,7 +32,7 @@ void tps_signals_install(void)
     sigaction(SIGHUP, &sa, NULL);
 }
 
-int tps_outdir_interrupted(void) { return (int)caught_signal; }
+int tps_outdir_interrupted(void) { return atomic_load_explicit(&caught_signal, memory_order_relaxed); }
 
 void tps_remove_tree(const char *path)
 {
