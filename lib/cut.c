@@ -7,6 +7,7 @@
 #include <zlib.h>
 
 #include "checked.h"
+#include "helper.h"
 #include "iocache.h"
 #include "prefetch.h"
 #include "hf_index.h"
@@ -139,9 +140,55 @@ static tps_status fill_source(void *arg, unsigned char *buf, size_t cap, size_t 
     return st;
 }
 
-/* Streams global tensor i and hands each byte run to the ranks that hold it. */
+/* One chunk (global bytes [g, g+n) of a tensor) handed to the ranks [r0, r1): the runs they
+ * hold, and the zeros that pad the end of each of their slabs.  Each rank's writer is used
+ * by the one thread its half of the ranks belongs to. */
+typedef struct delivery {
+    const tps_spans *sp;
+    const unsigned char *buf;
+    uint64_t g;
+    size_t n;
+    uint32_t crc; /* of the whole chunk */
+    rank_out *outs;
+    uint64_t r0, r1;
+} delivery;
+
+static tps_status deliver(void *arg, tps_error *err)
+{
+    const delivery *d = arg;
+    const tps_spans *sp = d->sp;
+    size_t at = 0;
+    const tps_span *first = tps_spans_find(sp, d->g % sp->slab_bytes);
+    size_t k = first ? (size_t)(first - sp->span) : 0; /* current span */
+    while (at < d->n) {
+        uint64_t w = (d->g + at) % sp->slab_bytes;
+        if (w == 0) k = 0;
+        while (sp->span[k].end <= w) k++;
+        const tps_span *s = &sp->span[k];
+        size_t run = s->end - w < d->n - at ? (size_t)(s->end - w) : d->n - at;
+        for (uint32_t j = 0; j < s->nowners; j++) {
+            uint32_t r = sp->owner[s->owner0 + j];
+            if (r < d->r0 || r >= d->r1) continue;
+            tps_st_writer *wr = d->outs[r].w;
+            tps_status st = run == d->n ? tps_st_writer_write_crc(wr, d->buf, d->n, d->crc, err) /* the whole chunk */
+                                        : tps_st_writer_write(wr, d->buf + at, run, err);
+            if (st) return st;
+        }
+        at += run;
+        if (w + run == sp->slab_bytes)
+            for (uint64_t r = d->r0; r < d->r1; r++)
+                if (sp->rank_pad_bytes[r]) {
+                    tps_status st = emit_zeros(&d->outs[r], sp->rank_pad_bytes[r], err);
+                    if (st) return st;
+                }
+    }
+    return TPS_OK;
+}
+
+/* Streams global tensor i and hands each byte run to the ranks that hold it: the upper
+ * half of the ranks on the helper thread when there is one, the rest here. */
 static tps_status cut_tensor(tps_manifest *m, size_t i, tps_prefetch *pf, size_t chunk, rank_out *outs,
-                             const tps_cut_opts *o, tps_progress *prog, tps_error *err)
+                             tps_helper *helper, const tps_cut_opts *o, tps_progress *prog, tps_error *err)
 {
     tps_manifest_tensor *t = &m->tensors[i];
     tps_spans sp;
@@ -149,7 +196,7 @@ static tps_status cut_tensor(tps_manifest *m, size_t i, tps_prefetch *pf, size_t
     if (st) return st;
     uint32_t crc = 0;
     uint64_t g = 0; /* position in the global tensor */
-    size_t k = 0;   /* current span */
+    uint64_t mid = helper ? m->tp / 2 : m->tp;
     while (g < t->nbytes) {
         if (tps_outdir_interrupted()) {
             st = tps_fail(err, TPS_EIO, "interrupted by signal %d while copying '%s'", tps_outdir_interrupted(), t->name);
@@ -164,23 +211,14 @@ static tps_status cut_tensor(tps_manifest *m, size_t i, tps_prefetch *pf, size_t
             goto cleanup;
         }
         crc = (uint32_t)crc32_combine(crc, c, (z_off_t)n);
-        size_t at = 0;
-        while (at < n) {
-            uint64_t w = (g + at) % sp.slab_bytes;
-            if (w == 0) k = 0;
-            while (sp.span[k].end <= w) k++;
-            const tps_span *s = &sp.span[k];
-            size_t run = s->end - w < n - at ? (size_t)(s->end - w) : n - at;
-            for (uint32_t j = 0; j < s->nowners; j++) {
-                tps_st_writer *wr = outs[sp.owner[s->owner0 + j]].w;
-                if (run == n) TPS_CHECK(tps_st_writer_write_crc(wr, buf, n, c, err)); /* the whole chunk */
-                else TPS_CHECK(tps_st_writer_write(wr, buf + at, run, err));
-            }
-            at += run;
-            if (w + run == sp.slab_bytes)
-                for (uint64_t r = 0; r < m->tp; r++)
-                    if (sp.rank_pad_bytes[r]) TPS_CHECK(emit_zeros(&outs[r], sp.rank_pad_bytes[r], err));
-        }
+        delivery lo = {&sp, buf, g, n, c, outs, 0, mid}, hi = lo;
+        hi.r0 = mid;
+        hi.r1 = m->tp;
+        if (helper) tps_helper_post(helper, deliver, &hi);
+        st = deliver(&lo, err);
+        tps_status hst = helper ? tps_helper_wait(helper, err) : TPS_OK; /* first error kept */
+        if (st == TPS_OK) st = hst;
+        if (st) goto cleanup;
         tps_prefetch_done(pf);
         g += n;
         prog->done += n;
@@ -307,6 +345,7 @@ tps_status tps_cut(tps_manifest *m, tps_global_read_fn read, void *ctx, const tp
     rank_out *outs = calloc(m->tp, sizeof *outs);
     source_stream ss = {.m = m, .read = read, .ctx = ctx, .sp_i = (size_t)-1};
     tps_prefetch *pf = NULL;
+    tps_helper *helper = NULL;
     if (!outs) {
         st = tps_fail_oom(err, "starting the copy");
         goto cleanup;
@@ -328,10 +367,12 @@ tps_status tps_cut(tps_manifest *m, tps_global_read_fn read, void *ctx, const tp
     long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
     tps_io_set_uncached(pages > 0 && psize > 0 && prog.total > (uint64_t)pages * (uint64_t)psize / 4);
     TPS_CHECK(tps_prefetch_start(fill_source, &ss, chunk, NSLOTS, true, &pf, err));
+    /* With two cores or more, a second writer takes half of the ranks (lib/helper.h). */
+    if (m->tp >= 2 && sysconf(_SC_NPROCESSORS_ONLN) >= 2) TPS_CHECK(tps_helper_start(&helper, err));
     for (size_t i = 0; i < m->ntensors; i++) {
         prog.tensor = m->tensors[i].name;
         TPS_CHECK(enter_tensor(m, outs, i, od, o, err));
-        TPS_CHECK(cut_tensor(m, i, pf, chunk, outs, o, &prog, err));
+        TPS_CHECK(cut_tensor(m, i, pf, chunk, outs, helper, o, &prog, err));
     }
     for (uint64_t r = 0; r < m->tp; r++) {
         TPS_CHECK(close_part(m, &outs[r], o, err));
@@ -339,6 +380,7 @@ tps_status tps_cut(tps_manifest *m, tps_global_read_fn read, void *ctx, const tp
             TPS_CHECK(tps_rank_index_write(m, r, outs[r].first, outs[r].file0, od, err));
     }
 cleanup:
+    tps_helper_stop(helper);
     tps_prefetch_stop(pf);
     tps_spans_release(&ss.sp);
     tps_io_set_uncached(false);
