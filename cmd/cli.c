@@ -2,11 +2,13 @@
 
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "lib/buf.h"
+#include "lib/outdir.h"
 
 tps_common_opts tps_common;
 
@@ -127,7 +129,7 @@ static int set_value(const tps_cmd *cmd, const tps_opt *o, const char *val)
         return tps_cli_usage(cmd->name, "--%s expects a size such as 4096, 500MB or 2GiB, not '%s'", o->long_name,
                              val);
     }
-    return TPS_EUSAGE;
+    return TPS_EXIT_USAGE;
 }
 
 static int unknown_option(const tps_cmd *cmd, const char *shown, const char *name, size_t len)
@@ -192,10 +194,10 @@ int tps_cli_parse(const tps_cmd *cmd, int argc, char **argv, char **args, int *n
 void tps_cli_exit_codes(FILE *out, bool full)
 {
     if (!full) {
-        fputs("Exit: 0 ok, 1 mismatch, 2 usage, 3 invalid input, 4 I/O, 5 no backend\n", out);
+        fputs("Exit: 0 ok, 1 mismatch, 2 usage, 3 invalid input, 4 I/O, 5 no backend, 128+sig\n", out);
         return;
     }
-    fputs("Exit codes:\n"
+    fputs("Exit codes (and 130, 143: stopped by SIGINT, SIGTERM, after cleanup):\n"
           "  0  success\n"
           "  1  a check or verification found a mismatch\n"
           "  2  usage error\n"
@@ -402,15 +404,32 @@ int tps_cli_usage(const char *cmd, const char *fmt, ...)
     verrorf(cmd, fmt, ap);
     va_end(ap);
     fprintf(stderr, "\ntpshard %s: see 'tpshard %s --help'\n", cmd, cmd);
-    return TPS_EUSAGE;
+    return TPS_EXIT_USAGE;
+}
+
+int tps_cli_exit_code(tps_status st)
+{
+    switch (st) {
+    case TPS_OK: return TPS_EXIT_OK;
+    case TPS_EMISMATCH: return TPS_EXIT_MISMATCH;
+    case TPS_EARG: return TPS_EXIT_USAGE;
+    case TPS_EINVALID: return TPS_EXIT_INVALID;
+    case TPS_EIO: return TPS_EXIT_IO;
+    case TPS_EBACKEND: return TPS_EXIT_BACKEND;
+    case TPS_EINTERRUPTED: {
+        int sig = tps_outdir_interrupted();
+        return 128 + (sig ? sig : SIGINT);
+    }
+    }
+    return TPS_EXIT_IO;
 }
 
 int tps_cli_report(const char *cmd, const tps_error *err)
 {
     if (err->code == TPS_OK) return 0;
     fprintf(stderr, "tpshard %s: %s\n", cmd, err->msg[0] ? err->msg : tps_status_name(err->code));
-    if (err->code == TPS_EUSAGE) fprintf(stderr, "tpshard %s: see 'tpshard %s --help'\n", cmd, cmd);
-    return (int)err->code;
+    if (err->code == TPS_EARG) fprintf(stderr, "tpshard %s: see 'tpshard %s --help'\n", cmd, cmd);
+    return tps_cli_exit_code(err->code);
 }
 
 /* "0,3,5" into a flag per rank; false on junk or a rank >= tp. */

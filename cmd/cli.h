@@ -69,6 +69,21 @@ void tps_cli_wrap(FILE *out, int col, int indent, const char *text);
 /* The closest of names[0..n) to s (an edit or two away, or s a prefix of it), or NULL. */
 const char *tps_cli_suggest(const char *s, size_t len, const char *const *names, size_t n);
 
+/* Exit codes (the table in README.md and tpshard.1; tps_cli_exit_codes prints it). */
+enum {
+    TPS_EXIT_OK = 0,
+    TPS_EXIT_MISMATCH = 1, /* a check or verification found a difference */
+    TPS_EXIT_USAGE = 2,    /* bad command line, or a request out of range */
+    TPS_EXIT_INVALID = 3,  /* malformed file, layout or manifest */
+    TPS_EXIT_IO = 4,       /* I/O or resource failure */
+    TPS_EXIT_BACKEND = 5   /* requested backend unavailable */
+    /* 128 + N: stopped by signal N after cleanup (130 SIGINT, 143 SIGTERM, 129 SIGHUP) */
+};
+
+/* The library's status as an exit code: TPS_EARG is a usage error; TPS_EINTERRUPTED is
+ * 128 + the signal that stopped the run (SIGINT when none is recorded). */
+int tps_cli_exit_code(tps_status st);
+
 /* "tpshard CMD: message" on stderr; returns the status as an exit code. */
 int tps_cli_report(const char *cmd, const tps_error *err);
 void tps_cli_errorf(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

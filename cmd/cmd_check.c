@@ -268,7 +268,7 @@ static int run_check(char **args, int nargs)
     int rc = 0;
     if (!tps_is_shard_set(dir)) {
         tps_cli_errorf("check", "%s: not a shard set (no %s)", dir, TPS_MANIFEST_NAME);
-        return TPS_EINVALID;
+        return TPS_EXIT_INVALID;
     }
     if (tps_shardset_open(dir, &ss, &err)) {
         add_findingf(&f, "%s", err.msg); /* a manifest that does not hold up is a finding */
@@ -331,7 +331,7 @@ static int run_check(char **args, int nargs)
     check_files(ss, rank_crc, &f, &err);
 report:
     print_result(dir, ss ? ss->m : NULL, &f, bytes);
-    rc = f.n ? TPS_EMISMATCH : 0;
+    rc = f.n ? TPS_EXIT_MISMATCH : 0;
 cleanup:
     for (size_t i = 0; i < f.n; i++) free(f.msg[i]);
     free(f.msg);

@@ -77,7 +77,7 @@ static tps_status write_part(tps_shardset *ss, size_t first, size_t last, const 
             sink->nfindings++;
         }
         if (st == TPS_OK && tps_outdir_interrupted())
-            st = tps_fail(err, TPS_EIO, "interrupted by signal %d", tps_outdir_interrupted());
+            st = tps_fail(err, TPS_EINTERRUPTED, "interrupted by signal %d", tps_outdir_interrupted());
     }
     if (st == TPS_OK && sink->nfindings)
         st = tps_fail(err, TPS_EMISMATCH, "the shard set is inconsistent; nothing was written");

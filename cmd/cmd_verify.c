@@ -345,18 +345,18 @@ static int run_verify(char **args, int nargs)
     layer_progress lp;
     memset(&lp, 0, sizeof lp);
 
-    if (!backend_config(&bcfg)) return TPS_EUSAGE;
+    if (!backend_config(&bcfg)) return TPS_EXIT_USAGE;
     uint64_t tokens = o.tokens;
     if (tokens == 0 || tokens > 4096) {
         tps_cli_errorf("verify", "--tokens %llu: from 1 to 4096", (unsigned long long)tokens);
-        return TPS_EUSAGE;
+        return TPS_EXIT_USAGE;
     }
     if (o.layer && strcmp(o.layer, "all") != 0) {
         char *end;
         first = strtoull(o.layer, &end, 10);
         if (!*o.layer || *end || o.layer[0] == '-') {
             tps_cli_errorf("verify", "--layer '%s': a layer number or 'all'", o.layer);
-            return TPS_EUSAGE;
+            return TPS_EXIT_USAGE;
         }
         count = 1;
     }
@@ -539,7 +539,7 @@ cleanup:
      * that process alone. */
     st = tps_vbackend_finish(be, st, &err);
     /* Reported before the backend closes: under MPI, closing lets the other processes exit. */
-    int rc = (int)st;
+    int rc = tps_cli_exit_code(st);
     if (st != TPS_OK && st != TPS_EMISMATCH && !tps_vbackend_failed_elsewhere(be)) rc = tps_cli_report("verify", &err);
     tps_vbackend_close(be);
     if (dump) fclose(dump);

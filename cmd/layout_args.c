@@ -72,7 +72,7 @@ int tps_cli_plan(const char *cmd, const char *src, const tps_layout_args *a, tps
     }
     free(config_keys);
     if (unused.len && !tps_common.quiet) print_lines(cmd, "warning: layout rule matched no tensor: ", unused.data);
-    if (st == TPS_EINVALID || st == TPS_EUSAGE) {
+    if (st == TPS_EINVALID || st == TPS_EARG) {
         print_lines(cmd, "", problems.data);
         fprintf(stderr, "tpshard %s: %s: the layout does not fit this checkpoint at tp %llu\n", cmd, src,
                 (unsigned long long)a->tp);
@@ -81,7 +81,7 @@ int tps_cli_plan(const char *cmd, const char *src, const tps_layout_args *a, tps
     }
     tps_buf_release(&problems);
     tps_buf_release(&unused);
-    return (int)st;
+    return tps_cli_exit_code(st);
 }
 
 void tps_cli_print_plan(const tps_manifest *m, bool json)

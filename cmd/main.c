@@ -51,14 +51,14 @@ static int unknown_command(const char *name)
     if (s) fprintf(stderr, "tpshard: unknown command '%s'; did you mean '%s'?\n", name, s);
     else fprintf(stderr, "tpshard: unknown command '%s'\n", name);
     fputs("tpshard: see 'tpshard --help'\n", stderr);
-    return TPS_EUSAGE;
+    return TPS_EXIT_USAGE;
 }
 
 int main(int argc, char **argv)
 {
     if (argc < 2) {
         print_overview(stderr);
-        return TPS_EUSAGE;
+        return TPS_EXIT_USAGE;
     }
     const char *name = argv[1];
     if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0) {
@@ -78,7 +78,7 @@ int main(int argc, char **argv)
             else if (!topic) topic = argv[i];
             else {
                 fprintf(stderr, "tpshard help: one command at a time ('%s' and '%s')\n", topic, argv[i]);
-                return TPS_EUSAGE;
+                return TPS_EXIT_USAGE;
             }
         }
         if (!topic) {

@@ -41,7 +41,7 @@ tps_status tps_convert_begin(tps_manifest *m, tps_dtype to, tps_global_read_fn i
 {
     *out = NULL;
     if (!convertible(to) || to == TPS_DT_F64)
-        return tps_fail(err, TPS_EUSAGE, "cannot convert to %s: the target must be BF16, F16 or F32", tps_dtype_name(to));
+        return tps_fail(err, TPS_EARG, "cannot convert to %s: the target must be BF16, F16 or F32", tps_dtype_name(to));
     for (size_t i = 0; i < m->ntensors; i++) {
         const tps_manifest_tensor *t = &m->tensors[i];
         if (t->dtype != to && !convertible(t->dtype))

@@ -48,15 +48,15 @@ tps_status tps_format_name(const char *tmpl, uint64_t r, uint64_t T, uint64_t pa
             p++;
         }
         if (!plen) plen = strlen(piece);
-        if (n + plen + 1 > size) return tps_fail(err, TPS_EUSAGE, "file name template '%s' gives too long a name", tmpl);
+        if (n + plen + 1 > size) return tps_fail(err, TPS_EARG, "file name template '%s' gives too long a name", tmpl);
         memcpy(out + n, piece, plen);
         n += plen;
     }
     out[n] = '\0';
     if (!n || strchr(out, '/') || strcmp(out, ".") == 0 || strcmp(out, "..") == 0 || out[0] == '.')
-        return tps_fail(err, TPS_EUSAGE, "file name template '%s' gives '%s', not a plain file name", tmpl, out);
+        return tps_fail(err, TPS_EARG, "file name template '%s' gives '%s', not a plain file name", tmpl, out);
     if (!strstr(tmpl, "{rank}") && T > 1)
-        return tps_fail(err, TPS_EUSAGE, "file name template '%s' lacks {rank}", tmpl);
+        return tps_fail(err, TPS_EARG, "file name template '%s' lacks {rank}", tmpl);
     return TPS_OK;
 }
 
@@ -126,7 +126,7 @@ static tps_status fill_source(void *arg, unsigned char *buf, size_t cap, size_t 
     }
     const tps_manifest_tensor *t = &ss->m->tensors[ss->i];
     if (tps_outdir_interrupted())
-        return tps_fail(err, TPS_EIO, "interrupted by signal %d while copying '%s'", tps_outdir_interrupted(), t->name);
+        return tps_fail(err, TPS_EINTERRUPTED, "interrupted by signal %d while copying '%s'", tps_outdir_interrupted(), t->name);
     if (ss->sp_i != ss->i) {
         tps_spans_release(&ss->sp);
         ss->sp_i = (size_t)-1;
@@ -199,7 +199,7 @@ static tps_status cut_tensor(tps_manifest *m, size_t i, tps_prefetch *pf, size_t
     uint64_t mid = helper ? m->tp / 2 : m->tp;
     while (g < t->nbytes) {
         if (tps_outdir_interrupted()) {
-            st = tps_fail(err, TPS_EIO, "interrupted by signal %d while copying '%s'", tps_outdir_interrupted(), t->name);
+            st = tps_fail(err, TPS_EINTERRUPTED, "interrupted by signal %d while copying '%s'", tps_outdir_interrupted(), t->name);
             goto cleanup;
         }
         unsigned char *buf;
@@ -323,7 +323,7 @@ static tps_status name_files(tps_manifest *m, rank_out *outs, const char *tmpl, 
             if (st) return st;
             for (size_t q = 0; q < m->nfiles; q++)
                 if (strcmp(m->files[q].name, name) == 0)
-                    return tps_fail(err, TPS_EUSAGE, "file name template '%s' gives two files the name '%s'", tmpl, name);
+                    return tps_fail(err, TPS_EARG, "file name template '%s' gives two files the name '%s'", tmpl, name);
             tps_manifest_file *f = &m->files[m->nfiles];
             if (!(f->name = strdup(name))) return tps_fail_oom(err, "naming rank files");
             f->rank = r;
@@ -351,7 +351,7 @@ tps_status tps_cut(tps_manifest *m, tps_global_read_fn read, void *ctx, const tp
         goto cleanup;
     }
     if (o->max_part_bytes && !strstr(tmpl, "{part}")) {
-        st = tps_fail(err, TPS_EUSAGE, "file name template '%s' lacks {part}, which a size cap needs", tmpl);
+        st = tps_fail(err, TPS_EARG, "file name template '%s' lacks {part}, which a size cap needs", tmpl);
         goto cleanup;
     }
     tps_progress prog = {0, 0, NULL};

@@ -812,7 +812,7 @@ tps_status tps_layout_load_preset(const char *preset, tps_layout **out, tps_erro
         for (const tps_preset *q = tps_presets; q->name; q++)
             tps_buf_printf(&names, "%s%s", q == tps_presets ? "" : ", ", q->name);
         const char *list = tps_buf_cstr(&names);
-        tps_status st = tps_fail(err, TPS_EUSAGE, "unknown preset '%s' (presets: %s)", preset, list ? list : "?");
+        tps_status st = tps_fail(err, TPS_EARG, "unknown preset '%s' (presets: %s)", preset, list ? list : "?");
         tps_buf_release(&names);
         return st;
     }

@@ -243,14 +243,14 @@ tps_status tps_outdir_begin(const char *dir, bool force, const char *const *inpu
     const char *base = base_of(dir, base_buf, sizeof base_buf);
     if (!*base || strcmp(base, ".") == 0 || strcmp(base, "..") == 0) {
         free(parent);
-        return tps_fail(err, TPS_EUSAGE, "%s: name a new directory for the output", dir);
+        return tps_fail(err, TPS_EARG, "%s: name a new directory for the output", dir);
     }
     snprintf(rdir, sizeof rdir, "%s/%s", strcmp(rparent, "/") ? rparent : "", base);
     for (size_t i = 0; inputs && inputs[i]; i++) {
         if (!realpath(inputs[i], rin)) continue;
         if (path_within(rdir, rin) || path_within(rin, rdir)) {
             free(parent);
-            return tps_fail(err, TPS_EUSAGE, "%s: the output directory must not be, contain or lie inside the input %s",
+            return tps_fail(err, TPS_EARG, "%s: the output directory must not be, contain or lie inside the input %s",
                             dir, inputs[i]);
         }
     }
@@ -314,7 +314,7 @@ tps_status tps_outdir_commit(tps_outdir *od, tps_error *err)
     st = check_inputs(od, err);
     if (st) return st;
     if (tps_outdir_interrupted())
-        return tps_fail(err, TPS_EIO, "interrupted by signal %d; nothing was written", tps_outdir_interrupted());
+        return tps_fail(err, TPS_EINTERRUPTED, "interrupted by signal %d; nothing was written", tps_outdir_interrupted());
     char *aside = NULL;
     if (rename(od->tmp, od->final) != 0) {
         if ((errno == ENOTEMPTY || errno == EEXIST) && od->force) {

@@ -20,7 +20,7 @@ static uint64_t units_per_rank(uint64_t n, uint64_t T) { return n % T == 0 ? n /
 tps_status tps_partition_check(const tps_partition *p, const char *name, tps_dtype dtype, int ndim,
                                const uint64_t *shape, uint64_t T, tps_error *err)
 {
-    if (T == 0) return tps_fail(err, TPS_EUSAGE, "tensor '%s': tp must be at least 1", name);
+    if (T == 0) return tps_fail(err, TPS_EARG, "tensor '%s': tp must be at least 1", name);
     if (p->replicated) return TPS_OK;
     if (p->dim < 0 || p->dim >= ndim)
         return tps_fail(err, TPS_EINVALID, "tensor '%s': split dimension %d but the tensor has %d dimension%s",

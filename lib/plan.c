@@ -63,7 +63,7 @@ tps_status tps_plan_build(const tps_index *ix, tps_layout *l, const char *layout
             ts = tps_partition_check_rule(&t->part, x->name, x->dtype, x->ndim, x->shape, tp,
                                           tps_layout_rule_label(l, rule), &e);
         if (ts != TPS_OK) {
-            if (ts != TPS_EINVALID && ts != TPS_EUSAGE) { /* out of memory: stop */
+            if (ts != TPS_EINVALID && ts != TPS_EARG) { /* out of memory: stop */
                 st = tps_fail(err, ts, "%s", e.msg);
                 goto cleanup;
             }

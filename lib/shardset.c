@@ -64,7 +64,7 @@ static tps_status check_rank(const tps_shardset *ss, uint64_t r, const tps_index
 tps_status tps_shardset_open_rank(tps_shardset *ss, uint64_t r, const tps_index **out, tps_error *err)
 {
     if (r >= ss->m->tp)
-        return tps_fail(err, TPS_EUSAGE, "%s: rank %llu out of range (tp %llu)", ss->dir, (unsigned long long)r,
+        return tps_fail(err, TPS_EARG, "%s: rank %llu out of range (tp %llu)", ss->dir, (unsigned long long)r,
                         (unsigned long long)ss->m->tp);
     if (ss->rank[r]) {
         *out = ss->rank[r];

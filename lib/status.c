@@ -53,10 +53,11 @@ const char *tps_status_name(tps_status s)
     switch (s) {
     case TPS_OK: return "success";
     case TPS_EMISMATCH: return "mismatch";
-    case TPS_EUSAGE: return "usage error";
+    case TPS_EARG: return "request out of range";
     case TPS_EINVALID: return "invalid input";
     case TPS_EIO: return "I/O or resource failure";
     case TPS_EBACKEND: return "backend unavailable";
+    case TPS_EINTERRUPTED: return "interrupted";
     }
     return "unknown status";
 }

@@ -1,7 +1,8 @@
 /* Status codes and error messages shared by the whole library.
  *
- * A tps_status value is also the process exit code (DESIGN.md, "Exit codes"), so the CLI
- * can return the status of the failed call as is.  lib/ never exits or aborts on anything
+ * A tps_status says what kind of failure happened, in the library's terms; it is not a
+ * process exit code.  The CLI maps it to one (cmd/cli.h, tps_cli_exit_code), so the
+ * library knows nothing of command lines.  lib/ never exits or aborts on anything
  * that came from input: every fallible function returns a tps_status and, on failure,
  * fills a tps_error whose message names the file, the tensor and the byte offset where
  * they are known.  The first error is kept: later failures while cleaning up do not
@@ -11,13 +12,17 @@
 
 #include <stddef.h>
 
+/* The values are ordered by how much of the run they condemn (an MPI job agrees on the
+ * largest one its processes saw), and on purpose do not equal the exit codes. */
 typedef enum tps_status {
     TPS_OK = 0,
-    TPS_EMISMATCH = 1, /* a check or verification found a difference */
-    TPS_EUSAGE = 2,    /* bad command line */
-    TPS_EINVALID = 3,  /* malformed file, layout or manifest */
-    TPS_EIO = 4,       /* I/O or resource failure: disk full, permission, out of memory */
-    TPS_EBACKEND = 5   /* requested backend unavailable: no GPU, no NCCL, no MPI */
+    TPS_EMISMATCH = 1,   /* a check or verification found a difference */
+    TPS_EINVALID = 2,    /* malformed file, layout or manifest */
+    TPS_EARG = 3,        /* a caller's request cannot be met as asked: a tp beyond the bound, a
+                            rank out of range, a file name template that collides */
+    TPS_EIO = 4,         /* I/O or resource failure: disk full, permission, out of memory */
+    TPS_EBACKEND = 5,    /* requested backend unavailable: no GPU, no NCCL, no MPI */
+    TPS_EINTERRUPTED = 6 /* stopped by SIGINT/SIGTERM/SIGHUP (tps_outdir_interrupted says which) */
 } tps_status;
 
 #define TPS_ERROR_MSG_MAX 1024

@@ -302,7 +302,7 @@ tps_status tps_vbackend_start(tps_vbackend *be, uint64_t T, tps_status st, tps_e
     be->T = T;
     /* Every process sees this alike: rank 0 says it, the others stop quietly. */
     if (be->mpi && (uint64_t)be->psize != T && be->prank == 0)
-        st = tps_fail(err, TPS_EUSAGE,
+        st = tps_fail(err, TPS_EARG,
                       "this MPI job has %d process%s but the shard set has tp %llu: one process per rank (mpirun -np "
                       "%llu)",
                       be->psize, be->psize == 1 ? "" : "es", (unsigned long long)T, (unsigned long long)T);

@@ -120,7 +120,7 @@ typedef struct tps_vbackend tps_vbackend;
  * TPS_EBACKEND when a plugin or its runtime is missing, with a message saying which. */
 tps_status tps_vbackend_open(const tps_vbackend_config *cfg, tps_vbackend **out, tps_error *err);
 
-/* Readies the backend for T ranks: under MPI the job must have T processes (TPS_EUSAGE);
+/* Readies the backend for T ranks: under MPI the job must have T processes (TPS_EARG);
  * cuda finds T GPUs, or fewer with emulate (TPS_EBACKEND otherwise), and sets up NCCL.
  * st is this process's status so far: the first step every process takes together, so a
  * process that failed before it stops the others here. */

@@ -121,12 +121,14 @@ start_big() {
 
 for sig in INT TERM; do
     want_sum=$big_sum
+    want_rc=130
+    [ $sig = TERM ] && want_rc=143
     if start_big "sig$sig"; then
         kill -$sig $pid
         kill -CONT $pid
         wait $pid
         rc=$?
-        outcome "SIG$sig mid-write: exit 4 naming the signal, temporary files removed, no output" 4 \
+        outcome "SIG$sig mid-write: exit $want_rc naming the signal, temporary files removed, no output" $want_rc \
             "interrupted by signal" "sig$sig" big.safetensors
     else
         kill -CONT $pid
@@ -180,7 +182,7 @@ if step_until $pid test -s ".bigmerged.safetensors.tmp.$pid"; then
     wait $pid
     rc=$?
     want_sum=$bigset_sum
-    outcome "SIGINT mid-merge into one file: exit 4, the temporary file removed, no output" 4 \
+    outcome "SIGINT mid-merge into one file: exit 130, the temporary file removed, no output" 130 \
         "interrupted by signal" bigmerged.safetensors bigset
 else
     kill -CONT $pid

@@ -158,7 +158,7 @@ TEST(parts_without_a_part_placeholder_are_refused)
     tps_status st;
     tps_cut_opts o = {.max_part_bytes = 3000, .name_template = "rank{rank}.safetensors"};
     tps_manifest *m = split_fixture(2, &o, "/tmp/tps-unit-parts-refused", &src, &st, &err);
-    CHECK_EQ_U64(st, TPS_EUSAGE);
+    CHECK_EQ_U64(st, TPS_EARG);
     CHECK_CONTAINS(err.msg, "{part}");
     CHECK(access("/tmp/tps-unit-parts-refused", F_OK) != 0);
     tps_manifest_free(m);
