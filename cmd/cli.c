@@ -432,18 +432,3 @@ int tps_cli_report(const char *cmd, const tps_error *err)
     return tps_cli_exit_code(err->code);
 }
 
-/* "0,3,5" into a flag per rank; false on junk or a rank >= tp. */
-bool tps_parse_rank_list(const char *s, uint64_t tp, bool *out)
-{
-    while (*s) {
-        char *end;
-        if (*s < '0' || *s > '9') return false;
-        unsigned long long r = strtoull(s, &end, 10);
-        if (r >= tp) return false;
-        out[r] = true;
-        s = end;
-        if (*s == ',') s++;
-        else if (*s) return false;
-    }
-    return true;
-}

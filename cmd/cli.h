@@ -93,8 +93,6 @@ int tps_cli_usage(const char *cmd, const char *fmt, ...) __attribute__((format(p
 /* Parses "4", "500MB", "5GB" (decimal), "512MiB", "4GiB" (binary); false on junk/overflow. */
 bool tps_parse_size(const char *s, uint64_t *out);
 
-/* "0,3,5" into a flag per rank (out has tp entries); false on junk or a rank >= tp. */
-bool tps_parse_rank_list(const char *s, uint64_t tp, bool *out);
 
 #define TPS_COMMON_OPTS                                                               \
     {"help", 'h', TPS_OPT_FLAG, &tps_common.help, NULL, "this help (-v: all)"},       \

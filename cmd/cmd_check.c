@@ -10,6 +10,7 @@
 #include "cli.h"
 #include "commands.h"
 #include "formats/checkpoint.h"
+#include "formats/shardset.h"
 #include "lib/buf.h"
 #include "lib/gather.h"
 #include "lib/json.h"

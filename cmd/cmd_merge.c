@@ -7,12 +7,9 @@
 
 #include "cli.h"
 #include "commands.h"
-#include "progress.h"
-#include "formats/safetensors.h"
-#include "lib/gather.h"
-#include "lib/hf_index.h"
-#include "lib/outdir.h"
-#include "lib/publish.h"
+#include "output_args.h"
+#include "formats/shardset.h"
+#include "lib/unsharded.h"
 
 static struct {
     uint64_t max_shard;
@@ -29,68 +26,16 @@ static const tps_opt merge_opts[] = {
     TPS_OPTS_END,
 };
 
-typedef struct merge_sink {
-    tps_st_writer *w;
-    size_t nfindings;
-    tps_progress prog; /* done: bytes of the tensors before the current one */
-    tps_progress_state ps;
-} merge_sink;
-
-static tps_status to_writer(void *arg, uint64_t off, const void *p, size_t n, tps_error *err)
+static tps_status read_shards(void *ctx, size_t i, uint64_t off, void *buf, size_t len, tps_error *err)
 {
-    merge_sink *s = arg;
-    tps_progress now = {s->prog.done + off + n, s->prog.total, s->prog.tensor};
-    tps_progress_update(&now, &s->ps);
-    return tps_st_writer_write(s->w, p, n, err);
+    tps_shardset *ss = ctx;
+    return tps_shardset_read_global(ss, &ss->m->tensors[i], off, buf, len, err);
 }
 
-static void on_finding(void *arg, const char *msg)
+/* Every tensor's bytes, as the copy read them, against the shard set's manifest. */
+static tps_status check_read(void *ctx, size_t i, uint32_t crc, tps_error *err)
 {
-    merge_sink *s = arg;
-    tps_progress_end(&s->ps);
-    tps_cli_errorf("merge", "%s", msg);
-    s->nfindings++;
-}
-
-/* Writes tensors [first, last) of the manifest, whole, into one safetensors file. */
-static tps_status write_part(tps_shardset *ss, size_t first, size_t last, const char *path, merge_sink *sink,
-                             tps_error *err)
-{
-    const tps_manifest *m = ss->m;
-    tps_st_entry *e = calloc(last - first + 1, sizeof *e);
-    if (!e) return tps_fail_oom(err, "merging");
-    for (size_t i = first; i < last; i++)
-        e[i - first] = (tps_st_entry){m->tensors[i].name, m->tensors[i].dtype, m->tensors[i].ndim, m->tensors[i].shape};
-    tps_status st = tps_st_writer_open(path, e, last - first, NULL, 0, &sink->w, err);
-    free(e);
-    if (st) return st;
-    tps_gather_hooks h = {to_writer, on_finding, sink, false};
-    for (size_t i = first; i < last && st == TPS_OK; i++) {
-        uint32_t crc;
-        sink->prog.tensor = m->tensors[i].name;
-        st = tps_gather_tensor(ss, &m->tensors[i], &h, &crc, NULL, err);
-        sink->prog.done += m->tensors[i].nbytes;
-        if (st == TPS_OK && crc != m->tensors[i].crc) {
-            tps_progress_end(&sink->ps);
-            tps_cli_errorf("merge", "tensor '%s': CRC-32 %08x, the manifest says %08x", m->tensors[i].name,
-                           (unsigned)crc, m->tensors[i].crc);
-            sink->nfindings++;
-        }
-        if (st == TPS_OK && tps_outdir_interrupted())
-            st = tps_fail(err, TPS_EINTERRUPTED, "interrupted by signal %d", tps_outdir_interrupted());
-    }
-    if (st == TPS_OK && sink->nfindings)
-        st = tps_fail(err, TPS_EMISMATCH, "the shard set is inconsistent; nothing was written");
-    if (st) {
-        tps_st_writer_abort(sink->w);
-    } else {
-        uint64_t size = 0;
-        st = tps_st_writer_commit(sink->w, NULL, &size, err);
-        const char *base = strrchr(path, '/');
-        if (st == TPS_OK) tps_progress_file_done(base ? base + 1 : path, size, &sink->ps);
-    }
-    sink->w = NULL;
-    return st;
+    return tps_shardset_check_tensor(ctx, i, crc, err);
 }
 
 static bool ends_with(const char *s, const char *suffix)
@@ -99,75 +44,47 @@ static bool ends_with(const char *s, const char *suffix)
     return n >= k && strcmp(s + n - k, suffix) == 0;
 }
 
-/* A Hugging Face multi-file set: tensors in manifest order, a new file whenever the next
- * tensor would pass max bytes (a tensor larger than max gets a file of its own). */
-static tps_status merge_to_dir(tps_shardset *ss, const char *dir, merge_sink *sink, tps_error *err)
-{
-    const tps_manifest *m = ss->m;
-    uint64_t max = o.max_shard ? o.max_shard : 5000000000ull;
-    size_t nparts = 0, *start = calloc(m->ntensors + 2, sizeof *start);
-    uint64_t *bytes = calloc(m->ntensors + 1, sizeof *bytes);
-    char(*names)[64] = calloc(m->ntensors + 1, sizeof *names);
-    if (!start || !bytes || !names) {
-        free(start);
-        free(bytes);
-        free(names);
-        return tps_fail_oom(err, "merging");
-    }
-    uint64_t total = 0;
-    for (size_t i = 0; i < m->ntensors; i++) total += bytes[i] = m->tensors[i].nbytes;
-    tps_parts_greedy(bytes, m->ntensors, max, start, &nparts);
-    const char *inputs[] = {ss->dir, NULL};
-    tps_outdir *od = NULL;
-    tps_status st = tps_outdir_begin(dir, o.force, inputs, &od, err);
-    const char **part_names = calloc(nparts, sizeof *part_names);
-    if (st == TPS_OK && !part_names) st = tps_fail_oom(err, "merging");
-    for (size_t p = 0; st == TPS_OK && p < nparts; p++) {
-        if (nparts == 1) snprintf(names[p], sizeof names[p], "model.safetensors");
-        else snprintf(names[p], sizeof names[p], "model-%05zu-of-%05zu.safetensors", p + 1, nparts);
-        part_names[p] = names[p];
-        char *path = tps_outdir_path(od, names[p]);
-        st = path ? write_part(ss, start[p], start[p + 1], path, sink, err) : tps_fail_oom(err, "merging");
-        free(path);
-    }
-    if (st == TPS_OK && nparts > 1)
-        st = tps_hf_index_write(od, "model.safetensors.index.json", m, start, nparts, part_names, total, err);
-    if (st == TPS_OK) st = tps_outdir_commit(od, err);
-    if (st) tps_outdir_abort(od);
-    else tps_outdir_free(od);
-    free(part_names);
-    free(names);
-    free(bytes);
-    free(start);
-    return st;
-}
-
 static int run_merge(char **args, int nargs)
 {
     (void)nargs;
     if (!o.out) return tps_cli_usage("merge", "-o FILE|DIR is required");
+    /* One file is named *.safetensors; a directory exists or is asked for with a trailing
+     * '/': anything else is more likely a slip (-o model.bin) than a wish for a directory. */
+    struct stat sb;
+    bool is_dir = stat(o.out, &sb) == 0 && S_ISDIR(sb.st_mode);
+    tps_outdir_kind kind = TPS_OUT_CHECKPOINT;
+    if (ends_with(o.out, ".safetensors") && !is_dir) kind = TPS_OUT_FILE;
+    else if (!is_dir && !ends_with(o.out, "/"))
+        return tps_cli_usage("merge",
+                             "-o %s: name a FILE.safetensors for one file, or a directory (an existing one, or "
+                             "'%s/' to create it) for a Hugging Face multi-file checkpoint",
+                             o.out, o.out);
+    if (kind == TPS_OUT_FILE && o.max_shard)
+        return tps_cli_usage("merge", "--max-shard-size applies to a directory output, not to %s", o.out);
     tps_error err;
     tps_error_clear(&err);
     tps_shardset *ss = NULL;
-    merge_sink sink = {0};
-    if (tps_shardset_open(args[0], &ss, &err)) return tps_cli_report("merge", &err);
-    tps_signals_install();
-    for (size_t i = 0; i < ss->m->ntensors; i++) sink.prog.total += ss->m->tensors[i].nbytes;
-    tps_progress_begin(&sink.ps, "merge");
-    tps_status st;
-    struct stat sb;
-    bool exists = stat(o.out, &sb) == 0;
-    if (ends_with(o.out, ".safetensors") && !(exists && S_ISDIR(sb.st_mode))) {
-        if (exists && !o.force) st = tps_fail(&err, TPS_EINVALID, "%s: exists (use --force to replace it)", o.out);
-        else st = write_part(ss, 0, ss->m->ntensors, o.out, &sink, &err);
-    } else {
-        st = merge_to_dir(ss, o.out, &sink, &err);
+    tps_manifest *m = NULL;
+    int rc = 0;
+    if (tps_shardset_open(args[0], &ss, &err) || tps_manifest_unsharded(ss->m, &m, &err)) {
+        rc = tps_cli_report("merge", &err);
+        goto done;
     }
-    tps_progress_end(&sink.ps);
-    int rc = tps_cli_report("merge", &err);
-    if (st == TPS_OK && !tps_common.quiet)
+    ss->compare_replicas = true;
+    const char *inputs[] = {ss->dir, NULL};
+    tps_progress_state ps;
+    tps_write_opts wo = tps_cli_write_opts(o.out, o.force, inputs, NULL, NULL,
+                                           kind == TPS_OUT_FILE ? 0 : o.max_shard ? o.max_shard : 5000000000ull, &ps);
+    wo.kind = kind;
+    wo.cut.checkpoint = true;
+    wo.cut.tensor_done = check_read;
+    wo.cut.tensor_done_arg = ss;
+    rc = tps_cli_write("merge", m, read_shards, ss, &wo);
+    if (rc == 0 && !tps_common.quiet)
         printf("merged %s (tp %llu, %zu tensors) into %s\n", args[0], (unsigned long long)ss->m->tp, ss->m->ntensors,
                o.out);
+done:
+    tps_manifest_free(m);
     tps_shardset_free(ss);
     return rc;
 }
@@ -175,9 +92,10 @@ static int run_merge(char **args, int nargs)
 const tps_cmd tps_cmd_merge = {
     .name = "merge",
     .summary = "reassemble the full checkpoint from a shard set, bit-exact",
-    .usage = "merge DIR -o FILE.safetensors|DIR [--max-shard-size SIZE]",
-    .details = "Padding is stripped.  Replicas are compared; a mismatch is exit 1 naming the tensor\n"
-               "and the ranks, and nothing is written.\n",
+    .usage = "merge DIR -o FILE.safetensors|DIR/ [--max-shard-size SIZE]",
+    .details = "Padding is stripped.  Every byte read is checked against the manifest's CRCs and\n"
+               "replicas are compared; a mismatch is exit 1 naming the tensor and the file or\n"
+               "ranks, and nothing is written.  A directory output must exist or end in '/'.\n",
     .opts = merge_opts,
     .min_args = 1,
     .max_args = 1,

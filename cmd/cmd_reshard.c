@@ -7,9 +7,7 @@
 #include "commands.h"
 #include "output_args.h"
 #include "progress.h"
-#include "lib/cut.h"
-#include "lib/outdir.h"
-#include "lib/publish.h"
+#include "formats/shardset.h"
 
 static struct {
     uint64_t tp;
@@ -73,8 +71,9 @@ static tps_status retarget(const tps_manifest *src, uint64_t tp, tps_manifest **
         tps_error e;
         tps_error_clear(&e);
         if (tps_partition_check_rule(&s->part, s->name, s->dtype, s->ndim, s->shape, tp, s->rule, &e)) {
-            tps_cli_errorf("reshard", "%s", e.msg);
-            if (!nproblems++) tps_fail(err, e.code, "%s", e.msg);
+            /* The first is reported by the caller; the others are printed here. */
+            if (nproblems++) tps_cli_errorf("reshard", "%s", e.msg);
+            else tps_fail(err, e.code, "%s", e.msg);
             continue;
         }
         tps_manifest_tensor *t = &m->tensors[m->ntensors++];
@@ -98,57 +97,39 @@ cleanup:
     return st;
 }
 
+/* Every tensor's bytes, as the copy read them, against the source manifest (retarget keeps
+ * the tensors in the source's order). */
+static tps_status check_read(void *ctx, size_t i, uint32_t crc, tps_error *err)
+{
+    return tps_shardset_check_tensor(ctx, i, crc, err);
+}
+
 static int run_reshard(char **args, int nargs)
 {
     (void)nargs;
     const char *dir = args[0];
-    if (o.tp == 0 || !o.out) return tps_cli_usage("reshard", "--tp M (M >= 1) and -o DIR are required");
-    const char *tmpl;
-    int rc = tps_cli_name_template("reshard", o.name_template, o.tp, o.max_shard, &tmpl);
-    if (rc >= 0) return rc;
-    rc = 0;
+    if (!o.out) return tps_cli_usage("reshard", "-o DIR is required");
     tps_error err;
     tps_error_clear(&err);
+    if (tps_tp_check(o.tp, "--tp", &err)) return tps_cli_report("reshard", &err);
+    int rc = 0;
     tps_shardset *ss = NULL;
     tps_manifest *m = NULL;
-    tps_outdir *od = NULL;
-    bool *write_rank = NULL;
     if (tps_shardset_open(dir, &ss, &err) || retarget(ss->m, o.tp, &m, &err)) {
         rc = tps_cli_report("reshard", &err);
         goto done;
     }
-    if (o.only) {
-        write_rank = calloc(o.tp, sizeof *write_rank);
-        if (!write_rank || !tps_parse_rank_list(o.only, o.tp, write_rank)) {
-            rc = tps_cli_usage("reshard", "--only-rank expects ranks below %llu separated by commas, not '%s'",
-                               (unsigned long long)o.tp, o.only);
-            goto done;
-        }
-    }
-    tps_signals_install();
+    ss->compare_replicas = true;
     const char *inputs[] = {dir, NULL};
-    if (tps_outdir_begin(o.out, o.force, inputs, &od, &err)) {
-        rc = tps_cli_report("reshard", &err);
-        goto done;
-    }
     tps_progress_state ps;
-    tps_progress_begin(&ps, "reshard");
-    tps_cut_opts co = tps_cli_cut_opts(write_rank, tmpl, o.max_shard, &ps);
-    tps_status st = tps_cut(m, read_shards, ss, od, &co, &err);
-    tps_progress_end(&ps);
-    if (st == TPS_OK) st = tps_publish_shardset(m, od, &err);
-    if (st) {
-        tps_outdir_abort(od);
-        od = NULL;
-        rc = tps_cli_report("reshard", &err);
-        goto done;
-    }
-    if (!tps_common.quiet)
+    tps_write_opts wo = tps_cli_write_opts(o.out, o.force, inputs, o.only, o.name_template, o.max_shard, &ps);
+    wo.cut.tensor_done = check_read;
+    wo.cut.tensor_done_arg = ss;
+    rc = tps_cli_write("reshard", m, read_shards, ss, &wo);
+    if (rc == 0 && !tps_common.quiet)
         printf("resharded %s from tp %llu to tp %llu in %s\n", dir, (unsigned long long)ss->m->tp,
                (unsigned long long)m->tp, o.out);
 done:
-    tps_outdir_free(od);
-    free(write_rank);
     tps_manifest_free(m);
     tps_shardset_free(ss);
     return rc;

@@ -9,9 +9,6 @@
 #include "output_args.h"
 #include "progress.h"
 #include "lib/convert.h"
-#include "lib/cut.h"
-#include "lib/outdir.h"
-#include "lib/publish.h"
 
 static struct {
     tps_layout_args la;
@@ -53,62 +50,32 @@ static int run_split(char **args, int nargs)
     tps_dtype to = TPS_DT_COUNT;
     if (o.dtype && !tps_convert_parse_dtype(o.dtype, &to))
         return tps_cli_usage("split", "--dtype expects bf16, f16 or f32, not '%s'", o.dtype);
-    const char *tmpl;
-    int rc = tps_cli_name_template("split", o.name_template, o.la.tp, o.max_shard, &tmpl);
-    if (rc >= 0) return rc;
     tps_index *ix;
     tps_layout *l;
     tps_manifest *m;
     tps_convert *cv = NULL;
-    bool *write_rank = NULL;
-    tps_outdir *od = NULL;
     tps_error err;
     tps_error_clear(&err);
-    rc = tps_cli_plan("split", src, &o.la, &ix, &l, &m);
+    int rc = tps_cli_plan("split", src, &o.la, &ix, &l, &m);
     if (rc) goto done;
-    if (o.only) {
-        write_rank = calloc(o.la.tp, sizeof *write_rank);
-        if (!write_rank || !tps_parse_rank_list(o.only, o.la.tp, write_rank)) {
-            rc = tps_cli_usage("split", "--only-rank expects ranks below %llu separated by commas, not '%s'",
-                               (unsigned long long)o.la.tp, o.only);
-            goto done;
-        }
-    }
     /* After planning, so the partitions are checked on the source's shapes (a cast keeps them). */
     if (o.dtype && tps_convert_begin(m, to, read_source, ix, &cv, &err)) {
         rc = tps_cli_report("split", &err);
         goto done;
     }
+    const char *inputs[] = {src, NULL};
+    tps_progress_state ps;
+    tps_write_opts wo = tps_cli_write_opts(o.out, o.force, inputs, o.only, o.name_template, o.max_shard, &ps);
+    wo.dry_run = o.dry_run;
+    rc = cv ? tps_cli_write("split", m, tps_convert_read, cv, &wo) : tps_cli_write("split", m, read_source, ix, &wo);
+    if (rc) goto done;
     if (o.dry_run) {
         if (!tps_common.quiet) tps_cli_print_plan(m, false);
-        rc = 0;
-        goto done;
-    }
-    tps_signals_install();
-    const char *inputs[] = {src, NULL};
-    if (tps_outdir_begin(o.out, o.force, inputs, &od, &err)) {
-        rc = tps_cli_report("split", &err);
-        goto done;
-    }
-    tps_progress_state ps;
-    tps_progress_begin(&ps, "split");
-    tps_cut_opts co = tps_cli_cut_opts(write_rank, tmpl, o.max_shard, &ps);
-    tps_status st = cv ? tps_cut(m, tps_convert_read, cv, od, &co, &err) : tps_cut(m, read_source, ix, od, &co, &err);
-    tps_progress_end(&ps);
-    if (st == TPS_OK) st = tps_publish_shardset(m, od, &err);
-    if (st) {
-        tps_outdir_abort(od);
-        od = NULL;
-        rc = tps_cli_report("split", &err);
-        goto done;
-    }
-    if (!tps_common.quiet)
+    } else if (!tps_common.quiet) {
         printf("split %s into %llu rank%s in %s (%zu tensors, %zu files)\n", src, (unsigned long long)m->tp,
                m->tp == 1 ? "" : "s", o.out, m->ntensors, m->nfiles);
-    rc = 0;
+    }
 done:
-    tps_outdir_free(od);
-    free(write_rank);
     tps_convert_free(cv);
     tps_manifest_free(m);
     tps_layout_free(l);

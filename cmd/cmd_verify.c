@@ -11,6 +11,7 @@
 #include "cli.h"
 #include "commands.h"
 #include "formats/checkpoint.h"
+#include "formats/shardset.h"
 #include "lib/buf.h"
 #include "lib/json.h"
 #include "lib/layout.h"

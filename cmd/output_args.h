@@ -1,5 +1,6 @@
-/* What split and reshard share about the files they write: the name template (--name-template,
- * with {rank}, {tp} and {part}) and the size cap (--max-shard-size). */
+/* What split, reshard and merge share on the command line about the files they write: the
+ * options' meaning lives in the library's write step (lib/write_set.h); this only fills its
+ * options from the command line and runs it with a progress display. */
 #ifndef TPS_OUTPUT_ARGS_H
 #define TPS_OUTPUT_ARGS_H
 
@@ -7,17 +8,13 @@
 #include <stdint.h>
 
 #include "progress.h"
-#include "lib/cut.h"
+#include "lib/write_set.h"
 
-/* Chooses the template: the user's, else the default for one file per rank or, with a size
- * cap, TPS_DEFAULT_PART_TEMPLATE.  Refuses (exit 2, with a hint) a template that gives no
- * plain file name, lacks {rank} at tp > 1, or lacks {part} when max_part_bytes is set.
- * Returns -1 to go on, or the exit code. */
-int tps_cli_name_template(const char *cmd, const char *user, uint64_t tp, uint64_t max_part_bytes,
-                          const char **out);
+/* The write step's options for a CLI run into out, with progress and -v listing on ps. */
+tps_write_opts tps_cli_write_opts(const char *out, bool force, const char *const *inputs, const char *only_ranks,
+                                  const char *name_template, uint64_t max_part_bytes, tps_progress_state *ps);
 
-/* The copy engine's options for a CLI run: these files, progress and -v listing on ps. */
-tps_cut_opts tps_cli_cut_opts(const bool *write_rank, const char *tmpl, uint64_t max_part_bytes,
-                              tps_progress_state *ps);
+/* Runs the write step with a progress line for verb; returns the exit code (reported). */
+int tps_cli_write(const char *verb, tps_manifest *m, tps_global_read_fn read, void *ctx, const tps_write_opts *o);
 
 #endif

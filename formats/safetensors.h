@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "../lib/index.h"
+#include "../lib/sink.h"
 
 #define TPS_ST_MAX_HEADER 100000000ull
 
@@ -38,12 +39,7 @@ tps_status tps_safetensors_index_open(const char *path, tps_index **out, tps_err
  * renamed to path by commit, after fsync.  With a NULL path nothing is written: the writer
  * only counts and checksums, giving the size and CRC the file would have (split
  * --only-rank uses it so every node writes the same manifest). */
-typedef struct tps_st_entry {
-    const char *name;
-    tps_dtype dtype;
-    int ndim;
-    const uint64_t *shape;
-} tps_st_entry;
+typedef tps_sink_tensor tps_st_entry;
 
 typedef struct tps_st_writer tps_st_writer;
 
@@ -60,5 +56,9 @@ tps_status tps_st_writer_write_crc(tps_st_writer *w, const void *buf, size_t len
 tps_status tps_st_writer_commit(tps_st_writer *w, uint32_t *crc, uint64_t *size, tps_error *err);
 /* Removes the temporary file and frees w; accepts NULL; safe after a failed write. */
 void tps_st_writer_abort(tps_st_writer *w);
+
+/* The writer above as the copy engine's sink (lib/sink.h): what split, reshard and merge
+ * hand the engine. */
+extern const tps_sink tps_safetensors_sink;
 
 #endif

@@ -359,3 +359,32 @@ void tps_st_writer_abort(tps_st_writer *w)
     free(w->buf);
     free(w);
 }
+
+/* The sink's file handle is the writer itself, passed through the opaque type. */
+static tps_status sink_open(const char *path, const tps_sink_tensor *tensors, size_t n, const tps_kv *meta,
+                            size_t nmeta, tps_sink_file **out, tps_error *err)
+{
+    tps_st_writer *w = NULL;
+    tps_status st = tps_st_writer_open(path, tensors, n, meta, nmeta, &w, err);
+    *out = (tps_sink_file *)w;
+    return st;
+}
+
+static tps_status sink_write(tps_sink_file *f, const void *buf, size_t len, tps_error *err)
+{
+    return tps_st_writer_write((tps_st_writer *)f, buf, len, err);
+}
+
+static tps_status sink_write_crc(tps_sink_file *f, const void *buf, size_t len, uint32_t crc, tps_error *err)
+{
+    return tps_st_writer_write_crc((tps_st_writer *)f, buf, len, crc, err);
+}
+
+static tps_status sink_commit(tps_sink_file *f, uint32_t *crc, uint64_t *size, tps_error *err)
+{
+    return tps_st_writer_commit((tps_st_writer *)f, crc, size, err);
+}
+
+static void sink_abort(tps_sink_file *f) { tps_st_writer_abort((tps_st_writer *)f); }
+
+const tps_sink tps_safetensors_sink = {"safetensors", sink_open, sink_write, sink_write_crc, sink_commit, sink_abort};

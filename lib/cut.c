@@ -12,7 +12,6 @@
 #include "prefetch.h"
 #include "hf_index.h"
 #include "spans.h"
-#include "formats/safetensors.h"
 
 /* Chunks of 1 MiB, 8 in flight: few syscalls, slices of dimension-0 cuts still written
  * straight from the chunk, chunks still in the shared cache when the consumer writes them
@@ -64,16 +63,22 @@ tps_status tps_format_name(const char *tmpl, uint64_t r, uint64_t T, uint64_t pa
  * run does not write: the manifest still describes them, so every node's manifest is
  * identical), and where each part begins in manifest order. */
 typedef struct rank_out {
-    tps_st_writer *w;
+    const tps_sink *sink;
+    tps_sink_file *w;
     size_t nparts, cur; /* cur: the part w writes */
     size_t *first;      /* first[p]: the first tensor of part p; first[nparts] == ntensors */
     size_t file0;       /* m->files index of part 0 */
     bool write;
 } rank_out;
 
+struct tps_cut_files {
+    uint64_t tp;
+    rank_out *outs; /* the plan: nparts, first and file0 of each rank */
+};
+
 static tps_status emit(rank_out *ro, const void *p, size_t n, tps_error *err)
 {
-    return tps_st_writer_write(ro->w, p, n, err);
+    return ro->sink->write(ro->w, p, n, err);
 }
 
 static tps_status emit_zeros(rank_out *ro, uint64_t n, tps_error *err)
@@ -169,9 +174,9 @@ static tps_status deliver(void *arg, tps_error *err)
         for (uint32_t j = 0; j < s->nowners; j++) {
             uint32_t r = sp->owner[s->owner0 + j];
             if (r < d->r0 || r >= d->r1) continue;
-            tps_st_writer *wr = d->outs[r].w;
-            tps_status st = run == d->n ? tps_st_writer_write_crc(wr, d->buf, d->n, d->crc, err) /* the whole chunk */
-                                        : tps_st_writer_write(wr, d->buf + at, run, err);
+            const rank_out *ro = &d->outs[r];
+            tps_status st = run == d->n ? ro->sink->write_crc(ro->w, d->buf, d->n, d->crc, err) /* the whole chunk */
+                                        : ro->sink->write(ro->w, d->buf + at, run, err);
             if (st) return st;
         }
         at += run;
@@ -231,11 +236,12 @@ cleanup:
 }
 
 /* Opens part p of rank r: the writer for tensors [first[p], first[p+1]). */
-static tps_status open_part(tps_manifest *m, uint64_t r, rank_out *ro, size_t p, const tps_outdir *od, tps_error *err)
+static tps_status open_part(tps_manifest *m, uint64_t r, rank_out *ro, size_t p, const tps_outdir *od,
+                            const tps_cut_opts *o, tps_error *err)
 {
     tps_status st = TPS_OK;
     size_t i0 = ro->first[p], n = ro->first[p + 1] - i0;
-    tps_st_entry *e = calloc(n ? n : 1, sizeof *e);
+    tps_sink_tensor *e = calloc(n ? n : 1, sizeof *e);
     uint64_t *shapes = calloc(n ? n * TPS_MAX_DIMS : 1, sizeof *shapes);
     char rank_s[32], tp_s[32];
     snprintf(rank_s, sizeof rank_s, "%llu", (unsigned long long)r);
@@ -249,7 +255,7 @@ static tps_status open_part(tps_manifest *m, uint64_t r, rank_out *ro, size_t p,
     for (size_t k = 0; k < n; k++) {
         const tps_manifest_tensor *t = &m->tensors[i0 + k];
         tps_partition_rank_shape(&t->part, t->ndim, t->shape, m->tp, r, shapes + k * TPS_MAX_DIMS);
-        e[k] = (tps_st_entry){t->name, t->dtype, t->ndim, shapes + k * TPS_MAX_DIMS};
+        e[k] = (tps_sink_tensor){t->name, t->dtype, t->ndim, shapes + k * TPS_MAX_DIMS};
     }
     if (ro->write) {
         path = tps_outdir_path(od, m->files[ro->file0 + p].name);
@@ -258,7 +264,7 @@ static tps_status open_part(tps_manifest *m, uint64_t r, rank_out *ro, size_t p,
             goto cleanup;
         }
     }
-    st = tps_st_writer_open(path, e, n, meta, 2, &ro->w, err);
+    st = ro->sink->open(path, e, n, meta, o->checkpoint ? 0 : 2, &ro->w, err);
     ro->cur = p;
 cleanup:
     free(path);
@@ -270,9 +276,9 @@ cleanup:
 static tps_status close_part(tps_manifest *m, rank_out *ro, const tps_cut_opts *o, tps_error *err)
 {
     tps_manifest_file *f = &m->files[ro->file0 + ro->cur];
-    tps_st_writer *w = ro->w;
+    tps_sink_file *w = ro->w;
     ro->w = NULL; /* commit frees it whatever happens */
-    tps_status st = tps_st_writer_commit(w, &f->crc, &f->size, err);
+    tps_status st = ro->sink->commit(w, &f->crc, &f->size, err);
     if (st == TPS_OK && ro->write && o->file_done) o->file_done(f->name, f->size, o->file_done_arg);
     return st;
 }
@@ -285,7 +291,7 @@ static tps_status enter_tensor(tps_manifest *m, rank_out *outs, size_t i, const 
         rank_out *ro = &outs[r];
         if (i < ro->first[ro->cur + 1]) continue;
         tps_status st = close_part(m, ro, o, err);
-        if (st == TPS_OK) st = open_part(m, r, ro, ro->cur + 1, od, err);
+        if (st == TPS_OK) st = open_part(m, r, ro, ro->cur + 1, od, o, err);
         if (st) return st;
     }
     return TPS_OK;
@@ -309,8 +315,57 @@ cleanup:
     return st;
 }
 
-/* Names every file (rank-major, parts in order) and refuses two files with one name. */
-static tps_status name_files(tps_manifest *m, rank_out *outs, const char *tmpl, tps_error *err)
+/* The name of part p of rank r: the template's, or for a plain checkpoint Hugging Face's. */
+static tps_status file_name(const tps_cut_opts *o, const char *tmpl, uint64_t r, uint64_t T, size_t p, size_t nparts,
+                            char *out, size_t size, tps_error *err)
+{
+    /* A plain checkpoint in one file may be given its name (merge -o FILE.safetensors). */
+    if (!o->checkpoint || (o->name_template && nparts == 1)) return tps_format_name(tmpl, r, T, p, out, size, err);
+    if (nparts == 1) snprintf(out, size, "model.safetensors");
+    else snprintf(out, size, "model-%05zu-of-%05zu.safetensors", p + 1, nparts);
+    return TPS_OK;
+}
+
+static int cmp_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* Every name the set will hold, files and the manifest and indexes alike, must be distinct:
+ * sorted, so a set of 65536 ranks is checked in n log n. */
+static tps_status refuse_collisions(const tps_manifest *m, const tps_cut_opts *o,
+                                    const char *tmpl, tps_error *err)
+{
+    size_t n = m->nfiles + 1 + (o->max_part_bytes ? m->tp : 0);
+    char **names = calloc(n, sizeof *names);
+    char *index_names = o->max_part_bytes ? calloc(m->tp, 1024) : NULL;
+    tps_status st = TPS_OK;
+    if (!names || (o->max_part_bytes && !index_names)) {
+        st = tps_fail_oom(err, "naming rank files");
+        goto cleanup;
+    }
+    size_t k = 0;
+    for (size_t f = 0; f < m->nfiles; f++) names[k++] = m->files[f].name;
+    names[k++] = o->checkpoint ? (char *)TPS_CHECKPOINT_INDEX_NAME : (char *)TPS_MANIFEST_NAME;
+    for (uint64_t r = 0; !o->checkpoint && o->max_part_bytes && r < m->tp; r++) {
+        char *name = index_names + r * 1024;
+        TPS_CHECK(tps_format_name(TPS_RANK_INDEX_TEMPLATE, r, m->tp, 0, name, 1024, err));
+        names[k++] = name;
+    }
+    qsort(names, k, sizeof *names, cmp_name);
+    for (size_t i = 1; i < k; i++) {
+        if (strcmp(names[i - 1], names[i]) != 0) continue;
+        const char *what = strcmp(names[i], TPS_MANIFEST_NAME) == 0 ? "the manifest's name"
+                           : strstr(names[i], ".index.json")         ? "an index's name"
+                                                                     : "two files the same name";
+        st = tps_fail(err, TPS_EARG, "file name template '%s' gives %s, '%s'", tmpl, what, names[i]);
+        goto cleanup;
+    }
+cleanup:
+    free(index_names);
+    free(names);
+    return st;
+}
+
+/* Names every file (rank-major, parts in order) and refuses names that collide. */
+static tps_status name_files(tps_manifest *m, rank_out *outs, const tps_cut_opts *o, const char *tmpl, tps_error *err)
 {
     size_t n = 0;
     for (uint64_t r = 0; r < m->tp; r++) n += outs[r].nparts;
@@ -319,11 +374,8 @@ static tps_status name_files(tps_manifest *m, rank_out *outs, const char *tmpl, 
         outs[r].file0 = m->nfiles;
         for (size_t p = 0; p < outs[r].nparts; p++) {
             char name[1024];
-            tps_status st = tps_format_name(tmpl, r, m->tp, p, name, sizeof name, err);
+            tps_status st = file_name(o, tmpl, r, m->tp, p, outs[r].nparts, name, sizeof name, err);
             if (st) return st;
-            for (size_t q = 0; q < m->nfiles; q++)
-                if (strcmp(m->files[q].name, name) == 0)
-                    return tps_fail(err, TPS_EARG, "file name template '%s' gives two files the name '%s'", tmpl, name);
             tps_manifest_file *f = &m->files[m->nfiles];
             if (!(f->name = strdup(name))) return tps_fail_oom(err, "naming rank files");
             f->rank = r;
@@ -331,16 +383,62 @@ static tps_status name_files(tps_manifest *m, rank_out *outs, const char *tmpl, 
             m->nfiles++;
         }
     }
-    return TPS_OK;
+    return refuse_collisions(m, o, tmpl, err);
 }
 
-tps_status tps_cut(tps_manifest *m, tps_global_read_fn read, void *ctx, const tps_outdir *od, const tps_cut_opts *o,
-                   tps_error *err)
+void tps_cut_files_free(tps_cut_files *f)
 {
-    tps_status st = TPS_OK;
+    if (!f) return;
+    for (uint64_t r = 0; f->outs && r < f->tp; r++) free(f->outs[r].first);
+    free(f->outs);
+    free(f);
+}
+
+tps_status tps_cut_files_plan(tps_manifest *m, const tps_cut_opts *o, tps_cut_files **out, tps_error *err)
+{
+    *out = NULL;
     const char *tmpl = o->name_template ? o->name_template
                        : o->max_part_bytes ? TPS_DEFAULT_PART_TEMPLATE
                                            : TPS_DEFAULT_NAME_TEMPLATE;
+    if (o->checkpoint && m->tp != 1)
+        return tps_fail(err, TPS_EINVALID, "internal: a plain checkpoint is written at tp 1, not %llu",
+                        (unsigned long long)m->tp);
+    if (!o->checkpoint && o->max_part_bytes && !strstr(tmpl, "{part}"))
+        return tps_fail(err, TPS_EARG, "file name template '%s' lacks {part}, which a size cap needs", tmpl);
+    tps_status st = TPS_OK;
+    tps_cut_files *f = calloc(1, sizeof *f);
+    if (!f || !(f->outs = calloc(m->tp, sizeof *f->outs))) {
+        free(f);
+        return tps_fail_oom(err, "planning the files");
+    }
+    f->tp = m->tp;
+    for (uint64_t r = 0; r < m->tp; r++) TPS_CHECK(plan_parts(m, r, o->max_part_bytes, &f->outs[r], err));
+    TPS_CHECK(name_files(m, f->outs, o, tmpl, err));
+    *out = f;
+    f = NULL;
+cleanup:
+    tps_cut_files_free(f);
+    return st;
+}
+
+/* model.safetensors.index.json of a plain checkpoint in several parts. */
+static tps_status checkpoint_index_write(const tps_manifest *m, const rank_out *ro, const tps_outdir *od,
+                                         tps_error *err)
+{
+    const char **names = calloc(ro->nparts, sizeof *names);
+    if (!names) return tps_fail_oom(err, "writing the index");
+    uint64_t total = 0;
+    for (size_t p = 0; p < ro->nparts; p++) names[p] = m->files[ro->file0 + p].name;
+    for (size_t i = 0; i < m->ntensors; i++) total += m->tensors[i].nbytes;
+    tps_status st = tps_hf_index_write(od, TPS_CHECKPOINT_INDEX_NAME, m, ro->first, ro->nparts, names, total, err);
+    free(names);
+    return st;
+}
+
+tps_status tps_cut(tps_manifest *m, const tps_cut_files *files, tps_global_read_fn read, void *ctx,
+                   const tps_outdir *od, const tps_cut_opts *o, tps_error *err)
+{
+    tps_status st = TPS_OK;
     size_t chunk = o->chunk_bytes ? (size_t)o->chunk_bytes : DEFAULT_CHUNK;
     rank_out *outs = calloc(m->tp, sizeof *outs);
     source_stream ss = {.m = m, .read = read, .ctx = ctx, .sp_i = (size_t)-1};
@@ -350,18 +448,15 @@ tps_status tps_cut(tps_manifest *m, tps_global_read_fn read, void *ctx, const tp
         st = tps_fail_oom(err, "starting the copy");
         goto cleanup;
     }
-    if (o->max_part_bytes && !strstr(tmpl, "{part}")) {
-        st = tps_fail(err, TPS_EARG, "file name template '%s' lacks {part}, which a size cap needs", tmpl);
-        goto cleanup;
-    }
     tps_progress prog = {0, 0, NULL};
     for (size_t i = 0; i < m->ntensors; i++) prog.total += m->tensors[i].nbytes;
     for (uint64_t r = 0; r < m->tp; r++) {
+        outs[r] = files->outs[r];
+        outs[r].sink = o->sink;
+        outs[r].w = NULL;
         outs[r].write = od && (!o->write_rank || o->write_rank[r]);
-        TPS_CHECK(plan_parts(m, r, o->max_part_bytes, &outs[r], err));
     }
-    TPS_CHECK(name_files(m, outs, tmpl, err));
-    for (uint64_t r = 0; r < m->tp; r++) TPS_CHECK(open_part(m, r, &outs[r], 0, od, err));
+    for (uint64_t r = 0; r < m->tp; r++) TPS_CHECK(open_part(m, r, &outs[r], 0, od, o, err));
     /* Jobs larger than a quarter of memory cannot stay cached anyway: read and write them
      * around the page cache instead of evicting everything else (lib/iocache.h). */
     long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
@@ -373,21 +468,24 @@ tps_status tps_cut(tps_manifest *m, tps_global_read_fn read, void *ctx, const tp
         prog.tensor = m->tensors[i].name;
         TPS_CHECK(enter_tensor(m, outs, i, od, o, err));
         TPS_CHECK(cut_tensor(m, i, pf, chunk, outs, helper, o, &prog, err));
+        if (o->tensor_done) TPS_CHECK(o->tensor_done(o->tensor_done_arg, i, m->tensors[i].crc, err));
     }
     for (uint64_t r = 0; r < m->tp; r++) {
         TPS_CHECK(close_part(m, &outs[r], o, err));
-        if (o->max_part_bytes && outs[r].write)
+        if (!o->max_part_bytes || !outs[r].write) continue;
+        if (o->checkpoint) {
+            if (outs[r].nparts > 1) TPS_CHECK(checkpoint_index_write(m, &outs[r], od, err));
+        } else {
             TPS_CHECK(tps_rank_index_write(m, r, outs[r].first, outs[r].file0, od, err));
+        }
     }
 cleanup:
     tps_helper_stop(helper);
     tps_prefetch_stop(pf);
     tps_spans_release(&ss.sp);
     tps_io_set_uncached(false);
-    for (uint64_t r = 0; outs && r < m->tp; r++) {
-        tps_st_writer_abort(outs[r].w);
-        free(outs[r].first);
-    }
+    for (uint64_t r = 0; outs && r < m->tp; r++)
+        if (outs[r].w) o->sink->abort(outs[r].w);
     free(outs);
     return st;
 }

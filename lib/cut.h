@@ -16,6 +16,7 @@
 
 #include "manifest.h"
 #include "outdir.h"
+#include "sink.h"
 #include "status.h"
 
 /* Reads bytes [off, off+len) of global tensor i (in manifest order). */
@@ -27,10 +28,15 @@ typedef struct tps_progress {
 } tps_progress;
 
 typedef struct tps_cut_opts {
+    const tps_sink *sink;      /* how files are laid out (formats/: tps_safetensors_sink) */
     const bool *write_rank;    /* NULL: every rank; else only ranks with write_rank[r] get a file
                                   (the others are still computed for the manifest's sizes and CRCs) */
     const char *name_template; /* file name per rank (and part): "{rank}", "{tp}", "{part}" replaced;
                                   NULL for the default */
+    bool checkpoint;           /* a plain checkpoint, not a shard set (merge): tp 1, no tp_rank/tp_size
+                                  metadata, Hugging Face names (model.safetensors, or with parts
+                                  model-00001-of-0000N.safetensors and model.safetensors.index.json);
+                                  name_template is then unused */
     uint64_t chunk_bytes;      /* 0: the default (1 MiB; 8 in flight) */
     void (*progress)(const tps_progress *p, void *arg);
     void *progress_arg;
@@ -41,6 +47,11 @@ typedef struct tps_cut_opts {
     void (*file_done)(const char *name, uint64_t bytes, void *arg); /* after each file is complete
                                                                         (for -v); NULL for none */
     void *file_done_arg;
+    /* After global tensor i has streamed, with the CRC-32 of its bytes: a source that knows
+     * what they must be (a shard set's manifest) checks them here, on bytes the copy read
+     * anyway; a failure stops the copy.  NULL for none. */
+    tps_status (*tensor_done)(void *arg, size_t i, uint32_t crc, tps_error *err);
+    void *tensor_done_arg;
 } tps_cut_opts;
 
 #define TPS_DEFAULT_NAME_TEMPLATE "model-rank-{rank}-of-{tp}.safetensors"
@@ -51,14 +62,28 @@ typedef struct tps_cut_opts {
  * for model.safetensors. */
 #define TPS_RANK_INDEX_TEMPLATE "model-rank-{rank}-of-{tp}.safetensors.index.json"
 
+/* The index merge writes beside a multi-file checkpoint. */
+#define TPS_CHECKPOINT_INDEX_NAME "model.safetensors.index.json"
+
 /* Formats a template for rank r of T (and part p, for templates with {part}) into a plain
  * file name (refusing '/', "..", empty, a leading '.'). */
 tps_status tps_format_name(const char *tmpl, uint64_t r, uint64_t T, uint64_t p, char *out, size_t size,
                            tps_error *err);
 
-/* Fills m->files (one per rank) and every m->tensors[i].crc, writing rank files into od's
- * temporary directory.  m->tp and the tensors' partitions must be set and checked. */
-tps_status tps_cut(tps_manifest *m, tps_global_read_fn read, void *ctx, const tps_outdir *od, const tps_cut_opts *o,
-                   tps_error *err);
+/* Every rank's parts and file names, decided before anything is written. */
+typedef struct tps_cut_files tps_cut_files;
+
+/* Splits each rank's tensors into parts (o->max_part_bytes) and names every file into
+ * m->files (rank-major, parts in order).  Refuses with TPS_EARG, before anything is
+ * written, names that collide: two files, or a file and the manifest or an index. */
+tps_status tps_cut_files_plan(tps_manifest *m, const tps_cut_opts *o, tps_cut_files **out, tps_error *err);
+void tps_cut_files_free(tps_cut_files *f); /* accepts NULL */
+
+/* Streams every global tensor through read() into the files planned by tps_cut_files_plan,
+ * in od's temporary directory (od NULL: nothing is written, sizes and CRCs are still
+ * computed), filling every m->files[k]'s size and CRC and every m->tensors[i].crc.  m->tp
+ * and the tensors' partitions must be set and checked. */
+tps_status tps_cut(tps_manifest *m, const tps_cut_files *files, tps_global_read_fn read, void *ctx,
+                   const tps_outdir *od, const tps_cut_opts *o, tps_error *err);
 
 #endif

@@ -375,7 +375,7 @@ static tps_status load_doc(loader *L, const tps_json *root, tps_manifest *m)
         return tps_fail(L->err, TPS_EINVALID, "%s: manifest version %llu; this tpshard reads version %d", L->path,
                         (unsigned long long)m->version, TPS_MANIFEST_VERSION);
     TPS_CHECK(get_u64(L, root, "tp", &m->tp));
-    if (m->tp < 1 || m->tp > 65536) return bad(L, tps_json_get(root, "tp"), "must be 1 to 65536", "tp");
+    if (m->tp < 1 || m->tp > TPS_MAX_TP) return bad(L, tps_json_get(root, "tp"), "must be 1 to 65536", "tp");
     v = field(L, root, "tool", TPS_JSON_STRING, &st);
     NEED(v);
     NEED(m->tool = dup_json_string(L, v, &st));
@@ -573,6 +573,7 @@ void tps_manifest_free(tps_manifest *m)
     free(m->layout_text);
     free(m->config_path);
     free(m->config_keys);
+    free(m->held);
     free(m);
 }
 

@@ -19,6 +19,9 @@
 
 #define TPS_MANIFEST_NAME "tpshard.json"
 #define TPS_MANIFEST_VERSION 1
+/* The largest tp a shard set may have: the writer refuses more (a usage error) and the
+ * manifest reader refuses more, so nothing is written that cannot be read. */
+#define TPS_MAX_TP 65536u
 
 typedef struct tps_manifest_tensor {
     char *name;
@@ -63,6 +66,8 @@ typedef struct tps_manifest {
     size_t ntensors;
     tps_manifest_file *files; /* sorted by (rank, part) */
     size_t nfiles;
+    bool *held; /* NULL: every rank's files are in the directory; else held[r] for r < tp tells
+                   whether rank r's files are there (a set written with --only-rank) */
 } tps_manifest;
 
 /* Reads DIR/tpshard.json strictly: unknown version refused, every field type-checked,
@@ -86,14 +91,23 @@ tps_status tps_manifest_rank_bytes(const tps_manifest *m, size_t i, uint64_t r, 
 
 void tps_manifest_free(tps_manifest *m);
 
+/* Adds one file's tensors to an index: a format's reader (formats/ has them; the caller
+ * hands one in, so lib/ depends on no format). */
+typedef tps_status (*tps_file_reader_fn)(tps_index *ix, const char *path, tps_error *err);
+
 /* An opened shard set: its manifest and, per rank, an index over that rank's files. */
 typedef struct tps_shardset {
     char *dir;
     tps_manifest *m;
     tps_index **rank; /* rank[r]: NULL until opened */
+    tps_file_reader_fn add_file;
+    bool compare_replicas; /* tps_shardset_read_global also reads every further replica of what it
+                              returns and fails (TPS_EMISMATCH) where they differ */
 } tps_shardset;
 
-tps_status tps_shardset_open(const char *dir, tps_shardset **out, tps_error *err);
+/* Opens DIR's manifest; rank files are read with add_file (formats/checkpoint.h has
+ * tps_shardset_open, which hands in the safetensors reader). */
+tps_status tps_shardset_open_with(const char *dir, tps_file_reader_fn add_file, tps_shardset **out, tps_error *err);
 
 /* Opens only rank r's files (a rank that loads its own slices touches nothing else) and
  * checks each tensor's dtype and shape against the manifest. */
@@ -103,6 +117,12 @@ tps_status tps_shardset_open_rank(tps_shardset *ss, uint64_t r, const tps_index 
  * hold them (the lowest rank of replicas).  Opens rank files as needed. */
 tps_status tps_shardset_read_global(tps_shardset *ss, const tps_manifest_tensor *t, uint64_t off, void *buf,
                                     size_t len, tps_error *err);
+
+/* The check that makes every byte read count: crc is the CRC-32 of global tensor i's bytes
+ * as they were just read; unless it is the manifest's, fails with TPS_EMISMATCH naming the
+ * tensor and the file that changed (found by re-reading the files the bytes came from, only
+ * on this failure path). */
+tps_status tps_shardset_check_tensor(tps_shardset *ss, size_t i, uint32_t crc, tps_error *err);
 
 void tps_shardset_free(tps_shardset *ss);
 

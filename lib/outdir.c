@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -11,6 +12,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "cut.h"
+#include "manifest.h"
 
 /* Atomic rather than volatile sig_atomic_t: the handler may run on any thread (the reader
  * thread, check's walkers) and the main thread reads it, which only an atomic makes defined
@@ -222,15 +226,129 @@ static tps_status check_inputs(const tps_outdir *od, tps_error *err)
     return TPS_OK;
 }
 
-tps_status tps_outdir_begin(const char *dir, bool force, const char *const *inputs, tps_outdir **out, tps_error *err)
+/* Whether name is one merge writes: model.safetensors, model-NNNNN-of-NNNNN.safetensors or
+ * the index. */
+static bool is_checkpoint_part_name(const char *name)
+{
+    if (strcmp(name, "model.safetensors") == 0 || strcmp(name, TPS_CHECKPOINT_INDEX_NAME) == 0) return true;
+    unsigned a, b;
+    char tail[32];
+    int used = 0;
+    return strlen(name) == 34 && sscanf(name, "model-%5u-of-%5u%13s%n", &a, &b, tail, &used) == 3 && used == 34 &&
+           strcmp(tail, ".safetensors") == 0 && a >= 1 && a <= b;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* Whether name belongs to the shard set whose file names are listed (sorted): its manifest,
+ * a file it lists, or a rank index. */
+static bool in_shardset(const tps_manifest *m, char *const *listed, const char *name)
+{
+    if (!m) return false;
+    if (strcmp(name, TPS_MANIFEST_NAME) == 0) return true;
+    if (bsearch(&name, listed, m->nfiles, sizeof *listed, cmp_str)) return true;
+    uint64_t r, T;
+    char probe[128];
+    int used = 0;
+    if (sscanf(name, "model-rank-%" SCNu64 "-of-%" SCNu64 ".safetensors.index.json%n", &r, &T, &used) == 2 &&
+        used == (int)strlen(name) && T == m->tp && r < T) {
+        snprintf(probe, sizeof probe, "model-rank-%" PRIu64 "-of-%" PRIu64 ".safetensors.index.json", r, T);
+        return strcmp(probe, name) == 0;
+    }
+    return false;
+}
+
+/* --force replaces only what this kind of output would have written (outdir.h). */
+static tps_status refuse_foreign(const char *dir, tps_outdir_kind kind, tps_error *err)
+{
+    tps_manifest *m = NULL;
+    tps_status st = TPS_OK;
+    if (kind == TPS_OUT_SHARDSET) {
+        tps_error e;
+        tps_error_clear(&e);
+        /* Without a manifest nothing there is ours: the first entry is named below. */
+        if (tps_is_shard_set(dir) && tps_manifest_load(dir, &m, &e))
+            return tps_fail(err, TPS_EINVALID, "%s: not replaced: its manifest does not hold up (%s)", dir, e.msg);
+    }
+    char **listed = m ? calloc(m->nfiles + 1, sizeof *listed) : NULL;
+    if (m && !listed) {
+        tps_manifest_free(m);
+        return tps_fail_oom(err, "listing the output directory");
+    }
+    for (size_t i = 0; m && i < m->nfiles; i++) listed[i] = m->files[i].name;
+    if (m) qsort(listed, m->nfiles, sizeof *listed, cmp_str);
+    DIR *d = opendir(dir);
+    if (!d) {
+        free(listed);
+        tps_manifest_free(m);
+        return tps_fail_errno(err, errno, "%s: cannot list", dir);
+    }
+    char **foreign = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *e;
+    while (st == TPS_OK && (e = readdir(d))) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        char p[PATH_MAX];
+        struct stat sb;
+        bool plain = snprintf(p, sizeof p, "%s/%s", dir, e->d_name) < (int)sizeof p && lstat(p, &sb) == 0 &&
+                     S_ISREG(sb.st_mode);
+        bool ours = plain && (kind == TPS_OUT_SHARDSET ? in_shardset(m, listed, e->d_name)
+                                                       : is_checkpoint_part_name(e->d_name));
+        if (ours) continue;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 8;
+            char **v = realloc(foreign, cap * sizeof *v);
+            if (!v) {
+                st = tps_fail_oom(err, "listing the output directory");
+                break;
+            }
+            foreign = v;
+        }
+        if (!(foreign[n] = strdup(e->d_name))) st = tps_fail_oom(err, "listing the output directory");
+        else n++;
+    }
+    closedir(d);
+    if (st == TPS_OK && n) {
+        qsort(foreign, n, sizeof *foreign, cmp_str);
+        st = tps_fail(err, TPS_EINVALID,
+                      "%s: not replaced: '%s'%s is not part of %s there%s; --force replaces only an empty directory "
+                      "or an earlier %s",
+                      dir, foreign[0], n > 1 ? " (and more)" : "",
+                      kind == TPS_OUT_SHARDSET ? "the shard set" : "a merged checkpoint",
+                      kind == TPS_OUT_SHARDSET && !m ? " (it has no " TPS_MANIFEST_NAME ")" : "",
+                      kind == TPS_OUT_SHARDSET ? "shard set" : "merged checkpoint");
+    }
+    for (size_t i = 0; i < n; i++) free(foreign[i]);
+    free(foreign);
+    free(listed);
+    tps_manifest_free(m);
+    return st;
+}
+
+/* What may be where the output goes: nothing, an empty directory, or with force a
+ * replaceable one (a file, for a file output). */
+static tps_status check_target(const char *dir, tps_outdir_kind kind, bool force, tps_error *err)
+{
+    struct stat sb;
+    if (lstat(dir, &sb) != 0) return TPS_OK;
+    if (kind == TPS_OUT_FILE) {
+        /* A symlink is replaced itself (rename never writes through it). */
+        if (!S_ISREG(sb.st_mode) && !S_ISLNK(sb.st_mode))
+            return tps_fail(err, TPS_EINVALID, "%s: exists and is not a regular file", dir);
+        if (!force) return tps_fail(err, TPS_EINVALID, "%s: exists (use --force to replace it)", dir);
+        return TPS_OK;
+    }
+    if (!S_ISDIR(sb.st_mode)) return tps_fail(err, TPS_EINVALID, "%s: exists and is not a directory", dir);
+    if (dir_is_empty(dir)) return TPS_OK;
+    if (!force)
+        return tps_fail(err, TPS_EINVALID, "%s: output directory is not empty (use --force to replace it)", dir);
+    return refuse_foreign(dir, kind, err);
+}
+
+tps_status tps_outdir_begin(const char *dir, tps_outdir_kind kind, bool force, const char *const *inputs,
+                            tps_outdir **out, tps_error *err)
 {
     *out = NULL;
-    struct stat sb;
-    bool exists = lstat(dir, &sb) == 0;
-    if (exists && !S_ISDIR(sb.st_mode))
-        return tps_fail(err, TPS_EINVALID, "%s: exists and is not a directory", dir);
-    if (exists && !force && !dir_is_empty(dir))
-        return tps_fail(err, TPS_EINVALID, "%s: output directory is not empty (use --force to replace it)", dir);
     char *parent = parent_of(dir);
     if (!parent) return tps_fail_oom(err, "preparing the output directory");
     char rparent[PATH_MAX], rin[PATH_MAX], base_buf[PATH_MAX], rdir[PATH_MAX * 2];
@@ -250,9 +368,14 @@ tps_status tps_outdir_begin(const char *dir, bool force, const char *const *inpu
         if (!realpath(inputs[i], rin)) continue;
         if (path_within(rdir, rin) || path_within(rin, rdir)) {
             free(parent);
-            return tps_fail(err, TPS_EARG, "%s: the output directory must not be, contain or lie inside the input %s",
-                            dir, inputs[i]);
+            return tps_fail(err, TPS_EARG, "%s: the output %s must not be, contain or lie inside the input %s", dir,
+                            kind == TPS_OUT_FILE ? "file" : "directory", inputs[i]);
         }
+    }
+    tps_status cst = check_target(dir, kind, force, err);
+    if (cst) {
+        free(parent);
+        return cst;
     }
     clean_leftovers(parent, base);
     tps_outdir *od = calloc(1, sizeof *od);
@@ -264,10 +387,12 @@ tps_status tps_outdir_begin(const char *dir, bool force, const char *const *inpu
     }
     char *tmp = malloc(strlen(parent) + strlen(base) + 64);
     char *fin = strdup(dir);
-    if (!od || !tmp || !fin) {
+    char *file = kind == TPS_OUT_FILE ? strdup(base) : NULL;
+    if (!od || !tmp || !fin || (kind == TPS_OUT_FILE && !file)) {
         tps_outdir_free(od);
         free(tmp);
         free(fin);
+        free(file);
         free(parent);
         return tps_fail_oom(err, "preparing the output directory");
     }
@@ -280,10 +405,12 @@ tps_status tps_outdir_begin(const char *dir, bool force, const char *const *inpu
         tps_outdir_free(od);
         free(tmp);
         free(fin);
+        free(file);
         return st;
     }
     od->final = fin;
     od->tmp = tmp;
+    od->file = file;
     od->force = force;
     *out = od;
     return TPS_OK;
@@ -307,6 +434,44 @@ static tps_status fsync_path(const char *path, tps_error *err)
     return TPS_OK;
 }
 
+/* rename(2) for the step that moves a finished output into place.  The test suite sets
+ * TPS_TEST_FAIL_PUBLISH to make it fail (EIO), since nothing else can make the rename
+ * after a successful move-aside fail on demand. */
+static int tps_outdir_rename(const char *from, const char *to)
+{
+    const char *fail = getenv("TPS_TEST_FAIL_PUBLISH");
+    if (fail && *fail) {
+        errno = EIO;
+        return -1;
+    }
+    return rename(from, to);
+}
+
+/* A file output: the one file moves from the temporary directory onto FILE (replacing it
+ * only with force; without, link() refuses an existing name atomically), then the
+ * temporary directory goes. */
+static tps_status commit_file(tps_outdir *od, tps_error *err)
+{
+    char *from = tps_outdir_path(od, od->file);
+    if (!from) return tps_fail_oom(err, "publishing the output");
+    tps_status st = TPS_OK;
+    if (od->force) {
+        if (tps_outdir_rename(from, od->final) != 0)
+            st = tps_fail_errno(err, errno, "%s: cannot rename the new file into place", od->final);
+    } else if (link(from, od->final) != 0) {
+        st = tps_fail_errno(err, errno, "%s: cannot put the new file in place", od->final);
+    }
+    free(from);
+    if (st) return st;
+    tps_remove_tree(od->tmp);
+    char *parent = parent_of(od->final);
+    if (parent) {
+        st = fsync_path(parent, err);
+        free(parent);
+    }
+    return st;
+}
+
 tps_status tps_outdir_commit(tps_outdir *od, tps_error *err)
 {
     tps_status st = fsync_path(od->tmp, err);
@@ -315,14 +480,27 @@ tps_status tps_outdir_commit(tps_outdir *od, tps_error *err)
     if (st) return st;
     if (tps_outdir_interrupted())
         return tps_fail(err, TPS_EINTERRUPTED, "interrupted by signal %d; nothing was written", tps_outdir_interrupted());
+    if (od->file) return commit_file(od, err);
     char *aside = NULL;
     if (rename(od->tmp, od->final) != 0) {
         if ((errno == ENOTEMPTY || errno == EEXIST) && od->force) {
             aside = malloc(strlen(od->tmp) + 8);
             if (!aside) return tps_fail_oom(err, "replacing the output directory");
             sprintf(aside, "%s.old", od->tmp);
-            if (rename(od->final, aside) != 0 || rename(od->tmp, od->final) != 0) {
-                st = tps_fail_errno(err, errno, "%s: cannot replace", od->final);
+            if (rename(od->final, aside) != 0) {
+                st = tps_fail_errno(err, errno, "%s: cannot move the previous set aside to replace it", od->final);
+                free(aside);
+                return st;
+            }
+            if (tps_outdir_rename(od->tmp, od->final) != 0) {
+                int e = errno;
+                /* Put the previous set back where it was; say where it is when that fails too. */
+                if (rename(aside, od->final) == 0)
+                    st = tps_fail(err, TPS_EIO, "%s: cannot rename the new set into place (%s); the previous set is "
+                                  "back in place", od->final, strerror(e));
+                else
+                    st = tps_fail(err, TPS_EIO, "%s: cannot rename the new set into place (%s), nor the previous set "
+                                  "back: it was left at %s", od->final, strerror(e), aside);
                 free(aside);
                 return st;
             }
@@ -352,6 +530,7 @@ void tps_outdir_abort(tps_outdir *od)
 void tps_outdir_free(tps_outdir *od)
 {
     if (!od) return;
+    free(od->file);
     for (size_t i = 0; i < od->nsrcs; i++) free(od->srcs[i].path);
     free(od->srcs);
     free(od->final);

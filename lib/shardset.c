@@ -1,15 +1,18 @@
 /* Opening a shard set and reading its global tensors back from the ranks' pieces. */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "checked.h"
+#include "crc.h"
 #include "iocache.h"
 #include "manifest.h"
 #include "spans.h"
-#include "formats/safetensors.h"
 
-tps_status tps_shardset_open(const char *dir, tps_shardset **out, tps_error *err)
+tps_status tps_shardset_open_with(const char *dir, tps_file_reader_fn add_file, tps_shardset **out, tps_error *err)
 {
     *out = NULL;
     tps_shardset *ss = calloc(1, sizeof *ss);
@@ -17,6 +20,7 @@ tps_status tps_shardset_open(const char *dir, tps_shardset **out, tps_error *err
         free(ss);
         return tps_fail_oom(err, "opening a shard set");
     }
+    ss->add_file = add_file;
     tps_status st = tps_manifest_load(dir, &ss->m, err);
     if (st == TPS_OK && !(ss->rank = calloc(ss->m->tp, sizeof *ss->rank))) st = tps_fail_oom(err, "opening a shard set");
     if (st) {
@@ -81,7 +85,7 @@ tps_status tps_shardset_open_rank(tps_shardset *ss, uint64_t r, const tps_index 
             goto cleanup;
         }
         if (!ix) TPS_CHECK(tps_index_new(path, "safetensors", &ix, err));
-        TPS_CHECK(tps_safetensors_add_file(ix, path, err));
+        TPS_CHECK(ss->add_file(ix, path, err));
     }
     TPS_CHECK(check_rank(ss, r, ix, err));
     ss->rank[r] = ix;
@@ -105,6 +109,43 @@ static tps_status batch_flush(run_batch *b, tps_error *err)
     int n = b->n;
     b->n = 0;
     return n ? tps_preadv_full(b->f->fd, b->f->path, b->iov, n, b->start, err) : TPS_OK;
+}
+
+/* Reads each further replica of the piece just read into p (global bytes [g, g+run) of t,
+ * span s) and compares it with p. */
+static tps_status compare_replicas(tps_shardset *ss, const tps_manifest_tensor *t, const tps_spans *sp,
+                                   const tps_span *s, uint64_t g, const unsigned char *p, uint64_t run,
+                                   tps_error *err)
+{
+    uint64_t o = g / sp->slab_bytes, w = g % sp->slab_bytes;
+    unsigned char *scratch = malloc(run < (1u << 20) ? (size_t)run : (1u << 20));
+    if (!scratch) return tps_fail_oom(err, "comparing replicas");
+    tps_status st = TPS_OK;
+    for (uint32_t j = 1; st == TPS_OK && j < s->nowners; j++) {
+        uint32_t r = sp->owner[s->owner0 + j];
+        const tps_index *ix;
+        TPS_CHECK(tps_shardset_open_rank(ss, r, &ix, err));
+        const tps_tensor *x = tps_index_find(ix, t->name);
+        uint64_t at = o * sp->rank_slab_bytes[r] + sp->owner_offset[s->owner0 + j] + (w - s->begin);
+        for (uint64_t done = 0; done < run;) {
+            size_t k = run - done < (1u << 20) ? (size_t)(run - done) : (1u << 20);
+            TPS_CHECK(tps_tensor_read(ix, x, at + done, scratch, k, err));
+            if (memcmp(scratch, p + done, k) != 0) {
+                size_t b = 0;
+                while (scratch[b] == p[done + b]) b++;
+                st = tps_fail(err, TPS_EMISMATCH,
+                              "tensor '%s': replicas differ: ranks %u and %u hold different bytes at global byte %llu "
+                              "(%s)",
+                              t->name, sp->owner[s->owner0], r, (unsigned long long)(g + done + b),
+                              ix->files[x->file].path);
+                goto cleanup;
+            }
+            done += k;
+        }
+    }
+cleanup:
+    free(scratch);
+    return st;
 }
 
 tps_status tps_shardset_read_global(tps_shardset *ss, const tps_manifest_tensor *t, uint64_t off, void *buf, size_t len,
@@ -138,7 +179,12 @@ tps_status tps_shardset_read_global(tps_shardset *ss, const tps_manifest_tensor 
         const tps_tensor *x = tps_index_find(ix, t->name);
         /* o * rank_slab_bytes <= the rank tensor's size, which the reader bounded by its file. */
         uint64_t at = o * sp.rank_slab_bytes[owner] + local;
-        if (x->reader_data) {
+        if (ss->compare_replicas && s->nowners > 1) {
+            /* The replicas are compared with the bytes themselves, so read them now. */
+            TPS_CHECK(batch_flush(&bt[owner], err));
+            TPS_CHECK(tps_tensor_read(ix, x, at, p, (size_t)run, err));
+            TPS_CHECK(compare_replicas(ss, t, &sp, s, g, p, run, err));
+        } else if (x->reader_data) {
             TPS_CHECK(tps_tensor_read(ix, x, at, p, (size_t)run, err));
         } else {
             run_batch *b = &bt[owner];
@@ -157,6 +203,72 @@ tps_status tps_shardset_read_global(tps_shardset *ss, const tps_manifest_tensor 
     for (uint64_t r = 0; r < ss->m->tp; r++) TPS_CHECK(batch_flush(&bt[r], err));
 cleanup:
     free(bt);
+    tps_spans_release(&sp);
+    return st;
+}
+
+/* The whole file's CRC-32, read again: only on the path that explains a mismatch. */
+static tps_status file_crc(const char *path, uint32_t *out, tps_error *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return tps_fail_errno(err, errno, "%s: cannot open", path);
+    unsigned char *buf = malloc(1u << 20);
+    tps_status st = buf ? TPS_OK : tps_fail_oom(err, "checking a file");
+    uint32_t crc = 0;
+    for (uint64_t at = 0; st == TPS_OK;) {
+        ssize_t n = pread(fd, buf, 1u << 20, (off_t)at);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) st = tps_fail_errno(err, errno, "%s: read failed", path);
+        if (n <= 0) break;
+        crc = tps_crc32(crc, buf, (size_t)n);
+        at += (uint64_t)n;
+    }
+    free(buf);
+    close(fd);
+    *out = crc;
+    return st;
+}
+
+tps_status tps_shardset_check_tensor(tps_shardset *ss, size_t i, uint32_t crc, tps_error *err)
+{
+    const tps_manifest *m = ss->m;
+    const tps_manifest_tensor *t = &m->tensors[i];
+    if (crc == t->crc) return TPS_OK;
+    /* Which file changed: the files of the ranks the bytes came from (each span's lowest
+     * replica), against their own CRCs in the manifest. */
+    tps_spans sp;
+    tps_status st = tps_spans_build(&t->part, t->dtype, t->ndim, t->shape, m->tp, &sp, err);
+    if (st) return st;
+    const char *culprit = NULL;
+    uint32_t have = 0, want = 0;
+    for (size_t k = 0; !culprit && k < sp.nspans; k++) {
+        uint32_t r = sp.owner[sp.span[k].owner0];
+        for (size_t f = 0; !culprit && f < m->nfiles; f++) {
+            const tps_manifest_file *mf = &m->files[f];
+            if (mf->rank != r) continue;
+            char path[4096];
+            snprintf(path, sizeof path, "%s/%s", ss->dir, mf->name);
+            if (file_crc(path, &have, err)) {
+                st = err ? err->code : TPS_EIO;
+                goto cleanup;
+            }
+            if (have != mf->crc) {
+                culprit = mf->name;
+                want = mf->crc;
+            }
+        }
+    }
+    if (culprit)
+        st = tps_fail(err, TPS_EMISMATCH,
+                      "%s/%s: tensor '%s' read back with CRC-32 %08x where the manifest says %08x (the file's CRC-32 "
+                      "is %08x, the manifest says %08x): the file changed after it was written",
+                      ss->dir, culprit, t->name, (unsigned)crc, (unsigned)t->crc, (unsigned)have, (unsigned)want);
+    else
+        st = tps_fail(err, TPS_EMISMATCH,
+                      "%s: tensor '%s' read back with CRC-32 %08x where the manifest says %08x, though its files' CRCs "
+                      "match: the manifest does not describe these files",
+                      ss->dir, t->name, (unsigned)crc, (unsigned)t->crc);
+cleanup:
     tps_spans_release(&sp);
     return st;
 }

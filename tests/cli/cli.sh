@@ -253,7 +253,7 @@ parts1=$(ls vllm | grep -c '^model-rank-1-part-[0-9]*\.safetensors$')
     notok "reshard with rank{rank}.safetensors"
 "$TPSHARD" reshard vllm --tp 1 -o whole -q && cmp -s whole/model-rank-0-of-1.safetensors v2/model-rank-0-of-1.safetensors &&
     ok "reshard of a parts set to one file equals reshard of the plain set" || notok "reshard from parts"
-expect_exit 2 "'rank{rank}.safetensors' has none" "a size cap with a template lacking {part}: exit 2 naming the template" \
+expect_exit 2 "'rank{rank}.safetensors' lacks {part}" "a size cap with a template lacking {part}: exit 2 naming the template" \
     "$TPSHARD" split "$SRC" --tp 2 --preset llama --max-shard-size 60KB --name-template 'rank{rank}.safetensors' -o bad
 expect_exit 2 "lacks {rank}" "a template without {rank} at tp 2: exit 2" \
     "$TPSHARD" reshard s2 --tp 2 --name-template 'model.safetensors' -o bad

@@ -64,7 +64,7 @@ else
     limited 100 "$TPSHARD" reshard s2 --tp 4 -o full2
     rc=$?
     outcome "disk full during reshard: exit 4, nothing left, shards untouched" 4 "File too large" full2 s2
-    limited 100 "$TPSHARD" merge s2 -o full3
+    limited 100 "$TPSHARD" merge s2 -o full3/
     rc=$?
     outcome "disk full during merge to a directory: exit 4, nothing left" 4 "File too large" full3 s2
     limited 100 "$TPSHARD" merge s2 -o full4.safetensors
@@ -170,13 +170,13 @@ else
     notok "SIGKILL mid-write: the split never showed a partly written shard"
 fi
 
-# merge into one file does not use a temporary directory: its temporary file must go.
+# merge into one file writes it inside a temporary directory beside it: both must go.
 "$TPSHARD" split big.safetensors --tp 2 --layout big.yaml -o bigset >/dev/null 2>&1 || notok "setup: split big.safetensors"
 bigset_sum=$(sum_of bigset)
 "$TPSHARD" merge bigset -o bigmerged.safetensors >"$T/.out" 2>"$T/.err" &
 pid=$!
 kill -STOP $pid
-if step_until $pid test -s ".bigmerged.safetensors.tmp.$pid"; then
+if step_until $pid partial_shard ".bigmerged.safetensors.tpshard-tmp.$pid"; then
     kill -INT $pid
     kill -CONT $pid
     wait $pid
@@ -288,15 +288,18 @@ else
     notok "a symlink at a leftover temporary name is removed, not followed"
     ls -la . victim | sed 's/^/#   /'
 fi
-# --force into a directory whose shard names are symlinks to victim files.
+# --force into a directory whose shard names are symlinks to victim files: not a shard set
+# of ours, so refused, and nothing is written through the links.
 mkdir forced
 ln -s "$T/victim/keep" forced/model-rank-0-of-2.safetensors
 ln -s "$T/victim/keep" forced/tpshard.json
 "$TPSHARD" split model --tp 2 --preset llama -o forced --force >"$T/.out" 2>"$T/.err"
-if [ "$(cat victim/keep)" = precious ] && [ ! -L forced/tpshard.json ] && "$TPSHARD" check forced >/dev/null 2>&1; then
-    ok "--force replaces a directory of symlinks without writing through them"
+rc=$?
+if [ $rc -eq 3 ] && [ "$(cat victim/keep)" = precious ] && [ -L forced/tpshard.json ] &&
+    [ -L forced/model-rank-0-of-2.safetensors ]; then
+    ok "--force refuses a directory of symlinks and writes nothing through them"
 else
-    notok "--force replaces a directory of symlinks without writing through them"
+    notok "--force refuses a directory of symlinks and writes nothing through them (exit $rc)"
     sed 's/^/#   /' "$T/.err" | head -5
 fi
 # merge --force onto a symlink: the link is replaced, its target untouched.
@@ -311,16 +314,18 @@ fi
 # Symlinks planted at the exact temporary names a run will use (its PID is known: the shell
 # that sleeps then execs tpshard).
 echo precious >victim/file
+# A merged file is written inside a fresh temporary directory, so a link planted at the
+# directory's name is removed (not followed) and the merge goes on.
 sh -c 'sleep 1; exec "$0" merge s2b -o planted.safetensors' "$TPSHARD" >"$T/.out" 2>"$T/.err" &
 pid=$!
-ln -s "$T/victim/file" ".planted.safetensors.tmp.$pid"
+ln -s "$T/victim" ".planted.safetensors.tpshard-tmp.$pid"
 wait $pid
 rc=$?
-if [ $rc -eq 4 ] && [ "$(cat victim/file)" = precious ] && [ ! -e planted.safetensors ] &&
-    [ -L ".planted.safetensors.tmp.$pid" ]; then
-    ok "a symlink at the writer's temporary name: exit 4, the target untouched (O_EXCL|O_NOFOLLOW)"
+if [ $rc -eq 0 ] && [ "$(cat victim/file)" = precious ] && [ "$(ls victim | wc -l)" = 2 ] &&
+    [ -s planted.safetensors ] && [ ! -e ".planted.safetensors.tpshard-tmp.$pid" ]; then
+    ok "a symlink at the merge's temporary directory name is removed, never followed"
 else
-    notok "a symlink at the writer's temporary name: exit 4, the target untouched (O_EXCL|O_NOFOLLOW)"
+    notok "a symlink at the merge's temporary directory name is removed, never followed (exit $rc)"
     echo "#   exit $rc; victim: $(cat victim/file)"
     sed 's/^/#   /' "$T/.err" | head -5
 fi

@@ -52,8 +52,25 @@ grep -qF "; rule model.layers.*." "$T/.err" && ok "the reshard refusal names the
 mkdir full && echo x >full/keep
 expect_exit 3 "not empty" "non-empty output refused" "$TPSHARD" split "$SRC" --tp 2 --preset llama --config "$L/config.json" -o full
 [ "$(cat full/keep)" = x ] && [ "$(ls full)" = keep ] && ok "refused output directory left untouched" || notok "output dir changed"
-check "--force replaces a non-empty output" "$TPSHARD" split "$SRC" --tp 2 --preset llama --config "$L/config.json" -o full --force -q
-[ ! -e full/keep ] && "$TPSHARD" check full -q >/dev/null && ok "forced output is a valid shard set" || notok "forced output"
+# --force replaces only an empty directory or an earlier shard set, never what is not ours.
+expect_exit 3 "'keep' is not part of the shard set" "--force refuses a directory with a foreign file, naming it" \
+    "$TPSHARD" split "$SRC" --tp 2 --preset llama --config "$L/config.json" -o full --force
+[ "$(cat full/keep)" = x ] && [ "$(ls -A full)" = keep ] && ok "the refused --force left the directory untouched" ||
+    notok "the refused --force changed full/"
+rm -rf full && mkdir full
+check "--force replaces an empty directory" "$TPSHARD" split "$SRC" --tp 2 --preset llama --config "$L/config.json" -o full --force -q
+check "--force replaces an earlier shard set" "$TPSHARD" split "$SRC" --tp 4 --preset llama --config "$L/config.json" -o full --force -q
+[ "$(ls full | grep -c safetensors)" = 4 ] && "$TPSHARD" check full -q >/dev/null &&
+    ok "forced output is the new tp 4 set, nothing of the old one left" || notok "forced output"
+echo x >full/notes.txt
+expect_exit 3 "'notes.txt' is not part of the shard set" "--force refuses a shard set with a file of the user's beside it" \
+    "$TPSHARD" split "$SRC" --tp 2 --preset llama --config "$L/config.json" -o full --force
+[ -f full/notes.txt ] && [ "$(ls full | grep -c safetensors)" = 4 ] && ok "that refusal left the set and the file" ||
+    notok "that refusal changed full/"
+rm full/notes.txt && mkdir full/sub
+expect_exit 3 "'sub' is not part of the shard set" "--force refuses a shard set with a subdirectory in it" \
+    "$TPSHARD" split "$SRC" --tp 2 --preset llama --config "$L/config.json" -o full --force
+rmdir full/sub
 
 "$TPSHARD" split "$SRC" --tp 2 --preset llama --config "$L/config.json" -o dry --dry-run >dry.out 2>&1
 [ $? = 0 ] && [ ! -e dry ] && grep -q "rank 1:" dry.out && ok "--dry-run plans and writes nothing" || notok "--dry-run"
@@ -80,7 +97,7 @@ grep -qF "tensor 'model.layers.0.mlp.down_proj.weight': segment 0 has 176 units 
 grep -q '"pad": true' s8/tpshard.json && ok "vocabulary padding recorded in the manifest" || notok "no padding in manifest"
 check "merge of a padded tp 8 set" "$TPSHARD" merge s8 -o merged.safetensors -q
 check "merged file passes check --source against the original" "$TPSHARD" check s8 --source merged.safetensors -q
-"$TPSHARD" merge s8 -o mdir --max-shard-size 100KB -q
+"$TPSHARD" merge s8 -o mdir/ --max-shard-size 100KB -q
 [ -f mdir/model.safetensors.index.json ] && [ -f mdir/model-00001-of-0000$(ls mdir | grep -c 'model-0')".safetensors" ] &&
     "$TPSHARD" check s8 --source mdir -q >/dev/null && ok "merge into a Hugging Face multi-file set" || notok "merge to dir"
 

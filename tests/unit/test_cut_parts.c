@@ -15,6 +15,7 @@
 #include "tps_test.h"
 #include "formats/checkpoint.h"
 #include "formats/safetensors.h"
+#include "formats/shardset.h"
 #include "lib/convert.h"
 #include "lib/cut.h"
 #include "lib/json.h"
@@ -22,6 +23,7 @@
 #include "lib/outdir.h"
 #include "lib/plan.h"
 #include "lib/publish.h"
+#include "lib/write_set.h"
 
 #define FIXTURE "testdata/models/tiny-llama"
 
@@ -48,7 +50,6 @@ static tps_manifest *split_fixture(uint64_t tp, const tps_cut_opts *o, const cha
 {
     tps_layout *l = NULL;
     tps_manifest *m = NULL;
-    tps_outdir *od = NULL;
     tps_buf problems = TPS_BUF_INIT, unused = TPS_BUF_INIT;
     tps_remove_tree(out);
     tps_status st = tps_layout_load_preset("llama", &l, err);
@@ -56,11 +57,9 @@ static tps_manifest *split_fixture(uint64_t tp, const tps_cut_opts *o, const cha
     if (!st) st = tps_checkpoint_open(FIXTURE, ixp, err);
     if (!st) st = tps_plan_build(*ixp, l, "preset:llama", tp, &m, &problems, &unused, err);
     const char *inputs[] = {FIXTURE, NULL};
-    if (!st) st = tps_outdir_begin(out, false, inputs, &od, err);
-    if (!st) st = tps_cut(m, read_source, *ixp, od, o, err);
-    if (!st) st = tps_publish_shardset(m, od, err);
-    if (st) tps_outdir_abort(od);
-    else tps_outdir_free(od);
+    tps_write_opts wo = {.out = out, .kind = TPS_OUT_SHARDSET, .inputs = inputs, .cut = *o};
+    wo.cut.sink = &tps_safetensors_sink;
+    if (!st) st = tps_write_set(m, read_source, *ixp, &wo, err);
     tps_layout_free(l);
     tps_buf_release(&problems);
     tps_buf_release(&unused);

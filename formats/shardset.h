@@ -1,0 +1,11 @@
+/* Opening a tpshard shard set (a directory with tpshard.json and one safetensors file per
+ * rank, or per rank and part) with the safetensors reader for its rank files.  The set's
+ * reading logic is lib/manifest.h's tps_shardset; this only hands it the format. */
+#ifndef TPS_FORMATS_SHARDSET_H
+#define TPS_FORMATS_SHARDSET_H
+
+#include "../lib/manifest.h"
+
+tps_status tps_shardset_open(const char *dir, tps_shardset **out, tps_error *err);
+
+#endif

@@ -1,0 +1,31 @@
+#include "unsharded.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+tps_status tps_manifest_unsharded(const tps_manifest *src, tps_manifest **out, tps_error *err)
+{
+    *out = NULL;
+    tps_manifest *m = calloc(1, sizeof *m);
+    if (!m || !(m->tensors = calloc(src->ntensors + 1, sizeof *m->tensors))) {
+        free(m);
+        return tps_fail_oom(err, "planning the merge");
+    }
+    m->version = TPS_MANIFEST_VERSION;
+    m->tp = 1;
+    for (size_t i = 0; i < src->ntensors; i++) {
+        const tps_manifest_tensor *s = &src->tensors[i];
+        tps_manifest_tensor *t = &m->tensors[i];
+        *t = *s;
+        t->part = (tps_partition){.replicated = true};
+        t->name = strdup(s->name);
+        t->rule = NULL;
+        m->ntensors = i + 1;
+        if (!t->name) {
+            tps_manifest_free(m);
+            return tps_fail_oom(err, "planning the merge");
+        }
+    }
+    *out = m;
+    return TPS_OK;
+}

@@ -1,0 +1,52 @@
+/* The one write step of split, reshard and merge.
+ *
+ * Every command that writes checkpoint files goes through tps_write_set, which owns what
+ * they share, in this order, so a request that cannot be met is refused before anything is
+ * written:
+ *   1. limits: tp from 1 to TPS_MAX_TP, the bound the manifest reader also applies;
+ *   2. --only-rank: which ranks this node writes ("0,1", "4-7"; non-empty, each below tp),
+ *      recorded in the manifest (tps_manifest.held) so the partial set is known as one;
+ *   3. file names: each rank's parts and names (tps_cut_files_plan), refusing templates
+ *      that collide with each other, the manifest or an index;
+ *   4. the output guards and the temporary directory (lib/outdir.h), signals;
+ *   5. the copy engine (lib/cut.h) through the caller's sink;
+ *   6. publishing: the manifest last, then the rename into place; on any failure or signal,
+ *      the temporary output is removed and nothing appears.
+ * Steps 1-3 fail with TPS_EARG (a usage error); the caller only parses options and reports. */
+#ifndef TPS_WRITE_SET_H
+#define TPS_WRITE_SET_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cut.h"
+#include "manifest.h"
+#include "outdir.h"
+#include "status.h"
+
+typedef struct tps_write_opts {
+    const char *out;            /* the output directory, or for TPS_OUT_FILE the file */
+    tps_outdir_kind kind;       /* a shard set (with a manifest), a checkpoint directory, one file */
+    bool force;                 /* replace an earlier output of the same kind (lib/outdir.h) */
+    const char *const *inputs;  /* NULL-terminated: what is read (the output must stay apart from it) */
+    const char *only_ranks;     /* NULL: every rank; else the ranks this run writes */
+    bool dry_run;               /* steps 1-3 only: check everything, write nothing */
+    tps_cut_opts cut;           /* the engine's options; its write_rank is set from only_ranks */
+} tps_write_opts;
+
+/* Refuses a tp of 0 or above TPS_MAX_TP (TPS_EARG), naming what (e.g. "--tp"). */
+tps_status tps_tp_check(uint64_t tp, const char *what, tps_error *err);
+
+/* Parses a rank list ("0,3", "0-3,6") for tp ranks into a malloc'd flag per rank; refuses
+ * (TPS_EARG) an empty list, junk, a rank >= tp and a range that runs backwards. */
+tps_status tps_rank_list_parse(const char *s, uint64_t tp, bool **out, tps_error *err);
+
+/* Formats the ranks flagged in held[0..tp) as "0-1, 4" into buf. */
+void tps_rank_list_format(const bool *held, uint64_t tp, char *buf, size_t size);
+
+/* Writes m's tensors, read through read(), as o describes, and publishes them.  On success
+ * m->files holds every file's size and CRC and m->tensors[i].crc every tensor's. */
+tps_status tps_write_set(tps_manifest *m, tps_global_read_fn read, void *ctx, const tps_write_opts *o,
+                         tps_error *err);
+
+#endif
