@@ -547,21 +547,22 @@ cleanup:
 
 tps_status vbackend_run(tps_vbackend *be, const tps_block *b, const vdims *d, uint64_t layer, uint64_t T,
                         const tps_vsource *ranks, size_t n, const float *x, vrank_out *outs, vstats *stats,
-                        tps_error *err)
+                        const tps_verify_opts *vo, tps_error *err)
 {
     tps_status st = TPS_OK;
     size_t nh = n * (size_t)d->hidden;
     *stats = (vstats){0, 0, 0};
     if (!be || (!be->mpi && be->cfg.device == TPS_VDEV_CPU))
-        return vrank_run(b, d, layer, T, ranks, n, x, outs, err);
+        return vrank_run(b, d, layer, T, ranks, n, x, outs, vo, err);
     if (be->cfg.device == TPS_VDEV_CUDA) {
+        vstage(vo, "ranks on the GPUs");
         TPS_CHECK(run_cuda(be, b, d, layer, T, ranks, n, x, outs, stats, err));
     } else {
         uint64_t r = (uint64_t)be->prank;
         bool elsewhere = false;
         st = vrank_out_alloc(&outs[r], nh, err);
         TPS_CHECK(vbackend_agree(be, st, err));
-        st = vrank_one(b, d, layer, &ranks[r], n, x, &be->hostcomm, &outs[r], &elsewhere, err);
+        st = vrank_one(b, d, layer, &ranks[r], n, x, &be->hostcomm, &outs[r], &elsewhere, vo, err);
         /* A rank stopped by another's failure defers to that one's status and message. */
         TPS_CHECK(vbackend_agree(be, elsewhere ? TPS_OK : st, err));
         if (st != TPS_OK) { /* cannot happen after an agreed OK: every rank stops together */

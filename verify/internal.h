@@ -24,6 +24,18 @@ void vlayer_release(vlayer *l);
 /* Whether the layer math converts this dtype (BF16, F16, F32, F64, F8_E4M3, F8_E5M2). */
 bool vdtype_supported(tps_dtype dt);
 
+/* Tells o's on_stage, when there, that the pass enters stage `what`. */
+void vstage(const tps_verify_opts *o, const char *what);
+
+/* Checks every tensor of layer `layer` (nex experts) that the shard set ss holds against its
+ * manifest (verify.h, tps_verify_opts.shards), adding to *tensors and *bytes.  With
+ * read_already, the reference was loaded from ss through those checked reads: only counts. */
+tps_status vlayer_check(const tps_block *b, uint64_t layer, uint64_t nex, struct tps_shardset *ss, bool read_already,
+                        uint64_t *tensors, uint64_t *bytes, tps_error *err);
+
+/* Whether src is tps_vsource_shardset(ss). */
+bool vsource_is_shardset(const tps_vsource *src, const struct tps_shardset *ss);
+
 /* Loads every role of layer `layer` from src. */
 tps_status vlayer_load(const tps_block *b, uint64_t layer, uint64_t experts, const tps_vsource *src, vlayer *out,
                        tps_error *err);
@@ -128,13 +140,14 @@ void vrank_note_dtypes(vrank_out *o, const vlayer *l);
  * must be allocated (vrank_out_alloc).  When another rank could not load its slices,
  * every rank stops: this one returns TPS_EIO with *elsewhere set and err untouched. */
 tps_status vrank_one(const tps_block *b, const vdims *d, uint64_t layer, const tps_vsource *src, size_t n,
-                     const float *x, tps_vcomm *comm, vrank_out *out, bool *elsewhere, tps_error *err);
+                     const float *x, tps_vcomm *comm, vrank_out *out, bool *elsewhere, const tps_verify_opts *vo,
+                     tps_error *err);
 
 /* The sharded pass on T threads.  x is [n, hidden] (float32 values).  Every rank always
  * joins every collective, contributing zeros from slices it cannot use, so a bad rank is
  * reported rather than hanging the others. */
 tps_status vrank_run(const tps_block *b, const vdims *d, uint64_t layer, uint64_t T, const tps_vsource *ranks,
-                     size_t n, const float *x, vrank_out *outs, tps_error *err);
+                     size_t n, const float *x, vrank_out *outs, const tps_verify_opts *vo, tps_error *err);
 
 /* ---- backends (verify/backend.c) ---- */
 
@@ -162,6 +175,6 @@ tps_status vbackend_bcast(tps_vbackend *be, void *buf, size_t n, tps_error *err)
  * process enters it and returns the same status. */
 tps_status vbackend_run(tps_vbackend *be, const tps_block *b, const vdims *d, uint64_t layer, uint64_t T,
                         const tps_vsource *ranks, size_t n, const float *x, vrank_out *outs, vstats *stats,
-                        tps_error *err);
+                        const tps_verify_opts *vo, tps_error *err);
 
 #endif

@@ -51,6 +51,7 @@ typedef struct rank_job {
     tps_status st;
     tps_error err;
     vgate *gate; /* every thread waits until all were created (verify/gated_threads.h) */
+    const tps_verify_opts *vo; /* rank 0 reports its stages */
 } rank_job;
 
 static void note_dtype(vrank_out *o, const tps_vt *t)
@@ -106,6 +107,8 @@ static void rank_body(rank_job *j, bool *elsewhere)
     size_t nh = j->n * d->hidden;
     float *h = malloc((nh + 1) * sizeof *h), *scratch = malloc((nh + 1) * sizeof *scratch);
     if (!h || !scratch) j->st = tps_fail_oom(&j->err, "a rank's activations");
+    const tps_verify_opts *vo = j->comm.rank == 0 ? j->vo : NULL;
+    vstage(vo, "ranks: loading their slices");
     if (j->st == TPS_OK) j->st = vlayer_load(j->b, j->layer, d->experts, j->src, &l, &j->err);
     /* Every rank learns whether any rank failed to load, and then all stop together. */
     float failed = j->st != TPS_OK;
@@ -125,6 +128,7 @@ static void rank_body(rank_job *j, bool *elsewhere)
             for (size_t i = 0; i < nh; i++) h[i] = j->x[i] + o->out[TPS_VSTAGE_ATTN][i];
             in = h;
         }
+        vstage(vo, stage == TPS_VSTAGE_ATTN ? "ranks: attention" : "ranks: mlp");
         rank_stage(j, &l, stage, in, scratch);
         memcpy(o->out[stage], o->partial[stage], nh * sizeof(float));
         cst = j->comm.allreduce_sum(&j->comm, o->out[stage], nh, &j->err);
@@ -151,9 +155,10 @@ static void *rank_main(void *arg)
 }
 
 tps_status vrank_one(const tps_block *b, const vdims *d, uint64_t layer, const tps_vsource *src, size_t n,
-                     const float *x, tps_vcomm *comm, vrank_out *out, bool *elsewhere, tps_error *err)
+                     const float *x, tps_vcomm *comm, vrank_out *out, bool *elsewhere, const tps_verify_opts *vo,
+                     tps_error *err)
 {
-    rank_job j = {.b = b, .d = d, .layer = layer, .src = src, .n = n, .x = x, .out = out, .comm = *comm};
+    rank_job j = {.b = b, .d = d, .layer = layer, .src = src, .n = n, .x = x, .out = out, .comm = *comm, .vo = vo};
     tps_error_clear(&j.err);
     rank_body(&j, elsewhere);
     if (j.st != TPS_OK && !*elsewhere) tps_fail(err, j.st, "%s", j.err.msg);
@@ -186,7 +191,7 @@ void vrank_out_release(vrank_out *o)
 }
 
 tps_status vrank_run(const tps_block *b, const vdims *d, uint64_t layer, uint64_t T, const tps_vsource *ranks,
-                     size_t n, const float *x, vrank_out *outs, tps_error *err)
+                     size_t n, const float *x, vrank_out *outs, const tps_verify_opts *vo, tps_error *err)
 {
     tps_status st = TPS_OK;
     size_t nh = n * (size_t)d->hidden;
@@ -212,7 +217,7 @@ tps_status vrank_run(const tps_block *b, const vdims *d, uint64_t layer, uint64_
     for (uint64_t r = 0; r < T; r++) {
         jobs[r] = (rank_job){.b = b, .d = d, .layer = layer, .src = &ranks[r], .n = n, .x = x, .out = &outs[r],
                              .comm = {.rank = r, .size = T, .allreduce_sum = thread_allreduce, .impl = &sh},
-                             .gate = &gate};
+                             .gate = &gate, .vo = vo};
         tps_error_clear(&jobs[r].err);
     }
     started = vgate_run(&gate, tid, T, rank_main, jobs, sizeof *jobs);

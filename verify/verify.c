@@ -19,6 +19,11 @@ void tps_verify_result_release(tps_verify_result *r)
     for (int s = 0; s < TPS_VSTAGE_COUNT; s++) r->ref_out[s] = NULL;
 }
 
+void vstage(const tps_verify_opts *o, const char *what)
+{
+    if (o && o->on_stage) o->on_stage(o->stage_arg, what);
+}
+
 tps_status tps_verify_count_layers(const tps_block *b, const tps_vsource *ref, uint64_t *out, tps_error *err)
 {
     if (b->layers) {
@@ -262,9 +267,12 @@ static tps_status compare_layer(const tps_block *b, const vdims *d, const vlayer
     tps_status st = TPS_OK;
     size_t nh = n * (size_t)d->hidden;
     for (size_t i = 0; i < nh; i++) xd[i] = x[i];
+    vstage(o, "reference: attention");
     TPS_CHECK(vref_attn(b, d, rl, NULL, n, xd, ref_out[TPS_VSTAGE_ATTN], err));
     for (size_t i = 0; i < nh; i++) h[i] = b->parallel_residual ? xd[i] : xd[i] + ref_out[TPS_VSTAGE_ATTN][i];
+    vstage(o, "reference: mlp");
     TPS_CHECK(vref_mlp(b, d, rl, NULL, n, h, ref_out[TPS_VSTAGE_MLP], err));
+    vstage(o, "comparing");
 
     res->dtype = TPS_DT_F64;
     for (uint64_t r = 0; r < T; r++)
@@ -316,7 +324,15 @@ tps_status tps_verify_layer(const tps_block *b, uint64_t layer, uint64_t T, cons
     if (T == 0 || o->tokens == 0) return tps_fail(err, TPS_EINVALID, "verify needs at least one rank and one token");
     /* Under MPI only rank 0 holds the reference: it resolves the sizes and sends them. */
     if (root) {
+        bool checked_reads = o->shards && vsource_is_shardset(ref, o->shards);
+        vstage(o, checked_reads ? "loading the reference, checking the shards' bytes" : "loading the reference");
         st = vlayer_load(b, layer, b->experts, ref, &rl, err);
+        /* Before any number is trusted, the shards' bytes must be what the manifest says. */
+        if (st == TPS_OK && o->shards) {
+            if (!checked_reads) vstage(o, "checking the shards' bytes");
+            st = vlayer_check(b, layer, rl.nex, o->shards, checked_reads, &res->checked_tensors, &res->checked_bytes,
+                              err);
+        }
         if (st == TPS_OK) st = resolve_dims(b, layer, &rl, T, &d, err);
     }
     if (vbackend_multi(be)) {
@@ -345,7 +361,7 @@ tps_status tps_verify_layer(const tps_block *b, uint64_t layer, uint64_t T, cons
     if (vbackend_multi(be)) st = vbackend_agree(be, st, err);
     TPS_CHECK(st);
     draw_inputs(o->seed, layer, nh, x);
-    TPS_CHECK(vbackend_run(be, b, &d, layer, T, ranks, n, x, outs, &stats, err));
+    TPS_CHECK(vbackend_run(be, b, &d, layer, T, ranks, n, x, outs, &stats, o, err));
     res->upload_bytes = stats.upload_bytes;
     res->upload_seconds = stats.upload_seconds;
     res->layer_seconds = stats.layer_seconds;
