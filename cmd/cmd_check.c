@@ -410,10 +410,13 @@ static void print_result(const char *dir, const tps_manifest *m, const findings 
     if (tps_manifest_holds_all(m))
         printf("%s: ok: tp %llu, %zu tensors, %zu files, every element covered once, replicas equal, checksums match\n",
                dir, (unsigned long long)m->tp, m->ntensors, m->nfiles);
-    else
-        printf("%s: ok: the ranks held are intact, their files' checksums match; the global tensors' checksums "
-               "need every rank (check the other nodes' shares, or the whole set)\n",
-               dir);
+    else {
+        char held[256];
+        tps_manifest_held_str(m, held, sizeof held);
+        printf("%s: ok: ranks %s of %llu (partial set): every file's size and checksum match; the global tensors' "
+               "checksums need every rank (the other nodes check theirs)\n",
+               dir, held, (unsigned long long)m->tp);
+    }
     print_footer(stdout, m, cov, 0);
 }
 

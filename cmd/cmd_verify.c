@@ -216,7 +216,8 @@ static void layer_progress_at(layer_progress *lp, uint64_t i, bool done)
     lp->current = i;
     if (done) {
         lp->p.done += lp->bytes[i];
-        lp->p.tensor = NULL;
+        snprintf(lp->label, sizeof lp->label, "layer %llu: done", (unsigned long long)(lp->first + i));
+        lp->p.tensor = lp->label;
         tps_progress_update(&lp->p, &lp->s);
         return;
     }

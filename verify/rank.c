@@ -108,7 +108,7 @@ static void rank_body(rank_job *j, bool *elsewhere)
     float *h = malloc((nh + 1) * sizeof *h), *scratch = malloc((nh + 1) * sizeof *scratch);
     if (!h || !scratch) j->st = tps_fail_oom(&j->err, "a rank's activations");
     const tps_verify_opts *vo = j->comm.rank == 0 ? j->vo : NULL;
-    vstage(vo, "ranks: loading their slices");
+    vstage(vo, "ranks: loading");
     if (j->st == TPS_OK) j->st = vlayer_load(j->b, j->layer, d->experts, j->src, &l, &j->err);
     /* Every rank learns whether any rank failed to load, and then all stop together. */
     float failed = j->st != TPS_OK;

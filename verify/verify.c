@@ -325,11 +325,11 @@ tps_status tps_verify_layer(const tps_block *b, uint64_t layer, uint64_t T, cons
     /* Under MPI only rank 0 holds the reference: it resolves the sizes and sends them. */
     if (root) {
         bool checked_reads = o->shards && vsource_is_shardset(ref, o->shards);
-        vstage(o, checked_reads ? "loading the reference, checking the shards' bytes" : "loading the reference");
+        vstage(o, checked_reads ? "loading, checking bytes" : "loading");
         st = vlayer_load(b, layer, b->experts, ref, &rl, err);
         /* Before any number is trusted, the shards' bytes must be what the manifest says. */
         if (st == TPS_OK && o->shards) {
-            if (!checked_reads) vstage(o, "checking the shards' bytes");
+            if (!checked_reads) vstage(o, "checking bytes");
             st = vlayer_check(b, layer, rl.nex, o->shards, checked_reads, &res->checked_tensors, &res->checked_bytes,
                               err);
         }
