@@ -19,7 +19,7 @@ void tps_vt_release(tps_vt *t)
     memset(t, 0, sizeof *t);
 }
 
-void vlayer_release(vlayer *l)
+void tps_vlayer_release(vlayer *l)
 {
     if (!l) return;
     for (int r = 0; r < TPS_ROLE_COUNT; r++) tps_vt_release(&l->t[r]);
@@ -40,7 +40,7 @@ bool tps_verify_role_per_expert(const tps_block *b, tps_block_role role)
     }
 }
 
-bool vrole_is_mlp(tps_block_role r)
+bool tps_vrole_is_mlp(tps_block_role r)
 {
     return r >= TPS_ROLE_MLP_NORM_W;
 }
@@ -113,14 +113,14 @@ static tps_status load_role(const tps_block *b, tps_block_role role, uint64_t la
         return TPS_OK;
     }
     tps_status st = src->load(src->ctx, name, out, err);
-    if (st == TPS_OK && !vdtype_supported(out->dtype))
+    if (st == TPS_OK && !tps_vdtype_supported(out->dtype))
         st = tps_fail(err, TPS_EINVALID, "%s: dtype %s; verify needs BF16, F16, F32, F64 or FP8 weights", name,
                       tps_dtype_name(out->dtype));
     free(name);
     return st;
 }
 
-tps_status vlayer_load(const tps_block *b, uint64_t layer, uint64_t experts, const tps_vsource *src, vlayer *out,
+tps_status tps_vlayer_load(const tps_block *b, uint64_t layer, uint64_t experts, const tps_vsource *src, vlayer *out,
                        tps_error *err)
 {
     tps_status st = TPS_OK;
@@ -151,11 +151,11 @@ tps_status vlayer_load(const tps_block *b, uint64_t layer, uint64_t experts, con
             if (tps_verify_role_per_expert(b, (tps_block_role)r))
                 TPS_CHECK(load_role(b, (tps_block_role)r, layer, e, src, &out->ex[e * TPS_ROLE_COUNT + r], err));
 cleanup:
-    if (st != TPS_OK) vlayer_release(out);
+    if (st != TPS_OK) tps_vlayer_release(out);
     return st;
 }
 
-void vshare_of(const vdims *d, uint64_t T, uint64_t r, vshare *s)
+void tps_vshare_of(const vdims *d, uint64_t T, uint64_t r, vshare *s)
 {
     s->q_n = d->heads / T;
     s->q_first = r * s->q_n;
@@ -193,24 +193,24 @@ static void attn_map(const tps_block *b, const vdims *d, const vshare *s, bool g
     m->v_off = (fused ? (qn + kvn) * hd : 0) + (global ? s->kv_first * hd : 0);
 }
 
-void vattn_map_global(const tps_block *b, const vdims *d, const vshare *s, vattn_map *m)
+void tps_vattn_map_global(const tps_block *b, const vdims *d, const vshare *s, vattn_map *m)
 {
     attn_map(b, d, s, true, m);
 }
 
-void vattn_map_local(const tps_block *b, const vdims *d, const vshare *s, vattn_map *m)
+void tps_vattn_map_local(const tps_block *b, const vdims *d, const vshare *s, vattn_map *m)
 {
     attn_map(b, d, s, false, m);
 }
 
-void vmlp_map_global(const vdims *d, const vshare *s, vmlp_map *m)
+void tps_vmlp_map_global(const vdims *d, const vshare *s, vmlp_map *m)
 {
     m->i_first = s->i_first;
     m->i_n = s->i_n;
     m->up_off = d->inter;
 }
 
-void vmlp_map_local(const vdims *d, const vshare *s, vmlp_map *m)
+void tps_vmlp_map_local(const vdims *d, const vshare *s, vmlp_map *m)
 {
     (void)d;
     m->i_first = 0;
@@ -218,7 +218,7 @@ void vmlp_map_local(const vdims *d, const vshare *s, vmlp_map *m)
     m->up_off = s->i_n;
 }
 
-int vexpected_shape(const tps_block *b, const vdims *d, const vshare *s, tps_block_role role, uint64_t *shape)
+int tps_vexpected_shape(const tps_block *b, const vdims *d, const vshare *s, tps_block_role role, uint64_t *shape)
 {
     uint64_t H = d->hidden, hd = d->hd, out = 0, in = H;
     bool vec = false;
@@ -256,7 +256,7 @@ static bool check_one(const tps_block *b, const vdims *d, const vshare *s, const
                       char *msg, size_t msgsize)
 {
     uint64_t want[2];
-    int nd = vexpected_shape(b, d, s, role, want);
+    int nd = tps_vexpected_shape(b, d, s, role, want);
     if (!t->data || nd == 0) return true;
     if (t->ndim == nd && t->shape[0] == want[0] && (nd == 1 || t->shape[1] == want[1])) return true;
     char have_s[128], want_s[64];
@@ -273,12 +273,12 @@ static bool check_one(const tps_block *b, const vdims *d, const vshare *s, const
     return false;
 }
 
-bool vcheck_shapes(const tps_block *b, const vdims *d, const vshare *s, const vlayer *l, bool mlp, char *msg,
+bool tps_vcheck_shapes(const tps_block *b, const vdims *d, const vshare *s, const vlayer *l, bool mlp, char *msg,
                    size_t msgsize)
 {
     for (int r = 0; r < TPS_ROLE_COUNT; r++) {
         tps_block_role role = (tps_block_role)r;
-        if (vrole_is_mlp(role) != mlp) continue;
+        if (tps_vrole_is_mlp(role) != mlp) continue;
         if (!tps_verify_role_per_expert(b, role)) {
             if (!check_one(b, d, s, &l->t[r], role, msg, msgsize)) return false;
             continue;
@@ -420,7 +420,7 @@ static tps_status shardset_load(void *ctx, const char *name, tps_vt *out, tps_er
     return st;
 }
 
-bool vsource_is_shardset(const tps_vsource *src, const tps_shardset *ss)
+bool tps_vsource_is_shardset(const tps_vsource *src, const tps_shardset *ss)
 {
     return src->load == shardset_load && src->ctx == ss;
 }
@@ -443,7 +443,7 @@ static tps_status check_role(const tps_block *b, tps_block_role role, uint64_t l
     return TPS_OK;
 }
 
-tps_status vlayer_check(const tps_block *b, uint64_t layer, uint64_t nex, tps_shardset *ss, bool read_already,
+tps_status tps_vlayer_check(const tps_block *b, uint64_t layer, uint64_t nex, tps_shardset *ss, bool read_already,
                         uint64_t *tensors, uint64_t *bytes, tps_error *err)
 {
     for (int r = 0; r < TPS_ROLE_COUNT; r++) {
