@@ -12,6 +12,20 @@
 
 tps_common_opts tps_common;
 
+/* strtoull alone accepts " 5", "+5" and "-5" (as 2^64 - 5) and saturates silently on some
+ * inputs; an option value is digits only, and at most TPS_OPT_UINT_MAX, so that a count added
+ * to it (first + n layers, a rank + 1) cannot wrap. */
+bool tps_parse_u64(const char *s, uint64_t *out)
+{
+    if (!s || *s < '0' || *s > '9') return false;
+    errno = 0;
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end || v > TPS_OPT_UINT_MAX) return false;
+    *out = v;
+    return true;
+}
+
 bool tps_parse_size(const char *s, uint64_t *out)
 {
     static const struct {
@@ -106,14 +120,10 @@ static int set_value(const tps_cmd *cmd, const tps_opt *o, const char *val)
     case TPS_OPT_COUNT: (*(int *)o->target)++; return -1;
     case TPS_OPT_STRING: *(const char **)o->target = val; return -1;
     case TPS_OPT_UINT:
-        errno = 0;
-        if (val[0] >= '0' && val[0] <= '9') {
-            unsigned long long v = strtoull(val, &end, 10);
-            if (!errno && *end == '\0') {
-                *(uint64_t *)o->target = v;
-                return -1;
-            }
-        }
+        if (tps_parse_u64(val, (uint64_t *)o->target)) return -1;
+        if (strspn(val, "0123456789") == strlen(val) && *val)
+            return tps_cli_usage(cmd->name, "--%s %s: too large (at most %llu)", o->long_name, val,
+                                 (unsigned long long)TPS_OPT_UINT_MAX);
         return tps_cli_usage(cmd->name, "--%s expects a non-negative integer, not '%s'", o->long_name, val);
     case TPS_OPT_DOUBLE: {
         errno = 0;

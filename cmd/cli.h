@@ -90,6 +90,13 @@ void tps_cli_errorf(const char *cmd, const char *fmt, ...) __attribute__((format
 /* A usage error: the message, then "tpshard CMD: see 'tpshard CMD --help'"; returns 2. */
 int tps_cli_usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* The largest value a TPS_OPT_UINT option takes: 2^63 - 1, far beyond any count a command
+ * means, and small enough that adding another such value never overflows. */
+#define TPS_OPT_UINT_MAX ((uint64_t)INT64_MAX)
+
+/* Parses a decimal integer, digits only, at most TPS_OPT_UINT_MAX; false on anything else. */
+bool tps_parse_u64(const char *s, uint64_t *out);
+
 /* Parses "4", "500MB", "5GB" (decimal), "512MiB", "4GiB" (binary); false on junk/overflow. */
 bool tps_parse_size(const char *s, uint64_t *out);
 

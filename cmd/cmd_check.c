@@ -12,6 +12,7 @@
 #include "formats/checkpoint.h"
 #include "formats/shardset.h"
 #include "lib/buf.h"
+#include "lib/crc.h"
 #include "lib/gather.h"
 #include "lib/json.h"
 #include "lib/manifest.h"
@@ -28,23 +29,34 @@ static const tps_opt check_opts[] = {
     TPS_OPTS_END,
 };
 
+/* A finding that could not be recorded (out of memory) sets oom: the run then fails with
+ * exit 4, since a list missing a finding could read as a pass. */
 typedef struct findings {
     char **msg;
     size_t n, cap;
+    bool oom;
 } findings;
+
+/* Test hook: with TPSHARD_TEST_FINDING_OOM set, recording a finding fails as an allocation
+ * failure would (read once, before any thread starts). */
+static bool finding_oom_hook;
 
 static void add_finding(void *arg, const char *msg)
 {
     findings *f = arg;
     if (f->n == f->cap) {
         size_t cap = f->cap ? f->cap * 2 : 16;
-        char **p = realloc(f->msg, cap * sizeof *p);
-        if (!p) return;
+        char **p = finding_oom_hook ? NULL : realloc(f->msg, cap * sizeof *p);
+        if (!p) {
+            f->oom = true;
+            return;
+        }
         f->msg = p;
         f->cap = cap;
     }
     char *s = strdup(msg);
     if (s) f->msg[f->n++] = s;
+    else f->oom = true;
 }
 
 static void add_findingf(findings *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -67,7 +79,7 @@ typedef struct check_job {
     const tps_index *src;
     uint32_t *rank_crc;   /* [tensor * tp + rank] */
     findings *per_tensor; /* one list per tensor */
-    uint64_t *ok_bytes;   /* per tensor: its bytes once its checksum matched */
+    bool *crc_checked;    /* per tensor: its reassembled global CRC was compared with the manifest */
     size_t next;          /* the next tensor to claim */
     tps_progress prog;
     tps_progress_state *ps;
@@ -145,7 +157,7 @@ static void check_tensor(check_job *j, size_t i, unsigned char *cmpbuf)
     if (gcrc != t->crc)
         add_findingf(f, "tensor '%s': CRC-32 of the reassembled tensor is %08x, the manifest says %08x", t->name,
                      (unsigned)gcrc, t->crc);
-    j->ok_bytes[i] = t->nbytes;
+    j->crc_checked[i] = true;
 }
 
 typedef struct worker {
@@ -176,47 +188,176 @@ static int check_threads(const tps_manifest *m, bool with_source)
     return (size_t)n > m->ntensors ? (m->ntensors ? (int)m->ntensors : 1) : n;
 }
 
-/* Rebuilds each rank file's CRC from its header bytes and the rank's tensor CRCs. */
-static void check_files(tps_shardset *ss, const uint32_t *rank_crc, findings *f, tps_error *err)
+/* What check covered, for the footer: a run that covered nothing fails. */
+typedef struct coverage {
+    uint64_t ranks;   /* opened and checked */
+    uint64_t files;   /* whose size and CRC-32 were compared with the manifest */
+    uint64_t bytes;   /* the sizes of those files */
+    uint64_t tensors; /* whose reassembled global CRC-32 was compared with the manifest */
+} coverage;
+
+static int cmp_file_key(const void *a, const void *b)
+{
+    const tps_manifest_file *x = *(const tps_manifest_file *const *)a, *y = *(const tps_manifest_file *const *)b;
+    if (x->rank != y->rank) return x->rank < y->rank ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+/* The manifest's entry for rank r's file called path (by its base name), from the sorted
+ * table (binary search: a set may have thousands of files). */
+static const tps_manifest_file *manifest_file(const tps_manifest_file *const *byname, size_t n, uint64_t r,
+                                              const char *path)
+{
+    const char *base = strrchr(path, '/');
+    tps_manifest_file key = {.name = (char *)(base ? base + 1 : path), .rank = r};
+    const tps_manifest_file *k = &key;
+    const tps_manifest_file *const *hit = bsearch(&k, byname, n, sizeof *byname, cmp_file_key);
+    return hit ? *hit : NULL;
+}
+
+static void compare_file(const tps_source_file *sf, const tps_manifest_file *mf, uint32_t crc, findings *f,
+                         coverage *cov)
+{
+    if (!mf) {
+        add_findingf(f, "%s: not in the manifest", sf->path);
+        return;
+    }
+    cov->files++;
+    cov->bytes += sf->size;
+    if (mf->size != sf->size)
+        add_findingf(f, "%s: %llu bytes, the manifest says %llu", sf->path, (unsigned long long)sf->size,
+                     (unsigned long long)mf->size);
+    else if (mf->crc != crc)
+        add_findingf(f, "%s: CRC-32 %08x, the manifest says %08x", sf->path, (unsigned)crc, mf->crc);
+}
+
+static const tps_manifest_file **sorted_files(const tps_manifest *m)
+{
+    const tps_manifest_file **byname = malloc((m->nfiles + 1) * sizeof *byname);
+    if (!byname) return NULL;
+    for (size_t k = 0; k < m->nfiles; k++) byname[k] = &m->files[k];
+    qsort(byname, m->nfiles, sizeof *byname, cmp_file_key);
+    return byname;
+}
+
+/* Rebuilds each rank file's CRC from its header bytes and the rank's tensor CRCs, in one
+ * pass over each rank's tensors (files of a rank keep their tensors in data-offset order). */
+static void check_files(tps_shardset *ss, const uint32_t *rank_crc, findings *f, coverage *cov, tps_error *err)
 {
     const tps_manifest *m = ss->m;
+    const tps_manifest_file **byname = sorted_files(m);
+    uint64_t *hdr = NULL;
+    uLong *crc = NULL;
+    size_t nalloc = 0;
+    if (!byname) {
+        f->oom = true;
+        return;
+    }
     for (uint64_t r = 0; r < m->tp; r++) {
         const tps_index *ix = ss->rank[r];
-        for (size_t fi = 0; ix && fi < ix->nfiles; fi++) {
+        if (!ix) continue;
+        if (ix->nfiles > nalloc) {
+            free(hdr);
+            free(crc);
+            hdr = malloc(ix->nfiles * sizeof *hdr);
+            crc = malloc(ix->nfiles * sizeof *crc);
+            nalloc = hdr && crc ? ix->nfiles : 0;
+            if (!nalloc) {
+                f->oom = true;
+                break;
+            }
+        }
+        for (size_t fi = 0; fi < ix->nfiles; fi++) hdr[fi] = ix->files[fi].size;
+        for (size_t i = 0; i < ix->ntensors; i++) {
+            const tps_tensor *x = &ix->tensors[i];
+            if (x->offset < hdr[x->file]) hdr[x->file] = x->offset;
+        }
+        bool *hdr_ok = calloc(ix->nfiles + 1, sizeof *hdr_ok);
+        for (size_t fi = 0; hdr_ok && fi < ix->nfiles; fi++) {
             const tps_source_file *sf = &ix->files[fi];
-            uint64_t hdr = sf->size;
-            for (size_t i = 0; i < ix->ntensors; i++)
-                if (ix->tensors[i].file == fi && ix->tensors[i].offset < hdr) hdr = ix->tensors[i].offset;
-            unsigned char *h = malloc(hdr ? (size_t)hdr : 1);
-            if (!h || tps_pread_full(sf->fd, sf->path, 0, h, (size_t)hdr, err)) {
+            unsigned char *h = malloc(hdr[fi] ? (size_t)hdr[fi] : 1);
+            if (!h || tps_pread_full(sf->fd, sf->path, 0, h, (size_t)hdr[fi], err)) {
                 free(h);
                 add_findingf(f, "%s: cannot read its header", sf->path);
                 continue;
             }
-            uLong crc = crc32_z(crc32(0, NULL, 0), h, (size_t)hdr);
+            crc[fi] = crc32_z(crc32(0, NULL, 0), h, (size_t)hdr[fi]);
+            hdr_ok[fi] = true;
             free(h);
-            for (size_t i = 0; i < ix->ntensors; i++) { /* the reader keeps data-offset order */
-                const tps_tensor *x = &ix->tensors[i];
-                if (x->file != fi) continue;
-                const tps_manifest_tensor *t = tps_manifest_find(m, x->name);
-                size_t ti = (size_t)(t - m->tensors);
-                crc = crc32_combine(crc, rank_crc[ti * m->tp + r], (z_off_t)x->nbytes);
-            }
-            for (size_t k = 0; k < m->nfiles; k++) {
-                const tps_manifest_file *mf = &m->files[k];
-                const char *base = strrchr(sf->path, '/');
-                if (mf->rank != r || strcmp(base ? base + 1 : sf->path, mf->name) != 0) continue;
-                if (mf->size != sf->size)
-                    add_findingf(f, "%s: %llu bytes, the manifest says %llu", sf->path, (unsigned long long)sf->size,
-                                 (unsigned long long)mf->size);
-                else if (mf->crc != (uint32_t)crc)
-                    add_findingf(f, "%s: CRC-32 %08x, the manifest says %08x", sf->path, (unsigned)crc, mf->crc);
-            }
         }
+        if (!hdr_ok) {
+            f->oom = true;
+            break;
+        }
+        for (size_t i = 0; i < ix->ntensors; i++) {
+            const tps_tensor *x = &ix->tensors[i];
+            const tps_manifest_tensor *t = tps_manifest_find(m, x->name);
+            size_t ti = (size_t)(t - m->tensors);
+            crc[x->file] = crc32_combine(crc[x->file], rank_crc[ti * m->tp + r], (z_off_t)x->nbytes);
+        }
+        for (size_t fi = 0; fi < ix->nfiles; fi++)
+            if (hdr_ok[fi])
+                compare_file(&ix->files[fi], manifest_file(byname, m->nfiles, r, ix->files[fi].path), (uint32_t)crc[fi],
+                             f, cov);
+        free(hdr_ok);
     }
+    free(hdr);
+    free(crc);
+    free(byname);
 }
 
-static void print_result(const char *dir, const tps_manifest *m, const findings *f, uint64_t bytes)
+/* A partial set cannot be reassembled (the other ranks are on other nodes): each held rank's
+ * files are read whole and their CRC-32 compared with the manifest's. */
+static void check_partial_files(tps_shardset *ss, findings *f, coverage *cov, tps_progress *prog,
+                                tps_progress_state *ps, tps_error *err)
+{
+    const tps_manifest *m = ss->m;
+    const tps_manifest_file **byname = sorted_files(m);
+    unsigned char *buf = malloc(CMP_CHUNK);
+    if (!byname || !buf) {
+        f->oom = true;
+        goto done;
+    }
+    for (uint64_t r = 0; r < m->tp; r++) {
+        const tps_index *ix = ss->rank[r];
+        for (size_t fi = 0; ix && fi < ix->nfiles; fi++) {
+            const tps_source_file *sf = &ix->files[fi];
+            uint32_t crc = 0;
+            bool read_ok = true;
+            for (uint64_t off = 0; off < sf->size;) {
+                size_t k = sf->size - off < CMP_CHUNK ? (size_t)(sf->size - off) : CMP_CHUNK;
+                if (tps_pread_full(sf->fd, sf->path, off, buf, k, err)) {
+                    add_findingf(f, "%s", err->msg);
+                    read_ok = false;
+                    break;
+                }
+                crc = tps_crc32(crc, buf, k);
+                off += k;
+                prog->done += k;
+                prog->tensor = sf->path;
+                tps_progress_update(prog, ps);
+            }
+            if (read_ok) compare_file(sf, manifest_file(byname, m->nfiles, r, sf->path), crc, f, cov);
+        }
+    }
+done:
+    free(buf);
+    free(byname);
+}
+
+/* The footer: what was covered, whatever the verdict ("ranks 0-1 of 8 (partial set): 2
+ * files, ..."), so a pass that covered little is seen as such. */
+static void print_footer(FILE *out, const tps_manifest *m, const coverage *cov, size_t nfindings)
+{
+    char held[256];
+    tps_manifest_held_str(m, held, sizeof held);
+    fprintf(out, "checked: ranks %s of %llu%s: %llu file%s, %llu bytes, %llu tensor%s; findings: %zu\n", held,
+            (unsigned long long)m->tp, tps_manifest_holds_all(m) ? "" : " (partial set)",
+            (unsigned long long)cov->files, cov->files == 1 ? "" : "s", (unsigned long long)cov->bytes,
+            (unsigned long long)cov->tensors, cov->tensors == 1 ? "" : "s", nfindings);
+}
+
+static void print_result(const char *dir, const tps_manifest *m, const findings *f, const coverage *cov)
 {
     if (tps_common.json) {
         tps_buf b = TPS_BUF_INIT;
@@ -234,7 +375,23 @@ static void print_result(const char *dir, const tps_manifest *m, const findings 
         tps_jw_key(&w, "files");
         tps_jw_u64(&w, m ? m->nfiles : 0);
         tps_jw_key(&w, "bytes_read");
-        tps_jw_u64(&w, bytes);
+        tps_jw_u64(&w, cov->bytes);
+        tps_jw_key(&w, "checked");
+        tps_jw_object_begin(&w);
+        tps_jw_key(&w, "ranks");
+        tps_jw_array_begin(&w);
+        for (uint64_t r = 0; m && r < m->tp; r++)
+            if (tps_manifest_holds(m, r)) tps_jw_u64(&w, r);
+        tps_jw_array_end(&w);
+        tps_jw_key(&w, "partial");
+        tps_jw_bool(&w, m && !tps_manifest_holds_all(m));
+        tps_jw_key(&w, "files");
+        tps_jw_u64(&w, cov->files);
+        tps_jw_key(&w, "bytes");
+        tps_jw_u64(&w, cov->bytes);
+        tps_jw_key(&w, "tensors");
+        tps_jw_u64(&w, cov->tensors);
+        tps_jw_object_end(&w);
         tps_jw_key(&w, "findings");
         tps_jw_array_begin(&w);
         for (size_t i = 0; i < f->n; i++) tps_jw_string(&w, f->msg[i]);
@@ -245,10 +402,23 @@ static void print_result(const char *dir, const tps_manifest *m, const findings 
         return;
     }
     for (size_t i = 0; i < f->n; i++) fprintf(stderr, "tpshard check: %s\n", f->msg[i]);
-    if (f->n) fprintf(stderr, "tpshard check: %s: %zu finding%s\n", dir, f->n, f->n == 1 ? "" : "s");
-    else if (!tps_common.quiet)
+    if (f->n) {
+        fprintf(stderr, "tpshard check: %s: %zu finding%s\n", dir, f->n, f->n == 1 ? "" : "s");
+        if (m) print_footer(stderr, m, cov, f->n);
+        return;
+    }
+    if (tps_common.quiet) return;
+    if (tps_manifest_holds_all(m))
         printf("%s: ok: tp %llu, %zu tensors, %zu files, every element covered once, replicas equal, checksums match\n",
                dir, (unsigned long long)m->tp, m->ntensors, m->nfiles);
+    else {
+        char held[256];
+        tps_manifest_held_str(m, held, sizeof held);
+        printf("%s: ok: ranks %s of %llu (partial set): every file's size and checksum match; the global tensors' "
+               "checksums need every rank (the other nodes check theirs)\n",
+               dir, held, (unsigned long long)m->tp);
+    }
+    print_footer(stdout, m, cov, 0);
 }
 
 static int run_check(char **args, int nargs)
@@ -258,6 +428,7 @@ static int run_check(char **args, int nargs)
     tps_error err;
     tps_error_clear(&err);
     findings f = {0};
+    coverage cov = {0};
     tps_shardset *ss = NULL;
     tps_index *src = NULL;
     uint32_t *rank_crc = NULL;
@@ -265,8 +436,8 @@ static int run_check(char **args, int nargs)
     check_job job = {.ps = &ps, .mu = PTHREAD_MUTEX_INITIALIZER};
     worker *workers = NULL;
     int nthreads = 0;
-    uint64_t bytes = 0;
     int rc = 0;
+    finding_oom_hook = getenv("TPSHARD_TEST_FINDING_OOM") != NULL;
     if (!tps_is_shard_set(dir)) {
         tps_cli_errorf("check", "%s: not a shard set (no %s)", dir, TPS_MANIFEST_NAME);
         return TPS_EXIT_INVALID;
@@ -276,14 +447,22 @@ static int run_check(char **args, int nargs)
         goto report;
     }
     const tps_manifest *m = ss->m;
-    bool ranks_ok = true;
+    bool ranks_ok = true, partial = !tps_manifest_holds_all(m);
     for (uint64_t r = 0; r < m->tp; r++) {
         const tps_index *ix;
+        if (!tps_manifest_holds(m, r)) continue;
         tps_error_clear(&err);
         if (tps_shardset_open_rank(ss, r, &ix, &err)) {
             add_findingf(&f, "rank %llu: %s", (unsigned long long)r, err.msg);
             ranks_ok = false;
+        } else {
+            cov.ranks++;
         }
+    }
+    if (o.source && partial) {
+        rc = tps_cli_usage("check", "--source compares the reassembled tensors, which a partial set (ranks of "
+                                    "one node) cannot give: check the whole set");
+        goto cleanup;
     }
     if (o.source) {
         tps_error_clear(&err);
@@ -299,19 +478,28 @@ static int run_check(char **args, int nargs)
         add_findingf(&f, "byte-level checks skipped: not every rank's files could be opened");
         goto report;
     }
+    if (partial) {
+        for (size_t k = 0; k < m->nfiles; k++)
+            if (tps_manifest_holds(m, m->files[k].rank)) job.prog.total += m->files[k].size;
+        tps_progress_begin(&ps, "check");
+        tps_error_clear(&err);
+        check_partial_files(ss, &f, &cov, &job.prog, &ps, &err);
+        tps_progress_end(&ps);
+        goto report;
+    }
     job.threads = nthreads = check_threads(m, src != NULL);
     job.ss = ss;
     job.src = src;
     job.rank_crc = rank_crc = calloc(m->ntensors * m->tp + 1, sizeof *rank_crc);
     job.per_tensor = calloc(m->ntensors + 1, sizeof *job.per_tensor);
-    job.ok_bytes = calloc(m->ntensors + 1, sizeof *job.ok_bytes);
+    job.crc_checked = calloc(m->ntensors + 1, sizeof *job.crc_checked);
     workers = calloc((size_t)nthreads, sizeof *workers);
     bool bufs_ok = workers != NULL;
     for (int k = 0; bufs_ok && k < nthreads; k++) {
         workers[k].job = &job;
         bufs_ok = !src || (workers[k].cmpbuf = malloc(CMP_CHUNK)) != NULL;
     }
-    if (!rank_crc || !job.per_tensor || !job.ok_bytes || !bufs_ok) {
+    if (!rank_crc || !job.per_tensor || !job.crc_checked || !bufs_ok) {
         tps_fail_oom(&err, "checking");
         rc = tps_cli_report("check", &err);
         goto cleanup;
@@ -325,13 +513,23 @@ static int run_check(char **args, int nargs)
     for (int k = 1; k <= started; k++) pthread_join(workers[k].th, NULL);
     for (size_t i = 0; i < m->ntensors; i++) {
         for (size_t q = 0; q < job.per_tensor[i].n; q++) add_finding(&f, job.per_tensor[i].msg[q]);
-        bytes += job.ok_bytes[i];
+        f.oom |= job.per_tensor[i].oom;
+        cov.tensors += job.crc_checked[i];
     }
     tps_progress_end(&ps);
     tps_error_clear(&err);
-    check_files(ss, rank_crc, &f, &err);
+    check_files(ss, rank_crc, &f, &cov, &err);
 report:
-    print_result(dir, ss ? ss->m : NULL, &f, bytes);
+    if (f.oom) {
+        /* Some finding is missing from the list: neither a pass nor a complete report. */
+        for (size_t i = 0; i < f.n; i++) fprintf(stderr, "tpshard check: %s\n", f.msg[i]);
+        tps_fail_oom(&err, "recording a finding");
+        rc = tps_cli_report("check", &err);
+        goto cleanup;
+    }
+    if (!f.n && ss && cov.files == 0 && cov.tensors == 0)
+        add_findingf(&f, "nothing was checked: no file and no tensor was compared with the manifest");
+    print_result(dir, ss ? ss->m : NULL, &f, &cov);
     rc = f.n ? TPS_EXIT_MISMATCH : 0;
 cleanup:
     for (size_t i = 0; i < f.n; i++) free(f.msg[i]);
@@ -343,7 +541,7 @@ cleanup:
     for (int k = 0; workers && k < nthreads; k++) free(workers[k].cmpbuf);
     free(workers);
     free(job.per_tensor);
-    free(job.ok_bytes);
+    free(job.crc_checked);
     free(rank_crc);
     tps_index_free(src);
     tps_shardset_free(ss);
@@ -354,7 +552,9 @@ const tps_cmd tps_cmd_check = {
     .name = "check",
     .summary = "prove a shard set intact: files, coverage, replicas, checksums",
     .usage = "check DIR [--source SRC] [--json]",
-    .details = "Reads every shard byte once.  Exit 0 when intact; exit 1 listing every finding.\n",
+    .details = "Reads every shard byte once.  Exit 0 when intact; exit 1 listing every finding.  Ends with\n"
+               "what it covered (ranks, files, bytes, tensors).  A partial set (written with --only-rank)\n"
+               "is checked for the ranks it holds: each file's size and CRC-32.\n",
     .opts = check_opts,
     .min_args = 1,
     .max_args = 1,

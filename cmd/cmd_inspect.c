@@ -134,10 +134,16 @@ static int inspect_shard_set(const char *dir)
     printf("  made by %s with layout %s from %s (%s, %llu bytes)\n", m->tool, m->layout_name, m->source.path,
            m->source.format, (unsigned long long)m->source.bytes);
     if (m->config_path) printf("  config keys recorded from %s\n", m->config_path);
+    if (!tps_manifest_holds_all(m)) {
+        char held[256];
+        tps_manifest_held_str(m, held, sizeof held);
+        printf("  partial set: ranks %s of %llu are here; the other ranks' files are on other nodes\n", held,
+               (unsigned long long)m->tp);
+    }
     for (size_t i = 0; i < m->nfiles; i++)
-        printf("  rank %-4llu part %-3llu %-48s %12llu bytes  crc32 %08x\n", (unsigned long long)m->files[i].rank,
+        printf("  rank %-4llu part %-3llu %-48s %12llu bytes  crc32 %08x%s\n", (unsigned long long)m->files[i].rank,
                (unsigned long long)m->files[i].part, m->files[i].name, (unsigned long long)m->files[i].size,
-               (unsigned)m->files[i].crc);
+               (unsigned)m->files[i].crc, tps_manifest_holds(m, m->files[i].rank) ? "" : "  (not here)");
     tps_cli_print_plan(m, false);
     tps_manifest_free(m);
     return 0;

@@ -183,7 +183,8 @@ typedef struct layer_progress {
     tps_progress_state s;
     char **prefix;   /* per verified layer */
     uint64_t *bytes; /* per verified layer */
-    uint64_t count;
+    uint64_t count, first, current;
+    char label[256]; /* "layer 3 (model.layers.3.): ranks: attention" */
 } layer_progress;
 
 static void layer_progress_begin(layer_progress *lp, const tps_manifest *m, const tps_block *b, uint64_t first,
@@ -193,6 +194,7 @@ static void layer_progress_begin(layer_progress *lp, const tps_manifest *m, cons
     tps_progress_begin(&lp->s, "verify");
     lp->s.enabled = lp->s.enabled && show;
     if (!lp->s.enabled) return;
+    lp->first = first;
     lp->prefix = calloc(count, sizeof *lp->prefix);
     lp->bytes = calloc(count, sizeof *lp->bytes);
     lp->count = lp->prefix && lp->bytes ? count : 0;
@@ -206,13 +208,33 @@ static void layer_progress_begin(layer_progress *lp, const tps_manifest *m, cons
     lp->s.enabled = lp->count > 0; /* without the tables (out of memory) the run goes on silently */
 }
 
-/* i: the index of the layer among those verified; done: whether it has finished. */
+/* i: the index of the layer among those verified; done: whether it has finished.  A layer
+ * runs for seconds without an update, so its start is drawn at once (and redrawn after its
+ * report line), not left to the rate limit. */
 static void layer_progress_at(layer_progress *lp, uint64_t i, bool done)
 {
     if (!lp->s.enabled || i >= lp->count) return;
-    lp->p.tensor = lp->prefix[i];
-    if (done) lp->p.done += lp->bytes[i];
-    tps_progress_update(&lp->p, &lp->s);
+    lp->current = i;
+    if (done) {
+        lp->p.done += lp->bytes[i];
+        snprintf(lp->label, sizeof lp->label, "layer %llu: done", (unsigned long long)(lp->first + i));
+        lp->p.tensor = lp->label;
+        tps_progress_update(&lp->p, &lp->s);
+        return;
+    }
+    snprintf(lp->label, sizeof lp->label, "layer %llu (%s)", (unsigned long long)(lp->first + i), lp->prefix[i]);
+    lp->p.tensor = lp->label;
+    tps_progress_show(&lp->p, &lp->s);
+}
+
+/* A tps_verify_opts.on_stage callback: the stage within the layer in flight. */
+static void layer_progress_stage(void *arg, const char *stage)
+{
+    layer_progress *lp = arg;
+    if (!lp->s.enabled || lp->current >= lp->count) return;
+    snprintf(lp->label, sizeof lp->label, "layer %llu: %s", (unsigned long long)(lp->first + lp->current), stage);
+    lp->p.tensor = lp->label;
+    tps_progress_show(&lp->p, &lp->s);
 }
 
 static void layer_progress_end(layer_progress *lp)
@@ -353,12 +375,10 @@ static int run_verify(char **args, int nargs)
         return TPS_EXIT_USAGE;
     }
     if (o.layer && strcmp(o.layer, "all") != 0) {
-        char *end;
-        first = strtoull(o.layer, &end, 10);
-        if (!*o.layer || *end || o.layer[0] == '-') {
-            tps_cli_errorf("verify", "--layer '%s': a layer number or 'all'", o.layer);
-            return TPS_EXIT_USAGE;
-        }
+        /* A number too large to parse is beyond the model's layers: said once they are counted. */
+        bool digits = o.layer[0] && strspn(o.layer, "0123456789") == strlen(o.layer);
+        if (!tps_parse_u64(o.layer, &first) && !(digits && (first = UINT64_MAX)))
+            return tps_cli_usage("verify", "--layer '%s': a layer number (from 0) or 'all'", o.layer);
         count = 1;
     }
     /* First, so that under MPI every later failure is agreed between the processes. */
@@ -367,6 +387,16 @@ static int run_verify(char **args, int nargs)
     bool root = tps_vbackend_is_root(be), json = tps_common.json && root, quiet = tps_common.quiet || !root;
 
     TPS_CHECK(tps_shardset_open(dir, &ss, &err));
+    if (!tps_manifest_holds_all(ss->m)) {
+        char held[256];
+        tps_manifest_held_str(ss->m, held, sizeof held);
+        st = tps_fail(&err, TPS_EINVALID,
+                      "%s is a partial set: it holds ranks %s of %llu, the other ranks' files are on other nodes; "
+                      "verify needs every rank: run it on a directory holding the whole set (or check this "
+                      "share with 'tpshard check %s')",
+                      dir, held, (unsigned long long)ss->m->tp, dir);
+        goto cleanup;
+    }
     const char *text = ss->m->layout_text ? ss->m->layout_text : "";
     TPS_CHECK(tps_layout_parse(text, strlen(text), ss->m->layout_name ? ss->m->layout_name : "manifest layout", &l,
                                &err));
@@ -399,8 +429,14 @@ static int run_verify(char **args, int nargs)
         ranks[r] = tps_vsource_index(rix);
     }
     tps_vsource ref = src_ix ? tps_vsource_index(src_ix) : tps_vsource_shardset(ss);
-    if (!count) {
-        TPS_CHECK(tps_verify_count_layers(&b, &ref, &count, &err));
+    uint64_t nlayers;
+    TPS_CHECK(tps_verify_count_layers(&b, &ref, &nlayers, &err));
+    if (!count) count = nlayers;
+    else if (first >= nlayers) {
+        st = tps_fail(&err, TPS_EARG, "--layer %s: the model has %llu layer%s (0 to %llu)", o.layer,
+                      (unsigned long long)nlayers, nlayers == 1 ? "" : "s",
+                      (unsigned long long)(nlayers - 1));
+        goto cleanup;
     }
     TPS_CHECK(tps_vbackend_start(be, T, st, &err));
     tps_vbackend_get_info(be, &info);
@@ -470,19 +506,25 @@ static int run_verify(char **args, int nargs)
         fflush(stdout);
     }
     tps_verify_opts vo = {.backend = be, .tokens = tokens, .seed = o.seed, .rtol = o.rtol, .atol = o.atol,
-                          .keep_reference = dump != NULL};
+                          .keep_reference = dump != NULL, .shards = ss, .on_stage = layer_progress_stage,
+                          .stage_arg = &lp};
+    uint64_t layers_run = 0, checked_tensors = 0, checked_bytes = 0, mismatched = 0;
     layer_progress_begin(&lp, ss->m, &b, first, count, root);
     for (uint64_t layer = first; layer < first + count; layer++) {
         tps_verify_result res;
         layer_progress_at(&lp, layer - first, false);
         TPS_CHECK(tps_verify_layer(&b, layer, T, &ref, ranks, &vo, &res, &err));
         layer_progress_at(&lp, layer - first, true);
+        layers_run++;
+        checked_tensors += res.checked_tensors;
+        checked_bytes += res.checked_bytes;
         if (json) {
             json_layer(&jw, &res);
         } else if (root && (!quiet || !res.pass)) {
             tps_progress_suspend(&lp.s);
             print_layer(&res);
         }
+        if (layer + 1 < first + count) layer_progress_at(&lp, layer + 1 - first, false);
         fflush(stdout);
         if (dump) {
             tps_jw_object_begin(&dw);
@@ -496,6 +538,7 @@ static int run_verify(char **args, int nargs)
             }
             tps_jw_object_end(&dw);
         }
+        mismatched += !res.pass;
         if (!res.pass && all_pass) {
             all_pass = false;
             failed_layer = layer;
@@ -506,8 +549,28 @@ static int run_verify(char **args, int nargs)
         tps_verify_result_release(&res);
     }
     layer_progress_end(&lp);
+    /* A pass must have run something: every layer asked for, each with tensors checked. */
+    if (root && (layers_run == 0 || layers_run != count || checked_tensors == 0)) {
+        st = tps_fail(&err, TPS_EINVALID, "%s: nothing was verified (%llu of %llu layers run, %llu tensors checked)",
+                      dir, (unsigned long long)layers_run, (unsigned long long)count,
+                      (unsigned long long)checked_tensors);
+        goto cleanup;
+    }
     if (json) {
         tps_jw_array_end(&jw);
+        tps_jw_key(&jw, "checked");
+        tps_jw_object_begin(&jw);
+        tps_jw_key(&jw, "layers");
+        tps_jw_u64(&jw, layers_run);
+        tps_jw_key(&jw, "ranks");
+        tps_jw_u64(&jw, T);
+        tps_jw_key(&jw, "tensors");
+        tps_jw_u64(&jw, checked_tensors);
+        tps_jw_key(&jw, "bytes");
+        tps_jw_u64(&jw, checked_bytes);
+        tps_jw_key(&jw, "mismatched_layers");
+        tps_jw_u64(&jw, mismatched);
+        tps_jw_object_end(&jw);
         tps_jw_key(&jw, "pass");
         tps_jw_bool(&jw, all_pass);
         tps_jw_object_end(&jw);
@@ -516,6 +579,11 @@ static int run_verify(char **args, int nargs)
         printf("%llu layer%s verified: the shards compute the unsharded layer\n", (unsigned long long)count,
                count == 1 ? "" : "s");
     }
+    if (!json && root && (!quiet || !all_pass))
+        printf("checked: %llu layer%s on %llu ranks, %llu shard tensors (%llu bytes) matching the manifest's "
+               "checksums; layers that differ: %llu\n",
+               (unsigned long long)layers_run, layers_run == 1 ? "" : "s", (unsigned long long)T,
+               (unsigned long long)checked_tensors, (unsigned long long)checked_bytes, (unsigned long long)mismatched);
     if (dump) {
         tps_jw_array_end(&dw);
         tps_jw_object_end(&dw);
@@ -541,7 +609,9 @@ cleanup:
     st = tps_vbackend_finish(be, st, &err);
     /* Reported before the backend closes: under MPI, closing lets the other processes exit. */
     int rc = tps_cli_exit_code(st);
-    if (st != TPS_OK && st != TPS_EMISMATCH && !tps_vbackend_failed_elsewhere(be)) rc = tps_cli_report("verify", &err);
+    /* A numeric mismatch was reported above; one of the shards' bytes (err set) was not. */
+    if (st != TPS_OK && (st != TPS_EMISMATCH || err.code == TPS_EMISMATCH) && !tps_vbackend_failed_elsewhere(be))
+        rc = tps_cli_report("verify", &err);
     tps_vbackend_close(be);
     if (dump) fclose(dump);
     tps_buf_release(&jb);

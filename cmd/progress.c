@@ -44,12 +44,8 @@ void tps_progress_begin(tps_progress_state *s, const char *verb)
     s->shown = false;
 }
 
-void tps_progress_update(const tps_progress *p, void *state)
+static void draw(const tps_progress *p, tps_progress_state *s, double t)
 {
-    tps_progress_state *s = state;
-    if (!s->enabled) return;
-    double t = now();
-    if (t - s->last < 0.2 && p->done < p->total) return; /* at most 5 redraws a second, and the last */
     s->last = t;
     double el = t - s->start, rate = el > 0 ? (double)p->done / el : 0;
     char done[32], total[32], eta[32], line[512];
@@ -73,6 +69,20 @@ void tps_progress_update(const tps_progress *p, void *state)
     else fprintf(stderr, "\r\033[K%s...%s", line, name + len - (room - 3));
     fflush(stderr);
     s->shown = true;
+}
+
+void tps_progress_update(const tps_progress *p, void *state)
+{
+    tps_progress_state *s = state;
+    if (!s->enabled) return;
+    double t = now();
+    if (t - s->last < 0.2 && p->done < p->total) return; /* at most 5 redraws a second, and the last */
+    draw(p, s, t);
+}
+
+void tps_progress_show(const tps_progress *p, tps_progress_state *s)
+{
+    if (s->enabled) draw(p, s, now());
 }
 
 void tps_progress_file_done(const char *name, uint64_t bytes, void *state)

@@ -18,6 +18,9 @@ void tps_progress_update(const tps_progress *p, void *state); /* a tps_cut_opts.
 /* A tps_cut_opts.file_done callback (state: the tps_progress_state): with -v, prints
  * "wrote NAME (SIZE)". */
 void tps_progress_file_done(const char *name, uint64_t bytes, void *state);
+/* Draws the line now, whatever the rate limit: for a step that starts and then runs for
+ * seconds without updates (a verify layer and its stages), so its name stays on screen. */
+void tps_progress_show(const tps_progress *p, tps_progress_state *s);
 /* Erases the line before the command prints on stdout; the next update draws it again. */
 void tps_progress_suspend(tps_progress_state *s);
 void tps_progress_end(tps_progress_state *s);

@@ -61,6 +61,13 @@ tps_status tps_manifest_to_json(const tps_manifest *m, tps_buf *buf, tps_error *
     tps_jw_string(&w, m->tool ? m->tool : "");
     tps_jw_key(&w, "tp");
     tps_jw_u64(&w, m->tp);
+    if (!tps_manifest_holds_all(m)) {
+        tps_jw_key(&w, "ranks_held");
+        tps_jw_array_begin(&w);
+        for (uint64_t r = 0; r < m->tp; r++)
+            if (m->held[r]) tps_jw_u64(&w, r);
+        tps_jw_array_end(&w);
+    }
     tps_jw_key(&w, "layout");
     tps_jw_object_begin(&w);
     tps_jw_key(&w, "name");
@@ -363,6 +370,30 @@ cleanup:
     return st;
 }
 
+/* "ranks_held": the ranks of a partial set, ascending, each once, at least one; a list of
+ * every rank is a full set (held stays NULL). */
+static tps_status load_held(loader *L, const tps_json *root, tps_manifest *m)
+{
+    const tps_json *v = tps_json_get(root, "ranks_held");
+    if (!v) return TPS_OK;
+    if (v->type != TPS_JSON_ARRAY || v->u.array.n == 0)
+        return bad(L, v, "must be a non-empty array of ranks", "ranks_held");
+    if (!(m->held = calloc(m->tp, sizeof *m->held))) return tps_fail_oom(L->err, "loading the manifest");
+    for (size_t i = 0; i < v->u.array.n; i++) {
+        const tps_json *e = v->u.array.items[i];
+        if (e->type != TPS_JSON_NUMBER || !e->u.number.is_u64 || e->u.number.u64 >= m->tp)
+            return bad(L, e, "each entry must be a rank below tp", "ranks_held");
+        if (i > 0 && e->u.number.u64 <= v->u.array.items[i - 1]->u.number.u64)
+            return bad(L, e, "ranks must be ascending, each listed once", "ranks_held");
+        m->held[e->u.number.u64] = true;
+    }
+    if (v->u.array.n == m->tp) {
+        free(m->held);
+        m->held = NULL;
+    }
+    return TPS_OK;
+}
+
 static tps_status load_doc(loader *L, const tps_json *root, tps_manifest *m)
 {
     tps_status st = TPS_OK;
@@ -376,6 +407,7 @@ static tps_status load_doc(loader *L, const tps_json *root, tps_manifest *m)
                         (unsigned long long)m->version, TPS_MANIFEST_VERSION);
     TPS_CHECK(get_u64(L, root, "tp", &m->tp));
     if (m->tp < 1 || m->tp > TPS_MAX_TP) return bad(L, tps_json_get(root, "tp"), "must be 1 to 65536", "tp");
+    TPS_CHECK(load_held(L, root, m));
     v = field(L, root, "tool", TPS_JSON_STRING, &st);
     NEED(v);
     NEED(m->tool = dup_json_string(L, v, &st));
@@ -575,6 +607,35 @@ void tps_manifest_free(tps_manifest *m)
     free(m->config_keys);
     free(m->held);
     free(m);
+}
+
+bool tps_manifest_holds_all(const tps_manifest *m)
+{
+    for (uint64_t r = 0; m->held && r < m->tp; r++)
+        if (!m->held[r]) return false;
+    return true;
+}
+
+bool tps_manifest_holds(const tps_manifest *m, uint64_t r)
+{
+    return r < m->tp && (!m->held || m->held[r]);
+}
+
+void tps_manifest_held_str(const tps_manifest *m, char *out, size_t size)
+{
+    size_t len = 0;
+    out[0] = '\0';
+    for (uint64_t r = 0; r < m->tp && len < size; r++) {
+        if (!tps_manifest_holds(m, r)) continue;
+        uint64_t e = r;
+        while (e + 1 < m->tp && tps_manifest_holds(m, e + 1)) e++;
+        int n = e == r ? snprintf(out + len, size - len, "%s%llu", len ? "," : "", (unsigned long long)r)
+                       : snprintf(out + len, size - len, "%s%llu-%llu", len ? "," : "", (unsigned long long)r,
+                                  (unsigned long long)e);
+        if (n < 0) break;
+        len += (size_t)n;
+        r = e;
+    }
 }
 
 tps_status tps_manifest_rank_bytes(const tps_manifest *m, size_t i, uint64_t r, uint64_t *out, tps_error *err)

@@ -66,13 +66,17 @@ typedef struct tps_manifest {
     size_t ntensors;
     tps_manifest_file *files; /* sorted by (rank, part) */
     size_t nfiles;
-    bool *held; /* NULL: every rank's files are in the directory; else held[r] for r < tp tells
-                   whether rank r's files are there (a set written with --only-rank) */
+    /* NULL: every rank's files are in the directory.  Else a partial set (one node's share,
+     * written with --only-rank): held[r], r < tp, says whether rank r's files are there.
+     * The files list still names every rank's files with their sizes and CRCs, so the
+     * manifests of the nodes' shares differ only in "ranks_held". */
+    bool *held;
 } tps_manifest;
 
 /* Reads DIR/tpshard.json strictly: unknown version refused, every field type-checked,
  * partitions re-validated against shapes and tp (tps_partition_check), file names plain
- * (no '/', no '..'), each rank 0..tp-1 present. */
+ * (no '/', no '..'), each rank 0..tp-1 present; "ranks_held", when there, ascending
+ * ranks below tp, each once, at least one. */
 tps_status tps_manifest_load(const char *dir, tps_manifest **out, tps_error *err);
 /* Whether dir holds a tpshard.json (a regular file): what makes it a shard set, before the
  * manifest is read. */
@@ -83,6 +87,13 @@ tps_status tps_manifest_parse(const char *text, size_t len, const char *what, tp
 
 /* Writes the manifest as pretty JSON into buf (deterministic: same input, same bytes). */
 tps_status tps_manifest_to_json(const tps_manifest *m, tps_buf *buf, tps_error *err);
+
+/* Whether m's directory holds every rank's files (held NULL, or every entry true). */
+bool tps_manifest_holds_all(const tps_manifest *m);
+/* Whether m's directory holds rank r's files. */
+bool tps_manifest_holds(const tps_manifest *m, uint64_t r);
+/* The ranks held, as ranges: "0-1", "0,3,5-7" (truncated to size). */
+void tps_manifest_held_str(const tps_manifest *m, char *out, size_t size);
 
 const tps_manifest_tensor *tps_manifest_find(const tps_manifest *m, const char *name);
 

@@ -70,6 +70,13 @@ tps_status tps_shardset_open_rank(tps_shardset *ss, uint64_t r, const tps_index 
     if (r >= ss->m->tp)
         return tps_fail(err, TPS_EARG, "%s: rank %llu out of range (tp %llu)", ss->dir, (unsigned long long)r,
                         (unsigned long long)ss->m->tp);
+    if (!tps_manifest_holds(ss->m, r)) {
+        char held[256];
+        tps_manifest_held_str(ss->m, held, sizeof held);
+        return tps_fail(err, TPS_EINVALID,
+                        "%s: rank %llu is not in this partial set (it holds ranks %s of %llu; the others are on other nodes)",
+                        ss->dir, (unsigned long long)r, held, (unsigned long long)ss->m->tp);
+    }
     if (ss->rank[r]) {
         *out = ss->rank[r];
         return TPS_OK;

@@ -58,22 +58,6 @@ tps_status tps_rank_list_parse(const char *s, uint64_t tp, bool **out, tps_error
     return TPS_OK;
 }
 
-void tps_rank_list_format(const bool *held, uint64_t tp, char *buf, size_t size)
-{
-    size_t n = 0;
-    buf[0] = '\0';
-    for (uint64_t r = 0; r < tp && n < size; r++) {
-        if (!held[r] || (r > 0 && held[r - 1])) continue;
-        uint64_t e = r;
-        while (e + 1 < tp && held[e + 1]) e++;
-        int k = e == r ? snprintf(buf + n, size - n, "%s%llu", n ? ", " : "", (unsigned long long)r)
-                       : snprintf(buf + n, size - n, "%s%llu-%llu", n ? ", " : "", (unsigned long long)r,
-                                  (unsigned long long)e);
-        if (k < 0) break;
-        n += (size_t)k;
-    }
-}
-
 tps_status tps_write_set(tps_manifest *m, tps_global_read_fn read, void *ctx, const tps_write_opts *o,
                          tps_error *err)
 {

@@ -41,9 +41,6 @@ tps_status tps_tp_check(uint64_t tp, const char *what, tps_error *err);
  * (TPS_EARG) an empty list, junk, a rank >= tp and a range that runs backwards. */
 tps_status tps_rank_list_parse(const char *s, uint64_t tp, bool **out, tps_error *err);
 
-/* Formats the ranks flagged in held[0..tp) as "0-1, 4" into buf. */
-void tps_rank_list_format(const bool *held, uint64_t tp, char *buf, size_t size);
-
 /* Writes m's tensors, read through read(), as o describes, and publishes them.  On success
  * m->files holds every file's size and CRC and m->tensors[i].crc every tensor's. */
 tps_status tps_write_set(tps_manifest *m, tps_global_read_fn read, void *ctx, const tps_write_opts *o,

@@ -1,7 +1,7 @@
 /* Verify backends: which process and which device runs each rank of the sharded pass.
  *
- *   cpu,  local: vrank_run's threads (verify/rank.c), the reference backend.
- *   cpu,  mpi:   this process is one rank (vrank_one), the all-reduce is MPI_Allreduce.
+ *   cpu,  local: tps_vrank_run's threads (verify/rank.c), the reference backend.
+ *   cpu,  mpi:   this process is one rank (tps_vrank_one), the all-reduce is MPI_Allreduce.
  *   cuda, local: every rank in this process, one host thread and one GPU per rank, NCCL
  *                communicators from ncclCommInitAll; with emulate, more ranks than GPUs
  *                run in turn, joined by a reduction on the device.
@@ -136,19 +136,19 @@ static tps_status mpi_allreduce(tps_vcomm *c, float *buf, size_t n, tps_error *e
     return rc ? mpi_fail(be, err, "MPI_Allreduce", rc, msg) : TPS_OK;
 }
 
-bool vbackend_multi(const tps_vbackend *be)
+bool tps_vbackend_multi(const tps_vbackend *be)
 {
     return be && be->mpi;
 }
 
-uint64_t vbackend_rank(const tps_vbackend *be)
+uint64_t tps_vbackend_rank(const tps_vbackend *be)
 {
     return be && be->mpi ? (uint64_t)be->prank : 0;
 }
 
-tps_status vbackend_agree(tps_vbackend *be, tps_status st, tps_error *err)
+tps_status tps_vbackend_agree(tps_vbackend *be, tps_status st, tps_error *err)
 {
-    if (!vbackend_multi(be)) return st;
+    if (!tps_vbackend_multi(be)) return st;
     int v = (int)st;
     char msg[256] = "";
     int rc = be->mpiapi->allreduce_max_int(&v, msg, sizeof msg);
@@ -167,9 +167,9 @@ tps_status vbackend_agree(tps_vbackend *be, tps_status st, tps_error *err)
     return (tps_status)v;
 }
 
-tps_status vbackend_bcast(tps_vbackend *be, void *buf, size_t n, tps_error *err)
+tps_status tps_vbackend_bcast(tps_vbackend *be, void *buf, size_t n, tps_error *err)
 {
-    if (!vbackend_multi(be)) return TPS_OK;
+    if (!tps_vbackend_multi(be)) return TPS_OK;
     char msg[256] = "";
     int rc = be->mpiapi->bcast(buf, n, 0, msg, sizeof msg);
     return rc ? mpi_fail(be, err, "MPI_Bcast", rc, msg) : TPS_OK;
@@ -256,7 +256,7 @@ static tps_status start_cuda(tps_vbackend *be, uint64_t T, tps_error *err)
                       "%llu ranks%s need %llu GPUs, %d found (%s); --emulate runs them in turn on the GPUs there are "
                       "(NCCL is then not exercised)",
                       (unsigned long long)need, be->mpi ? " on this node" : "", (unsigned long long)need, count, dev);
-    st = vbackend_agree(be, st, err);
+    st = tps_vbackend_agree(be, st, err);
     if (st != TPS_OK) return st;
     if (be->mpi) { /* NCCL needs every process on a GPU of its own */
         int s = share;
@@ -269,15 +269,15 @@ static tps_status start_cuda(tps_vbackend *be, uint64_t T, tps_error *err)
     memset(id, 0, sizeof id);
     if (be->mpi && !share) {
         if (be->prank == 0) st = be->cuda->nccl_id(id, err);
-        st = vbackend_agree(be, st, err);
-        if (st == TPS_OK) st = vbackend_bcast(be, id, sizeof id, err);
+        st = tps_vbackend_agree(be, st, err);
+        if (st == TPS_OK) st = tps_vbackend_bcast(be, id, sizeof id, err);
         if (st != TPS_OK) return st;
     }
     tps_cuda_setup s = {.T = T, .first = be->mpi ? (uint64_t)be->prank : 0, .count = be->mpi ? 1 : T,
                         .local_rank = be->mpi ? be->local_rank : -1, .emulate = share,
                         .nccl_id = be->mpi && !share ? id : NULL, .host_comm = be->mpi ? &be->hostcomm : NULL};
     st = be->cuda->open(&s, &be->cuda_ctx, err);
-    st = vbackend_agree(be, st, err);
+    st = tps_vbackend_agree(be, st, err);
     if (st != TPS_OK) return st;
     uint64_t used = (uint64_t)count < need ? (uint64_t)count : need;
     be->devices = used;
@@ -297,7 +297,7 @@ static tps_status start_cuda(tps_vbackend *be, uint64_t T, tps_error *err)
 
 tps_status tps_vbackend_start(tps_vbackend *be, uint64_t T, tps_status st, tps_error *err)
 {
-    st = vbackend_agree(be, st, err);
+    st = tps_vbackend_agree(be, st, err);
     if (st != TPS_OK) return st;
     be->T = T;
     /* Every process sees this alike: rank 0 says it, the others stop quietly. */
@@ -306,7 +306,7 @@ tps_status tps_vbackend_start(tps_vbackend *be, uint64_t T, tps_status st, tps_e
                       "this MPI job has %d process%s but the shard set has tp %llu: one process per rank (mpirun -np "
                       "%llu)",
                       be->psize, be->psize == 1 ? "" : "es", (unsigned long long)T, (unsigned long long)T);
-    st = vbackend_agree(be, st, err);
+    st = tps_vbackend_agree(be, st, err);
     if (st != TPS_OK) return st;
     if (be->cfg.device == TPS_VDEV_CUDA) return start_cuda(be, T, err);
     if (be->mpi)
@@ -338,18 +338,18 @@ void tps_vbackend_get_info(const tps_vbackend *be, tps_vbackend_info *out)
 
 bool tps_vbackend_is_root(const tps_vbackend *be)
 {
-    return vbackend_rank(be) == 0;
+    return tps_vbackend_rank(be) == 0;
 }
 
 bool tps_vbackend_holds_rank(const tps_vbackend *be, uint64_t r)
 {
-    return !vbackend_multi(be) || r == (uint64_t)be->prank;
+    return !tps_vbackend_multi(be) || r == (uint64_t)be->prank;
 }
 
 tps_status tps_vbackend_finish(tps_vbackend *be, tps_status st, tps_error *err)
 {
-    if (!vbackend_multi(be) || be->agreed) return st;
-    return vbackend_agree(be, st, err);
+    if (!tps_vbackend_multi(be) || be->agreed) return st;
+    return tps_vbackend_agree(be, st, err);
 }
 
 bool tps_vbackend_failed_elsewhere(const tps_vbackend *be)
@@ -369,7 +369,7 @@ void tps_vbackend_close(tps_vbackend *be)
          * still running, so the one that failed must have written its message before any
          * other may leave.  (Every process knows of an agreed failure, so all enter it; after
          * a failed MPI call none does.) */
-        if (vbackend_multi(be) && be->agreed && !be->broken) {
+        if (tps_vbackend_multi(be) && be->agreed && !be->broken) {
             fflush(stdout);
             fflush(stderr);
             int v = 0;
@@ -414,13 +414,13 @@ static tps_status gather_outs(tps_vbackend *be, uint64_t T, size_t nh, vrank_out
         send = malloc(one);
         if (root) recv = malloc(all);
         for (uint64_t r = 0; root && r < T && recv; r++)
-            if (r != (uint64_t)be->prank && vrank_out_alloc(&outs[r], nh, err) != TPS_OK) {
+            if (r != (uint64_t)be->prank && tps_vrank_out_alloc(&outs[r], nh, err) != TPS_OK) {
                 st = TPS_EIO;
                 break;
             }
         if (st == TPS_OK && (!send || (root && !recv))) st = tps_fail_oom(err, "the gathered outputs");
     }
-    TPS_CHECK(vbackend_agree(be, st, err));
+    TPS_CHECK(tps_vbackend_agree(be, st, err));
     vrank_out *me = &outs[be->prank];
     wire_head hd;
     memset(&hd, 0, sizeof hd);
@@ -495,19 +495,19 @@ static tps_status prepare_cuda_rank(const tps_block *b, const vdims *d, uint64_t
 {
     tps_status st = TPS_OK;
     vshare s;
-    vshare_of(d, T, r, &s);
-    TPS_CHECK(vlayer_load(b, layer, d->experts, src, l, err));
-    vrank_note_dtypes(o, l);
+    tps_vshare_of(d, T, r, &s);
+    TPS_CHECK(tps_vlayer_load(b, layer, d->experts, src, l, err));
+    tps_vrank_note_dtypes(o, l);
     for (int i = 0; i < TPS_ROLE_COUNT; i++) TPS_CHECK(widen(&l->t[i], err));
     for (uint64_t i = 0; i < l->nex * TPS_ROLE_COUNT; i++) TPS_CHECK(widen(&l->ex[i], err));
     memset(cr, 0, sizeof *cr);
     cr->rank = r;
     cr->l = l;
-    vattn_map_local(b, d, &s, &cr->am);
-    vmlp_map_local(d, &s, &cr->mm);
+    tps_vattn_map_local(b, d, &s, &cr->am);
+    tps_vmlp_map_local(d, &s, &cr->mm);
     for (int stage = 0; stage < TPS_VSTAGE_COUNT; stage++) {
         char why[sizeof o->why[0] - 32];
-        if (vcheck_shapes(b, d, &s, l, stage == TPS_VSTAGE_MLP, why, sizeof why)) continue;
+        if (tps_vcheck_shapes(b, d, &s, l, stage == TPS_VSTAGE_MLP, why, sizeof why)) continue;
         o->bad[stage] = cr->bad[stage] = true;
         snprintf(o->why[stage], sizeof o->why[stage], "rank %llu holds %s", (unsigned long long)r, why);
     }
@@ -531,39 +531,40 @@ static tps_status run_cuda(tps_vbackend *be, const tps_block *b, const vdims *d,
     if (!ls || !cr) st = tps_fail_oom(err, "the GPU ranks");
     for (uint64_t i = 0; i < count && st == TPS_OK; i++) {
         uint64_t r = first + i;
-        st = vrank_out_alloc(&outs[r], nh, err);
+        st = tps_vrank_out_alloc(&outs[r], nh, err);
         if (st == TPS_OK) st = prepare_cuda_rank(b, d, layer, T, r, &ranks[r], &ls[i], &outs[r], &cr[i], err);
     }
     /* Under MPI every process learns that one could not load before any NCCL call. */
-    TPS_CHECK(vbackend_agree(be, st, err));
+    TPS_CHECK(tps_vbackend_agree(be, st, err));
     st = be->cuda->run(be->cuda_ctx, b, d, n, x, cr, stats, err);
-    TPS_CHECK(vbackend_agree(be, st, err));
+    TPS_CHECK(tps_vbackend_agree(be, st, err));
 cleanup:
-    for (uint64_t i = 0; ls && i < count; i++) vlayer_release(&ls[i]);
+    for (uint64_t i = 0; ls && i < count; i++) tps_vlayer_release(&ls[i]);
     free(ls);
     free(cr);
     return st;
 }
 
-tps_status vbackend_run(tps_vbackend *be, const tps_block *b, const vdims *d, uint64_t layer, uint64_t T,
+tps_status tps_vbackend_run(tps_vbackend *be, const tps_block *b, const vdims *d, uint64_t layer, uint64_t T,
                         const tps_vsource *ranks, size_t n, const float *x, vrank_out *outs, vstats *stats,
-                        tps_error *err)
+                        const tps_verify_opts *vo, tps_error *err)
 {
     tps_status st = TPS_OK;
     size_t nh = n * (size_t)d->hidden;
     *stats = (vstats){0, 0, 0};
     if (!be || (!be->mpi && be->cfg.device == TPS_VDEV_CPU))
-        return vrank_run(b, d, layer, T, ranks, n, x, outs, err);
+        return tps_vrank_run(b, d, layer, T, ranks, n, x, outs, vo, err);
     if (be->cfg.device == TPS_VDEV_CUDA) {
+        tps_vstage(vo, "ranks on the GPUs");
         TPS_CHECK(run_cuda(be, b, d, layer, T, ranks, n, x, outs, stats, err));
     } else {
         uint64_t r = (uint64_t)be->prank;
         bool elsewhere = false;
-        st = vrank_out_alloc(&outs[r], nh, err);
-        TPS_CHECK(vbackend_agree(be, st, err));
-        st = vrank_one(b, d, layer, &ranks[r], n, x, &be->hostcomm, &outs[r], &elsewhere, err);
+        st = tps_vrank_out_alloc(&outs[r], nh, err);
+        TPS_CHECK(tps_vbackend_agree(be, st, err));
+        st = tps_vrank_one(b, d, layer, &ranks[r], n, x, &be->hostcomm, &outs[r], &elsewhere, vo, err);
         /* A rank stopped by another's failure defers to that one's status and message. */
-        TPS_CHECK(vbackend_agree(be, elsewhere ? TPS_OK : st, err));
+        TPS_CHECK(tps_vbackend_agree(be, elsewhere ? TPS_OK : st, err));
         if (st != TPS_OK) { /* cannot happen after an agreed OK: every rank stops together */
             st = tps_fail(err, st, "rank %llu stopped with status %d", (unsigned long long)r, (int)st);
             goto cleanup;

@@ -19,13 +19,25 @@ typedef struct vlayer {
     uint64_t nex;
 } vlayer;
 
-void vlayer_release(vlayer *l);
+void tps_vlayer_release(vlayer *l);
 
 /* Whether the layer math converts this dtype (BF16, F16, F32, F64, F8_E4M3, F8_E5M2). */
-bool vdtype_supported(tps_dtype dt);
+bool tps_vdtype_supported(tps_dtype dt);
+
+/* Tells o's on_stage, when there, that the pass enters stage `what`. */
+void tps_vstage(const tps_verify_opts *o, const char *what);
+
+/* Checks every tensor of layer `layer` (nex experts) that the shard set ss holds against its
+ * manifest (verify.h, tps_verify_opts.shards), adding to *tensors and *bytes.  With
+ * read_already, the reference was loaded from ss through those checked reads: only counts. */
+tps_status tps_vlayer_check(const tps_block *b, uint64_t layer, uint64_t nex, struct tps_shardset *ss, bool read_already,
+                        uint64_t *tensors, uint64_t *bytes, tps_error *err);
+
+/* Whether src is tps_vsource_shardset(ss). */
+bool tps_vsource_is_shardset(const tps_vsource *src, const struct tps_shardset *ss);
 
 /* Loads every role of layer `layer` from src. */
-tps_status vlayer_load(const tps_block *b, uint64_t layer, uint64_t experts, const tps_vsource *src, vlayer *out,
+tps_status tps_vlayer_load(const tps_block *b, uint64_t layer, uint64_t experts, const tps_vsource *src, vlayer *out,
                        tps_error *err);
 
 static inline const tps_vt *vrole(const vlayer *l, tps_block_role r, uint64_t expert, bool per_expert)
@@ -41,7 +53,7 @@ typedef struct vshare {
     uint64_t i_first, i_n;   /* intermediate columns (of every expert) */
 } vshare;
 
-void vshare_of(const vdims *d, uint64_t T, uint64_t r, vshare *out);
+void tps_vshare_of(const vdims *d, uint64_t T, uint64_t r, vshare *out);
 
 /* Which heads an attention pass computes from the q/k/v (or fused) tensors it holds:
  * hn q heads, global indices from q_first; the KV heads held are global
@@ -61,37 +73,37 @@ typedef struct vmlp_map {
 
 /* The maps for the heads of a share, in tensors of the full model (global) or in the
  * slices the share's rank holds (local). */
-void vattn_map_global(const tps_block *b, const vdims *d, const vshare *s, vattn_map *m);
-void vattn_map_local(const tps_block *b, const vdims *d, const vshare *s, vattn_map *m);
-void vmlp_map_global(const vdims *d, const vshare *s, vmlp_map *m);
-void vmlp_map_local(const vdims *d, const vshare *s, vmlp_map *m);
+void tps_vattn_map_global(const tps_block *b, const vdims *d, const vshare *s, vattn_map *m);
+void tps_vattn_map_local(const tps_block *b, const vdims *d, const vshare *s, vattn_map *m);
+void tps_vmlp_map_global(const vdims *d, const vshare *s, vmlp_map *m);
+void tps_vmlp_map_local(const vdims *d, const vshare *s, vmlp_map *m);
 
 /* The shape the held tensor of `role` must have for a share (the whole model: T = 1).
  * Returns the number of dimensions, 0 when the role has no fixed shape. */
-int vexpected_shape(const tps_block *b, const vdims *d, const vshare *s, tps_block_role role, uint64_t *shape);
+int tps_vexpected_shape(const tps_block *b, const vdims *d, const vshare *s, tps_block_role role, uint64_t *shape);
 
-/* Checks every present tensor of l against vexpected_shape; on a difference, writes a
+/* Checks every present tensor of l against tps_vexpected_shape; on a difference, writes a
  * message naming the tensor, both shapes and the share into msg and returns false.
  * mlp selects the MLP-side roles, else the attention-side ones. */
-bool vcheck_shapes(const tps_block *b, const vdims *d, const vshare *s, const vlayer *l, bool mlp, char *msg,
+bool tps_vcheck_shapes(const tps_block *b, const vdims *d, const vshare *s, const vlayer *l, bool mlp, char *msg,
                    size_t msgsize);
 
 /* Which roles feed the MLP stage (the rest feed attention). */
-bool vrole_is_mlp(tps_block_role r);
+bool tps_vrole_is_mlp(tps_block_role r);
 
 /* Layer math, one copy per precision (suffix _f64, _f32).  Inputs are [n, hidden] row
  * major; outputs [n, hidden].  add_bias adds the row-parallel output bias (o / down),
  * which a rank adds only after the all-reduce. */
 #define VOPS_DECLARE(REAL, SFX)                                                                         \
-    void vnorm_##SFX(const tps_block *b, const vdims *d, const tps_vt *w, const tps_vt *bias, size_t n,  \
+    void tps_vnorm_##SFX(const tps_block *b, const vdims *d, const tps_vt *w, const tps_vt *bias, size_t n,  \
                      const REAL *x, REAL *out);                                                         \
-    tps_status vattn_##SFX(const tps_block *b, const vdims *d, const vlayer *l, const vattn_map *m,      \
+    tps_status tps_vattn_##SFX(const tps_block *b, const vdims *d, const vlayer *l, const vattn_map *m,      \
                            size_t n, const REAL *xn, bool add_bias, REAL *out, tps_error *err);         \
-    tps_status vmlp_##SFX(const tps_block *b, const vdims *d, const vlayer *l, const vmlp_map *m,        \
+    tps_status tps_vmlp_##SFX(const tps_block *b, const vdims *d, const vlayer *l, const vmlp_map *m,        \
                           size_t n, const REAL *xn, bool add_bias, REAL *out, tps_error *err);          \
-    void vadd_vec_##SFX(const tps_vt *v, size_t n, size_t dim, REAL *y);                               \
+    void tps_vadd_vec_##SFX(const tps_vt *v, size_t n, size_t dim, REAL *y);                               \
     /* Rotates heads in place: x[t, h * hd ..] for h < nh at position t (row stride ldx). */            \
-    void vrope_##SFX(const tps_block *b, const vdims *d, size_t n, size_t nh, REAL *x, size_t ldx);
+    void tps_vrope_##SFX(const tps_block *b, const vdims *d, size_t n, size_t nh, REAL *x, size_t ldx);
 
 VOPS_DECLARE(double, f64)
 VOPS_DECLARE(float, f32)
@@ -100,9 +112,9 @@ VOPS_DECLARE(float, f32)
  * MLP block output m = mlp(norm2 h), with h = x + a (sequential) or h = x (parallel
  * residual).  share NULL: the whole layer with output biases; else the share's partial
  * sums without them (attn input x, MLP input h as given). */
-tps_status vref_attn(const tps_block *b, const vdims *d, const vlayer *l, const vshare *share, size_t n,
+tps_status tps_vref_attn(const tps_block *b, const vdims *d, const vlayer *l, const vshare *share, size_t n,
                      const double *x, double *out, tps_error *err);
-tps_status vref_mlp(const tps_block *b, const vdims *d, const vlayer *l, const vshare *share, size_t n,
+tps_status tps_vref_mlp(const tps_block *b, const vdims *d, const vlayer *l, const vshare *share, size_t n,
                     const double *h, double *out, tps_error *err);
 
 /* One rank's results of the sharded pass (float32). */
@@ -114,27 +126,28 @@ typedef struct vrank_out {
     tps_dtype min_dtype;
 } vrank_out;
 
-void vrank_out_release(vrank_out *o);
+void tps_vrank_out_release(vrank_out *o);
 
 /* Allocates o's buffers for n * hidden floats (and sets min_dtype to F64, the widest). */
-tps_status vrank_out_alloc(vrank_out *o, size_t nh, tps_error *err);
+tps_status tps_vrank_out_alloc(vrank_out *o, size_t nh, tps_error *err);
 
 /* Lowers o->min_dtype to the lowest-precision weight dtype l holds. */
-void vrank_note_dtypes(vrank_out *o, const vlayer *l);
+void tps_vrank_note_dtypes(vrank_out *o, const vlayer *l);
 
 /* One rank of the sharded pass in the calling thread, joined to the others by comm (the
  * MPI backend): loads its slices from src, then both stages, each ending in an
- * all-reduce that every rank enters whatever happened, like vrank_run's threads.  out
- * must be allocated (vrank_out_alloc).  When another rank could not load its slices,
+ * all-reduce that every rank enters whatever happened, like tps_vrank_run's threads.  out
+ * must be allocated (tps_vrank_out_alloc).  When another rank could not load its slices,
  * every rank stops: this one returns TPS_EIO with *elsewhere set and err untouched. */
-tps_status vrank_one(const tps_block *b, const vdims *d, uint64_t layer, const tps_vsource *src, size_t n,
-                     const float *x, tps_vcomm *comm, vrank_out *out, bool *elsewhere, tps_error *err);
+tps_status tps_vrank_one(const tps_block *b, const vdims *d, uint64_t layer, const tps_vsource *src, size_t n,
+                     const float *x, tps_vcomm *comm, vrank_out *out, bool *elsewhere, const tps_verify_opts *vo,
+                     tps_error *err);
 
 /* The sharded pass on T threads.  x is [n, hidden] (float32 values).  Every rank always
  * joins every collective, contributing zeros from slices it cannot use, so a bad rank is
  * reported rather than hanging the others. */
-tps_status vrank_run(const tps_block *b, const vdims *d, uint64_t layer, uint64_t T, const tps_vsource *ranks,
-                     size_t n, const float *x, vrank_out *outs, tps_error *err);
+tps_status tps_vrank_run(const tps_block *b, const vdims *d, uint64_t layer, uint64_t T, const tps_vsource *ranks,
+                     size_t n, const float *x, vrank_out *outs, const tps_verify_opts *vo, tps_error *err);
 
 /* ---- backends (verify/backend.c) ---- */
 
@@ -144,24 +157,24 @@ typedef struct vstats {
 } vstats;
 
 /* Whether the pass spans several processes (MPI); be may be NULL (CPU threads). */
-bool vbackend_multi(const tps_vbackend *be);
+bool tps_vbackend_multi(const tps_vbackend *be);
 
 /* This process's rank under MPI, else 0. */
-uint64_t vbackend_rank(const tps_vbackend *be);
+uint64_t tps_vbackend_rank(const tps_vbackend *be);
 
 /* The highest status of all processes (st itself in one process).  When it is another
  * process's failure, err says so; the agreement is recorded for tps_vbackend_finish. */
-tps_status vbackend_agree(tps_vbackend *be, tps_status st, tps_error *err);
+tps_status tps_vbackend_agree(tps_vbackend *be, tps_status st, tps_error *err);
 
 /* Rank 0's n bytes of buf into every process's buf. */
-tps_status vbackend_bcast(tps_vbackend *be, void *buf, size_t n, tps_error *err);
+tps_status tps_vbackend_bcast(tps_vbackend *be, void *buf, size_t n, tps_error *err);
 
 /* The sharded pass of one layer: runs the ranks this process holds, and leaves every
  * rank's results in outs[0..T) on rank 0 (allocated there, released by the caller with
- * vrank_out_release; elsewhere outs is only written for the process's own rank).  Every
+ * tps_vrank_out_release; elsewhere outs is only written for the process's own rank).  Every
  * process enters it and returns the same status. */
-tps_status vbackend_run(tps_vbackend *be, const tps_block *b, const vdims *d, uint64_t layer, uint64_t T,
+tps_status tps_vbackend_run(tps_vbackend *be, const tps_block *b, const vdims *d, uint64_t layer, uint64_t T,
                         const tps_vsource *ranks, size_t n, const float *x, vrank_out *outs, vstats *stats,
-                        tps_error *err);
+                        const tps_verify_opts *vo, tps_error *err);
 
 #endif

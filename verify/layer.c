@@ -6,6 +6,8 @@
 
 #include "../lib/buf.h"
 #include "../lib/checked.h"
+#include "../lib/crc.h"
+#include "../lib/gather.h"
 #include "../lib/manifest.h"
 #include "internal.h"
 
@@ -17,7 +19,7 @@ void tps_vt_release(tps_vt *t)
     memset(t, 0, sizeof *t);
 }
 
-void vlayer_release(vlayer *l)
+void tps_vlayer_release(vlayer *l)
 {
     if (!l) return;
     for (int r = 0; r < TPS_ROLE_COUNT; r++) tps_vt_release(&l->t[r]);
@@ -38,7 +40,7 @@ bool tps_verify_role_per_expert(const tps_block *b, tps_block_role role)
     }
 }
 
-bool vrole_is_mlp(tps_block_role r)
+bool tps_vrole_is_mlp(tps_block_role r)
 {
     return r >= TPS_ROLE_MLP_NORM_W;
 }
@@ -111,14 +113,14 @@ static tps_status load_role(const tps_block *b, tps_block_role role, uint64_t la
         return TPS_OK;
     }
     tps_status st = src->load(src->ctx, name, out, err);
-    if (st == TPS_OK && !vdtype_supported(out->dtype))
+    if (st == TPS_OK && !tps_vdtype_supported(out->dtype))
         st = tps_fail(err, TPS_EINVALID, "%s: dtype %s; verify needs BF16, F16, F32, F64 or FP8 weights", name,
                       tps_dtype_name(out->dtype));
     free(name);
     return st;
 }
 
-tps_status vlayer_load(const tps_block *b, uint64_t layer, uint64_t experts, const tps_vsource *src, vlayer *out,
+tps_status tps_vlayer_load(const tps_block *b, uint64_t layer, uint64_t experts, const tps_vsource *src, vlayer *out,
                        tps_error *err)
 {
     tps_status st = TPS_OK;
@@ -149,11 +151,11 @@ tps_status vlayer_load(const tps_block *b, uint64_t layer, uint64_t experts, con
             if (tps_verify_role_per_expert(b, (tps_block_role)r))
                 TPS_CHECK(load_role(b, (tps_block_role)r, layer, e, src, &out->ex[e * TPS_ROLE_COUNT + r], err));
 cleanup:
-    if (st != TPS_OK) vlayer_release(out);
+    if (st != TPS_OK) tps_vlayer_release(out);
     return st;
 }
 
-void vshare_of(const vdims *d, uint64_t T, uint64_t r, vshare *s)
+void tps_vshare_of(const vdims *d, uint64_t T, uint64_t r, vshare *s)
 {
     s->q_n = d->heads / T;
     s->q_first = r * s->q_n;
@@ -191,24 +193,24 @@ static void attn_map(const tps_block *b, const vdims *d, const vshare *s, bool g
     m->v_off = (fused ? (qn + kvn) * hd : 0) + (global ? s->kv_first * hd : 0);
 }
 
-void vattn_map_global(const tps_block *b, const vdims *d, const vshare *s, vattn_map *m)
+void tps_vattn_map_global(const tps_block *b, const vdims *d, const vshare *s, vattn_map *m)
 {
     attn_map(b, d, s, true, m);
 }
 
-void vattn_map_local(const tps_block *b, const vdims *d, const vshare *s, vattn_map *m)
+void tps_vattn_map_local(const tps_block *b, const vdims *d, const vshare *s, vattn_map *m)
 {
     attn_map(b, d, s, false, m);
 }
 
-void vmlp_map_global(const vdims *d, const vshare *s, vmlp_map *m)
+void tps_vmlp_map_global(const vdims *d, const vshare *s, vmlp_map *m)
 {
     m->i_first = s->i_first;
     m->i_n = s->i_n;
     m->up_off = d->inter;
 }
 
-void vmlp_map_local(const vdims *d, const vshare *s, vmlp_map *m)
+void tps_vmlp_map_local(const vdims *d, const vshare *s, vmlp_map *m)
 {
     (void)d;
     m->i_first = 0;
@@ -216,7 +218,7 @@ void vmlp_map_local(const vdims *d, const vshare *s, vmlp_map *m)
     m->up_off = s->i_n;
 }
 
-int vexpected_shape(const tps_block *b, const vdims *d, const vshare *s, tps_block_role role, uint64_t *shape)
+int tps_vexpected_shape(const tps_block *b, const vdims *d, const vshare *s, tps_block_role role, uint64_t *shape)
 {
     uint64_t H = d->hidden, hd = d->hd, out = 0, in = H;
     bool vec = false;
@@ -254,7 +256,7 @@ static bool check_one(const tps_block *b, const vdims *d, const vshare *s, const
                       char *msg, size_t msgsize)
 {
     uint64_t want[2];
-    int nd = vexpected_shape(b, d, s, role, want);
+    int nd = tps_vexpected_shape(b, d, s, role, want);
     if (!t->data || nd == 0) return true;
     if (t->ndim == nd && t->shape[0] == want[0] && (nd == 1 || t->shape[1] == want[1])) return true;
     char have_s[128], want_s[64];
@@ -271,12 +273,12 @@ static bool check_one(const tps_block *b, const vdims *d, const vshare *s, const
     return false;
 }
 
-bool vcheck_shapes(const tps_block *b, const vdims *d, const vshare *s, const vlayer *l, bool mlp, char *msg,
+bool tps_vcheck_shapes(const tps_block *b, const vdims *d, const vshare *s, const vlayer *l, bool mlp, char *msg,
                    size_t msgsize)
 {
     for (int r = 0; r < TPS_ROLE_COUNT; r++) {
         tps_block_role role = (tps_block_role)r;
-        if (vrole_is_mlp(role) != mlp) continue;
+        if (tps_vrole_is_mlp(role) != mlp) continue;
         if (!tps_verify_role_per_expert(b, role)) {
             if (!check_one(b, d, s, &l->t[r], role, msg, msgsize)) return false;
             continue;
@@ -330,6 +332,82 @@ tps_vsource tps_vsource_index(const tps_index *ix)
     return s;
 }
 
+typedef struct checked_read {
+    unsigned char *buf; /* the global bytes go here; NULL: only checked */
+    char finding[1400];
+} checked_read;
+
+static tps_status keep_bytes(void *arg, uint64_t off, const void *p, size_t n, tps_error *err)
+{
+    (void)err;
+    checked_read *c = arg;
+    if (c->buf) memcpy(c->buf + off, p, n);
+    return TPS_OK;
+}
+
+static void keep_finding(void *arg, const char *msg)
+{
+    checked_read *c = arg;
+    if (!c->finding[0]) snprintf(c->finding, sizeof c->finding, "%s", msg);
+}
+
+/* The file among those holding t whose bytes differ from the manifest's CRC-32 (read whole:
+ * only after a difference was found); NULL when every one matches. */
+static const char *corrupt_file(tps_shardset *ss, const tps_manifest_tensor *t, char *path, size_t size)
+{
+    const tps_manifest *m = ss->m;
+    unsigned char *buf = malloc(4u << 20);
+    const char *found = NULL;
+    for (uint64_t r = 0; buf && !found && r < m->tp; r++) {
+        const tps_index *ix = ss->rank[r];
+        const tps_tensor *x = ix ? tps_index_find(ix, t->name) : NULL;
+        if (!x) continue;
+        const tps_source_file *sf = &ix->files[x->file];
+        const char *base = strrchr(sf->path, '/');
+        base = base ? base + 1 : sf->path;
+        const tps_manifest_file *mf = NULL;
+        for (size_t k = 0; k < m->nfiles && !mf; k++)
+            if (m->files[k].rank == r && strcmp(m->files[k].name, base) == 0) mf = &m->files[k];
+        uint32_t crc = 0;
+        tps_error err;
+        bool ok = true;
+        for (uint64_t off = 0; ok && off < sf->size;) {
+            size_t k = sf->size - off < (4u << 20) ? (size_t)(sf->size - off) : (4u << 20);
+            ok = tps_pread_full(sf->fd, sf->path, off, buf, k, &err) == TPS_OK;
+            if (ok) crc = tps_crc32(crc, buf, k);
+            off += k;
+        }
+        if (!ok || !mf || mf->size != sf->size || mf->crc != crc) {
+            snprintf(path, size, "%s", sf->path);
+            found = path;
+        }
+    }
+    free(buf);
+    return found;
+}
+
+/* Reads tensor t of the shard set through the gather walk (every rank's bytes once, replicas
+ * compared, padding checked) into buf (NULL: only checks), and compares its global CRC-32
+ * with the manifest's. */
+static tps_status read_checked(tps_shardset *ss, const tps_manifest_tensor *t, void *buf, tps_error *err)
+{
+    checked_read c = {buf, ""};
+    tps_gather_hooks h = {keep_bytes, keep_finding, &c, false};
+    uint32_t crc;
+    tps_status st = tps_gather_tensor(ss, t, &h, &crc, NULL, err);
+    if (st) return st;
+    if (!c.finding[0] && crc == t->crc) return TPS_OK;
+    char path[4200];
+    const char *file = corrupt_file(ss, t, path, sizeof path);
+    if (c.finding[0])
+        return tps_fail(err, TPS_EMISMATCH, "%s: %s; the shard set does not match its manifest (tpshard check %s)",
+                        file ? file : ss->dir, c.finding, ss->dir);
+    return tps_fail(err, TPS_EMISMATCH,
+                    "%s: tensor '%s': CRC-32 %08x of its bytes, the manifest says %08x: the shard set does not match "
+                    "its manifest (tpshard check %s lists every difference)",
+                    file ? file : ss->dir, t->name, (unsigned)crc, t->crc, ss->dir);
+}
+
 static tps_status shardset_load(void *ctx, const char *name, tps_vt *out, tps_error *err)
 {
     tps_shardset *ss = ctx;
@@ -337,9 +415,46 @@ static tps_status shardset_load(void *ctx, const char *name, tps_vt *out, tps_er
     if (!t) return tps_fail(err, TPS_EINVALID, "%s: the manifest has no tensor %s", ss->dir, name);
     size_t nb;
     tps_status st = vt_prepare(out, name, t->nbytes, t->dtype, t->ndim, t->shape, &nb, err);
-    if (st == TPS_OK) st = tps_shardset_read_global(ss, t, 0, out->data, nb, err);
+    if (st == TPS_OK) st = read_checked(ss, t, out->data, err);
     if (st) tps_vt_release(out);
     return st;
+}
+
+bool tps_vsource_is_shardset(const tps_vsource *src, const tps_shardset *ss)
+{
+    return src->load == shardset_load && src->ctx == ss;
+}
+
+static tps_status check_role(const tps_block *b, tps_block_role role, uint64_t layer, uint64_t expert,
+                             tps_shardset *ss, bool read_already, uint64_t *tensors, uint64_t *bytes, tps_error *err)
+{
+    bool oom;
+    char *name = tps_verify_tensor_name(b, role, layer, expert, &oom);
+    if (oom) return tps_fail_oom(err, "a tensor name");
+    const tps_manifest_tensor *t = name ? tps_manifest_find(ss->m, name) : NULL;
+    free(name);
+    if (!t) return TPS_OK; /* not in the set: the ranks' load says so, or the role is unused */
+    if (!read_already) {
+        tps_status st = read_checked(ss, t, NULL, err);
+        if (st) return st;
+    }
+    (*tensors)++;
+    *bytes += t->nbytes;
+    return TPS_OK;
+}
+
+tps_status tps_vlayer_check(const tps_block *b, uint64_t layer, uint64_t nex, tps_shardset *ss, bool read_already,
+                        uint64_t *tensors, uint64_t *bytes, tps_error *err)
+{
+    for (int r = 0; r < TPS_ROLE_COUNT; r++) {
+        tps_block_role role = (tps_block_role)r;
+        uint64_t n = tps_verify_role_per_expert(b, role) ? nex : 1;
+        for (uint64_t e = 0; e < n; e++) {
+            tps_status st = check_role(b, role, layer, e, ss, read_already, tensors, bytes, err);
+            if (st) return st;
+        }
+    }
+    return TPS_OK;
 }
 
 static bool shardset_has(void *ctx, const char *name)

@@ -40,7 +40,7 @@ static const float *vtable(tps_dtype dt)
     return dt == TPS_DT_F16 ? f16_tab : dt == TPS_DT_F8_E4M3 ? e4m3_tab : e5m2_tab;
 }
 
-bool vdtype_supported(tps_dtype dt)
+bool tps_vdtype_supported(tps_dtype dt)
 {
     return dt == TPS_DT_BF16 || dt == TPS_DT_F32 || dt == TPS_DT_F64 || vtable(dt) != NULL;
 }

@@ -111,7 +111,7 @@ static void F(vadd_range)(const tps_vt *v, uint64_t off, size_t n, size_t cnt, R
         for (size_t j = 0; j < cnt; j++) y[t * ldy + j] += scratch[j];
 }
 
-void F(vadd_vec)(const tps_vt *v, size_t n, size_t dim, REAL *y)
+void F(tps_vadd_vec)(const tps_vt *v, size_t n, size_t dim, REAL *y)
 {
     REAL chunk[256]; /* converted a chunk at a time: no allocation, no failure path */
     for (size_t c = 0; c < dim; c += 256) {
@@ -122,7 +122,7 @@ void F(vadd_vec)(const tps_vt *v, size_t n, size_t dim, REAL *y)
     }
 }
 
-void F(vnorm)(const tps_block *b, const vdims *d, const tps_vt *w, const tps_vt *bias, size_t n, const REAL *x,
+void F(tps_vnorm)(const tps_block *b, const vdims *d, const tps_vt *w, const tps_vt *bias, size_t n, const REAL *x,
               REAL *out)
 {
     size_t H = (size_t)d->hidden;
@@ -146,10 +146,10 @@ void F(vnorm)(const tps_block *b, const vdims *d, const tps_vt *w, const tps_vt 
                 for (size_t j = 0; j < m; j++) out[t * H + c + j] *= chunk[j];
         }
     }
-    if (bias) F(vadd_vec)(bias, n, H, out);
+    if (bias) F(tps_vadd_vec)(bias, n, H, out);
 }
 
-void F(vrope)(const tps_block *b, const vdims *d, size_t n, size_t nh, REAL *x, size_t ldx)
+void F(tps_vrope)(const tps_block *b, const vdims *d, size_t n, size_t nh, REAL *x, size_t ldx)
 {
     size_t hd = (size_t)d->hd, half = (size_t)d->rot / 2;
     if (b->rope == TPS_ROPE_NONE || half == 0) return;
@@ -196,7 +196,7 @@ cleanup:
     return st;
 }
 
-tps_status F(vattn)(const tps_block *b, const vdims *d, const vlayer *l, const vattn_map *m, size_t n,
+tps_status F(tps_vattn)(const tps_block *b, const vdims *d, const vlayer *l, const vattn_map *m, size_t n,
                     const REAL *xn, bool add_bias, REAL *out, tps_error *err)
 {
     tps_status st = TPS_OK;
@@ -216,8 +216,8 @@ tps_status F(vattn)(const tps_block *b, const vdims *d, const vlayer *l, const v
     TPS_CHECK(F(vheads)(b, d, qw, qb, n, xn, m->q_off, m->stride, hn, q, qld, sc, err));
     TPS_CHECK(F(vheads)(b, d, kw, kb, n, xn, m->k_off, m->stride, kvn, k, kld, sc, err));
     TPS_CHECK(F(vheads)(b, d, vw, vb, n, xn, m->v_off, m->stride, kvn, v, kld, sc, err));
-    F(vrope)(b, d, n, hn, q, qld);
-    F(vrope)(b, d, n, kvn, k, kld);
+    F(tps_vrope)(b, d, n, hn, q, qld);
+    F(tps_vrope)(b, d, n, kvn, k, kld);
     for (size_t h = 0; h < hn; h++)
         if ((m->q_first + h) / group < m->kv_first || (m->q_first + h) / group - m->kv_first >= kvn) {
             st = tps_fail(err, TPS_EINVALID, "attention map: q head %llu needs KV head %llu, not among the %zu held from %llu",
@@ -252,7 +252,7 @@ tps_status F(vattn)(const tps_block *b, const vdims *d, const vlayer *l, const v
     const tps_vt *ow = vrole(l, TPS_ROLE_O_W, 0, false), *ob = vrole(l, TPS_ROLE_O_B, 0, false);
     TPS_CHECK(F(vlinear)(ow, b->conv1d, n, ctx, qld, m->o_off, m->o_off + qld, 0, d->hidden, out, (size_t)d->hidden,
                          err));
-    if (add_bias && ob) F(vadd_vec)(ob, n, (size_t)d->hidden, out);
+    if (add_bias && ob) F(tps_vadd_vec)(ob, n, (size_t)d->hidden, out);
 cleanup:
     free(q);
     free(k);
@@ -340,13 +340,13 @@ cleanup:
     return st;
 }
 
-tps_status F(vmlp)(const tps_block *b, const vdims *d, const vlayer *l, const vmlp_map *m, size_t n,
+tps_status F(tps_vmlp)(const tps_block *b, const vdims *d, const vlayer *l, const vmlp_map *m, size_t n,
                    const REAL *xn, bool add_bias, REAL *out, tps_error *err)
 {
     tps_status st = b->kind == TPS_BLOCK_MIXTRAL ? F(vmoe)(b, d, l, m, n, xn, out, err)
                                                  : F(vdense)(b, d, l, 0, false, m, n, xn, out, err);
     const tps_vt *db = vrole(l, TPS_ROLE_DOWN_B, 0, false);
-    if (st == TPS_OK && add_bias && db) F(vadd_vec)(db, n, (size_t)d->hidden, out);
+    if (st == TPS_OK && add_bias && db) F(tps_vadd_vec)(db, n, (size_t)d->hidden, out);
     return st;
 }
 

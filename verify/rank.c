@@ -51,6 +51,7 @@ typedef struct rank_job {
     tps_status st;
     tps_error err;
     vgate *gate; /* every thread waits until all were created (verify/gated_threads.h) */
+    const tps_verify_opts *vo; /* rank 0 reports its stages */
 } rank_job;
 
 static void note_dtype(vrank_out *o, const tps_vt *t)
@@ -58,7 +59,7 @@ static void note_dtype(vrank_out *o, const tps_vt *t)
     if (t->data && tps_verify_rtol(t->dtype) > tps_verify_rtol(o->min_dtype)) o->min_dtype = t->dtype;
 }
 
-void vrank_note_dtypes(vrank_out *o, const vlayer *l)
+void tps_vrank_note_dtypes(vrank_out *o, const vlayer *l)
 {
     for (int r = 0; r < TPS_ROLE_COUNT; r++) note_dtype(o, &l->t[r]);
     for (uint64_t i = 0; i < l->nex * TPS_ROLE_COUNT; i++) note_dtype(o, &l->ex[i]);
@@ -70,11 +71,11 @@ static void rank_stage(rank_job *j, const vlayer *l, int stage, const float *in,
     const vdims *d = j->d;
     vrank_out *o = j->out;
     vshare s;
-    vshare_of(d, j->comm.size, j->comm.rank, &s);
+    tps_vshare_of(d, j->comm.size, j->comm.rank, &s);
     size_t nh = j->n * d->hidden;
     char why[sizeof o->why[0] - 32];
     memset(o->partial[stage], 0, nh * sizeof(float));
-    if (!vcheck_shapes(b, d, &s, l, stage == TPS_VSTAGE_MLP, why, sizeof why)) {
+    if (!tps_vcheck_shapes(b, d, &s, l, stage == TPS_VSTAGE_MLP, why, sizeof why)) {
         o->bad[stage] = true;
         snprintf(o->why[stage], sizeof o->why[stage], "rank %llu holds %s", (unsigned long long)j->comm.rank, why);
         return; /* joins the all-reduce with zeros */
@@ -82,16 +83,16 @@ static void rank_stage(rank_job *j, const vlayer *l, int stage, const float *in,
     if (j->st != TPS_OK) return;
     if (stage == TPS_VSTAGE_ATTN) {
         vattn_map m;
-        vattn_map_local(b, d, &s, &m);
-        vnorm_f32(b, d, vrole(l, TPS_ROLE_ATTN_NORM_W, 0, false), vrole(l, TPS_ROLE_ATTN_NORM_B, 0, false), j->n, in,
+        tps_vattn_map_local(b, d, &s, &m);
+        tps_vnorm_f32(b, d, vrole(l, TPS_ROLE_ATTN_NORM_W, 0, false), vrole(l, TPS_ROLE_ATTN_NORM_B, 0, false), j->n, in,
                   scratch);
-        j->st = vattn_f32(b, d, l, &m, j->n, scratch, false, o->partial[stage], &j->err);
+        j->st = tps_vattn_f32(b, d, l, &m, j->n, scratch, false, o->partial[stage], &j->err);
     } else {
         vmlp_map m;
-        vmlp_map_local(d, &s, &m);
-        vnorm_f32(b, d, vrole(l, TPS_ROLE_MLP_NORM_W, 0, false), vrole(l, TPS_ROLE_MLP_NORM_B, 0, false), j->n, in,
+        tps_vmlp_map_local(d, &s, &m);
+        tps_vnorm_f32(b, d, vrole(l, TPS_ROLE_MLP_NORM_W, 0, false), vrole(l, TPS_ROLE_MLP_NORM_B, 0, false), j->n, in,
                   scratch);
-        j->st = vmlp_f32(b, d, l, &m, j->n, scratch, false, o->partial[stage], &j->err);
+        j->st = tps_vmlp_f32(b, d, l, &m, j->n, scratch, false, o->partial[stage], &j->err);
     }
 }
 
@@ -106,7 +107,9 @@ static void rank_body(rank_job *j, bool *elsewhere)
     size_t nh = j->n * d->hidden;
     float *h = malloc((nh + 1) * sizeof *h), *scratch = malloc((nh + 1) * sizeof *scratch);
     if (!h || !scratch) j->st = tps_fail_oom(&j->err, "a rank's activations");
-    if (j->st == TPS_OK) j->st = vlayer_load(j->b, j->layer, d->experts, j->src, &l, &j->err);
+    const tps_verify_opts *vo = j->comm.rank == 0 ? j->vo : NULL;
+    tps_vstage(vo, "ranks: loading");
+    if (j->st == TPS_OK) j->st = tps_vlayer_load(j->b, j->layer, d->experts, j->src, &l, &j->err);
     /* Every rank learns whether any rank failed to load, and then all stop together. */
     float failed = j->st != TPS_OK;
     tps_status cst = j->comm.allreduce_sum(&j->comm, &failed, 1, &j->err);
@@ -117,7 +120,7 @@ static void rank_body(rank_job *j, bool *elsewhere)
         }
         goto cleanup;
     }
-    vrank_note_dtypes(o, &l);
+    tps_vrank_note_dtypes(o, &l);
 
     for (int stage = 0; stage < TPS_VSTAGE_COUNT; stage++) {
         const float *in = j->x;
@@ -125,6 +128,7 @@ static void rank_body(rank_job *j, bool *elsewhere)
             for (size_t i = 0; i < nh; i++) h[i] = j->x[i] + o->out[TPS_VSTAGE_ATTN][i];
             in = h;
         }
+        tps_vstage(vo, stage == TPS_VSTAGE_ATTN ? "ranks: attention" : "ranks: mlp");
         rank_stage(j, &l, stage, in, scratch);
         memcpy(o->out[stage], o->partial[stage], nh * sizeof(float));
         cst = j->comm.allreduce_sum(&j->comm, o->out[stage], nh, &j->err);
@@ -134,10 +138,10 @@ static void rank_body(rank_job *j, bool *elsewhere)
         }
         /* A row-parallel bias is added once, after the sum, by each rank to its copy. */
         const tps_vt *bias = vrole(&l, stage == TPS_VSTAGE_ATTN ? TPS_ROLE_O_B : TPS_ROLE_DOWN_B, 0, false);
-        if (bias && !o->bad[stage]) vadd_vec_f32(bias, j->n, (size_t)d->hidden, o->out[stage]);
+        if (bias && !o->bad[stage]) tps_vadd_vec_f32(bias, j->n, (size_t)d->hidden, o->out[stage]);
     }
 cleanup:
-    vlayer_release(&l);
+    tps_vlayer_release(&l);
     free(h);
     free(scratch);
 }
@@ -150,17 +154,18 @@ static void *rank_main(void *arg)
     return NULL;
 }
 
-tps_status vrank_one(const tps_block *b, const vdims *d, uint64_t layer, const tps_vsource *src, size_t n,
-                     const float *x, tps_vcomm *comm, vrank_out *out, bool *elsewhere, tps_error *err)
+tps_status tps_vrank_one(const tps_block *b, const vdims *d, uint64_t layer, const tps_vsource *src, size_t n,
+                     const float *x, tps_vcomm *comm, vrank_out *out, bool *elsewhere, const tps_verify_opts *vo,
+                     tps_error *err)
 {
-    rank_job j = {.b = b, .d = d, .layer = layer, .src = src, .n = n, .x = x, .out = out, .comm = *comm};
+    rank_job j = {.b = b, .d = d, .layer = layer, .src = src, .n = n, .x = x, .out = out, .comm = *comm, .vo = vo};
     tps_error_clear(&j.err);
     rank_body(&j, elsewhere);
     if (j.st != TPS_OK && !*elsewhere) tps_fail(err, j.st, "%s", j.err.msg);
     return j.st;
 }
 
-tps_status vrank_out_alloc(vrank_out *o, size_t nh, tps_error *err)
+tps_status tps_vrank_out_alloc(vrank_out *o, size_t nh, tps_error *err)
 {
     memset(o, 0, sizeof *o);
     o->min_dtype = TPS_DT_F64;
@@ -168,14 +173,14 @@ tps_status vrank_out_alloc(vrank_out *o, size_t nh, tps_error *err)
         o->partial[s] = malloc((nh + 1) * sizeof(float));
         o->out[s] = malloc((nh + 1) * sizeof(float));
         if (!o->partial[s] || !o->out[s]) {
-            vrank_out_release(o);
+            tps_vrank_out_release(o);
             return tps_fail_oom(err, "the ranks' outputs");
         }
     }
     return TPS_OK;
 }
 
-void vrank_out_release(vrank_out *o)
+void tps_vrank_out_release(vrank_out *o)
 {
     if (!o) return;
     for (int s = 0; s < TPS_VSTAGE_COUNT; s++) {
@@ -185,8 +190,8 @@ void vrank_out_release(vrank_out *o)
     memset(o, 0, sizeof *o);
 }
 
-tps_status vrank_run(const tps_block *b, const vdims *d, uint64_t layer, uint64_t T, const tps_vsource *ranks,
-                     size_t n, const float *x, vrank_out *outs, tps_error *err)
+tps_status tps_vrank_run(const tps_block *b, const vdims *d, uint64_t layer, uint64_t T, const tps_vsource *ranks,
+                     size_t n, const float *x, vrank_out *outs, const tps_verify_opts *vo, tps_error *err)
 {
     tps_status st = TPS_OK;
     size_t nh = n * (size_t)d->hidden;
@@ -203,7 +208,7 @@ tps_status vrank_run(const tps_block *b, const vdims *d, uint64_t layer, uint64_
         goto cleanup;
     }
     for (uint64_t r = 0; r < T; r++) memset(&outs[r], 0, sizeof outs[r]);
-    for (uint64_t r = 0; r < T; r++) TPS_CHECK(vrank_out_alloc(&outs[r], nh, err));
+    for (uint64_t r = 0; r < T; r++) TPS_CHECK(tps_vrank_out_alloc(&outs[r], nh, err));
     if (pthread_barrier_init(&sh.bar, NULL, (unsigned)T) != 0) {
         st = tps_fail(err, TPS_EIO, "cannot create a barrier for %llu rank threads", (unsigned long long)T);
         goto cleanup;
@@ -212,7 +217,7 @@ tps_status vrank_run(const tps_block *b, const vdims *d, uint64_t layer, uint64_
     for (uint64_t r = 0; r < T; r++) {
         jobs[r] = (rank_job){.b = b, .d = d, .layer = layer, .src = &ranks[r], .n = n, .x = x, .out = &outs[r],
                              .comm = {.rank = r, .size = T, .allreduce_sum = thread_allreduce, .impl = &sh},
-                             .gate = &gate};
+                             .gate = &gate, .vo = vo};
         tps_error_clear(&jobs[r].err);
     }
     started = vgate_run(&gate, tid, T, rank_main, jobs, sizeof *jobs);
@@ -227,7 +232,7 @@ tps_status vrank_run(const tps_block *b, const vdims *d, uint64_t layer, uint64_
 cleanup:
     if (bar) pthread_barrier_destroy(&sh.bar);
     if (st != TPS_OK && outs)
-        for (uint64_t r = 0; r < T; r++) vrank_out_release(&outs[r]);
+        for (uint64_t r = 0; r < T; r++) tps_vrank_out_release(&outs[r]);
     free(jobs);
     free(tid);
     free(sh.bufs);

@@ -5,32 +5,32 @@
 
 #include "internal.h"
 
-tps_status vref_attn(const tps_block *b, const vdims *d, const vlayer *l, const vshare *share, size_t n,
+tps_status tps_vref_attn(const tps_block *b, const vdims *d, const vlayer *l, const vshare *share, size_t n,
                      const double *x, double *out, tps_error *err)
 {
     vshare all;
     vattn_map m;
-    vshare_of(d, 1, 0, &all);
-    vattn_map_global(b, d, share ? share : &all, &m);
+    tps_vshare_of(d, 1, 0, &all);
+    tps_vattn_map_global(b, d, share ? share : &all, &m);
     double *xn = malloc((n * d->hidden + 1) * sizeof *xn);
     if (!xn) return tps_fail_oom(err, "the reference's normalized input");
-    vnorm_f64(b, d, vrole(l, TPS_ROLE_ATTN_NORM_W, 0, false), vrole(l, TPS_ROLE_ATTN_NORM_B, 0, false), n, x, xn);
-    tps_status st = vattn_f64(b, d, l, &m, n, xn, share == NULL, out, err);
+    tps_vnorm_f64(b, d, vrole(l, TPS_ROLE_ATTN_NORM_W, 0, false), vrole(l, TPS_ROLE_ATTN_NORM_B, 0, false), n, x, xn);
+    tps_status st = tps_vattn_f64(b, d, l, &m, n, xn, share == NULL, out, err);
     free(xn);
     return st;
 }
 
-tps_status vref_mlp(const tps_block *b, const vdims *d, const vlayer *l, const vshare *share, size_t n,
+tps_status tps_vref_mlp(const tps_block *b, const vdims *d, const vlayer *l, const vshare *share, size_t n,
                     const double *h, double *out, tps_error *err)
 {
     vshare all;
     vmlp_map m;
-    vshare_of(d, 1, 0, &all);
-    vmlp_map_global(d, share ? share : &all, &m);
+    tps_vshare_of(d, 1, 0, &all);
+    tps_vmlp_map_global(d, share ? share : &all, &m);
     double *hn = malloc((n * d->hidden + 1) * sizeof *hn);
     if (!hn) return tps_fail_oom(err, "the reference's normalized input");
-    vnorm_f64(b, d, vrole(l, TPS_ROLE_MLP_NORM_W, 0, false), vrole(l, TPS_ROLE_MLP_NORM_B, 0, false), n, h, hn);
-    tps_status st = vmlp_f64(b, d, l, &m, n, hn, share == NULL, out, err);
+    tps_vnorm_f64(b, d, vrole(l, TPS_ROLE_MLP_NORM_W, 0, false), vrole(l, TPS_ROLE_MLP_NORM_B, 0, false), n, h, hn);
+    tps_status st = tps_vmlp_f64(b, d, l, &m, n, hn, share == NULL, out, err);
     free(hn);
     return st;
 }

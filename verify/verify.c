@@ -19,6 +19,11 @@ void tps_verify_result_release(tps_verify_result *r)
     for (int s = 0; s < TPS_VSTAGE_COUNT; s++) r->ref_out[s] = NULL;
 }
 
+void tps_vstage(const tps_verify_opts *o, const char *what)
+{
+    if (o && o->on_stage) o->on_stage(o->stage_arg, what);
+}
+
 tps_status tps_verify_count_layers(const tps_block *b, const tps_vsource *ref, uint64_t *out, tps_error *err)
 {
     if (b->layers) {
@@ -109,8 +114,8 @@ static tps_status resolve_dims(const tps_block *b, uint64_t layer, const vlayer 
                         (unsigned long long)d->top_k, (unsigned long long)d->experts);
     vshare all;
     char msg[512];
-    vshare_of(d, 1, 0, &all);
-    if (!vcheck_shapes(b, d, &all, l, false, msg, sizeof msg) || !vcheck_shapes(b, d, &all, l, true, msg, sizeof msg))
+    tps_vshare_of(d, 1, 0, &all);
+    if (!tps_vcheck_shapes(b, d, &all, l, false, msg, sizeof msg) || !tps_vcheck_shapes(b, d, &all, l, true, msg, sizeof msg))
         return tps_fail(err, TPS_EINVALID, "reference layer %llu does not match the block description: it holds %s",
                         (unsigned long long)layer, msg);
     if (d->heads % T || d->inter % T || (d->kv % T && T % d->kv))
@@ -206,9 +211,9 @@ static tps_status blame(const tps_block *b, const vdims *d, const vlayer *rl, ui
     tps_status st = TPS_OK;
     for (uint64_t r = 0; r < T; r++) {
         vshare s;
-        vshare_of(d, T, r, &s);
-        st = stage == TPS_VSTAGE_ATTN ? vref_attn(b, d, rl, &s, n, in, part, err)
-                                      : vref_mlp(b, d, rl, &s, n, in, part, err);
+        tps_vshare_of(d, T, r, &s);
+        st = stage == TPS_VSTAGE_ATTN ? tps_vref_attn(b, d, rl, &s, n, in, part, err)
+                                      : tps_vref_mlp(b, d, rl, &s, n, in, part, err);
         if (st != TPS_OK) break;
         cmp c = compare(outs[r].partial[stage], part, nh, rtol, atol);
         if (c.pass) continue;
@@ -262,9 +267,12 @@ static tps_status compare_layer(const tps_block *b, const vdims *d, const vlayer
     tps_status st = TPS_OK;
     size_t nh = n * (size_t)d->hidden;
     for (size_t i = 0; i < nh; i++) xd[i] = x[i];
-    TPS_CHECK(vref_attn(b, d, rl, NULL, n, xd, ref_out[TPS_VSTAGE_ATTN], err));
+    tps_vstage(o, "reference: attention");
+    TPS_CHECK(tps_vref_attn(b, d, rl, NULL, n, xd, ref_out[TPS_VSTAGE_ATTN], err));
     for (size_t i = 0; i < nh; i++) h[i] = b->parallel_residual ? xd[i] : xd[i] + ref_out[TPS_VSTAGE_ATTN][i];
-    TPS_CHECK(vref_mlp(b, d, rl, NULL, n, h, ref_out[TPS_VSTAGE_MLP], err));
+    tps_vstage(o, "reference: mlp");
+    TPS_CHECK(tps_vref_mlp(b, d, rl, NULL, n, h, ref_out[TPS_VSTAGE_MLP], err));
+    tps_vstage(o, "comparing");
 
     res->dtype = TPS_DT_F64;
     for (uint64_t r = 0; r < T; r++)
@@ -299,7 +307,7 @@ tps_status tps_verify_layer(const tps_block *b, uint64_t layer, uint64_t T, cons
     tps_status st = TPS_OK;
     double t0 = now_s();
     tps_vbackend *be = o->backend;
-    bool root = vbackend_rank(be) == 0;
+    bool root = tps_vbackend_rank(be) == 0;
     vlayer rl;
     vdims d;
     vstats stats = {0, 0, 0};
@@ -316,12 +324,20 @@ tps_status tps_verify_layer(const tps_block *b, uint64_t layer, uint64_t T, cons
     if (T == 0 || o->tokens == 0) return tps_fail(err, TPS_EINVALID, "verify needs at least one rank and one token");
     /* Under MPI only rank 0 holds the reference: it resolves the sizes and sends them. */
     if (root) {
-        st = vlayer_load(b, layer, b->experts, ref, &rl, err);
+        bool checked_reads = o->shards && tps_vsource_is_shardset(ref, o->shards);
+        tps_vstage(o, checked_reads ? "loading, checking bytes" : "loading");
+        st = tps_vlayer_load(b, layer, b->experts, ref, &rl, err);
+        /* Before any number is trusted, the shards' bytes must be what the manifest says. */
+        if (st == TPS_OK && o->shards) {
+            if (!checked_reads) tps_vstage(o, "checking bytes");
+            st = tps_vlayer_check(b, layer, rl.nex, o->shards, checked_reads, &res->checked_tensors, &res->checked_bytes,
+                              err);
+        }
         if (st == TPS_OK) st = resolve_dims(b, layer, &rl, T, &d, err);
     }
-    if (vbackend_multi(be)) {
-        TPS_CHECK(vbackend_agree(be, st, err));
-        TPS_CHECK(vbackend_bcast(be, &d, sizeof d, err));
+    if (tps_vbackend_multi(be)) {
+        TPS_CHECK(tps_vbackend_agree(be, st, err));
+        TPS_CHECK(tps_vbackend_bcast(be, &d, sizeof d, err));
     }
     TPS_CHECK(st);
     res->hidden = d.hidden;
@@ -342,16 +358,16 @@ tps_status tps_verify_layer(const tps_block *b, uint64_t layer, uint64_t T, cons
     }
     if (!x || !outs || (root && (!xd || !h || !ref_out[0] || !ref_out[1])))
         st = tps_fail_oom(err, "the layer's activations");
-    if (vbackend_multi(be)) st = vbackend_agree(be, st, err);
+    if (tps_vbackend_multi(be)) st = tps_vbackend_agree(be, st, err);
     TPS_CHECK(st);
     draw_inputs(o->seed, layer, nh, x);
-    TPS_CHECK(vbackend_run(be, b, &d, layer, T, ranks, n, x, outs, &stats, err));
+    TPS_CHECK(tps_vbackend_run(be, b, &d, layer, T, ranks, n, x, outs, &stats, o, err));
     res->upload_bytes = stats.upload_bytes;
     res->upload_seconds = stats.upload_seconds;
     res->layer_seconds = stats.layer_seconds;
     res->pass = true;
     if (root) st = compare_layer(b, &d, &rl, T, n, x, xd, h, ref_out, outs, o, res, err);
-    if (vbackend_multi(be)) st = vbackend_agree(be, st, err);
+    if (tps_vbackend_multi(be)) st = tps_vbackend_agree(be, st, err);
     TPS_CHECK(st);
     if (o->keep_reference && root) {
         res->x = xd;
@@ -363,9 +379,9 @@ tps_status tps_verify_layer(const tps_block *b, uint64_t layer, uint64_t T, cons
     }
 cleanup:
     if (outs)
-        for (uint64_t r = 0; r < T; r++) vrank_out_release(&outs[r]);
+        for (uint64_t r = 0; r < T; r++) tps_vrank_out_release(&outs[r]);
     free(outs);
-    vlayer_release(&rl);
+    tps_vlayer_release(&rl);
     free(x);
     free(xd);
     free(h);

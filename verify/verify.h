@@ -159,6 +159,17 @@ typedef struct tps_verify_opts {
     double rtol;     /* <= 0: by the shards' dtype */
     double atol;     /* <= 0: rtol * RMS of the reference output of the stage */
     bool keep_reference; /* keep x and the reference outputs in the result */
+    /* The shard set the ranks load from: on rank 0, each of the layer's tensors is first
+     * checked against its manifest (every rank's bytes gathered, replicas compared, the
+     * global CRC-32 compared), TPS_EMISMATCH naming the file and tensor on a difference.
+     * When ref is this set's own source (tps_vsource_shardset), those checked reads are the
+     * reference's reads.  NULL: not checked. */
+    struct tps_shardset *shards;
+    /* Called as the layer moves from stage to stage ("loading the reference", "ranks:
+     * attention", ...), from the thread doing the work (rank 0's on the CPU backend); NULL:
+     * not called. */
+    void (*on_stage)(void *arg, const char *stage);
+    void *stage_arg;
 } tps_verify_opts;
 
 enum { TPS_VSTAGE_ATTN, TPS_VSTAGE_MLP, TPS_VSTAGE_COUNT };
@@ -175,6 +186,8 @@ typedef struct tps_verify_result {
     uint64_t layer;
     tps_dtype dtype; /* lowest-precision weight dtype in the ranks' slices */
     double seconds;  /* loading and computing, reference and ranks */
+    /* rank 0, with opts.shards: the tensors checked against the manifest and their bytes */
+    uint64_t checked_tensors, checked_bytes;
     /* measured by the cuda backend (0 elsewhere): bytes of slices copied to the GPUs, the
      * wall time of those copies, and of the layer's computation (both all-reduces
      * included, slowest rank) */

@@ -128,7 +128,7 @@ usage_case "a transposition suggests --output" "did you mean '--output'?" split 
 usage_case "an option's prefix suggests the option" "did you mean '--max-shard-size'?" split "$SRC" --max-shard 5GB
 usage_case "--tp 3x refused" "--tp expects a non-negative integer, not '3x'" split "$SRC" --tp 3x
 usage_case "--tp -1 refused" "not '-1'" split "$SRC" --tp -1
-usage_case "--tp beyond 64 bits refused" "not '99999999999999999999999'" plan "$SRC" --tp 99999999999999999999999
+usage_case "--tp beyond 64 bits refused" "--tp 99999999999999999999999: too large" plan "$SRC" --tp 99999999999999999999999
 usage_case "--tp 0 refused" "--tp N is required (N >= 1)" plan "$SRC" --tp 0 --preset llama
 usage_case "--max-shard-size 5XB refused" "--max-shard-size expects a size" split "$SRC" --max-shard-size 5XB
 usage_case "--rtol abc refused" "--rtol expects a number, not 'abc'" verify x --rtol abc
@@ -192,12 +192,16 @@ if command -v script >/dev/null 2>&1 && script -qc true /dev/null </dev/null >/d
         rc=$?
         secs=$(($(date +%s) - start + 1))
         draws=$(grep -o "$(printf '\r')$(printf '\033')\[K$c [0-9]" "tty.$c" | wc -l)
+        # verify also draws each layer and each stage within it as it starts (about 8 a layer),
+        # so that a layer running for seconds shows what it is doing
+        most=$((5 * secs + 2))
+        [ $c = verify ] && most=$((most + 2 * 8))
         # the last draw shows everything done, with the rate, the ETA and a tensor name, whose
         # head is cut to "..." when it does not fit (which tensor is last depends on timing:
         # check walks tensors on several threads)
         last=$(tr '\r' '\n' <"tty.$c" | grep "^$(printf '\033')\[K$c [0-9]" | tail -1)
-        if [ $rc -eq 0 ] && [ "$draws" -ge 1 ] && [ "$draws" -le $((5 * secs + 2)) ] &&
-            echo "$last" | grep -Eq "$c [0-9.]+ [kMG]?B / [0-9.]+ [kMG]?B +100%  [0-9.]+ GB/s  ETA [0-9]+:[0-9]{2}  (model|lm_head|\.\.\.[a-z_.0-9]+$)"; then
+        if [ $rc -eq 0 ] && [ "$draws" -ge 1 ] && [ "$draws" -le "$most" ] &&
+            echo "$last" | grep -Eq "$c [0-9.]+ [kMG]?B / [0-9.]+ [kMG]?B +100%  [0-9.]+ GB/s  ETA [0-9]+:[0-9]{2}  (model|lm_head|layer 1: done|\.\.\.[a-z_.0-9]+$)"; then
             ok "$c on a terminal: $draws progress draw(s) in ${secs}s (at most 5/s), bytes, %, GB/s, ETA, tensor"
         else
             notok "$c on a terminal: progress line"
@@ -208,6 +212,17 @@ if command -v script >/dev/null 2>&1 && script -qc true /dev/null </dev/null >/d
     layers=$(tr '\r' '\n' <tty.verify | grep -c "^\($(printf '\033')\[K\)\{0,1\}layer [01]    BF16 .* ok$")
     [ "$layers" -eq 2 ] && ok "verify on a terminal: both layer lines whole, the progress line erased before each" ||
         { notok "verify on a terminal: the layer lines are broken by the progress line"; cat -v tty.verify | sed 's/^/#   /'; }
+    # ...and while a layer runs, its number and stage stay on the line (drawn when it starts,
+    # not erased until the layer's report line is printed)
+    for stage in "layer 0 (model.layers.0.)" "layer 0: loading, checking bytes" \
+        "layer 1: ranks: attention" "layer 1: ranks: mlp" "layer 1: reference: mlp"; do
+        if tr '\r' '\n' <tty.verify | grep -q "^$(printf '\033')\[Kverify .*  $stage\$"; then
+            ok "verify on a terminal: the progress line shows '$stage'"
+        else
+            notok "verify on a terminal: no progress line showing '$stage'"
+            tr '\r' '\n' <tty.verify | cat -v | sed 's/^/#   /' | head -30
+        fi
+    done
     on_tty tty.q "$TPSHARD" split "$SRC" --tp 2 --preset llama -o tty-q -q
     [ $? -eq 0 ] && ! grep -q "GB/s" tty.q && ok "split -q on a terminal: no progress line" || notok "split -q showed progress"
 else

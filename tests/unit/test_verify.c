@@ -322,11 +322,11 @@ TEST(rmsnorm_of_a_constant_vector)
     for (int i = 0; i < 32; i++) x[i] = c;
     vlayer l;
     tps_error err;
-    CHECK(vlayer_load(&m.b, 0, 0, &(tps_vsource){&m.g, store_load, store_has}, &l, &err) == TPS_OK);
-    vnorm_f64(&m.b, &m.d, &l.t[TPS_ROLE_ATTN_NORM_W], NULL, 1, x, out);
+    CHECK(tps_vlayer_load(&m.b, 0, 0, &(tps_vsource){&m.g, store_load, store_has}, &l, &err) == TPS_OK);
+    tps_vnorm_f64(&m.b, &m.d, &l.t[TPS_ROLE_ATTN_NORM_W], NULL, 1, x, out);
     const float *w = find_role(&m, TPS_ROLE_ATTN_NORM_W)->v;
     for (int i = 0; i < 32; i++) CHECK(fabs(out[i] - c / sqrt(c * c + 1e-5) * w[i]) < 1e-12);
-    vlayer_release(&l);
+    tps_vlayer_release(&l);
     model_free(&m);
 }
 
@@ -336,7 +336,7 @@ TEST(layernorm_has_zero_mean_unit_variance)
     model_init(&m, K_GPT2);
     double x[32], out[32], mean = 0, var = 0;
     for (int i = 0; i < 32; i++) x[i] = i * 0.5 - 3;
-    vnorm_f64(&m.b, &m.d, NULL, NULL, 1, x, out);
+    tps_vnorm_f64(&m.b, &m.d, NULL, NULL, 1, x, out);
     for (int i = 0; i < 32; i++) mean += out[i];
     for (int i = 0; i < 32; i++) var += out[i] * out[i];
     CHECK(fabs(mean) < 1e-12);
@@ -351,7 +351,7 @@ TEST(rope_is_identity_at_position_0_and_keeps_norms)
         vdims d = {.hd = 8, .rot = 8};
         double x[3 * 16], y[3 * 16];
         for (int i = 0; i < 48; i++) x[i] = y[i] = urand() - 0.5;
-        vrope_f64(&b, &d, 3, 2, y, 16);
+        tps_vrope_f64(&b, &d, 3, 2, y, 16);
         for (int i = 0; i < 16; i++) CHECK(y[i] == x[i]);
         for (int t = 1; t < 3; t++)
             for (int h = 0; h < 2; h++) {
@@ -376,7 +376,7 @@ TEST(partial_rotary_leaves_the_tail_alone)
     vdims d = {.hd = 8, .rot = 2};
     double x[2 * 8], y[2 * 8];
     for (int i = 0; i < 16; i++) x[i] = y[i] = urand();
-    vrope_f64(&b, &d, 2, 1, y, 8);
+    tps_vrope_f64(&b, &d, 2, 1, y, 8);
     for (int i = 2; i < 8; i++) CHECK(y[8 + i] == x[8 + i]);
     CHECK(fabs(y[8] - (x[8] * cos(1.0) - x[9] * sin(1.0))) < 1e-12);
 }
@@ -389,7 +389,7 @@ TEST(attention_of_one_token_is_the_v_path)
     model_init(&m, K_LLAMA);
     vlayer l;
     tps_error err;
-    CHECK(vlayer_load(&m.b, 0, 0, &(tps_vsource){&m.g, store_load, store_has}, &l, &err) == TPS_OK);
+    CHECK(tps_vlayer_load(&m.b, 0, 0, &(tps_vsource){&m.g, store_load, store_has}, &l, &err) == TPS_OK);
     double x[32], xn[32], out[32], ms = 0;
     for (int i = 0; i < 32; i++) x[i] = urand() - 0.5, ms += x[i] * x[i];
     const float *nw = find_role(&m, TPS_ROLE_ATTN_NORM_W)->v, *vw = find_role(&m, TPS_ROLE_V_W)->v;
@@ -400,7 +400,7 @@ TEST(attention_of_one_token_is_the_v_path)
         v[j] = vb[j];
         for (int i = 0; i < 32; i++) v[j] += vw[j * 32 + i] * xn[i];
     }
-    CHECK(vref_attn(&m.b, &m.d, &l, NULL, 1, x, out, &err) == TPS_OK);
+    CHECK(tps_vref_attn(&m.b, &m.d, &l, NULL, 1, x, out, &err) == TPS_OK);
     double worst = 0;
     for (int o = 0; o < 32; o++) {
         double want = 0;
@@ -409,7 +409,7 @@ TEST(attention_of_one_token_is_the_v_path)
         worst = fmax(worst, fabs(out[o] - want));
     }
     CHECK(worst < 1e-9);
-    vlayer_release(&l);
+    tps_vlayer_release(&l);
     model_free(&m);
 }
 
@@ -430,7 +430,7 @@ TEST(causal_attention_of_two_tokens_by_hand)
     vattn_map m = {.hn = 1, .kv_n = 1, .stride = 2};
     double xn[4] = {1, 0, 0.5, 2}, out[4];
     tps_error err;
-    CHECK(vattn_f64(&b, &d, &l, &m, 2, xn, true, out, &err) == TPS_OK);
+    CHECK(tps_vattn_f64(&b, &d, &l, &m, 2, xn, true, out, &err) == TPS_OK);
     /* token 0 sees only itself */
     CHECK(fabs(out[0] - 1) < 1e-15 && fabs(out[1]) < 1e-15);
     double s0 = (0.5 * 1 + 2 * 0) / sqrt(2.0), s1 = (0.5 * 0.5 + 2 * 2) / sqrt(2.0);

@@ -157,7 +157,7 @@ __global__ void k_rope(float *x, size_t ldx, size_t n, size_t nh, size_t hd, siz
     p[i2] = b * c + a * s;
 }
 
-__device__ float block_sum(float v, float *sh)
+static __device__ float block_sum(float v, float *sh)
 {
     sh[threadIdx.x] = v;
     __syncthreads();
@@ -170,7 +170,7 @@ __device__ float block_sum(float v, float *sh)
     return r;
 }
 
-__device__ float block_max(float v, float *sh)
+static __device__ float block_max(float v, float *sh)
 {
     sh[threadIdx.x] = v;
     __syncthreads();
@@ -238,7 +238,7 @@ __global__ void k_attn(const float *q, size_t qld, const float *k, const float *
     }
 }
 
-__device__ float act(int kind, float v)
+static __device__ float act(int kind, float v)
 {
     double x = (double)v;
     switch (kind) {
