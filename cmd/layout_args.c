@@ -10,6 +10,7 @@
 #include "lib/buf.h"
 #include "lib/json.h"
 #include "lib/plan.h"
+#include "lib/write_set.h"
 
 static void print_lines(const char *cmd, const char *prefix, const char *text)
 {
@@ -30,6 +31,8 @@ int tps_cli_plan(const char *cmd, const char *src, const tps_layout_args *a, tps
     *l = NULL;
     *m = NULL;
     if (a->tp == 0) return tps_cli_usage(cmd, "--tp N is required (N >= 1)");
+    /* The bound every writer and the manifest reader share, before any planning. */
+    if (tps_tp_check(a->tp, "--tp", &err)) return tps_cli_report(cmd, &err);
     if (!a->layout == !a->preset)
         return tps_cli_usage(cmd, "give exactly one of --layout FILE or --preset NAME (see 'tpshard layout --list')");
     char name[4200];
