@@ -71,9 +71,12 @@ for c in $cmds; do
     man_section "$c" >"man.$c"
     k=$(wc -l <"opts.$c")
     allopts=$((allopts + k))
+    # each as an entry of its own (the line after a .TP; a missing .TP runs an option into the
+    # paragraph above it) or named where the section says it is "as for" another command
+    awk '/^\.TP/ {getline; print} /^(are|is) as for/ {print prev} {prev = $0}' "man.$c" >"tp.$c"
     missing=""
     for opt in $(grep -v -e '^--help$' -e '^--quiet$' -e '^--verbose$' "opts.$c"); do
-        grep -q -- "$opt\\b" "man.$c" || missing="$missing $opt"
+        grep -q -- "$opt\\b" "tp.$c" || missing="$missing $opt"
     done
     # and the other way: every option the man page documents for c, c accepts
     extra=""
