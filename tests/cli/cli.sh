@@ -45,6 +45,11 @@ for c in $cmds; do
     # -v adds what did not fit (the details paragraphs) and drops nothing: every word of the
     # short help is in the long one (whose usage line and option column may be laid out wider).
     "$TPSHARD" "$c" --help -v >"v.$c"
+    # The long help fits no screen anyway, so every option's text starts in one column.
+    starts=$(awk '/^Options:/ {on = 1; next} on && /^$/ {exit}
+        on && /^  (-[a-zA-Z], |    )?--/ && !/^  -[a-zA-Z], --[a-z-]+:/ { match($0, /^  (-[a-zA-Z], |    )?--[^ ]+( [^ ]+)? +/); print RLENGTH }' "v.$c" | sort -u)
+    [ "$(printf '%s\n' "$starts" | wc -l)" -eq 1 ] && ok "$c --help -v: the option texts start in one column ($starts)" ||
+        notok "$c --help -v: option texts start in columns $(echo $starts)"
     if [ "$(wc -l <"v.$c")" -gt "$(wc -l <"h.$c")" ]; then
         tr -s ' ' '\n' <"h.$c" | sort -u >short.words
         tr -s ' ' '\n' <"v.$c" | sort -u >long.words
