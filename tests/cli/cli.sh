@@ -45,7 +45,7 @@ for c in $cmds; do
     # -v adds what did not fit (the details paragraphs) and drops nothing: every word of the
     # short help is in the long one (whose usage line and option column may be laid out wider).
     "$TPSHARD" "$c" --help -v >"v.$c"
-    # The long help fits no screen anyway, so every option's text starts in one column.
+    # In the long help every option's text starts in one column (no narrowing to fit a screen).
     starts=$(awk '/^Options:/ {on = 1; next} on && /^$/ {exit}
         on && /^  (-[a-zA-Z], |    )?--/ && !/^  -[a-zA-Z], --[a-z-]+:/ { match($0, /^  (-[a-zA-Z], |    )?--[^ ]+( [^ ]+)? +/); print RLENGTH }' "v.$c" | sort -u)
     [ "$(printf '%s\n' "$starts" | wc -l)" -eq 1 ] && ok "$c --help -v: the option texts start in one column ($starts)" ||
