@@ -2,6 +2,7 @@
 #   make            build libtpshard.a and ./tpshard (CPU only; CUDA/NCCL/MPI probed, never required)
 #   make test       unit, CLI, malformed-input and interop tests; ends with "N passed, N failed"
 #   make demo       split the bundled tiny model and verify it
+#   make lint       -Werror build (in build/lint), headers alone, include layering, cited paths
 #   make install    PREFIX=/usr/local DESTDIR=
 # Switches: SANITIZE=address,undefined  V=1  CUDA_HOME=  NCCL_HOME=  MPI=0|1
 PREFIX ?= /usr/local
@@ -63,7 +64,7 @@ include verify/gpu.mk
 include tests/fuzz/fuzz.mk
 include tests/bench/bench.mk
 
-.PHONY: all test demo bench install uninstall clean deps check-deps config
+.PHONY: all test demo bench lint lint-build install uninstall clean deps check-deps config
 all: tpshard
 
 tpshard: $(CMD_OBJ) $(BUILD)/libtpshard.a
@@ -97,6 +98,17 @@ test: tpshard $(UNIT_BIN) $(TEST_DEPS)
 
 demo: tpshard
 	$(Q)sh tests/demo.sh
+
+# Every check runs even when one fails; the last line says "lint: passed" or "lint: FAILED"
+# (tests/lint/run.sh lists the checks).  The -Werror build is a make of lint-build with
+# BUILD=$(LINT_BUILD), so build/ and ./tpshard are left as they are.
+LINT_BUILD ?= $(BUILD)/lint
+lint:
+	$(Q)MAKE='$(MAKE)' CC='$(CC)' LINT_BUILD='$(LINT_BUILD)' LINT_CFLAGS='$(CFLAGS) -Werror' \
+	    HDR_CFLAGS='-std=c11 -D_GNU_SOURCE $(WARN) $(DEPS_CFLAGS)' sh tests/lint/run.sh
+
+# What make test compiles with $(CC), short of linking ./tpshard.
+lint-build: $(LIB_OBJ) $(CMD_OBJ) $(UNIT_BIN) $(REPLAY_BIN)
 
 install: tpshard
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1

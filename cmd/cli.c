@@ -373,7 +373,9 @@ void tps_cli_help(FILE *out, const tps_cmd *cmd, bool verbose)
 {
     /* The first rendering that fits one screen: with the details, then without them (the
      * common options line says -v shows them), with the option column narrowed last, as
-     * aligned help reads best. */
+     * aligned help reads best.  Help that fits no screen (-v's details) gains nothing from a
+     * narrowed column, which only pushes the longer names' text out of line: it is printed
+     * with the widest. */
     static const int caps[] = {26, 22, 18, 16};
     char *text = NULL;
     for (int details = 1; details >= 0; details--) {
@@ -385,6 +387,9 @@ void tps_cli_help(FILE *out, const tps_cmd *cmd, bool verbose)
             if (!text || lines <= HELP_LINES) goto print;
         }
     }
+    size_t lines;
+    free(text);
+    text = render(cmd, verbose || !cmd->details, caps[0], &lines);
 print:
     if (text) fputs(text, out);
     else print_help(out, cmd, true, caps[0]);

@@ -1,4 +1,5 @@
-/* NumPy .npy arrays and .npz archives of them (reference/formats.md §4, §6.6).
+/* NumPy .npy arrays and .npz archives of them (NEP 1, as numpy.lib.format
+ * reads and writes them).
  *
  * .npy byte layout:
  *   @0  "\x93NUMPY"   @6 major (1, 2 or 3)   @7 minor (0)

@@ -1,9 +1,9 @@
 /* A restricted unpickler for torch.save's data.pkl: a stack machine that builds a value
  * tree and executes, imports and calls nothing.
  *
- * Byte layout (reference/formats.md §2.4): a Python pickle, protocol 2 — a stream of
- * one-byte opcodes, each followed by its fixed or length-prefixed argument, ending with
- * STOP ('.').  A torch state dict looks like
+ * Byte layout (as torch.save writes it; CPython's pickletools documents each opcode): a
+ * Python pickle, protocol 2 — a stream of one-byte opcodes, each followed by its fixed or
+ * length-prefixed argument, ending with STOP ('.').  A torch state dict looks like
  *   PROTO 2, GLOBAL "collections\nOrderedDict\n", EMPTY_TUPLE, REDUCE, MARK,
  *     BINUNICODE key, GLOBAL "torch._utils\n_rebuild_tensor_v2\n",
  *       MARK (MARK "storage" GLOBAL "torch\nFloatStorage\n" "0" "cpu" numel TUPLE BINPERSID)

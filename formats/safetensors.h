@@ -1,13 +1,13 @@
 /* safetensors: reader (single file and Hugging Face multi-file index) and streaming writer.
  *
- * Byte layout (reference/formats.md §1.1):
+ * Byte layout (the "Format" section of the safetensors README, huggingface/safetensors):
  *   offset 0    u64 little-endian N, the header length
  *   offset 8    N bytes of UTF-8 JSON: {"name": {"dtype": "BF16", "shape": [..],
  *               "data_offsets": [begin, end]}, ..., "__metadata__": {"k": "v"}}
  *   offset 8+N  the data buffer; data_offsets are relative to it, contiguous from 0 with
  *               no gap or overlap, and the last one ends exactly at the end of the file.
- * Every rule of formats.md §1.3 and §6.1 is enforced; unknown keys inside a tensor entry
- * are refused (the JSON schema forbids them). */
+ * Every check of the reference reader (safetensors/src/tensor.rs, Metadata::validate) is
+ * enforced; unknown keys inside a tensor entry are refused (the JSON schema forbids them). */
 #ifndef TPS_SAFETENSORS_H
 #define TPS_SAFETENSORS_H
 

@@ -1,4 +1,5 @@
-/* Hugging Face multi-file safetensors checkpoints (formats.md §1.5):
+/* Hugging Face multi-file safetensors checkpoints (as huggingface_hub's
+ * serialization helpers write them):
  *   model.safetensors.index.json = {"metadata": {"total_size": N, ...},
  *                                   "weight_map": {"tensor name": "model-00001-of-00002.safetensors", ...}}
  * Each distinct file is opened once, in file-name order (so model-00001-of-* is file 0 and
@@ -142,7 +143,7 @@ tps_status tps_safetensors_index_open(const char *path, tps_index **out, tps_err
         goto cleanup;
     }
     /* Producers put various keys here (total_size, sometimes file sizes or 0); only its
-     * shape is checked, total_size is not trusted (formats.md §1.5). */
+     * shape is checked, total_size is not trusted. */
     if (meta && meta->type != TPS_JSON_OBJECT) {
         st = tps_fail(err, TPS_EINVALID, "%s: \"metadata\" is not an object", idx_path);
         goto cleanup;

@@ -3,7 +3,8 @@
  * Only the prefix and the header are read, never tensor data, so inspecting a file of any
  * size costs one small read.  The header is validated in full before anything is added to
  * the index: first every entry's fields (in header order), then the data offsets in
- * (begin, end) order, as the reference reader does (formats.md §1.3).
+ * (begin, end) order, as the reference reader does (safetensors/src/tensor.rs,
+ * Metadata::validate).
  *
  * Decisions where the sources differ: shape entries may be any u64 (the schema's 2^48-1 is
  * a CPU limit of the reference, not a format rule) because every product is overflow-checked
@@ -146,7 +147,8 @@ static tps_status parse_entry(const char *path, const tps_json *key, const tps_j
     return TPS_OK;
 }
 
-/* __metadata__ is a string-to-string map (formats.md §1.1); nothing nested. */
+/* __metadata__ is a string-to-string map (the safetensors README: "all values must be
+ * strings"); nothing nested. */
 static tps_status check_metadata(const char *path, const tps_json *meta, tps_error *err)
 {
     if (meta->type != TPS_JSON_OBJECT)

@@ -1,7 +1,8 @@
 /* PyTorch torch.save checkpoints (pytorch_model.bin), read without executing anything.
  *
- * Byte layout (reference/formats.md §2.2, §2.3): a ZIP archive (zip.h) whose entries all sit
- * under one root folder <root>/ (taken from the first entry):
+ * Byte layout (torch/serialization.py's _save, caffe2/serialize/inline_container.cc): a ZIP
+ * archive (zip.h) whose entries all sit under one root folder <root>/ (taken from the first
+ * entry):
  *   <root>/data.pkl            protocol-2 pickle of the state dict (pickle.h)
  *   <root>/data/<key>          raw storage bytes, one record per storage, stored (miniz
  *                              pads each local header with an "FB" extra so data starts on

@@ -1,6 +1,6 @@
 /* A read-only ZIP reader for the containers of torch.save archives and NumPy .npz files.
  *
- * Byte layout (reference/formats.md §5.1; all integers little-endian):
+ * Byte layout (PKWARE's APPNOTE.TXT, section 4.3; all integers little-endian):
  *   [local header 30 B + name + extra][data][data descriptor, when flag bit 3] ... per entry
  *   central directory: per entry 46 B + name + extra + comment
  *     @8 flags @10 method @16 crc32 @20 csize @24 usize @28 name_len @30 extra_len

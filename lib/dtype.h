@@ -1,6 +1,6 @@
-/* Element types: the safetensors dtype strings (reference/formats.md §1.2), their sizes in
- * bits (sub-byte types included), and conversion of floating-point elements to double for
- * the verification pass. */
+/* Element types: the safetensors dtype strings (the Dtype enum of huggingface/safetensors'
+ * safetensors/src/tensor.rs), their sizes in bits (sub-byte types included), and conversion
+ * of floating-point elements to double for the verification pass. */
 #ifndef TPS_DTYPE_H
 #define TPS_DTYPE_H
 

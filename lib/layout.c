@@ -1,6 +1,6 @@
 /* Layout files: YAML (libyaml document API) to struct tps_layout.
  *
- * Schema (also in testdata/LAYOUT_SCHEMA.md).  Every key below is the complete set: an
+ * Schema (also in README.md, "Layout schema").  Every key below is the complete set: an
  * unknown key, a duplicate key, a value of the wrong type or an unknown enum value is an
  * error carrying file:line:column, so a typo never passes silently.
  *

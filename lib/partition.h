@@ -1,4 +1,5 @@
-/* The partition algebra (DESIGN.md): how one tensor is cut across T ranks.
+/* The partition algebra (README.md, "What tensor parallelism needs"): how one tensor is
+ * cut across T ranks.
  *
  * A tensor is replicated, or split along one dimension `dim`.  Along dim it is the
  * concatenation of nseg segments ([Q;K;V] has 3, [gate;up] has 2, a plain matrix 1).

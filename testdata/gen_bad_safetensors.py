@@ -4,8 +4,8 @@ and testdata/bad/safetensors/CASES.
 
 Standard library only, and every file is built byte by byte here, so the catalogue does
 not depend on tpshard or on the safetensors package.  Each case breaks exactly one rule of
-reference/formats.md §1.3 / §6.1 (must-fail, exit 3), or is an edge case the reference
-reader accepts (must-load, exit 0).
+the format or of the reference reader, safetensors/src/tensor.rs (must-fail, exit 3), or is
+an edge case the reference reader accepts (must-load, exit 0).
 
 CASES format (shared by every testdata/bad/<format>/CASES; replayed by
 tests/cli/bad_inputs.sh): one case per line, TAB-separated columns
@@ -111,7 +111,8 @@ FAIL = [
     ("f6_misaligned", st(hj({"w": t("F6_E2M3", [3], 0, 3)}), bytes(3)), "do not fill a whole number of bytes"),
 ]
 
-# safetensors dtype strings and their bits per element (formats.md §1.2)
+# safetensors dtype strings and their bits per element (the Dtype enum of
+# safetensors/src/tensor.rs)
 ALL_DTYPES = [("BOOL", 8), ("F4", 4), ("F6_E2M3", 6), ("F6_E3M2", 6), ("U8", 8), ("I8", 8), ("F8_E5M2", 8),
               ("F8_E4M3", 8), ("F8_E8M0", 8), ("F8_E4M3FNUZ", 8), ("F8_E5M2FNUZ", 8), ("I16", 16), ("U16", 16),
               ("F16", 16), ("BF16", 16), ("I32", 32), ("U32", 32), ("F32", 32), ("C64", 64), ("F64", 64),

@@ -19,7 +19,7 @@ Crafted variants, because torch 1.13 cannot write them:
     byte-swapped per element (per component for complex).
   - float8_v3.bin: new dtypes (float8_e4m3fn, float8_e5m2, uint16) saved the torch 2.x way,
     UntypedStorage + _rebuild_tensor_v3; the pickle is assembled opcode by opcode exactly
-    as formats.md section 2.4 describes.
+    as torch 2.x's torch.save emits it.
   - zip64_central.npz: a stored npz whose central directory saturates every size and
     offset field and carries them in ZIP64 extras.
 Hostile fixtures are built with the same hand-written zip writer; CASES lines are
@@ -106,8 +106,8 @@ def llama_state_dict(dtype):
 
 
 def write_safetensors(path, sd):
-    """A minimal safetensors writer (formats.md section 1.1), so the same model exists in both
-    formats without the safetensors package."""
+    """A minimal safetensors writer (the safetensors README's "Format"), so the same model
+    exists in both formats without the safetensors package."""
     header, blobs, off = {"__metadata__": {"format": "pt"}}, [], 0
     for k, v in sd.items():
         b = le_bytes_torch(v)

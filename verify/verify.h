@@ -83,7 +83,7 @@ bool tps_verify_role_per_expert(const tps_block *b, tps_block_role role);
 /* The layer prefix with "{layer}" replaced ("model.layers.3."); NULL on allocation failure. */
 char *tps_verify_layer_prefix(const tps_block *b, uint64_t layer);
 
-/* Relative tolerance for shards of dtype dt (torch.testing defaults, perf.md §4: BF16
+/* Relative tolerance for shards of dtype dt (torch.testing.assert_close defaults: BF16
  * 1.6e-2, F16 1e-3; F32 1e-5 leaves room for float32 accumulation over 16k-long dot
  * products; FP8 by their epsilon). */
 double tps_verify_rtol(tps_dtype dt);

@@ -45,6 +45,11 @@ for c in $cmds; do
     # -v adds what did not fit (the details paragraphs) and drops nothing: every word of the
     # short help is in the long one (whose usage line and option column may be laid out wider).
     "$TPSHARD" "$c" --help -v >"v.$c"
+    # In the long help every option's text starts in one column (no narrowing to fit a screen).
+    starts=$(awk '/^Options:/ {on = 1; next} on && /^$/ {exit}
+        on && /^  (-[a-zA-Z], |    )?--/ && !/^  -[a-zA-Z], --[a-z-]+:/ { match($0, /^  (-[a-zA-Z], |    )?--[^ ]+( [^ ]+)? +/); print RLENGTH }' "v.$c" | sort -u)
+    [ "$(printf '%s\n' "$starts" | wc -l)" -eq 1 ] && ok "$c --help -v: the option texts start in one column ($starts)" ||
+        notok "$c --help -v: option texts start in columns $(echo $starts)"
     if [ "$(wc -l <"v.$c")" -gt "$(wc -l <"h.$c")" ]; then
         tr -s ' ' '\n' <"h.$c" | sort -u >short.words
         tr -s ' ' '\n' <"v.$c" | sort -u >long.words
@@ -71,9 +76,12 @@ for c in $cmds; do
     man_section "$c" >"man.$c"
     k=$(wc -l <"opts.$c")
     allopts=$((allopts + k))
+    # each as an entry of its own (the line after a .TP; a missing .TP runs an option into the
+    # paragraph above it) or named where the section says it is "as for" another command
+    awk '/^\.TP/ {getline; print} /^(are|is) as for/ {print prev} {prev = $0}' "man.$c" >"tp.$c"
     missing=""
     for opt in $(grep -v -e '^--help$' -e '^--quiet$' -e '^--verbose$' "opts.$c"); do
-        grep -q -- "$opt\\b" "man.$c" || missing="$missing $opt"
+        grep -q -- "$opt\\b" "tp.$c" || missing="$missing $opt"
     done
     # and the other way: every option the man page documents for c, c accepts
     extra=""

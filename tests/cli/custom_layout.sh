@@ -65,12 +65,17 @@ grep -qx ok slices.out && ok "each rank's query_key_value is its Q heads plus th
 "$TPSHARD" verify s4 --source "$F/model.safetensors" >v.out 2>&1 && grep -q "2 layers verified" v.out &&
     ok "verify: the tp 4 shards compute the unsharded Falcon layers" || { notok "verify falcon"; sed 's/^/#   /' v.out | head -5; }
 
-# The mistake the segments prevent: the fused matrix cut as one block.  Shapes and bytes are
-# consistent, so check passes; verify catches it.
-sed '/segments:/d; /kv_replicate:/d' "$LAY" >wrong.yaml
+# The mistake the segments prevent, exactly as README.md's "Writing a layout" shows it: the
+# `segments` line deleted, so the fused matrix is cut as one block.  At tp 2 shapes and bytes
+# are consistent, so check passes and verify catches it; at tp 4 the plain cut is refused
+# (80 rows are 10 units of head_dim 8, which 4 does not divide).
+sed '/segments:/d' "$LAY" >wrong.yaml
 "$TPSHARD" split "$F/model.safetensors" --tp 2 --layout wrong.yaml -o w2 -q && "$TPSHARD" check w2 -q >/dev/null &&
-    ok "qkv cut as one block: split and check pass" || notok "wrong layout: split or check failed"
-expect_exit 1 "mismatch" "qkv cut as one block: verify fails with exit 1" "$TPSHARD" verify w2 --source "$F/model.safetensors"
+    ok "qkv cut as one block at tp 2: split and check pass" || notok "wrong layout at tp 2: split or check failed"
+expect_exit 1 "mismatch" "qkv cut as one block at tp 2: verify fails with exit 1" "$TPSHARD" verify w2 --source "$F/model.safetensors"
+expect_exit 3 "tp 4" "qkv cut as one block at tp 4: split refuses it, exit 3" \
+    "$TPSHARD" split "$F/model.safetensors" --tp 4 --layout wrong.yaml -o w4 -q
+[ ! -e w4 ] && ok "the refused tp 4 split wrote nothing" || notok "the refused tp 4 split left w4"
 
 # README.md shows the layout inline: that copy parses and cuts every tensor the same way.
 awk '/^## Writing a layout/ {w = 1} w && /^```yaml/ {on = 1; next} on && /^```/ {exit} on' "$TPS_TOP/README.md" >readme.yaml

@@ -1,8 +1,8 @@
 #!/bin/sh
 # Faults, interruptions and hostile surroundings (issue 9).  Each case checks: the exit code
-# DESIGN.md documents (3 invalid input, 4 I/O or resource, 2 usage), a message naming what
-# went wrong, the input unchanged (checksums before/after), and no output that `check`
-# accepts (no output directory, no temporary directory left behind).
+# README.md's "Exit codes" gives (3 invalid input, 4 I/O or resource, 2 usage), a message
+# naming what went wrong, the input unchanged (checksums before/after), and no output that
+# `check` accepts (no output directory, no temporary directory left behind).
 #   disk full (ulimit -f, SIGXFSZ ignored) in split, reshard, merge to a directory and a file
 #   SIGINT / SIGTERM mid-write; SIGKILL mid-write (the leftover is refused and cleaned)
 #   a read-only output directory; an output equal to or inside the input

@@ -1,6 +1,7 @@
-/* Replays fuzz inputs without libFuzzer (zstd tests/fuzz/regression_driver.c): every file
- * named on the command line, or found directly inside a directory named there, goes once
- * through LLVMFuzzerTestOneInput.  Prints "N inputs" and exits 0; a bug crashes it. */
+/* Replays fuzz inputs without libFuzzer (as facebook/zstd:tests/fuzz/regression_driver.c
+ * does): every file named on the command line, or found directly inside a directory named
+ * there, goes once through LLVMFuzzerTestOneInput.  Prints "N inputs" and exits 0; a bug
+ * crashes it. */
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -105,7 +105,7 @@ def writer_to_safetensors(tmp):
 
 
 def safetensors_to_inspect(tmp):
-    # torch dtype name -> safetensors dtype string (formats.md §1.2)
+    # torch dtype name -> safetensors dtype string (the Dtype enum of safetensors/src/tensor.rs)
     names = {"float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16", "int64": "I64",
              "int32": "I32", "int16": "I16", "int8": "I8", "uint8": "U8", "bool": "BOOL", "float8_e4m3fn": "F8_E4M3",
              "float8_e5m2": "F8_E5M2", "uint16": "U16", "uint32": "U32", "uint64": "U64"}

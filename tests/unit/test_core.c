@@ -90,7 +90,7 @@ TEST(checked_prod_edges)
 /* ---------------------------------------------------------------------------------- */
 /* lib/dtype.h */
 
-/* formats.md §1.2, in safetensors' enum order. */
+/* The Dtype enum of safetensors/src/tensor.rs, in its order. */
 static const struct {
     const char *name;
     unsigned bits;

@@ -1,5 +1,5 @@
 /* The partition algebra and byte spans against a brute-force, element-by-element model of
- * DESIGN.md's rules, written independently of lib/partition.c. */
+ * the rules lib/partition.h states, written independently of lib/partition.c. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -7,7 +7,7 @@
 #include "lib/spans.h"
 #include "tps_test.h"
 
-/* DESIGN.md's rule for one segment of n units on T ranks: the units rank r holds, as
+/* lib/partition.h's rule for one segment of n units on T ranks: the units rank r holds, as
  * [first, first+count), and the zero units it pads with. */
 static void brute_units(uint64_t n, uint64_t T, uint64_t r, bool repl, bool pad, uint64_t *first, uint64_t *count,
                         uint64_t *zeros)

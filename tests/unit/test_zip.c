@@ -1,5 +1,5 @@
 /* The ZIP reader on archives built here byte by byte (an independent writer: the record
- * layouts of APPNOTE as listed in reference/formats.md §5.1, deflate from zlib). */
+ * layouts of PKWARE's APPNOTE.TXT, section 4.3, deflate from zlib). */
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>

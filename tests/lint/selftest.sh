@@ -1,0 +1,86 @@
+#!/bin/sh
+# make lint's own checks, on a planted tree: each must report exactly the breaches planted in
+# it (file and line) and pass once they are gone.  Prints "ok - ..." / "not ok - ..." lines
+# and a last line counting them; exits 1 if any failed.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+T=$(mktemp -d "${TMPDIR:-/tmp}/tpshard-lint.XXXXXX")
+trap 'rm -rf "$T"' EXIT
+cd "$T" || exit 2
+pass=0
+fail=0
+ok() { echo "ok - $*"; pass=$((pass + 1)); }
+notok() { echo "not ok - $*"; fail=$((fail + 1)); }
+# expect NAME WANT-FILE COMMAND...: COMMAND exits 1 and its breach lines (all but the last,
+# cut at the second colon) are exactly those of WANT-FILE.
+expect() {
+    name=$1 want=$2
+    shift 2
+    "$@" >got.out 2>&1
+    rc=$?
+    sed '$d' got.out | grep -o '^[^ :]*:[0-9]*' | sort >got.lines
+    sort "$want" | diff - got.lines >got.diff
+    if [ $rc -eq 1 ] && [ ! -s got.diff ]; then ok "$name"; else
+        notok "$name (exit $rc)"
+        sed 's/^/#   /' got.diff got.out | head -20
+    fi
+}
+
+mkdir -p tree/lib tree/formats tree/verify tree/cmd tree/tests/cli
+cd tree
+printf '# T\n## Real section\n' >README.md
+
+# layering: four breaches, one of them through a relative path, and the allowed includes
+printf '#include "x.h"\n#include "formats/f.h"\n#include "../cmd/c.h"\n#include <stdio.h>\n' >lib/a.c
+printf '#include "../lib/x.h"\n#include "lib/x.h"\n#include "f.h"\n' >formats/ok.c
+printf '#ifndef F_H\n#define F_H\n#include "../verify/v.h"\n#endif\n' >formats/f.h
+printf '  #  include "cmd/c.h"\n#include "../lib/x.h"\n' >verify/v.c
+printf '#ifndef V_H\n#define V_H\n#endif\n' >verify/v.h
+printf '#ifndef C_H\n#define C_H\n#include "../verify/v.h"\n#include "formats/f.h"\n#endif\n' >cmd/c.h
+printf 'lib/a.c:2\nlib/a.c:3\nformats/f.h:3\nverify/v.c:1\n' >../layering.want
+expect "layering.sh reports each include across a forbidden boundary" ../layering.want sh "$here/layering.sh" .
+
+# headers: one uses a type it does not include, one has no guard; the template is skipped
+printf '#ifndef X_H\n#define X_H\n#include <stdint.h>\ntypedef uint64_t x_t;\n#endif\n' >lib/x.h
+printf '#ifndef N_H\n#define N_H\nstatic inline size_t n(void) { return 0; }\n#endif\n' >lib/needs.h
+printf 'struct s { int a; };\n' >lib/noguard.h
+printf '/* No include guard: included once per type. */\nstatic T F(void);\n' >verify/t_tmpl.h
+printf 'lib/needs.h:\nlib/noguard.h:\n' >../headers.want
+sh "$here/headers.sh" . >headers.out 2>&1
+rc=$?
+grep -o '^[^ :]*\.h:' headers.out | sort >headers.got
+if [ $rc -eq 1 ] && diff ../headers.want headers.got >/dev/null && tail -n 1 headers.out | grep -q '^headers: 6 compiled alone, 2 failed$'; then
+    ok "headers.sh reports the header missing an include and the one without a guard, skips the template"
+else
+    notok "headers.sh (exit $rc)"
+    sed 's/^/#   /' headers.out | head -20
+fi
+
+# cited paths: in every comment form, not in strings; placeholders, other repositories and
+# build/ are not citations of this tree
+touch lib/real.h
+cat >lib/cite.c <<'C'
+/* cites lib/missing1.h and lib/real.h
+ * and across lines tests/cli/missing2.sh */
+int x; // see formats/missing3.c
+const char *s = "lib/notacomment.h /* lib/instring.h */";
+char c = '"'; /* after a char literal: DESIGN.md */
+/* README.md, "Real section" is there; README.md's "No such section" is not */
+/* build/lib/x.c; facebook/zstd:tests/fuzz/regression_driver.c; lib/NAME.h; lib/{real,x}.h */
+C
+# (the shell and Python comments are written with \043 for '#', so that this file's own
+# comments cite nothing)
+printf '\043 cites reference/formats.md\necho "\043 lib/instring2.h" $\043 ${\043x}  \043 trailing: testdata/missing4\n' >tests/cli/t.sh
+printf '"""Docstring: lib/missing5.h\nand perf.md"""\nx = "lib/instring3.h"  \043 lib/missing6.h\n' >tests/cli/t.py
+printf 'lib/cite.c:1\nlib/cite.c:2\nlib/cite.c:3\nlib/cite.c:5\nlib/cite.c:6\ntests/cli/t.py:1\ntests/cli/t.py:2\ntests/cli/t.py:3\ntests/cli/t.sh:1\ntests/cli/t.sh:2\n' >../cited.want
+expect "cited_paths.sh reports each dangling citation, in comments only" ../cited.want sh "$here/cited_paths.sh" .
+
+# and each passes once the breaches are gone
+rm lib/a.c formats/f.h verify/v.c lib/needs.h lib/noguard.h lib/cite.c tests/cli/t.sh tests/cli/t.py
+sed -i '/formats\/f.h/d' cmd/c.h
+for s in layering headers cited_paths; do
+    sh "$here/$s.sh" . >clean.out 2>&1 && ok "$s.sh passes a clean tree" ||
+        { notok "$s.sh on a clean tree"; sed 's/^/#   /' clean.out | head -10; }
+done
+echo "selftest: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
