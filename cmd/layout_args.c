@@ -10,6 +10,7 @@
 #include "lib/buf.h"
 #include "lib/json.h"
 #include "lib/plan.h"
+#include "lib/retarget.h"
 
 static void print_lines(const char *cmd, const char *prefix, const char *text)
 {
@@ -149,10 +150,11 @@ void tps_cli_print_problems(const char *cmd, const char *src, const char *summar
         tps_buf_puts(&line, "fix the layout (--layout FILE) or pick the --preset NAME made for this model");
     }
     const char *what = tps_buf_cstr(&line);
+    size_t causes = ps->n - nsizes + (nsizes ? 1 : 0); /* the unknown sizes were one line */
     if (!json || !tps_common.quiet)
         fprintf(stderr, "tpshard %s: %s: %s at tp %llu (%llu tensor%s, %zu cause%s); %s\n", cmd, src, summary,
-                (unsigned long long)ps->tp, (unsigned long long)ps->total, ps->total == 1 ? "" : "s", ps->n,
-                ps->n == 1 ? "" : "s", what ? what : "");
+                (unsigned long long)ps->tp, (unsigned long long)ps->total, ps->total == 1 ? "" : "s", causes,
+                causes == 1 ? "" : "s", what ? what : "");
     if (json) {
         tps_buf b = TPS_BUF_INIT;
         tps_jw w;
@@ -175,6 +177,27 @@ void tps_cli_print_problems(const char *cmd, const char *src, const char *summar
     tps_buf_release(&line);
     tps_buf_release(&missing);
     tps_buf_release(&hint);
+}
+
+int tps_cli_retarget(const char *cmd, const char *dir, const tps_manifest *src, uint64_t tp, tps_manifest **out)
+{
+    tps_error err;
+    tps_error_clear(&err);
+    tps_problems ps;
+    tps_problems_init(&ps, tp);
+    tps_status st = tps_manifest_retarget(src, tp, out, &ps, &err);
+    if ((st == TPS_EINVALID || st == TPS_EARG) && ps.n) {
+        tps_model_sizes sizes;
+        tps_error ignored;
+        tps_error_clear(&ignored);
+        bool named = tps_manifest_sizes(src, &sizes, &ignored) == TPS_OK; /* only to name heads: best effort */
+        tps_cli_print_problems(cmd, dir, "the shard set's layout does not fit", &ps, named ? &sizes : NULL, NULL,
+                               tps_common.json);
+    } else if (st) {
+        tps_cli_report(cmd, &err);
+    }
+    tps_problems_free(&ps);
+    return tps_cli_exit_code(st);
 }
 
 void tps_cli_print_plan(const tps_manifest *m, bool json)
