@@ -142,8 +142,7 @@ void tps_cli_print_problems(const char *cmd, const char *src, const char *summar
     if (ps->fit_known) {
         tps_problems_fit_line(ps, &line);
     } else if (tps_problems_count_kind(ps, TPS_PROBLEM_NO_RULE)) {
-        tps_buf_puts(&line, "add a rule (or a default: rule) for those tensors, or pass the --preset NAME or "
-                            "--layout FILE made for this model (tpshard layout --list)");
+        tps_buf_puts(&line, "pass the --preset NAME or --layout FILE made for this model (tpshard layout --list)");
     } else if (nsizes) {
         tps_buf_puts(&line, no_config ? "pass --config FILE" : "give the sizes");
     } else {

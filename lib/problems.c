@@ -315,7 +315,15 @@ void tps_problem_line(const tps_problem *g, const tps_model_sizes *sizes, tps_bu
             if (!heads) tps_buf_puts(out, " (allow replication, kv_replicate, if these are KV heads)");
         }
     } else if (g->kind == TPS_PROBLEM_NO_RULE) {
-        tps_buf_puts(out, "no layout rule matches");
+        /* One tensor: the layout's own words say it best; more: one line for all of them. */
+        if (g->count == 1) {
+            tps_buf_puts(out, g->message);
+        } else {
+            tps_buf_printf(out, "no rule of the layout matches %llu tensors: ", (unsigned long long)g->count);
+            tps_problem_names(g, out);
+            tps_buf_puts(out, " (add a rule, or a default: rule)");
+        }
+        return;
     } else if (g->kind == TPS_PROBLEM_SIZES) {
         tps_buf_printf(out, "the rule needs size%s %s, which %s unknown", strchr(g->missing, ',') ? "s" : "",
                        g->missing, strchr(g->missing, ',') ? "are" : "is");

@@ -138,7 +138,7 @@ done
 
 # A layout whose rules miss tensors: one line for all of them, pointing at the layout options.
 printf 'rules:\n  - match: "model.layers.*.self_attn.*.weight"\n    split: replicate\n' >partial.yaml
-expect_exit 3 "no layout rule matches; " "a layout that misses tensors: one grouped line" \
+expect_exit 3 "no rule of the layout matches 13 tensors: lm_head.weight, model.embed_tokens.weight, model.layers.{0..1}.input_layernorm.weight and 9 more (add a rule, or a default: rule)" "a layout that misses tensors: one grouped line" \
     "$TPSHARD" plan "$M/tiny-llama" --tp 2 --layout partial.yaml -q
 lines_at_most 3 "a layout that misses tensors: at most 3 lines"
 grep -q -- "--preset NAME or --layout FILE" "$T/.err" && ok "it points at --preset and --layout" ||
