@@ -55,8 +55,10 @@ const tps_cmd tps_cmd_plan = {
     .name = "plan",
     .summary = "show how split would cut each tensor, and all problems at once",
     .usage = "plan SRC --tp N (--layout FILE | --preset NAME) [--config FILE] [--dtype T] [--json]",
-    .details = "Lists every problem at once: each unmatched tensor and each dimension that tp\n"
-               "does not divide.  Exit 3 when there is any.\n",
+    .details = "Lists every problem at once, one line per cause (unmatched tensors, a dimension\n"
+               "that tp does not divide, unknown sizes) with the count of tensors it hit, then\n"
+               "the tp values that fit, or the option to pass.  Exit 3 when there is any; with\n"
+               "--json the refusal is JSON on stdout too.\n",
     .opts = plan_opts,
     .min_args = 1,
     .max_args = 1,

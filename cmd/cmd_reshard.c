@@ -5,6 +5,7 @@
 
 #include "cli.h"
 #include "commands.h"
+#include "layout_args.h"
 #include "output_args.h"
 #include "progress.h"
 #include "formats/shardset.h"
@@ -35,68 +36,6 @@ static tps_status read_shards(void *ctx, size_t i, uint64_t off, void *buf, size
     return tps_shardset_read_global(ss, &ss->m->tensors[i], off, buf, len, err);
 }
 
-/* A copy of the source manifest's description at the new tp, without files or CRCs. */
-static tps_status retarget(const tps_manifest *src, uint64_t tp, tps_manifest **out, tps_error *err)
-{
-    tps_status st = TPS_OK;
-    size_t nproblems = 0;
-    tps_manifest *m = calloc(1, sizeof *m);
-    if (!m) return tps_fail_oom(err, "resharding");
-    *m = (tps_manifest){.version = TPS_MANIFEST_VERSION,
-                        .tp = tp,
-                        .tool = strdup(src->tool),
-                        .layout_name = strdup(src->layout_name),
-                        .layout_text = strdup(src->layout_text),
-                        .config_path = src->config_path ? strdup(src->config_path) : NULL,
-                        .config_keys = src->config_keys ? strdup(src->config_keys) : NULL,
-                        .source = {strdup(src->source.path), strdup(src->source.format), src->source.bytes, 0, NULL},
-                        .tensors = calloc(src->ntensors + 1, sizeof *m->tensors)};
-    m->source.files = calloc(src->source.nfiles + 1, sizeof *m->source.files);
-    if (!m->tool || !m->layout_name || !m->layout_text || !m->source.path || !m->source.format || !m->tensors ||
-        !m->source.files || !m->config_path != !src->config_path || !m->config_keys != !src->config_keys) {
-        st = tps_fail_oom(err, "resharding");
-        goto cleanup;
-    }
-    for (size_t i = 0; i < src->source.nfiles; i++) {
-        m->source.files[i].name = strdup(src->source.files[i].name);
-        m->source.files[i].size = src->source.files[i].size;
-        m->source.nfiles = i + 1;
-        if (!m->source.files[i].name) {
-            st = tps_fail_oom(err, "resharding");
-            goto cleanup;
-        }
-    }
-    for (size_t i = 0; i < src->ntensors; i++) {
-        const tps_manifest_tensor *s = &src->tensors[i];
-        tps_error e;
-        tps_error_clear(&e);
-        if (tps_partition_check_rule(&s->part, s->name, s->dtype, s->ndim, s->shape, tp, s->rule, &e)) {
-            /* The first is reported by the caller; the others are printed here. */
-            if (nproblems++) tps_cli_errorf("reshard", "%s", e.msg);
-            else tps_fail(err, e.code, "%s", e.msg);
-            continue;
-        }
-        tps_manifest_tensor *t = &m->tensors[m->ntensors++];
-        *t = *s;
-        t->name = strdup(s->name);
-        t->rule = strdup(s->rule);
-        t->crc = 0;
-        if (!t->name || !t->rule) {
-            st = tps_fail_oom(err, "resharding");
-            goto cleanup;
-        }
-    }
-    if (nproblems) {
-        st = err ? err->code : TPS_EINVALID;
-        goto cleanup;
-    }
-    *out = m;
-    m = NULL;
-cleanup:
-    tps_manifest_free(m);
-    return st;
-}
-
 /* Every tensor's bytes, as the copy read them, against the source manifest (retarget keeps
  * the tensors in the source's order). */
 static tps_status check_read(void *ctx, size_t i, uint32_t crc, tps_error *err)
@@ -115,10 +54,11 @@ static int run_reshard(char **args, int nargs)
     int rc = 0;
     tps_shardset *ss = NULL;
     tps_manifest *m = NULL;
-    if (tps_shardset_open(dir, &ss, &err) || retarget(ss->m, o.tp, &m, &err)) {
+    if (tps_shardset_open(dir, &ss, &err)) {
         rc = tps_cli_report("reshard", &err);
         goto done;
     }
+    if ((rc = tps_cli_retarget("reshard", dir, ss->m, o.tp, &m)) != 0) goto done;
     ss->compare_replicas = true;
     const char *inputs[] = {dir, NULL};
     tps_progress_state ps;

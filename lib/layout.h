@@ -60,6 +60,10 @@ size_t tps_layout_rule_count(const tps_layout *l);
 const char *tps_layout_rule_label(const tps_layout *l, size_t rule);
 uint64_t tps_layout_rule_matches(const tps_layout *l, size_t rule);
 
+/* The sizes a rule's expressions need that are still unknown, as "head_dim, heads" ("" when
+ * none): a refusal names them once instead of once per tensor. */
+void tps_layout_rule_missing_sizes(const tps_layout *l, size_t rule, char *buf, size_t bufsize);
+
 /* The block description, or NULL when the layout has no `block:` section. */
 const tps_block *tps_layout_block(const tps_layout *l);
 

@@ -123,3 +123,26 @@ const tps_block *tps_layout_block(const tps_layout *l) { return l->has_block ? &
 const char *tps_layout_description(const tps_layout *l) { return l->description; }
 
 const char *tps_layout_text(const tps_layout *l) { return l->text; }
+
+static void add_missing(const tps_layout *l, const tps_expr *e, unsigned *mask)
+{
+    for (int i = 0; i < e->n; i++)
+        if (e->code[i].op == 's' && tps_size_get(&l->sizes, (int)e->code[i].v) == 0) *mask |= 1u << e->code[i].v;
+}
+
+void tps_layout_rule_missing_sizes(const tps_layout *l, size_t rule, char *buf, size_t bufsize)
+{
+    unsigned mask = 0;
+    if (bufsize) buf[0] = 0;
+    if (rule >= l->nrules) return;
+    const tps_rule *r = &l->rules[rule];
+    add_missing(l, &r->unit, &mask);
+    add_missing(l, &r->size, &mask);
+    for (int s = 0; s < r->nseg; s++) {
+        add_missing(l, &r->seg[s].size, &mask);
+        add_missing(l, &r->seg[s].unit, &mask);
+    }
+    size_t n = 0;
+    for (int i = 0; i < TPS_NSIZES; i++)
+        if (mask & (1u << i) && n < bufsize) n += (size_t)snprintf(buf + n, bufsize - n, "%s%s", n ? ", " : "", tps_size_names[i]);
+}

@@ -17,8 +17,38 @@ void tps_partition_simple(tps_partition *p, int dim, uint64_t dim_len, uint64_t 
 /* Units a segment of n units gives each rank, or 0 when it needs replication or padding. */
 static uint64_t units_per_rank(uint64_t n, uint64_t T) { return n % T == 0 ? n / T : 0; }
 
+bool tps_partition_vocab_like(const char *name)
+{
+    static const char *const words[] = {"embed", "lm_head", "wte", "word_embeddings", "output.weight", "vocab"};
+    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
+        if (strstr(name, words[i])) return true;
+    return false;
+}
+
+static void set_issue(tps_partition_issue *issue, tps_issue_kind kind, const tps_partition *p, int s, uint64_t n,
+                      uint64_t T)
+{
+    if (!issue) return;
+    memset(issue, 0, sizeof *issue);
+    issue->kind = kind;
+    issue->seg = s;
+    issue->dim = p->dim;
+    issue->T = T;
+    if (s >= 0 && s < p->nseg && s < TPS_MAX_SEGMENTS) {
+        memcpy(issue->seg_name, p->seg[s].name, sizeof issue->seg_name);
+        issue->unit = p->seg[s].unit;
+    }
+    issue->units = n;
+}
+
 tps_status tps_partition_check(const tps_partition *p, const char *name, tps_dtype dtype, int ndim,
                                const uint64_t *shape, uint64_t T, tps_error *err)
+{
+    return tps_partition_diagnose(p, name, dtype, ndim, shape, T, NULL, err);
+}
+
+static tps_status diagnose(const tps_partition *p, const char *name, tps_dtype dtype, int ndim, const uint64_t *shape,
+                          uint64_t T, tps_partition_issue *issue, tps_error *err)
 {
     if (T == 0) return tps_fail(err, TPS_EARG, "tensor '%s': tp must be at least 1", name);
     if (p->replicated) return TPS_OK;
@@ -61,30 +91,48 @@ tps_status tps_partition_check(const tps_partition *p, const char *name, tps_dty
         } else if (p->pad) {
             /* padded with zero units */
         } else if (n < T && T % n == 0) {
+            set_issue(issue, TPS_ISSUE_NEEDS_REPLICA, p, s, n, T);
             return tps_fail(err, TPS_EINVALID,
                             "tensor '%s': segment %d%s%s%s has %llu units of %llu, fewer than tp %llu; "
                             "allow replication (kv_replicate) if these are KV heads",
                             name, s, *sn ? " (" : "", sn, *sn ? ")" : "", (unsigned long long)n,
                             (unsigned long long)g->unit, (unsigned long long)T);
         } else {
+            set_issue(issue, TPS_ISSUE_INDIVISIBLE, p, s, n, T);
+            /* Padding is the remedy only for a vocabulary; heads and MLP rows cannot be padded. */
             return tps_fail(err, TPS_EINVALID,
                             "tensor '%s': segment %d%s%s%s has %llu units of %llu along dimension %d, "
                             "which tp %llu neither divides nor is a multiple of%s",
                             name, s, *sn ? " (" : "", sn, *sn ? ")" : "", (unsigned long long)n,
                             (unsigned long long)g->unit, p->dim, (unsigned long long)T,
-                            p->nseg == 1 ? "; vocabulary-like dimensions can be padded (pad: true)" : "");
+                            p->nseg == 1 && tps_partition_vocab_like(name)
+                                ? "; a vocabulary dimension can be padded (pad: true)"
+                                : "");
         }
         uint64_t ubits;
         if (!tps_mul_u64(g->unit, inner, &ubits) || !tps_mul_u64(ubits, bits, &ubits))
             return tps_fail(err, TPS_EINVALID, "tensor '%s': unit size overflows", name);
-        if (ubits % 8 != 0)
+        if (ubits % 8 != 0) {
+            set_issue(issue, TPS_ISSUE_SUBBYTE, p, s, n, T);
             return tps_fail(err, TPS_EINVALID,
                             "tensor '%s': a unit of segment %d holds %llu %s elements (%llu bits), so a cut "
                             "would fall inside a byte",
                             name, s, (unsigned long long)(ubits / bits), tps_dtype_name(dtype),
                             (unsigned long long)ubits);
+        }
     }
     return TPS_OK;
+}
+
+tps_status tps_partition_diagnose(const tps_partition *p, const char *name, tps_dtype dtype, int ndim,
+                                  const uint64_t *shape, uint64_t T, tps_partition_issue *issue, tps_error *err)
+{
+    tps_partition_issue local;
+    if (!issue) issue = &local;
+    memset(issue, 0, sizeof *issue);
+    tps_status st = diagnose(p, name, dtype, ndim, shape, T, issue, err);
+    if (st != TPS_OK && issue->kind == TPS_ISSUE_NONE) set_issue(issue, TPS_ISSUE_MALFORMED, p, -1, 0, T);
+    return st;
 }
 
 tps_status tps_partition_check_rule(const tps_partition *p, const char *name, tps_dtype dtype, int ndim,

@@ -59,6 +59,32 @@ void tps_partition_simple(tps_partition *p, int dim, uint64_t dim_len, uint64_t 
 tps_status tps_partition_check(const tps_partition *p, const char *name, tps_dtype dtype, int ndim,
                                const uint64_t *shape, uint64_t T, tps_error *err);
 
+/* What stops a partition at a given T, in numbers, so a refusal can be grouped by cause
+ * (every layer's q_proj fails the same way) and the T values that work can be searched. */
+typedef enum tps_issue_kind {
+    TPS_ISSUE_NONE,
+    TPS_ISSUE_MALFORMED,     /* the partition does not describe the tensor, whatever T */
+    TPS_ISSUE_INDIVISIBLE,   /* T neither divides the segment's units nor is a multiple of them */
+    TPS_ISSUE_NEEDS_REPLICA, /* fewer units than T, T a multiple of them, but no may_replicate */
+    TPS_ISSUE_SUBBYTE        /* a cut would fall inside a byte */
+} tps_issue_kind;
+
+typedef struct tps_partition_issue {
+    tps_issue_kind kind;
+    int seg, dim;
+    char seg_name[16];
+    uint64_t units, unit; /* the segment's unit count and unit length */
+    uint64_t T;
+} tps_partition_issue;
+
+/* tps_partition_check that also fills *issue (when not NULL) with the cause in numbers. */
+tps_status tps_partition_diagnose(const tps_partition *p, const char *name, tps_dtype dtype, int ndim,
+                                  const uint64_t *shape, uint64_t T, tps_partition_issue *issue, tps_error *err);
+
+/* Whether a tensor name is an embedding or output projection, whose vocabulary dimension
+ * may be zero-padded (pad: true); other dimensions (heads, MLP) cannot. */
+bool tps_partition_vocab_like(const char *name);
+
 /* tps_partition_check, with "; rule LABEL" appended to a refusal: the partition knows the
  * tensor and the numbers, the caller knows which layout rule (and file:line) chose them. */
 tps_status tps_partition_check_rule(const tps_partition *p, const char *name, tps_dtype dtype, int ndim,

@@ -33,12 +33,11 @@ tps_status tps_plan_source_info(tps_manifest *m, const tps_index *ix, tps_error 
     return TPS_OK;
 }
 
-tps_status tps_plan_build(const tps_index *ix, tps_layout *l, const char *layout_name, uint64_t tp,
-                          tps_manifest **out, tps_buf *problems, tps_buf *unused, tps_error *err)
+tps_status tps_plan_build_grouped(const tps_index *ix, tps_layout *l, const char *layout_name, uint64_t tp,
+                                  tps_manifest **out, tps_problems *problems, tps_buf *unused, tps_error *err)
 {
     *out = NULL;
     tps_status st = TPS_OK, first = TPS_OK;
-    size_t nproblems = 0;
     tps_manifest *m = calloc(1, sizeof *m);
     if (!m) return tps_fail_oom(err, "planning");
     m->version = TPS_MANIFEST_VERSION;
@@ -57,26 +56,39 @@ tps_status tps_plan_build(const tps_index *ix, tps_layout *l, const char *layout
         tps_manifest_tensor *t = &m->tensors[m->ntensors];
         tps_error e;
         tps_error_clear(&e);
-        size_t rule = 0;
+        size_t rule = SIZE_MAX;
+        tps_partition_issue issue = {0};
+        const char *label = NULL;
         tps_status ts = tps_layout_partition(l, x->name, x->dtype, x->ndim, x->shape, &t->part, &rule, &e);
-        if (ts == TPS_OK)
-            ts = tps_partition_check_rule(&t->part, x->name, x->dtype, x->ndim, x->shape, tp,
-                                          tps_layout_rule_label(l, rule), &e);
+        if (ts == TPS_OK) {
+            label = tps_layout_rule_label(l, rule);
+            tps_problems_consider(problems, &t->part, x->dtype, x->ndim, x->shape);
+            ts = tps_partition_diagnose(&t->part, x->name, x->dtype, x->ndim, x->shape, tp, &issue, &e);
+            if (ts != TPS_OK && label) {
+                size_t n = strlen(e.msg);
+                snprintf(e.msg + n, sizeof e.msg - n, "; rule %s", label);
+            }
+        }
         if (ts != TPS_OK) {
             if (ts != TPS_EINVALID && ts != TPS_EARG) { /* out of memory: stop */
                 st = tps_fail(err, ts, "%s", e.msg);
                 goto cleanup;
             }
-            if (first == TPS_OK) {
-                first = ts;
-                tps_fail(err, ts, "%s", e.msg);
+            if (first == TPS_OK) first = ts;
+            char missing[128] = "";
+            tps_problem_kind kind = TPS_PROBLEM_TP;
+            if (rule == SIZE_MAX) {
+                kind = TPS_PROBLEM_NO_RULE;
+            } else if (!label) {
+                label = tps_layout_rule_label(l, rule);
+                tps_layout_rule_missing_sizes(l, rule, missing, sizeof missing);
+                kind = missing[0] ? TPS_PROBLEM_SIZES : TPS_PROBLEM_OTHER;
             }
-            nproblems++;
-            tps_buf_printf(problems, "%s\n", e.msg);
+            tps_problems_add(problems, kind, x->name, label, kind == TPS_PROBLEM_TP ? &issue : NULL, missing, e.msg);
             continue;
         }
         t->name = strdup(x->name);
-        t->rule = strdup(tps_layout_rule_label(l, rule));
+        t->rule = strdup(label);
         if (!t->name || !t->rule) {
             free(t->name);
             free(t->rule);
@@ -91,22 +103,41 @@ tps_status tps_plan_build(const tps_index *ix, tps_layout *l, const char *layout
     }
     for (size_t r = 0; r < tps_layout_rule_count(l); r++)
         if (tps_layout_rule_matches(l, r) == 0) tps_buf_printf(unused, "%s\n", tps_layout_rule_label(l, r));
-    if (problems->oom || unused->oom) {
+    if (unused->oom) {
         st = tps_fail_oom(err, "planning");
         goto cleanup;
     }
     if (first != TPS_OK) {
+        TPS_CHECK(tps_problems_finish(problems, err));
+        tps_buf line = TPS_BUF_INIT;
+        tps_problem_line(&problems->v[0], tps_layout_sizes(l), &line);
+        const char *text = tps_buf_cstr(&line);
+        if (problems->n > 1)
+            tps_fail(err, first, "%s (and %zu more cause%s)", text ? text : "", problems->n - 1, problems->n > 2 ? "s" : "");
+        else
+            tps_fail(err, first, "%s", text ? text : "");
+        tps_buf_release(&line);
         st = first;
-        if (nproblems > 1 && err) {
-            size_t n = strlen(err->msg);
-            snprintf(err->msg + n, sizeof err->msg - n, " (and %zu more problem%s)", nproblems - 1,
-                     nproblems > 2 ? "s" : "");
-        }
         goto cleanup;
     }
     *out = m;
     m = NULL;
 cleanup:
     tps_manifest_free(m);
+    return st;
+}
+
+tps_status tps_plan_build(const tps_index *ix, tps_layout *l, const char *layout_name, uint64_t tp,
+                          tps_manifest **out, tps_buf *problems, tps_buf *unused, tps_error *err)
+{
+    tps_problems ps;
+    tps_problems_init(&ps, tp);
+    tps_status st = tps_plan_build_grouped(ix, l, layout_name, tp, out, &ps, unused, err);
+    for (size_t i = 0; i < ps.n; i++) {
+        tps_problem_line(&ps.v[i], tps_layout_sizes(l), problems);
+        tps_buf_putc(problems, '\n');
+    }
+    if (st == TPS_OK && problems->oom) st = tps_fail_oom(err, "planning");
+    tps_problems_free(&ps);
     return st;
 }

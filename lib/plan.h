@@ -9,9 +9,16 @@
 #include "index.h"
 #include "layout.h"
 #include "manifest.h"
+#include "problems.h"
 
-/* On TPS_EINVALID, problems holds one line per problem and err the first one; rules that
- * matched no tensor are listed in unused (one line each) either way. */
+/* On TPS_EINVALID, problems holds every refused tensor grouped by cause (tps_problems_finish
+ * already run, so the tp values that fit are known when only tp is wrong) and err the first
+ * group's line; rules that matched no tensor are listed in unused (one line each) either way.
+ * problems must be initialised (tps_problems_init with this tp). */
+tps_status tps_plan_build_grouped(const tps_index *ix, tps_layout *l, const char *layout_name, uint64_t tp,
+                                  tps_manifest **out, tps_problems *problems, tps_buf *unused, tps_error *err);
+
+/* tps_plan_build_grouped with the problems as text: one line per group. */
 tps_status tps_plan_build(const tps_index *ix, tps_layout *l, const char *layout_name, uint64_t tp,
                           tps_manifest **out, tps_buf *problems, tps_buf *unused, tps_error *err);
 

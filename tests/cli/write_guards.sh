@@ -126,3 +126,9 @@ else
     ls -A | sed 's/^/#   /'
 fi
 check "the restored set still checks" "$TPSHARD" check keep2 -q
+
+# ---- reshard refuses a tp the model cannot take once, grouped, with what would work ----
+expect_exit 3 "tp values that fit: 1, 2, 4, 8" "reshard to tp 6: one grouped refusal ending with the tp values that fit" \
+    "$TPSHARD" reshard s8 --tp 6 -o r6
+[ -z "$(sort "$T/.err" | uniq -d)" ] && ok "reshard prints each refusal once" || notok "reshard repeats a refusal"
+nothing_left r6 "the refused reshard to tp 6 wrote nothing"
