@@ -135,6 +135,12 @@ tps_status tps_shardset_read_global(tps_shardset *ss, const tps_manifest_tensor 
  * on this failure path). */
 tps_status tps_shardset_check_tensor(tps_shardset *ss, size_t i, uint32_t crc, tps_error *err);
 
+/* After a difference was found in tensor t: the first file holding t (rank order) whose
+ * size or whole-file CRC-32 differs from the manifest's, into path (*found false when every
+ * one matches).  Reads those files whole: for explaining a failure, not for checking. */
+tps_status tps_shardset_changed_file(tps_shardset *ss, const tps_manifest_tensor *t, char *path, size_t size,
+                                     bool *found, tps_error *err);
+
 void tps_shardset_free(tps_shardset *ss);
 
 #endif

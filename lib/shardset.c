@@ -236,48 +236,53 @@ static tps_status file_crc(const char *path, uint32_t *out, tps_error *err)
     return st;
 }
 
-tps_status tps_shardset_check_tensor(tps_shardset *ss, size_t i, uint32_t crc, tps_error *err)
+tps_status tps_shardset_changed_file(tps_shardset *ss, const tps_manifest_tensor *t, char *path, size_t size,
+                                     bool *found, tps_error *err)
 {
     const tps_manifest *m = ss->m;
-    const tps_manifest_tensor *t = &m->tensors[i];
-    if (crc == t->crc) return TPS_OK;
-    /* Which file changed: the files of the ranks the bytes came from (each span's lowest
-     * replica), against their own CRCs in the manifest. */
-    tps_spans sp;
-    tps_status st = tps_spans_build(&t->part, t->dtype, t->ndim, t->shape, m->tp, &sp, err);
-    if (st) return st;
-    const char *culprit = NULL;
-    uint32_t have = 0, want = 0;
-    for (size_t k = 0; !culprit && k < sp.nspans; k++) {
-        uint32_t r = sp.owner[sp.span[k].owner0];
-        for (size_t f = 0; !culprit && f < m->nfiles; f++) {
-            const tps_manifest_file *mf = &m->files[f];
-            if (mf->rank != r) continue;
-            char path[4096];
-            snprintf(path, sizeof path, "%s/%s", ss->dir, mf->name);
-            if (file_crc(path, &have, err)) {
-                st = err ? err->code : TPS_EIO;
-                goto cleanup;
-            }
-            if (have != mf->crc) {
-                culprit = mf->name;
-                want = mf->crc;
-            }
+    *found = false;
+    for (uint64_t r = 0; r < m->tp; r++) {
+        if (m->held && !m->held[r]) continue;
+        const tps_index *ix;
+        tps_status st = tps_shardset_open_rank(ss, r, &ix, err);
+        if (st) return st;
+        const tps_tensor *x = tps_index_find(ix, t->name);
+        if (!x) continue;
+        const tps_source_file *sf = &ix->files[x->file];
+        const char *base = strrchr(sf->path, '/');
+        base = base ? base + 1 : sf->path;
+        const tps_manifest_file *mf = NULL;
+        for (size_t k = 0; k < m->nfiles && !mf; k++)
+            if (m->files[k].rank == r && strcmp(m->files[k].name, base) == 0) mf = &m->files[k];
+        uint32_t crc;
+        st = file_crc(sf->path, &crc, err);
+        if (st) return st;
+        if (!mf || mf->size != sf->size || mf->crc != crc) {
+            snprintf(path, size, "%s", sf->path);
+            *found = true;
+            return TPS_OK;
         }
     }
-    if (culprit)
-        st = tps_fail(err, TPS_EMISMATCH,
-                      "%s/%s: tensor '%s' read back with CRC-32 %08x where the manifest says %08x (the file's CRC-32 "
-                      "is %08x, the manifest says %08x): the file changed after it was written",
-                      ss->dir, culprit, t->name, (unsigned)crc, (unsigned)t->crc, (unsigned)have, (unsigned)want);
-    else
-        st = tps_fail(err, TPS_EMISMATCH,
-                      "%s: tensor '%s' read back with CRC-32 %08x where the manifest says %08x, though its files' CRCs "
-                      "match: the manifest does not describe these files",
-                      ss->dir, t->name, (unsigned)crc, (unsigned)t->crc);
-cleanup:
-    tps_spans_release(&sp);
-    return st;
+    return TPS_OK;
+}
+
+tps_status tps_shardset_check_tensor(tps_shardset *ss, size_t i, uint32_t crc, tps_error *err)
+{
+    const tps_manifest_tensor *t = &ss->m->tensors[i];
+    if (crc == t->crc) return TPS_OK;
+    char path[4200];
+    bool found;
+    tps_status st = tps_shardset_changed_file(ss, t, path, sizeof path, &found, err);
+    if (st) return st;
+    if (found)
+        return tps_fail(err, TPS_EMISMATCH,
+                        "%s: tensor '%s' read back with CRC-32 %08x where the manifest says %08x: the file changed "
+                        "after it was written (its own CRC-32 differs from the manifest's)",
+                        path, t->name, (unsigned)crc, (unsigned)t->crc);
+    return tps_fail(err, TPS_EMISMATCH,
+                    "%s: tensor '%s' read back with CRC-32 %08x where the manifest says %08x, though its files' CRCs "
+                    "match: the manifest does not describe these files",
+                    ss->dir, t->name, (unsigned)crc, (unsigned)t->crc);
 }
 
 void tps_shardset_free(tps_shardset *ss)

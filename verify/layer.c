@@ -351,41 +351,6 @@ static void keep_finding(void *arg, const char *msg)
     if (!c->finding[0]) snprintf(c->finding, sizeof c->finding, "%s", msg);
 }
 
-/* The file among those holding t whose bytes differ from the manifest's CRC-32 (read whole:
- * only after a difference was found); NULL when every one matches. */
-static const char *corrupt_file(tps_shardset *ss, const tps_manifest_tensor *t, char *path, size_t size)
-{
-    const tps_manifest *m = ss->m;
-    unsigned char *buf = malloc(4u << 20);
-    const char *found = NULL;
-    for (uint64_t r = 0; buf && !found && r < m->tp; r++) {
-        const tps_index *ix = ss->rank[r];
-        const tps_tensor *x = ix ? tps_index_find(ix, t->name) : NULL;
-        if (!x) continue;
-        const tps_source_file *sf = &ix->files[x->file];
-        const char *base = strrchr(sf->path, '/');
-        base = base ? base + 1 : sf->path;
-        const tps_manifest_file *mf = NULL;
-        for (size_t k = 0; k < m->nfiles && !mf; k++)
-            if (m->files[k].rank == r && strcmp(m->files[k].name, base) == 0) mf = &m->files[k];
-        uint32_t crc = 0;
-        tps_error err;
-        bool ok = true;
-        for (uint64_t off = 0; ok && off < sf->size;) {
-            size_t k = sf->size - off < (4u << 20) ? (size_t)(sf->size - off) : (4u << 20);
-            ok = tps_pread_full(sf->fd, sf->path, off, buf, k, &err) == TPS_OK;
-            if (ok) crc = tps_crc32(crc, buf, k);
-            off += k;
-        }
-        if (!ok || !mf || mf->size != sf->size || mf->crc != crc) {
-            snprintf(path, size, "%s", sf->path);
-            found = path;
-        }
-    }
-    free(buf);
-    return found;
-}
-
 /* Reads tensor t of the shard set through the gather walk (every rank's bytes once, replicas
  * compared, padding checked) into buf (NULL: only checks), and compares its global CRC-32
  * with the manifest's. */
@@ -398,7 +363,11 @@ static tps_status read_checked(tps_shardset *ss, const tps_manifest_tensor *t, v
     if (st) return st;
     if (!c.finding[0] && crc == t->crc) return TPS_OK;
     char path[4200];
-    const char *file = corrupt_file(ss, t, path, sizeof path);
+    bool found = false;
+    tps_error ferr;
+    tps_error_clear(&ferr);
+    tps_shardset_changed_file(ss, t, path, sizeof path, &found, &ferr); /* the best name we can give */
+    const char *file = found ? path : NULL;
     if (c.finding[0])
         return tps_fail(err, TPS_EMISMATCH, "%s: %s; the shard set does not match its manifest (tpshard check %s)",
                         file ? file : ss->dir, c.finding, ss->dir);
