@@ -254,7 +254,7 @@ tps_status tps_shardset_changed_file(tps_shardset *ss, const tps_manifest_tensor
         const tps_manifest_file *mf = NULL;
         for (size_t k = 0; k < m->nfiles && !mf; k++)
             if (m->files[k].rank == r && strcmp(m->files[k].name, base) == 0) mf = &m->files[k];
-        uint32_t crc;
+        uint32_t crc = 0;
         st = file_crc(sf->path, &crc, err);
         if (st) return st;
         if (!mf || mf->size != sf->size || mf->crc != crc) {
