@@ -63,6 +63,8 @@ typedef struct tps_manifest {
     size_t ntensors;
     tps_manifest_file *files; /* sorted by (rank, part) */
     size_t nfiles;
+    /* private: names of tensors and files, built by the loader or tps_manifest_index */
+    tps_name_hash tensor_names, file_names;
 } tps_manifest;
 
 /* Reads DIR/tpshard.json strictly: unknown version refused, every field type-checked,
@@ -79,7 +81,13 @@ tps_status tps_manifest_parse(const char *text, size_t len, const char *what, tp
 /* Writes the manifest as pretty JSON into buf (deterministic: same input, same bytes). */
 tps_status tps_manifest_to_json(const tps_manifest *m, tps_buf *buf, tps_error *err);
 
+/* Hashes the tensor and file names (the loader does; a caller that builds a manifest may),
+ * refusing a name listed twice.  Call again after changing the arrays. */
+tps_status tps_manifest_index(tps_manifest *m, const char *what, tps_error *err);
+
+/* By hash once indexed; a manifest built by hand and never indexed is scanned. */
 const tps_manifest_tensor *tps_manifest_find(const tps_manifest *m, const char *name);
+const tps_manifest_file *tps_manifest_find_file(const tps_manifest *m, const char *name);
 
 /* Bytes of rank r's slice of tensor i (padding included: it is in the rank's tensor). */
 tps_status tps_manifest_rank_bytes(const tps_manifest *m, size_t i, uint64_t r, uint64_t *out, tps_error *err);
