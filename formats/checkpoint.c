@@ -59,19 +59,14 @@ static int cmp_str(const void *a, const void *b)
 static size_t index_lists(const char *index_path, const char *base)
 {
     size_t nfiles = 0;
-    tps_index *tmp = NULL;
     tps_json_doc *doc = NULL;
     char *text = NULL;
     const char **names = NULL;
-    uint32_t fid;
+    size_t len;
     tps_error err;
-    if (tps_index_new(index_path, "json", &tmp, &err) || tps_index_add_file(tmp, index_path, &fid, &err) ||
-        tmp->files[fid].size > TPS_ST_MAX_HEADER || !(text = malloc((size_t)tmp->files[fid].size + 1)) ||
-        tps_pread_full(tmp->files[fid].fd, index_path, 0, text, (size_t)tmp->files[fid].size, &err))
+    if (tps_read_file(index_path, TPS_ST_MAX_HEADER, "an index", &text, &len, &err) ||
+        tps_json_parse(text, len, index_path, &doc, &err))
         goto done;
-    /* Most neighbours are some other checkpoint's index: parse only one that mentions base. */
-    text[tmp->files[fid].size] = '\0';
-    if (!strstr(text, base) || tps_json_parse(text, (size_t)tmp->files[fid].size, index_path, &doc, &err)) goto done;
     const tps_json *map = tps_json_get(tps_json_root(doc), "weight_map");
     if (!map || map->type != TPS_JSON_OBJECT || !(names = calloc(map->u.object.n + 1, sizeof *names))) goto done;
     size_t n = 0;
@@ -89,7 +84,6 @@ done:
     free(names);
     tps_json_doc_free(doc);
     free(text);
-    tps_index_free(tmp);
     return nfiles;
 }
 

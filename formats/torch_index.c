@@ -11,32 +11,6 @@
 
 #define MAX_INDEX_BYTES (64u << 20)
 
-static tps_status read_text(const char *path, char **out, size_t *len, tps_error *err)
-{
-    tps_index *tmp = NULL;
-    uint32_t id;
-    *out = NULL;
-    /* Borrow the index's file opening: regular files only, size recorded. */
-    tps_status st = tps_index_new(path, "json", &tmp, err);
-    if (!st) st = tps_index_add_file(tmp, path, &id, err);
-    if (!st && tmp->files[id].size > MAX_INDEX_BYTES)
-        st = tps_fail(err, TPS_EINVALID, "%s: %llu bytes is too large for an index file", path,
-                      (unsigned long long)tmp->files[id].size);
-    if (!st) {
-        size_t n = (size_t)tmp->files[id].size;
-        char *buf = malloc(n + 1);
-        if (!buf) st = tps_fail_oom(err, "reading an index file");
-        else if ((st = tps_pread_full(tmp->files[id].fd, path, 0, buf, n, err))) free(buf);
-        else {
-            buf[n] = '\0';
-            *out = buf;
-            *len = n;
-        }
-    }
-    tps_index_free(tmp);
-    return st;
-}
-
 tps_status tps_torch_index_open(const char *path, tps_index **out, tps_error *err)
 {
     *out = NULL;
@@ -50,7 +24,7 @@ tps_status tps_torch_index_open(const char *path, tps_index **out, tps_error *er
     tps_status st = tps_index_new(path, "torch-index", &ix, err);
     if (st) return st;
     TPS_CHECK(tps_view_state_init(ix, err));
-    TPS_CHECK(read_text(path, &text, &len, err));
+    TPS_CHECK(tps_read_file(path, MAX_INDEX_BYTES, "an index", &text, &len, err));
     TPS_CHECK(tps_json_parse(text, len, path, &doc, err));
     const tps_json *root = tps_json_root(doc), *map = tps_json_get(root, "weight_map"), *meta = tps_json_get(root, "metadata");
     if (!map || map->type != TPS_JSON_OBJECT) {

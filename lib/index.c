@@ -259,6 +259,38 @@ tps_status tps_pread_full(int fd, const char *path, uint64_t off, void *buf, siz
     return TPS_OK;
 }
 
+tps_status tps_read_file(const char *path, uint64_t max, const char *what, char **text, size_t *len, tps_error *err)
+{
+    tps_status st;
+    tps_index *tmp = NULL;
+    uint32_t fid;
+    *text = NULL;
+    *len = 0;
+    /* The index's opening: regular files only, the size taken once. */
+    TPS_CHECK(tps_index_new(path, "file", &tmp, err));
+    TPS_CHECK(tps_index_add_file(tmp, path, &fid, err));
+    uint64_t size = tmp->files[fid].size;
+    if (size > max) {
+        st = tps_fail(err, TPS_EINVALID, "%s: %llu bytes, more than the %llu %s may have", path,
+                      (unsigned long long)size, (unsigned long long)max, what);
+        goto cleanup;
+    }
+    if (!(*text = malloc((size_t)size + 1))) {
+        st = tps_fail_oom(err, "reading a file");
+        goto cleanup;
+    }
+    TPS_CHECK(tps_pread_full(tmp->files[fid].fd, path, 0, *text, (size_t)size, err));
+    (*text)[size] = '\0';
+    *len = (size_t)size;
+cleanup:
+    if (st) {
+        free(*text);
+        *text = NULL;
+    }
+    tps_index_free(tmp);
+    return st;
+}
+
 tps_status tps_tensor_read(const tps_index *ix, const tps_tensor *t, uint64_t off, void *buf, size_t len,
                            tps_error *err)
 {

@@ -121,6 +121,10 @@ tps_status tps_tensor_read(const tps_index *ix, const tps_tensor *t, uint64_t of
 /* Plain pread loop: all of [off, off+len) or an error naming the file and offset. */
 tps_status tps_pread_full(int fd, const char *path, uint64_t off, void *buf, size_t len, tps_error *err);
 
+/* The whole of the regular file path, at most max bytes (more: TPS_EINVALID saying "more
+ * than the MAX bytes WHAT may have"), into *text (malloc'd, NUL-terminated) and *len. */
+tps_status tps_read_file(const char *path, uint64_t max, const char *what, char **text, size_t *len, tps_error *err);
+
 /* "[4096, 11008]" into buf (always NUL-terminated). */
 void tps_shape_str(const uint64_t *shape, int ndim, char *buf, size_t bufsize);
 
