@@ -156,7 +156,10 @@ static int run_inspect(char **args, int nargs)
     tps_error_clear(&err);
     tps_index *ix = NULL;
     if (tps_is_shard_set(args[0])) return inspect_shard_set(args[0]);
-    if (tps_checkpoint_open(args[0], &ix, &err) != TPS_OK) return tps_cli_report("inspect", &err);
+    char part_of[TPS_ERROR_MSG_MAX]; /* one file of a multi-file checkpoint is shown, and said to be one */
+    if (tps_checkpoint_open_part(args[0], &ix, part_of, sizeof part_of, &err) != TPS_OK)
+        return tps_cli_report("inspect", &err);
+    if (*part_of && !tps_common.quiet) fprintf(stderr, "tpshard inspect: note: %s (inspect the directory or the index for the whole model)\n", part_of);
     uint64_t dt_bytes[TPS_DT_COUNT] = {0}, dt_params[TPS_DT_COUNT] = {0}, params = 0, bytes = 0;
     /* Readers bound every tensor by its file, so these sums stay far below 2^64. */
     for (size_t i = 0; i < ix->ntensors; i++) {

@@ -187,6 +187,50 @@ typedef struct layer_progress {
     char label[256]; /* "layer 3 (model.layers.3.): ranks: attention" */
 } layer_progress;
 
+/* A layer's prefix and its index among the verified layers, sorted by prefix for bsearch. */
+typedef struct layer_key {
+    const char *prefix;
+    size_t len;
+    uint64_t i;
+} layer_key;
+
+static int cmp_layer_key(const void *a, const void *b)
+{
+    const layer_key *x = a, *y = b;
+    int c = strncmp(x->prefix, y->prefix, x->len < y->len ? x->len : y->len);
+    return c ? c : (x->len > y->len) - (x->len < y->len);
+}
+
+/* Adds each tensor's bytes to the layer whose prefix it starts with: one pass over the
+ * tensors, a binary search per distinct prefix length (a few: layer numbers of 1, 2, 3
+ * digits), so a model with many tensors and layers costs tensors x log(layers). */
+static void bytes_per_layer(layer_progress *lp, const tps_manifest *m)
+{
+    layer_key *k = calloc(lp->count + 1, sizeof *k);
+    size_t n = 0, lens[8], nlens = 0;
+    if (!k) return;
+    for (uint64_t i = 0; i < lp->count; i++) {
+        if (!lp->prefix[i]) continue;
+        k[n] = (layer_key){lp->prefix[i], strlen(lp->prefix[i]), i};
+        size_t j = 0;
+        while (j < nlens && lens[j] != k[n].len) j++;
+        if (j == nlens && nlens < sizeof lens / sizeof lens[0]) lens[nlens++] = k[n].len;
+        n++;
+    }
+    qsort(k, n, sizeof *k, cmp_layer_key);
+    for (size_t t = 0; t < m->ntensors; t++) {
+        const char *name = m->tensors[t].name;
+        size_t nl = strlen(name);
+        for (size_t j = 0; j < nlens; j++) {
+            if (nl < lens[j]) continue;
+            layer_key probe = {name, lens[j], 0};
+            const layer_key *hit = bsearch(&probe, k, n, sizeof *k, cmp_layer_key);
+            if (hit) lp->bytes[hit->i] += m->tensors[t].nbytes;
+        }
+    }
+    free(k);
+}
+
 static void layer_progress_begin(layer_progress *lp, const tps_manifest *m, const tps_block *b, uint64_t first,
                                  uint64_t count, bool show)
 {
@@ -198,13 +242,9 @@ static void layer_progress_begin(layer_progress *lp, const tps_manifest *m, cons
     lp->prefix = calloc(count, sizeof *lp->prefix);
     lp->bytes = calloc(count, sizeof *lp->bytes);
     lp->count = lp->prefix && lp->bytes ? count : 0;
-    for (uint64_t i = 0; i < lp->count; i++) {
-        if (!(lp->prefix[i] = tps_verify_layer_prefix(b, first + i))) continue;
-        size_t n = strlen(lp->prefix[i]);
-        for (size_t t = 0; t < m->ntensors; t++)
-            if (strncmp(m->tensors[t].name, lp->prefix[i], n) == 0) lp->bytes[i] += m->tensors[t].nbytes;
-        lp->p.total += lp->bytes[i];
-    }
+    for (uint64_t i = 0; i < lp->count; i++) lp->prefix[i] = tps_verify_layer_prefix(b, first + i);
+    bytes_per_layer(lp, m);
+    for (uint64_t i = 0; i < lp->count; i++) lp->p.total += lp->bytes[i];
     lp->s.enabled = lp->count > 0; /* without the tables (out of memory) the run goes on silently */
 }
 

@@ -8,6 +8,7 @@
  *     are .npy files;
  *   - a file starting with "\x93NUMPY": a single .npy array;
  *   - anything else: a single safetensors file.
+ * A single file that is one part of a multi-file checkpoint is refused (see below).
  * Nothing is executed or imported from a checkpoint; every reader validates its headers
  * before doing arithmetic with them. */
 #ifndef TPS_CHECKPOINT_H
@@ -15,6 +16,14 @@
 
 #include "../lib/index.h"
 
+/* A file that is one part of a multi-file checkpoint is refused (TPS_EINVALID), naming the
+ * index beside it that lists it with other files (any *.index.json), or else the Hugging
+ * Face part pattern its name has (*-00001-of-00002.*): cutting one part alone would drop
+ * the other parts' tensors without a word.  Pass the directory or the index instead. */
 tps_status tps_checkpoint_open(const char *path, tps_index **out, tps_error *err);
+
+/* The same, but one part of a set opens (inspect shows it): part_of (size bytes) receives
+ * the sentence saying which set it is part of, or "" when it is whole. */
+tps_status tps_checkpoint_open_part(const char *path, tps_index **out, char *part_of, size_t size, tps_error *err);
 
 #endif

@@ -35,37 +35,6 @@ static bool plain_file_name(const char *s, size_t len)
            strcmp(s, ".") != 0;
 }
 
-static tps_status read_index(const char *path, char **text, size_t *len, tps_error *err)
-{
-    tps_status st;
-    tps_index *tmp = NULL;
-    *text = NULL;
-    /* Borrow the index's regular-file check and size; the JSON is bounded like a header. */
-    uint32_t fid;
-    TPS_CHECK(tps_index_new(path, "json", &tmp, err));
-    TPS_CHECK(tps_index_add_file(tmp, path, &fid, err));
-    uint64_t size = tmp->files[fid].size;
-    if (size > TPS_ST_MAX_HEADER) {
-        st = tps_fail(err, TPS_EINVALID, "%s: %llu bytes, more than the %llu an index may have", path,
-                      (unsigned long long)size, TPS_ST_MAX_HEADER);
-        goto cleanup;
-    }
-    *text = malloc(size ? (size_t)size : 1);
-    if (!*text) {
-        st = tps_fail_oom(err, "reading a safetensors index");
-        goto cleanup;
-    }
-    TPS_CHECK(tps_pread_full(tmp->files[fid].fd, path, 0, *text, (size_t)size, err));
-    *len = (size_t)size;
-cleanup:
-    if (st) {
-        free(*text);
-        *text = NULL;
-    }
-    tps_index_free(tmp);
-    return st;
-}
-
 /* Every tensor of the files must be in the map under its own file, and every mapped tensor
  * must be in some file. */
 static tps_status check_map(tps_index *ix, const char *idx_path, const tps_json *map, const shard_file *files,
@@ -134,7 +103,7 @@ tps_status tps_safetensors_index_open(const char *path, tps_index **out, tps_err
             strcpy(dir, ".");
         }
     }
-    TPS_CHECK(read_index(idx_path, &text, &len, err));
+    TPS_CHECK(tps_read_file(idx_path, TPS_ST_MAX_HEADER, "an index", &text, &len, err));
     TPS_CHECK(tps_json_parse(text, len, idx_path, &doc, err));
     const tps_json *root = tps_json_root(doc), *map = tps_json_get(root, "weight_map");
     const tps_json *meta = tps_json_get(root, "metadata");

@@ -32,6 +32,7 @@ tps_status tps_index_new(const char *path, const char *format, tps_index **out, 
         return tps_fail_oom(err, "creating a tensor index");
     }
     ix->format = format;
+    ix->names = (tps_name_hash)TPS_NAME_HASH_INIT(tps_tensor, name);
     *out = ix;
     return TPS_OK;
 }
@@ -81,7 +82,7 @@ tps_status tps_index_add_file(tps_index *ix, const char *path, uint32_t *file_id
     return TPS_OK;
 }
 
-/* FNV-1a: tensor counts are in the thousands, a simple hash is plenty. */
+/* FNV-1a: a simple hash is plenty for tensor names. */
 static size_t hash_name(const char *s)
 {
     uint64_t h = 1469598103934665603ull;
@@ -89,31 +90,60 @@ static size_t hash_name(const char *s)
     return (size_t)h;
 }
 
-static bool hash_rebuild(tps_index *ix, size_t cap)
+static const char *record_name(const tps_name_hash *h, const void *base, size_t i)
 {
-    size_t *h = calloc(cap, sizeof *h);
-    if (!h) return false;
-    for (size_t i = 0; i < ix->ntensors; i++) {
-        size_t slot = hash_name(ix->tensors[i].name) & (cap - 1);
-        while (h[slot]) slot = (slot + 1) & (cap - 1);
-        h[slot] = i + 1;
+    const char *name;
+    memcpy(&name, (const char *)base + i * h->stride + h->name_off, sizeof name);
+    return name;
+}
+
+size_t tps_name_hash_find(const tps_name_hash *h, const void *base, const char *name)
+{
+    if (!h->cap) return SIZE_MAX;
+    size_t slot = hash_name(name) & (h->cap - 1);
+    for (; h->slot[slot]; slot = (slot + 1) & (h->cap - 1))
+        if (strcmp(record_name(h, base, h->slot[slot] - 1), name) == 0) return h->slot[slot] - 1;
+    return SIZE_MAX;
+}
+
+/* Puts record i into the first free slot of its probe sequence; the caller knows it is new. */
+static void put(size_t *slots, size_t cap, const char *name, size_t i)
+{
+    size_t slot = hash_name(name) & (cap - 1);
+    while (slots[slot]) slot = (slot + 1) & (cap - 1);
+    slots[slot] = i + 1;
+}
+
+bool tps_name_hash_add(tps_name_hash *h, const void *base, size_t i, size_t *dup)
+{
+    const char *name = record_name(h, base, i);
+    *dup = tps_name_hash_find(h, base, name);
+    if (*dup != SIZE_MAX) return true;
+    if ((i + 1) * 2 > h->cap) { /* at most half full: probe sequences stay short */
+        size_t cap = h->cap ? h->cap * 2 : 64;
+        while ((i + 1) * 2 > cap) cap *= 2;
+        size_t *slots = calloc(cap, sizeof *slots);
+        if (!slots) return false;
+        for (size_t k = 0; k < i; k++) put(slots, cap, record_name(h, base, k), k);
+        free(h->slot);
+        h->slot = slots;
+        h->cap = cap;
     }
-    free(ix->hash);
-    ix->hash = h;
-    ix->hash_cap = cap;
+    put(h->slot, h->cap, name, i);
     return true;
+}
+
+void tps_name_hash_free(tps_name_hash *h)
+{
+    free(h->slot);
+    h->slot = NULL;
+    h->cap = 0;
 }
 
 const tps_tensor *tps_index_find(const tps_index *ix, const char *name)
 {
-    if (!ix->hash_cap) return NULL;
-    size_t slot = hash_name(name) & (ix->hash_cap - 1);
-    while (ix->hash[slot]) {
-        const tps_tensor *t = &ix->tensors[ix->hash[slot] - 1];
-        if (strcmp(t->name, name) == 0) return t;
-        slot = (slot + 1) & (ix->hash_cap - 1);
-    }
-    return NULL;
+    size_t i = tps_name_hash_find(&ix->names, ix->tensors, name);
+    return i == SIZE_MAX ? NULL : &ix->tensors[i];
 }
 
 void tps_shape_str(const uint64_t *shape, int ndim, char *buf, size_t bufsize)
@@ -168,28 +198,19 @@ tps_status tps_index_add_tensor(tps_index *ix, const char *name, size_t name_len
     }
     t.name = dup_n(name, name_len);
     if (!t.name) return tps_fail_oom(err, "indexing tensors");
-    if (tps_index_find(ix, t.name)) {
-        st = tps_fail(err, TPS_EINVALID, "%s: duplicate tensor name '%s'", where, t.name);
-        free(t.name);
-        return st;
-    }
     if (!grow((void **)&ix->tensors, &ix->tensors_cap, ix->ntensors + 1, sizeof t)) {
         free(t.name);
         return tps_fail_oom(err, "indexing tensors");
     }
-    ix->tensors[ix->ntensors++] = t;
-    if (ix->ntensors * 2 > ix->hash_cap) {
-        size_t cap = ix->hash_cap ? ix->hash_cap * 2 : 64;
-        while (ix->ntensors * 2 > cap) cap *= 2;
-        if (!hash_rebuild(ix, cap)) {
-            free(ix->tensors[--ix->ntensors].name);
-            return tps_fail_oom(err, "indexing tensors");
-        }
-    } else {
-        size_t slot = hash_name(t.name) & (ix->hash_cap - 1);
-        while (ix->hash[slot]) slot = (slot + 1) & (ix->hash_cap - 1);
-        ix->hash[slot] = ix->ntensors;
+    ix->tensors[ix->ntensors] = t;
+    size_t dup;
+    if (!tps_name_hash_add(&ix->names, ix->tensors, ix->ntensors, &dup)) st = tps_fail_oom(err, "indexing tensors");
+    else if (dup != SIZE_MAX) st = tps_fail(err, TPS_EINVALID, "%s: duplicate tensor name '%s'", where, t.name);
+    if (st) {
+        free(t.name);
+        return st;
     }
+    ix->ntensors++;
     return TPS_OK;
 }
 
@@ -238,6 +259,38 @@ tps_status tps_pread_full(int fd, const char *path, uint64_t off, void *buf, siz
     return TPS_OK;
 }
 
+tps_status tps_read_file(const char *path, uint64_t max, const char *what, char **text, size_t *len, tps_error *err)
+{
+    tps_status st;
+    tps_index *tmp = NULL;
+    uint32_t fid;
+    *text = NULL;
+    *len = 0;
+    /* The index's opening: regular files only, the size taken once. */
+    TPS_CHECK(tps_index_new(path, "file", &tmp, err));
+    TPS_CHECK(tps_index_add_file(tmp, path, &fid, err));
+    uint64_t size = tmp->files[fid].size;
+    if (size > max) {
+        st = tps_fail(err, TPS_EINVALID, "%s: %llu bytes, more than the %llu %s may have", path,
+                      (unsigned long long)size, (unsigned long long)max, what);
+        goto cleanup;
+    }
+    if (!(*text = malloc((size_t)size + 1))) {
+        st = tps_fail_oom(err, "reading a file");
+        goto cleanup;
+    }
+    TPS_CHECK(tps_pread_full(tmp->files[fid].fd, path, 0, *text, (size_t)size, err));
+    (*text)[size] = '\0';
+    *len = (size_t)size;
+cleanup:
+    if (st) {
+        free(*text);
+        *text = NULL;
+    }
+    tps_index_free(tmp);
+    return st;
+}
+
 tps_status tps_tensor_read(const tps_index *ix, const tps_tensor *t, uint64_t off, void *buf, size_t len,
                            tps_error *err)
 {
@@ -271,7 +324,7 @@ void tps_index_free(tps_index *ix)
     free(ix->files);
     free(ix->tensors);
     free(ix->meta);
-    free(ix->hash);
+    tps_name_hash_free(&ix->names);
     free(ix->path);
     free(ix);
 }

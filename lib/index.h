@@ -48,6 +48,27 @@ typedef struct tps_kv {
 
 struct tps_index;
 
+/* A hash of the names of an array of records that each hold a `char *name` at the same
+ * offset (tensors, manifest tensors, manifest files): what keeps look-ups by name, and
+ * the refusal of duplicate names, linear in the record count (MoE checkpoints have 100k+
+ * tensors).  It holds record indexes (slot = index + 1, 0 = empty), not pointers, so the
+ * array may be reallocated; every call gets the array's current base. */
+typedef struct tps_name_hash {
+    size_t *slot;
+    size_t cap; /* a power of two, or 0 */
+    size_t stride, name_off;
+} tps_name_hash;
+
+#define TPS_NAME_HASH_INIT(type, field) {NULL, 0, sizeof(type), offsetof(type, field)}
+
+/* Adds record i of base, whose records 0..i-1 were all added before.  *dup is set to the
+ * index of an earlier record with the same name (then nothing is added) or to SIZE_MAX.
+ * False only when out of memory (the hash is left as it was). */
+bool tps_name_hash_add(tps_name_hash *h, const void *base, size_t i, size_t *dup);
+/* The index of the record named name, or SIZE_MAX. */
+size_t tps_name_hash_find(const tps_name_hash *h, const void *base, const char *name);
+void tps_name_hash_free(tps_name_hash *h);
+
 /* What a reader plugs into an index for tensors that are not plain byte ranges. */
 typedef struct tps_reader_ops {
     /* Fill buf with bytes [off, off+len) of tensor t's C-order little-endian data. */
@@ -70,8 +91,7 @@ typedef struct tps_index {
     void *state;
     /* private: capacities and the name hash */
     size_t tensors_cap, meta_cap, files_cap;
-    size_t *hash; /* open addressing, slot = tensor index + 1, 0 = empty */
-    size_t hash_cap;
+    tps_name_hash names;
 } tps_index;
 
 tps_status tps_index_new(const char *path, const char *format, tps_index **out, tps_error *err);
@@ -100,6 +120,10 @@ tps_status tps_tensor_read(const tps_index *ix, const tps_tensor *t, uint64_t of
 
 /* Plain pread loop: all of [off, off+len) or an error naming the file and offset. */
 tps_status tps_pread_full(int fd, const char *path, uint64_t off, void *buf, size_t len, tps_error *err);
+
+/* The whole of the regular file path, at most max bytes (more: TPS_EINVALID saying "more
+ * than the MAX bytes WHAT may have"), into *text (malloc'd, NUL-terminated) and *len. */
+tps_status tps_read_file(const char *path, uint64_t max, const char *what, char **text, size_t *len, tps_error *err);
 
 /* "[4096, 11008]" into buf (always NUL-terminated). */
 void tps_shape_str(const uint64_t *shape, int ndim, char *buf, size_t bufsize);

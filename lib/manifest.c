@@ -459,13 +459,14 @@ static tps_status load_doc(loader *L, const tps_json *root, tps_manifest *m)
         if (f->rank >= m->tp)
             return tps_fail(L->err, TPS_EINVALID, "%s: file '%s' is for rank %llu but tp is %llu", L->path, f->name,
                             (unsigned long long)f->rank, (unsigned long long)m->tp);
-        for (size_t j = 0; j < i; j++)
-            if (strcmp(m->files[j].name, f->name) == 0 ||
-                (m->files[j].rank == f->rank && m->files[j].part == f->part))
-                return tps_fail(L->err, TPS_EINVALID, "%s: file '%s' (rank %llu part %llu) is listed twice", L->path,
-                                f->name, (unsigned long long)f->rank, (unsigned long long)f->part);
     }
     qsort(m->files, m->nfiles, sizeof *m->files, cmp_file);
+    for (size_t i = 1; i < m->nfiles; i++) { /* sorted: a repeated (rank, part) is adjacent */
+        const tps_manifest_file *f = &m->files[i];
+        if (m->files[i - 1].rank == f->rank && m->files[i - 1].part == f->part)
+            return tps_fail(L->err, TPS_EINVALID, "%s: file '%s' (rank %llu part %llu) is listed twice", L->path,
+                            f->name, (unsigned long long)f->rank, (unsigned long long)f->part);
+    }
     for (uint64_t r = 0, i = 0; r < m->tp; r++) {
         uint64_t part = 0;
         for (; i < m->nfiles && m->files[i].rank == r; i++, part++)
@@ -483,10 +484,8 @@ static tps_status load_doc(loader *L, const tps_json *root, tps_manifest *m)
     for (size_t i = 0; i < tensors->u.array.n; i++) {
         m->ntensors = i + 1;
         TPS_CHECK(load_tensor(L, tensors->u.array.items[i], m->tp, &m->tensors[i]));
-        for (size_t j = 0; j < i; j++)
-            if (strcmp(m->tensors[j].name, m->tensors[i].name) == 0)
-                return tps_fail(L->err, TPS_EINVALID, "%s: tensor '%s' is listed twice", L->path, m->tensors[i].name);
     }
+    TPS_CHECK(tps_manifest_index(m, L->path, L->err));
 cleanup:
     return st;
 }
@@ -579,11 +578,46 @@ cleanup:
     return st;
 }
 
+tps_status tps_manifest_index(tps_manifest *m, const char *what, tps_error *err)
+{
+    tps_name_hash_free(&m->tensor_names);
+    tps_name_hash_free(&m->file_names);
+    m->tensor_names = (tps_name_hash)TPS_NAME_HASH_INIT(tps_manifest_tensor, name);
+    m->file_names = (tps_name_hash)TPS_NAME_HASH_INIT(tps_manifest_file, name);
+    size_t dup;
+    for (size_t i = 0; i < m->nfiles; i++) {
+        if (!tps_name_hash_add(&m->file_names, m->files, i, &dup)) return tps_fail_oom(err, "indexing the manifest");
+        if (dup != SIZE_MAX)
+            return tps_fail(err, TPS_EINVALID, "%s: file '%s' (rank %llu part %llu) is listed twice", what,
+                            m->files[i].name, (unsigned long long)m->files[i].rank, (unsigned long long)m->files[i].part);
+    }
+    for (size_t i = 0; i < m->ntensors; i++) {
+        if (!tps_name_hash_add(&m->tensor_names, m->tensors, i, &dup)) return tps_fail_oom(err, "indexing the manifest");
+        if (dup != SIZE_MAX) return tps_fail(err, TPS_EINVALID, "%s: tensor '%s' is listed twice", what, m->tensors[i].name);
+    }
+    return TPS_OK;
+}
+
 const tps_manifest_tensor *tps_manifest_find(const tps_manifest *m, const char *name)
 {
-    for (size_t i = 0; i < m->ntensors; i++)
-        if (strcmp(m->tensors[i].name, name) == 0) return &m->tensors[i];
-    return NULL;
+    if (!m->tensor_names.cap) {
+        for (size_t i = 0; i < m->ntensors; i++)
+            if (strcmp(m->tensors[i].name, name) == 0) return &m->tensors[i];
+        return NULL;
+    }
+    size_t i = tps_name_hash_find(&m->tensor_names, m->tensors, name);
+    return i == SIZE_MAX ? NULL : &m->tensors[i];
+}
+
+const tps_manifest_file *tps_manifest_find_file(const tps_manifest *m, const char *name)
+{
+    if (!m->file_names.cap) {
+        for (size_t i = 0; i < m->nfiles; i++)
+            if (strcmp(m->files[i].name, name) == 0) return &m->files[i];
+        return NULL;
+    }
+    size_t i = tps_name_hash_find(&m->file_names, m->files, name);
+    return i == SIZE_MAX ? NULL : &m->files[i];
 }
 
 void tps_manifest_free(tps_manifest *m)
@@ -606,6 +640,8 @@ void tps_manifest_free(tps_manifest *m)
     free(m->config_path);
     free(m->config_keys);
     free(m->held);
+    tps_name_hash_free(&m->tensor_names);
+    tps_name_hash_free(&m->file_names);
     free(m);
 }
 

@@ -71,6 +71,8 @@ typedef struct tps_manifest {
      * The files list still names every rank's files with their sizes and CRCs, so the
      * manifests of the nodes' shares differ only in "ranks_held". */
     bool *held;
+    /* private: names of tensors and files, built by the loader or tps_manifest_index */
+    tps_name_hash tensor_names, file_names;
 } tps_manifest;
 
 /* Reads DIR/tpshard.json strictly: unknown version refused, every field type-checked,
@@ -95,7 +97,13 @@ bool tps_manifest_holds(const tps_manifest *m, uint64_t r);
 /* The ranks held, as ranges: "0-1", "0,3,5-7" (truncated to size). */
 void tps_manifest_held_str(const tps_manifest *m, char *out, size_t size);
 
+/* Hashes the tensor and file names (the loader does; a caller that builds a manifest may),
+ * refusing a name listed twice.  Call again after changing the arrays. */
+tps_status tps_manifest_index(tps_manifest *m, const char *what, tps_error *err);
+
+/* By hash once indexed; a manifest built by hand and never indexed is scanned. */
 const tps_manifest_tensor *tps_manifest_find(const tps_manifest *m, const char *name);
+const tps_manifest_file *tps_manifest_find_file(const tps_manifest *m, const char *name);
 
 /* Bytes of rank r's slice of tensor i (padding included: it is in the rank's tensor). */
 tps_status tps_manifest_rank_bytes(const tps_manifest *m, size_t i, uint64_t r, uint64_t *out, tps_error *err);

@@ -84,9 +84,15 @@ tps_status tps_shardset_open_rank(tps_shardset *ss, uint64_t r, const tps_index 
     tps_index *ix = NULL;
     char path[4096];
     tps_status st = TPS_OK;
-    for (size_t i = 0; i < ss->m->nfiles; i++) {
+    /* The files are sorted by (rank, part): rank r's begin at the first not below r. */
+    size_t lo = 0, hi = ss->m->nfiles;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (ss->m->files[mid].rank < r) lo = mid + 1;
+        else hi = mid;
+    }
+    for (size_t i = lo; i < ss->m->nfiles && ss->m->files[i].rank == r; i++) {
         const tps_manifest_file *f = &ss->m->files[i];
-        if (f->rank != r) continue;
         if (snprintf(path, sizeof path, "%s/%s", ss->dir, f->name) >= (int)sizeof path) {
             st = tps_fail(err, TPS_EINVALID, "%s: path too long", ss->dir);
             goto cleanup;
@@ -251,9 +257,8 @@ tps_status tps_shardset_changed_file(tps_shardset *ss, const tps_manifest_tensor
         const tps_source_file *sf = &ix->files[x->file];
         const char *base = strrchr(sf->path, '/');
         base = base ? base + 1 : sf->path;
-        const tps_manifest_file *mf = NULL;
-        for (size_t k = 0; k < m->nfiles && !mf; k++)
-            if (m->files[k].rank == r && strcmp(m->files[k].name, base) == 0) mf = &m->files[k];
+        const tps_manifest_file *mf = tps_manifest_find_file(m, base);
+        if (mf && mf->rank != r) mf = NULL;
         uint32_t crc = 0;
         st = file_crc(sf->path, &crc, err);
         if (st) return st;

@@ -1,7 +1,9 @@
 # make bench: synthetic checkpoints, tpshard against cp/cat/a torch splitter (issue 8).
 #   make bench                      ~4 GiB Llama-3-8B-shaped checkpoint, 5 interleaved runs per case
 #   make bench BENCH_SIZE=30G       ~30 GiB (disk cases only), BENCH_RUNS=3 for a quick run
-# Other knobs (BENCH_DIR, BENCH_TMPFS, BENCH_COLD, BENCH_TORCH, BENCH_BIN, BENCH_KEEP): see
+#   make bench-scale                only the many-tensor cases (5,000 and 50,000 tiny tensors):
+#                                   check and reshard must be linear in the tensor count
+# Other knobs (BENCH_DIR, BENCH_TMPFS, BENCH_COLD, BENCH_TORCH, BENCH_BIN, BENCH_KEEP, BENCH_SCALE): see
 # tests/bench/bench.py.  Results: build/bench/results.md.
 BENCH_PYTHON ?= /usr/bin/python3
 
@@ -10,6 +12,11 @@ $(BUILD)/bench/benchtool: tests/bench/benchtool.c
 	@echo "  CC      $<"
 	$(Q)$(CC) -std=c11 -O2 $(WARN) -o $@ $<
 
+BENCH_VARS = BENCH_SIZE BENCH_RUNS BENCH_DIR BENCH_TMPFS BENCH_COLD BENCH_TORCH BENCH_BIN BENCH_KEEP BENCH_SCALE
 bench: tpshard $(BUILD)/bench/benchtool
-	$(Q)$(foreach v,BENCH_SIZE BENCH_RUNS BENCH_DIR BENCH_TMPFS BENCH_COLD BENCH_TORCH BENCH_BIN BENCH_KEEP,$(if $($(v)),$(v)='$($(v))')) $(BENCH_PYTHON) tests/bench/bench.py
+	$(Q)$(foreach v,$(BENCH_VARS),$(if $($(v)),$(v)='$($(v))')) $(BENCH_PYTHON) tests/bench/bench.py
+
+.PHONY: bench-scale
+bench-scale: tpshard $(BUILD)/bench/benchtool
+	$(Q)$(foreach v,$(BENCH_VARS),$(if $($(v)),$(v)='$($(v))')) BENCH_ONLY=scale $(BENCH_PYTHON) tests/bench/bench.py
 

@@ -11,7 +11,14 @@ Environment (all optional):
   BENCH_TORCH  0 skips the torch splitter; BENCH_BIN 0 skips the .bin input case
   BENCH_KEEP   1 keeps the generated checkpoints (a re-run reuses them)
   BENCH_TPSHARD  the binary to measure (default ./tpshard)
+  BENCH_SCALE  0 skips the many-tensor cases; BENCH_ONLY=scale runs only them (make bench-scale)
 Writes build/bench/results.md and prints the same table.
+
+The many-tensor cases (issue 14, item 9): two Mixtral-shaped checkpoints of tiny tensors,
+about 5,000 and 50,000 (25 and 251 layers of 64 experts), split at tp 2; check and reshard
+2->1 of each.  Their cost is per tensor, not per byte, so the 50k/5k ratio of medians shows
+whether the tool is linear in the tensor count (about 10) or not (a quadratic look-up gave
+60-120 for check).
 
 Method: every case runs BENCH_RUNS times, interleaved (one run of each case per round),
 and ratios are ratios of medians of the same round set.  Memory is the peak RssAnon
@@ -84,6 +91,9 @@ class Bench:
         self.results = {}  # case -> list of (wall, rssanon_kib, inblock)
         self.bytes = {}  # case -> bytes moved, for throughput
         self.notes = []
+        self.only = env("BENCH_ONLY", "")
+        self.scale = env("BENCH_SCALE", "1") == "1" or self.only == "scale"
+        self.scale_sets = {}  # tensor count -> (tp2 shard set, data bytes)
         self.python = subprocess.run(["sh", os.path.join(TOP, "tests/interop/python.sh")],
                                      capture_output=True, text=True).stdout.strip()
 
@@ -163,6 +173,31 @@ class Bench:
         self.inputs = [self.src] + [f for tp in sorted(self.sets) for f in self.shard_files(self.sets[tp])] + \
             ([self.bin] if self.bin else [])
 
+    def setup_scale(self):
+        os.makedirs(self.tmpfs, exist_ok=True)
+        for layers in (25, 251):  # 7 + 3*64 tensors a layer, plus 3: 4,978 and 49,952
+            d = os.path.join(self.data, f"moe-{layers}L")
+            src = os.path.join(d, "model.safetensors")
+            if not os.path.exists(src):
+                os.makedirs(d, exist_ok=True)
+                sh([TOOL, "gen-moe", src, str(layers), "64"], stdout=subprocess.DEVNULL)
+            s2 = os.path.join(d, "tp2")
+            if not os.path.exists(os.path.join(s2, "tpshard.json")):
+                rm(s2)
+                sh([TPSHARD, "split", src, "--tp", "2", "--preset", "mixtral", "-o", s2, "-q"])
+            self.scale_sets[3 + layers * (7 + 3 * 64)] = (s2, tree_bytes(s2))
+
+    def scale_case(self, what, n):
+        return f"{what}, {n:,} tensors"
+
+    def scale_round(self):
+        o = os.path.join(self.tmpfs, "scale-out")
+        for n, (s2, nbytes) in sorted(self.scale_sets.items()):
+            self.measure(self.scale_case("check tp2", n), [TPSHARD, "check", s2, "-q"], nbytes,
+                         pre=lambda: self.warm(self.shard_files(s2)))
+            self.measure(self.scale_case("reshard 2->1", n), [TPSHARD, "reshard", s2, "--tp", "1", "-o", o, "-q"],
+                         nbytes, pre=lambda: self.warm(self.shard_files(s2)), post=lambda: rm(o))
+
     def assert_same_as_torch(self):
         out_t = os.path.join(self.tmpfs, "torch")
         out_s = os.path.join(self.tmpfs, "tps")
@@ -223,8 +258,9 @@ class Bench:
         return statistics.median(w for w, _, _ in self.results[case])
 
     def table(self):
-        lines = [f"tpshard bench: {self.layers}-layer Llama-3-8B-shaped bf16 checkpoint, "
-                 f"{self.total / GiB:.2f} GiB; {self.runs} interleaved runs per case, medians; "
+        what = (f"{self.layers}-layer Llama-3-8B-shaped bf16 checkpoint, {self.total / GiB:.2f} GiB"
+                if self.only != "scale" else "many-tensor cases only")
+        lines = [f"tpshard bench: {what}; {self.runs} interleaved runs per case, medians; "
                  f"{os.cpu_count()} CPUs; cold cache by {'drop_caches' if self.cold == 'drop' else 'posix_fadvise DONTNEED'}; "
                  f"{time.strftime('%Y-%m-%d %H:%M')}",
                  "",
@@ -259,7 +295,14 @@ class Bench:
         target("merge tp8 / cp", "merge tp8", "cp (to tmpfs)", 1.2)
         target("check throughput / cat throughput", "cat tp8 shards > /dev/null", "check tp8", 0.8, le=False)
         target("split from .bin / from safetensors", "split tp8 from .bin", "split tp8", 1.1)
+        if len(self.scale_sets) == 2:
+            lo, hi = sorted(self.scale_sets)
+            # Linear: the time ratio is the tensor ratio; 1.3x that allows for a shared machine.
+            for what in ("check tp2", "reshard 2->1"):
+                target(f"{what}: {hi:,} / {lo:,} tensors (linear: {hi / lo:.1f})", self.scale_case(what, hi),
+                       self.scale_case(what, lo), round(1.3 * hi / lo, 1))
         tps = [c for c in self.results if not c.startswith(("cp", "cat", "torch", "cold: cp"))]
+        tps = [c for c in tps if "tensors" not in c]  # the many-tensor cases hold per-tensor state
         if tps:
             peak = max(r for c in tps for _, r, _ in self.results[c]) / 1024
             lines.append(f"| peak RssAnon of any tpshard run (MiB) | {peak:.1f} | | ≤ 64 | {'yes' if peak <= 64 else 'NO'} |")
@@ -292,20 +335,29 @@ class Bench:
         rm(os.path.join(self.data, "out"))
         if not self.keep:
             rm(os.path.dirname(self.src))
+            for s2, _ in self.scale_sets.values():
+                rm(os.path.dirname(s2))
 
 
 def main():
     b = Bench()
+    full = b.only != "scale"
     try:
-        b.setup()
-        if b.python and b.tmpfs_ok and env("BENCH_TORCH", "1") == "1":
-            b.assert_same_as_torch()
-        elif not b.python:
-            b.notes.append("torch splitter skipped: no Python with torch and safetensors (sh tests/interop/setup.sh)")
+        if full:
+            b.setup()
+            if b.python and b.tmpfs_ok and env("BENCH_TORCH", "1") == "1":
+                b.assert_same_as_torch()
+            elif not b.python:
+                b.notes.append("torch splitter skipped: no Python with torch and safetensors (sh tests/interop/setup.sh)")
+        if b.scale:
+            b.setup_scale()
         for i in range(b.runs):
             print(f"bench: round {i + 1} of {b.runs}", flush=True)
-            b.round()
-        if b.total > 8 * GiB:
+            if full:
+                b.round()
+            if b.scale:
+                b.scale_round()
+        if full and b.total > 8 * GiB:
             b.bystander_check()
         text = b.table()
         with open(os.path.join(BUILD, "results.md"), "w") as f:

@@ -3,6 +3,8 @@
  *   benchtool gen FILE LAYERS      a Llama-3-8B-shaped bf16 safetensors file with LAYERS layers
  *                                  (real tensor names, deterministic pseudo-random values) and a
  *                                  config.json beside it
+ *   benchtool gen-moe FILE LAYERS EXPERTS   a Mixtral-shaped one with tiny tensors
+ *                                  (7 + 3*EXPERTS per layer, plus 3): the many-tensor case
  *   benchtool run [-o OUT] -- CMD  runs CMD (stdout to OUT if given), sampling its RssAnon from
  *                                  /proc/PID/status about every millisecond; prints one line:
  *                                  "wall_s peak_rssanon_kib inblock_bytes exit_status"
@@ -36,6 +38,8 @@ static int die(const char *what, const char *arg)
 /* ---- gen ---- */
 
 enum { HIDDEN = 4096, INTER = 14336, HEADS = 32, KV_HEADS = 8, HEAD_DIM = 128, VOCAB = 128256 };
+/* The many-tensor case: a Mixtral with tiny tensors, where the cost is per tensor, not per byte. */
+enum { MOE_HIDDEN = 32, MOE_INTER = 16, MOE_HEADS = 4, MOE_KV_HEADS = 2, MOE_HEAD_DIM = 8, MOE_VOCAB = 256 };
 
 typedef struct gtensor {
     char name[96];
@@ -69,17 +73,49 @@ static size_t llama_tensors(gtensor *t, int layers)
     return n;
 }
 
-static int gen(const char *path, int layers)
+static size_t moe_tensors(gtensor *t, int layers, int experts)
 {
-    if (layers < 1 || layers > 512) {
-        fprintf(stderr, "benchtool gen: LAYERS must be 1..512\n");
-        return 2;
+    size_t n = 0;
+    t[n++] = (gtensor){"model.embed_tokens.weight", MOE_VOCAB, MOE_HIDDEN};
+    for (int l = 0; l < layers; l++) {
+        const struct { const char *s; uint64_t r, c; } per[] = {
+            {"input_layernorm.weight", MOE_HIDDEN, 0},
+            {"self_attn.q_proj.weight", MOE_HEADS * MOE_HEAD_DIM, MOE_HIDDEN},
+            {"self_attn.k_proj.weight", MOE_KV_HEADS * MOE_HEAD_DIM, MOE_HIDDEN},
+            {"self_attn.v_proj.weight", MOE_KV_HEADS * MOE_HEAD_DIM, MOE_HIDDEN},
+            {"self_attn.o_proj.weight", MOE_HIDDEN, MOE_HEADS * MOE_HEAD_DIM},
+            {"post_attention_layernorm.weight", MOE_HIDDEN, 0},
+            {"block_sparse_moe.gate.weight", (uint64_t)experts, MOE_HIDDEN},
+        };
+        for (size_t k = 0; k < sizeof per / sizeof per[0]; k++) {
+            t[n] = (gtensor){"", per[k].r, per[k].c};
+            snprintf(t[n].name, sizeof t[n].name, "model.layers.%d.%s", l, per[k].s);
+            n++;
+        }
+        for (int e = 0; e < experts; e++) {
+            const struct { const char *s; uint64_t r, c; } ex[] = {
+                {"w1", MOE_INTER, MOE_HIDDEN}, {"w2", MOE_HIDDEN, MOE_INTER}, {"w3", MOE_INTER, MOE_HIDDEN}};
+            for (size_t k = 0; k < 3; k++) {
+                t[n] = (gtensor){"", ex[k].r, ex[k].c};
+                snprintf(t[n].name, sizeof t[n].name, "model.layers.%d.block_sparse_moe.experts.%d.%s.weight", l, e,
+                         ex[k].s);
+                n++;
+            }
+        }
     }
-    gtensor *t = calloc((size_t)layers * 9 + 3, sizeof *t);
-    size_t n = llama_tensors(t, layers);
+    t[n++] = (gtensor){"model.norm.weight", MOE_HIDDEN, 0};
+    t[n++] = (gtensor){"lm_head.weight", MOE_VOCAB, MOE_HIDDEN};
+    return n;
+}
+
+/* Writes the safetensors file (tensors in the given order, header sorted or not: readers
+ * must not care) and the config text as config.json beside it. */
+static int write_checkpoint(const char *path, const gtensor *t, size_t n, const char *config)
+{
     size_t hcap = n * 160 + 64, hl = 0;
     char *h = malloc(hcap);
     uint64_t off = 0;
+    if (!h) return die("out of memory for", path);
     hl += (size_t)snprintf(h + hl, hcap - hl, "{\"__metadata__\":{\"format\":\"pt\"}");
     for (size_t i = 0; i < n; i++) {
         uint64_t bytes = t[i].rows * (t[i].cols ? t[i].cols : 1) * 2;
@@ -124,19 +160,57 @@ static int gen(const char *path, int layers)
     snprintf(cfg, sizeof cfg, "%.*sconfig.json", slash ? (int)(slash - path + 1) : 0, path);
     f = fopen(cfg, "w");
     if (!f) return die("cannot create", cfg);
-    fprintf(f,
-            "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
-            "  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n  \"num_attention_heads\": %d,\n"
-            "  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n  \"num_hidden_layers\": %d,\n"
-            "  \"vocab_size\": %d,\n  \"rms_norm_eps\": 1e-05,\n  \"rope_theta\": 500000.0,\n"
-            "  \"hidden_act\": \"silu\",\n  \"tie_word_embeddings\": false,\n  \"torch_dtype\": \"bfloat16\"\n}\n",
-            HIDDEN, INTER, HEADS, KV_HEADS, HEAD_DIM, layers, VOCAB);
+    fputs(config, f);
     fclose(f);
-    printf("%s: %zu tensors, %" PRIu64 " data bytes, %d layers\n", path, n, off, layers);
+    printf("%s: %zu tensors, %" PRIu64 " data bytes\n", path, n, off);
     free(buf);
     free(h);
-    free(t);
     return 0;
+}
+
+static int gen(const char *path, int layers)
+{
+    if (layers < 1 || layers > 512) {
+        fprintf(stderr, "benchtool gen: LAYERS must be 1..512\n");
+        return 2;
+    }
+    gtensor *t = calloc((size_t)layers * 9 + 3, sizeof *t);
+    if (!t) return die("out of memory for", path);
+    size_t n = llama_tensors(t, layers);
+    char cfg[1024];
+    snprintf(cfg, sizeof cfg,
+             "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
+             "  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n  \"num_attention_heads\": %d,\n"
+             "  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n  \"num_hidden_layers\": %d,\n"
+             "  \"vocab_size\": %d,\n  \"rms_norm_eps\": 1e-05,\n  \"rope_theta\": 500000.0,\n"
+             "  \"hidden_act\": \"silu\",\n  \"tie_word_embeddings\": false,\n  \"torch_dtype\": \"bfloat16\"\n}\n",
+             HIDDEN, INTER, HEADS, KV_HEADS, HEAD_DIM, layers, VOCAB);
+    int rc = write_checkpoint(path, t, n, cfg);
+    free(t);
+    return rc;
+}
+
+static int gen_moe(const char *path, int layers, int experts)
+{
+    if (layers < 1 || layers > 4096 || experts < 1 || experts > 4096) {
+        fprintf(stderr, "benchtool gen-moe: LAYERS and EXPERTS must be 1..4096\n");
+        return 2;
+    }
+    gtensor *t = calloc((size_t)layers * (7 + 3 * (size_t)experts) + 3, sizeof *t);
+    if (!t) return die("out of memory for", path);
+    size_t n = moe_tensors(t, layers, experts);
+    char cfg[1024];
+    snprintf(cfg, sizeof cfg,
+             "{\n  \"architectures\": [\"MixtralForCausalLM\"],\n  \"model_type\": \"mixtral\",\n"
+             "  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n  \"num_attention_heads\": %d,\n"
+             "  \"num_key_value_heads\": %d,\n  \"num_hidden_layers\": %d,\n  \"num_local_experts\": %d,\n"
+             "  \"num_experts_per_tok\": 2,\n  \"vocab_size\": %d,\n  \"rms_norm_eps\": 1e-05,\n"
+             "  \"rope_theta\": 1000000.0,\n  \"hidden_act\": \"silu\",\n  \"tie_word_embeddings\": false,\n"
+             "  \"torch_dtype\": \"bfloat16\"\n}\n",
+             MOE_HIDDEN, MOE_INTER, MOE_HEADS, MOE_KV_HEADS, layers, experts, MOE_VOCAB);
+    int rc = write_checkpoint(path, t, n, cfg);
+    free(t);
+    return rc;
 }
 
 /* ---- run ---- */
@@ -255,9 +329,10 @@ static int evict(int argc, char **argv)
 int main(int argc, char **argv)
 {
     if (argc >= 4 && strcmp(argv[1], "gen") == 0) return gen(argv[2], atoi(argv[3]));
+    if (argc >= 5 && strcmp(argv[1], "gen-moe") == 0) return gen_moe(argv[2], atoi(argv[3]), atoi(argv[4]));
     if (argc >= 3 && strcmp(argv[1], "run") == 0) return run(argc - 2, argv + 2);
     if (argc >= 2 && strcmp(argv[1], "cached") == 0) return cached(argc - 2, argv + 2);
     if (argc >= 2 && strcmp(argv[1], "evict") == 0) return evict(argc - 2, argv + 2);
-    fprintf(stderr, "usage: benchtool gen FILE LAYERS | run [-o OUT] -- CMD... | cached FILE... | evict FILE...\n");
+    fprintf(stderr, "usage: benchtool gen FILE LAYERS | gen-moe FILE LAYERS EXPERTS | run [-o OUT] -- CMD... | cached FILE... | evict FILE...\n");
     return 2;
 }
