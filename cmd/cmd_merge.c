@@ -21,22 +21,10 @@ static const tps_opt merge_opts[] = {
     {"output", 'o', TPS_OPT_STRING, &o.out, "FILE|DIR",
      "FILE.safetensors for one file, or a directory for a Hugging Face multi-file set"},
     {"max-shard-size", 0, TPS_OPT_SIZE, &o.max_shard, "SIZE", "largest file of a directory output (default 5GB)"},
-    {"force", 'f', TPS_OPT_FLAG, &o.force, NULL, "replace an existing output"},
+    {"force", 'f', TPS_OPT_FLAG, &o.force, NULL, "replace a file or an earlier merged directory"},
     TPS_COMMON_OPTS,
     TPS_OPTS_END,
 };
-
-static tps_status read_shards(void *ctx, size_t i, uint64_t off, void *buf, size_t len, tps_error *err)
-{
-    tps_shardset *ss = ctx;
-    return tps_shardset_read_global(ss, &ss->m->tensors[i], off, buf, len, err);
-}
-
-/* Every tensor's bytes, as the copy read them, against the shard set's manifest. */
-static tps_status check_read(void *ctx, size_t i, uint32_t crc, tps_error *err)
-{
-    return tps_shardset_check_tensor(ctx, i, crc, err);
-}
 
 static bool ends_with(const char *s, const char *suffix)
 {
@@ -77,9 +65,9 @@ static int run_merge(char **args, int nargs)
                                            kind == TPS_OUT_FILE ? 0 : o.max_shard ? o.max_shard : 5000000000ull, &ps);
     wo.kind = kind;
     wo.cut.checkpoint = true;
-    wo.cut.tensor_done = check_read;
+    wo.cut.tensor_done = tps_shardset_source_check;
     wo.cut.tensor_done_arg = ss;
-    rc = tps_cli_write("merge", m, read_shards, ss, &wo);
+    rc = tps_cli_write("merge", m, tps_shardset_source_read, ss, &wo);
     if (rc == 0 && !tps_common.quiet)
         printf("merged %s (tp %llu, %zu tensors) into %s\n", args[0], (unsigned long long)ss->m->tp, ss->m->ntensors,
                o.out);

@@ -25,23 +25,10 @@ static const tps_opt reshard_opts[] = {
     {"max-shard-size", 0, TPS_OPT_SIZE, &o.max_shard, "SIZE", "cut each rank into parts of at most SIZE"},
     {"name-template", 0, TPS_OPT_STRING, &o.name_template, "T", "file names with {rank}, {tp}, {part}"},
     {"only-rank", 0, TPS_OPT_STRING, &o.only, "R[,R...]", "write only these ranks (full manifest)"},
-    {"force", 'f', TPS_OPT_FLAG, &o.force, NULL, "replace a non-empty output directory"},
+    {"force", 'f', TPS_OPT_FLAG, &o.force, NULL, "replace an earlier shard set (nothing else)"},
     TPS_COMMON_OPTS,
     TPS_OPTS_END,
 };
-
-static tps_status read_shards(void *ctx, size_t i, uint64_t off, void *buf, size_t len, tps_error *err)
-{
-    tps_shardset *ss = ctx;
-    return tps_shardset_read_global(ss, &ss->m->tensors[i], off, buf, len, err);
-}
-
-/* Every tensor's bytes, as the copy read them, against the source manifest (retarget keeps
- * the tensors in the source's order). */
-static tps_status check_read(void *ctx, size_t i, uint32_t crc, tps_error *err)
-{
-    return tps_shardset_check_tensor(ctx, i, crc, err);
-}
 
 static int run_reshard(char **args, int nargs)
 {
@@ -63,9 +50,9 @@ static int run_reshard(char **args, int nargs)
     const char *inputs[] = {dir, NULL};
     tps_progress_state ps;
     tps_write_opts wo = tps_cli_write_opts(o.out, o.force, inputs, o.only, o.name_template, o.max_shard, &ps);
-    wo.cut.tensor_done = check_read;
+    wo.cut.tensor_done = tps_shardset_source_check;
     wo.cut.tensor_done_arg = ss;
-    rc = tps_cli_write("reshard", m, read_shards, ss, &wo);
+    rc = tps_cli_write("reshard", m, tps_shardset_source_read, ss, &wo);
     if (rc == 0 && !tps_common.quiet)
         printf("resharded %s from tp %llu to tp %llu in %s\n", dir, (unsigned long long)ss->m->tp,
                (unsigned long long)m->tp, o.out);

@@ -30,7 +30,7 @@ static const tps_opt split_opts[] = {
     {"max-shard-size", 0, TPS_OPT_SIZE, &o.max_shard, "SIZE", "cut each rank into parts of at most SIZE"},
     {"name-template", 0, TPS_OPT_STRING, &o.name_template, "T", "file names with {rank}, {tp}, {part}"},
     {"only-rank", 0, TPS_OPT_STRING, &o.only, "R[,R...]", "write only these ranks (full manifest)"},
-    {"force", 'f', TPS_OPT_FLAG, &o.force, NULL, "replace a non-empty output directory"},
+    {"force", 'f', TPS_OPT_FLAG, &o.force, NULL, "replace an earlier shard set (nothing else)"},
     {"dry-run", 'n', TPS_OPT_FLAG, &o.dry_run, NULL, "plan and check everything, write nothing"},
     TPS_COMMON_OPTS,
     TPS_OPTS_END,

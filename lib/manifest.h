@@ -143,6 +143,12 @@ tps_status tps_shardset_read_global(tps_shardset *ss, const tps_manifest_tensor 
  * on this failure path). */
 tps_status tps_shardset_check_tensor(tps_shardset *ss, size_t i, uint32_t crc, tps_error *err);
 
+/* The copy engine's source over a shard set (ctx: the tps_shardset): global tensor i of its
+ * manifest, as a tps_global_read_fn, and the per-tensor check as a tps_cut_opts.tensor_done,
+ * so reshard and merge hand the set to the engine as they are. */
+tps_status tps_shardset_source_read(void *ctx, size_t i, uint64_t off, void *buf, size_t len, tps_error *err);
+tps_status tps_shardset_source_check(void *ctx, size_t i, uint32_t crc, tps_error *err);
+
 /* After a difference was found in tensor t: the first file holding t (rank order) whose
  * size or whole-file CRC-32 differs from the manifest's, into path (*found false when every
  * one matches).  Reads those files whole: for explaining a failure, not for checking. */

@@ -290,6 +290,17 @@ tps_status tps_shardset_check_tensor(tps_shardset *ss, size_t i, uint32_t crc, t
                     ss->dir, t->name, (unsigned)crc, (unsigned)t->crc);
 }
 
+tps_status tps_shardset_source_read(void *ctx, size_t i, uint64_t off, void *buf, size_t len, tps_error *err)
+{
+    tps_shardset *ss = ctx;
+    return tps_shardset_read_global(ss, &ss->m->tensors[i], off, buf, len, err);
+}
+
+tps_status tps_shardset_source_check(void *ctx, size_t i, uint32_t crc, tps_error *err)
+{
+    return tps_shardset_check_tensor(ctx, i, crc, err);
+}
+
 void tps_shardset_free(tps_shardset *ss)
 {
     if (!ss) return;
