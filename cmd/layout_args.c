@@ -1,5 +1,6 @@
 #include "layout_args.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #include "lib/buf.h"
 #include "lib/json.h"
 #include "lib/plan.h"
+#include "lib/presets.h"
 #include "lib/retarget.h"
 #include "lib/write_set.h"
 
@@ -23,6 +25,81 @@ static void print_lines(const char *cmd, const char *prefix, const char *text)
     }
 }
 
+/* The names --preset accepts (preset names, then each preset's aliases), lowercased, into
+ * names[] (at most max); returns how many.  The strings live in buf. */
+static size_t preset_names(tps_buf *buf, const char **names, size_t max)
+{
+    for (const tps_preset *p = tps_presets; p->name; p++) tps_buf_printf(buf, "%s%c", p->name, 0);
+    for (const tps_preset *p = tps_presets; p->name; p++) {
+        tps_layout *l = NULL;
+        tps_error err;
+        tps_error_clear(&err);
+        if (tps_layout_load_preset(p->name, &l, &err) != TPS_OK) continue; /* broken: the unit tests say so */
+        size_t na;
+        const char *const *aliases = tps_layout_aliases(l, &na);
+        for (size_t i = 0; i < na; i++) tps_buf_printf(buf, "%s%c", aliases[i], 0);
+        tps_layout_free(l);
+    }
+    size_t n = 0;
+    for (size_t off = 0; !buf->oom && off < buf->len && n < max; off += strlen(buf->data + off) + 1)
+        names[n++] = buf->data + off;
+    return n;
+}
+
+int tps_cli_resolve_preset(const char *cmd, const char *name, const tps_preset **out)
+{
+    if ((*out = tps_preset_resolve(name))) return 0;
+    tps_buf buf = TPS_BUF_INIT, list = TPS_BUF_INIT;
+    const char *names[128];
+    size_t n = preset_names(&buf, names, sizeof names / sizeof *names), npresets = 0;
+    for (const tps_preset *p = tps_presets; p->name; p++) npresets++;
+    /* Compared as the resolver does: case and '-' versus '_' do not matter. */
+    char key[64];
+    size_t len = 0;
+    for (; name[len] && len + 1 < sizeof key; len++)
+        key[len] = name[len] == '-' ? '_' : (char)tolower((unsigned char)name[len]);
+    key[len] = '\0';
+    const char *guess = tps_cli_suggest(key, len, names, n);
+    for (size_t i = 0; i < npresets && i < n; i++) tps_buf_printf(&list, "%s%s", i ? ", " : "", names[i]);
+    tps_buf_puts(&list, "; also");
+    for (size_t i = npresets; i < n; i++) tps_buf_printf(&list, "%s%s", i > npresets ? ", " : " ", names[i]);
+    const char *l = tps_buf_cstr(&list);
+    int rc;
+    if (guess)
+        rc = tps_cli_usage(cmd, "unknown preset '%s'; did you mean '%s'? (presets: %s; tpshard layout --list)", name,
+                           guess, l ? l : "?");
+    else
+        rc = tps_cli_usage(cmd, "unknown preset '%s' (presets: %s; tpshard layout --list)", name, l ? l : "?");
+    tps_buf_release(&buf);
+    tps_buf_release(&list);
+    return rc;
+}
+
+/* With neither --preset nor --layout: the preset config.json's architectures (then
+ * model_type) ask for, said on stderr. */
+static int detect_preset(const char *cmd, const char *src, const char *config, const tps_preset **out)
+{
+    if (!config)
+        return tps_cli_usage(cmd, "no config.json beside %s to choose the layout from; pass --preset NAME, "
+                                  "--layout FILE or --config FILE (tpshard layout --list)", src);
+    tps_error err;
+    tps_error_clear(&err);
+    char found[256];
+    tps_status st = tps_preset_detect(config, out, found, sizeof found, &err);
+    if (st == TPS_EARG)
+        return tps_cli_usage(cmd, "%s, so the layout cannot be chosen; pass --preset NAME or --layout FILE "
+                                  "(tpshard layout --list)", err.msg);
+    if (st) {
+        tps_cli_report(cmd, &err);
+        if (st == TPS_EINVALID && strstr(err.msg, "no built-in layout serves"))
+            tps_cli_errorf(cmd, "write a layout for it, starting from the closest preset: "
+                                "tpshard layout --preset NAME > mine.yaml, then pass --layout mine.yaml");
+        return tps_cli_exit_code(st);
+    }
+    if (!tps_common.quiet) fprintf(stderr, "tpshard %s: layout: preset %s, from %s %s\n", cmd, (*out)->name, config, found);
+    return 0;
+}
+
 int tps_cli_plan(const char *cmd, const char *src, const tps_layout_args *a, tps_index **ix, tps_layout **l,
                  tps_manifest **m)
 {
@@ -34,16 +111,8 @@ int tps_cli_plan(const char *cmd, const char *src, const tps_layout_args *a, tps
     if (a->tp == 0) return tps_cli_usage(cmd, "--tp N is required (N >= 1)");
     /* The bound every writer and the manifest reader share, before any planning. */
     if (tps_tp_check(a->tp, "--tp", &err)) return tps_cli_report(cmd, &err);
-    if (!a->layout == !a->preset)
-        return tps_cli_usage(cmd, "give exactly one of --layout FILE or --preset NAME (see 'tpshard layout --list')");
-    char name[4200];
-    if (a->layout) {
-        if (tps_layout_load_file(a->layout, l, &err)) return tps_cli_report(cmd, &err);
-        snprintf(name, sizeof name, "%s", a->layout);
-    } else {
-        if (tps_layout_load_preset(a->preset, l, &err)) return tps_cli_report(cmd, &err);
-        snprintf(name, sizeof name, "preset:%s", a->preset);
-    }
+    if (a->layout && a->preset)
+        return tps_cli_usage(cmd, "give one of --layout FILE or --preset NAME, not both (see 'tpshard layout --list')");
     /* Without --config, a config.json beside the checkpoint is what the user means (HF layout). */
     const char *config = a->config;
     char beside[4200];
@@ -57,6 +126,18 @@ int tps_cli_plan(const char *cmd, const char *src, const tps_layout_args *a, tps
             config = beside;
             if (tps_common.verbose) fprintf(stderr, "tpshard %s: sizes from %s\n", cmd, beside);
         }
+    }
+    char name[4200];
+    if (a->layout) {
+        if (tps_layout_load_file(a->layout, l, &err)) return tps_cli_report(cmd, &err);
+        snprintf(name, sizeof name, "%s", a->layout);
+    } else {
+        const tps_preset *p;
+        int rc = a->preset ? tps_cli_resolve_preset(cmd, a->preset, &p) : detect_preset(cmd, src, config, &p);
+        if (rc) return rc;
+        if (tps_layout_load_preset(p->name, l, &err)) return tps_cli_report(cmd, &err);
+        /* The preset's own name, however it was asked for: the same cut records the same. */
+        snprintf(name, sizeof name, "preset:%s", p->name);
     }
     char *config_keys = NULL;
     if (config && tps_layout_read_config(*l, config, &config_keys, &err)) return tps_cli_report(cmd, &err);
@@ -78,6 +159,11 @@ int tps_cli_plan(const char *cmd, const char *src, const tps_layout_args *a, tps
     }
     free(config_keys);
     if (unused.len && !tps_common.quiet) print_lines(cmd, "warning: layout rule matched no tensor: ", unused.data);
+    for (size_t i = 0; st == TPS_OK && !tps_common.quiet && i < (*m)->nskipped; i++) {
+        const tps_manifest_skip *sk = &(*m)->skipped[i];
+        fprintf(stderr, "tpshard %s: skipped %llu tensor%s: %s (%s)\n", cmd, (unsigned long long)sk->count,
+                sk->count == 1 ? "" : "s", sk->glob, sk->reason);
+    }
     if ((st == TPS_EINVALID || st == TPS_EARG) && problems.n) {
         tps_cli_print_problems(cmd, src, "the layout does not fit this checkpoint", &problems, tps_layout_sizes(*l),
                                config ? NULL : beside, tps_common.json);
@@ -255,6 +341,19 @@ void tps_cli_print_plan(const tps_manifest *m, bool json)
         }
     }
     if (json) {
+        tps_jw_array_end(&w);
+        tps_jw_key(&w, "skipped");
+        tps_jw_array_begin(&w);
+        for (size_t i = 0; i < m->nskipped; i++) {
+            tps_jw_object_begin(&w);
+            tps_jw_key(&w, "glob");
+            tps_jw_string(&w, m->skipped[i].glob);
+            tps_jw_key(&w, "count");
+            tps_jw_u64(&w, m->skipped[i].count);
+            tps_jw_key(&w, "reason");
+            tps_jw_string(&w, m->skipped[i].reason);
+            tps_jw_object_end(&w);
+        }
         tps_jw_array_end(&w);
         tps_jw_key(&w, "rank_bytes");
         tps_jw_array_begin(&w);

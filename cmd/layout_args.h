@@ -1,5 +1,5 @@
-/* What split and plan share: opening the checkpoint, choosing the layout (--layout FILE or
- * --preset NAME), sizes from --config, inferred sizes, and the plan; and what they share
+/* What split and plan share: opening the checkpoint, choosing the layout (--layout FILE,
+ * --preset NAME, or from config.json), sizes from --config, inferred sizes, and the plan; and what they share
  * with reshard: a refusal printed grouped by cause, with what would work. */
 #ifndef TPS_LAYOUT_ARGS_H
 #define TPS_LAYOUT_ARGS_H
@@ -9,6 +9,7 @@
 #include "lib/index.h"
 #include "lib/layout.h"
 #include "lib/manifest.h"
+#include "lib/presets.h"
 #include "lib/problems.h"
 
 typedef struct tps_layout_args {
@@ -18,7 +19,16 @@ typedef struct tps_layout_args {
     uint64_t tp;
 } tps_layout_args;
 
-/* Opens src, loads the layout and builds the plan.  On a planning error prints every
+/* The built-in preset name designates (tps_preset_resolve: a preset's name or alias, any
+ * case, '-' or '_').  Returns 0 with *out set, or prints "unknown preset" with a did-you-mean
+ * and the names accepted, and returns the usage exit code. */
+int tps_cli_resolve_preset(const char *cmd, const char *name, const tps_preset **out);
+
+/* Opens src, chooses and loads the layout (--layout FILE, --preset NAME, or with neither
+ * the preset config.json's architectures ask for, said on stderr unless -q) and builds the
+ * plan; prints a line per skip: glob that matched.  Usage error (2) when neither option is
+ * given and there is no config.json; exit 3 when it names an architecture no preset serves.
+ * On a planning error prints every
  * problem (prefixed by the command name) and returns its status; *ix and *l are then still
  * set for the caller to free. */
 int tps_cli_plan(const char *cmd, const char *src, const tps_layout_args *a, tps_index **ix, tps_layout **l,

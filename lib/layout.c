@@ -649,18 +649,81 @@ static tps_status parse_block(pctx *c, const yaml_node_t *n)
     return TPS_OK;
 }
 
+/* A list of names (architectures:, aliases:): a name alone is a one-element list.  Names
+ * are identifiers (letters, digits, '_', '-', '.'), each listed once: they are matched
+ * against config.json values and --preset, and printed in lists. */
+static tps_status parse_names(pctx *c, const yaml_node_t *n, const char *what, char ***out, size_t *count)
+{
+    const yaml_node_item_t *first = NULL, *last = NULL;
+    if (n->type == YAML_SEQUENCE_NODE) {
+        first = n->data.sequence.items.start;
+        last = n->data.sequence.items.top;
+        if (first == last) return fail_at(c, n, "%s is an empty list", what);
+    } else if (n->type != YAML_SCALAR_NODE) {
+        return fail_at(c, n, "%s must be a name or a list of names, not %s", what, node_type_name(n));
+    }
+    size_t total = first ? (size_t)(last - first) : 1;
+    if (!(*out = calloc(total, sizeof **out))) return tps_fail_oom(c->err, "reading a layout");
+    for (size_t i = 0; i < total; i++) {
+        yaml_node_t *item = first ? node(c, first[i]) : (yaml_node_t *)n;
+        const char *s;
+        tps_status st = scalar(c, item, what, &s);
+        if (st != TPS_OK) return st;
+        if (!s[0] || strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-.") != strlen(s))
+            return fail_at(c, item, "%s: '%s' is not a name (letters, digits, '_', '-', '.')", what, s);
+        for (size_t j = 0; j < *count; j++)
+            if (strcmp((*out)[j], s) == 0) return fail_at(c, item, "%s lists '%s' twice", what, s);
+        if (!((*out)[i] = strdup(s))) return tps_fail_oom(c->err, "reading a layout");
+        *count = i + 1;
+    }
+    return TPS_OK;
+}
+
+/* skip: a list of {match: GLOB, reason: TEXT}.  One glob per entry: the plan prints one line
+ * per entry, and a manifest records each with its count. */
+static tps_status parse_skip(pctx *c, const yaml_node_t *n)
+{
+    tps_status st = want_type(c, n, YAML_SEQUENCE_NODE, "skip");
+    if (st != TPS_OK) return st;
+    size_t total = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
+    if (total == 0) return fail_at(c, n, "skip is an empty list");
+    tps_layout *l = c->l;
+    if (!(l->skips = calloc(total, sizeof *l->skips))) return tps_fail_oom(c->err, "reading a layout");
+    static const char *const allowed[] = {"match", "reason", NULL};
+    for (size_t i = 0; i < total; i++) {
+        yaml_node_t *e = node(c, n->data.sequence.items.start[i]), *v[2];
+        tps_skip *sk = &l->skips[l->nskips++];
+        if ((st = map_fields(c, e, "a skip entry", allowed, v)) != TPS_OK) return st;
+        sk->at = mark_of(e);
+        if (!v[0] || !v[1]) return fail_at(c, e, "a skip entry needs match (one glob) and reason");
+        if ((st = get_glob(c, v[0], "match", &sk->glob)) != TPS_OK) return st;
+        if ((st = get_strdup(c, v[1], "reason", &sk->reason)) != TPS_OK) return st;
+        if (!sk->reason[0] || strpbrk(sk->reason, "\r\n"))
+            return fail_at(c, v[1], "reason must be one non-empty line");
+    }
+    return TPS_OK;
+}
+
 static tps_status parse_root(pctx *c, const yaml_node_t *root)
 {
-    static const char *const allowed[] = {"name", "description", "sizes", "infer", "rules", "default", "block", NULL};
-    yaml_node_t *v[7];
+    static const char *const allowed[] = {"name",  "description", "architectures", "aliases", "sizes", "infer",
+                                          "skip", "rules",       "default",       "block",   NULL};
+    enum { K_NAME, K_DESC, K_ARCH, K_ALIAS, K_SIZES, K_INFER, K_SKIP, K_RULES, K_DEFAULT, K_BLOCK, K_COUNT };
+    yaml_node_t *v[K_COUNT];
+    tps_layout *l = c->l;
     tps_status st = map_fields(c, root, "the layout", allowed, v);
     if (st != TPS_OK) return st;
-    if (v[0] && (st = get_strdup(c, v[0], "name", &c->l->name)) != TPS_OK) return st;
-    if (v[1] && (st = get_strdup(c, v[1], "description", &c->l->description)) != TPS_OK) return st;
-    if (v[2] && (st = parse_sizes(c, v[2])) != TPS_OK) return st;
-    if (v[3] && (st = parse_infer(c, v[3])) != TPS_OK) return st;
-    if ((st = parse_rules(c, v[4], v[5])) != TPS_OK) return st;
-    if (v[6] && (st = parse_block(c, v[6])) != TPS_OK) return st;
+    if (v[K_NAME] && (st = get_strdup(c, v[K_NAME], "name", &l->name)) != TPS_OK) return st;
+    if (v[K_DESC] && (st = get_strdup(c, v[K_DESC], "description", &l->description)) != TPS_OK) return st;
+    if (v[K_ARCH] &&
+        (st = parse_names(c, v[K_ARCH], "architectures", &l->architectures, &l->narchitectures)) != TPS_OK)
+        return st;
+    if (v[K_ALIAS] && (st = parse_names(c, v[K_ALIAS], "aliases", &l->aliases, &l->naliases)) != TPS_OK) return st;
+    if (v[K_SIZES] && (st = parse_sizes(c, v[K_SIZES])) != TPS_OK) return st;
+    if (v[K_INFER] && (st = parse_infer(c, v[K_INFER])) != TPS_OK) return st;
+    if (v[K_SKIP] && (st = parse_skip(c, v[K_SKIP])) != TPS_OK) return st;
+    if ((st = parse_rules(c, v[K_RULES], v[K_DEFAULT])) != TPS_OK) return st;
+    if (v[K_BLOCK] && (st = parse_block(c, v[K_BLOCK])) != TPS_OK) return st;
     return TPS_OK;
 }
 
@@ -806,7 +869,7 @@ cleanup:
 tps_status tps_layout_load_preset(const char *preset, tps_layout **out, tps_error *err)
 {
     *out = NULL;
-    const tps_preset *p = tps_preset_find(preset);
+    const tps_preset *p = tps_preset_resolve(preset);
     if (!p) {
         tps_buf names = TPS_BUF_INIT;
         for (const tps_preset *q = tps_presets; q->name; q++)
@@ -842,6 +905,15 @@ void tps_layout_free(tps_layout *l)
         free(r->label);
     }
     free(l->rules);
+    for (size_t i = 0; i < l->narchitectures; i++) free(l->architectures[i]);
+    free(l->architectures);
+    for (size_t i = 0; i < l->naliases; i++) free(l->aliases[i]);
+    free(l->aliases);
+    for (size_t i = 0; i < l->nskips; i++) {
+        free(l->skips[i].glob);
+        free(l->skips[i].reason);
+    }
+    free(l->skips);
     free(l->block_raw.layer_prefix);
     free(l->block_raw.expert_prefix);
     for (int i = 0; i < TPS_ROLE_COUNT; i++) free(l->block_raw.role[i]);

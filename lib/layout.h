@@ -64,6 +64,20 @@ uint64_t tps_layout_rule_matches(const tps_layout *l, size_t rule);
  * none): a refusal names them once instead of once per tensor. */
 void tps_layout_rule_missing_sizes(const tps_layout *l, size_t rule, char *buf, size_t bufsize);
 
+/* The layout's architectures: and aliases: lists (the Hugging Face architectures a preset
+ * serves, and the other names --preset accepts for it); *n receives the count. */
+const char *const *tps_layout_architectures(const tps_layout *l, size_t *n);
+const char *const *tps_layout_aliases(const tps_layout *l, size_t *n);
+
+/* The layout's skip: entry that drops tensor name (the first whose glob matches; skip is
+ * consulted before the rules), counted for tps_layout_skip_entry; SIZE_MAX when none does. */
+size_t tps_layout_skip_match(tps_layout *l, const char *name);
+size_t tps_layout_skip_count(const tps_layout *l);
+/* Skip entry i's glob and reason, and how many tensors it matched so far. */
+const char *tps_layout_skip_glob(const tps_layout *l, size_t i);
+const char *tps_layout_skip_reason(const tps_layout *l, size_t i);
+uint64_t tps_layout_skip_matches(const tps_layout *l, size_t i);
+
 /* The block description, or NULL when the layout has no `block:` section. */
 const tps_block *tps_layout_block(const tps_layout *l);
 

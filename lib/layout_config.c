@@ -17,7 +17,7 @@
 /* A config.json is a few kilobytes; refuse to slurp anything that cannot be one. */
 #define CONFIG_MAX_BYTES (16u << 20)
 
-static tps_status read_small_file(const char *path, char **out, size_t *len, tps_error *err)
+tps_status tps_read_config_file(const char *path, char **out, size_t *len, tps_error *err)
 {
     *out = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -213,7 +213,7 @@ tps_status tps_layout_read_config(tps_layout *l, const char *config_path, char *
 {
     char *text = NULL;
     size_t len = 0;
-    tps_status st = read_small_file(config_path, &text, &len, err);
+    tps_status st = tps_read_config_file(config_path, &text, &len, err);
     if (st == TPS_OK) st = tps_layout_apply_config_text(l, text, len, config_path, kept, err);
     free(text);
     return st;

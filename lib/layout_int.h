@@ -93,6 +93,15 @@ enum {
     TPS_BF_PARALLEL_RESIDUAL, TPS_BF_CONV1D, TPS_BF_QKV_INTERLEAVED, TPS_BF_TOP_K
 };
 
+/* A skip: entry: tensors the plan leaves out (non-persistent buffers such as RoPE's
+ * inv_freq), with the reason the plan prints and the manifest records. */
+typedef struct tps_skip {
+    char *glob;
+    char *reason;
+    tps_mark at;
+    uint64_t matches;
+} tps_skip;
+
 struct tps_layout {
     char *source; /* what messages call the text: a path or "preset:NAME" */
     char *name;   /* the layout's own name: key */
@@ -102,6 +111,12 @@ struct tps_layout {
     tps_hint hints[TPS_NSIZES];
     tps_rule *rules; /* the default rule, when given, is the last */
     size_t nrules;
+    char **architectures; /* Hugging Face architectures a preset serves (auto-detection) */
+    size_t narchitectures;
+    char **aliases; /* other names --preset accepts (Hugging Face model_type spellings) */
+    size_t naliases;
+    tps_skip *skips;
+    size_t nskips;
     bool has_block;
     tps_block block_raw; /* as written; numbers 0 and fields outside block_set unset */
     unsigned block_set;
@@ -109,6 +124,10 @@ struct tps_layout {
     unsigned cfg_set;
     tps_block block;     /* effective: layout, then config.json, then sizes and kind defaults */
 };
+
+/* Reads a config.json whole (a regular file of at most 16 MiB), NUL-terminated; *out is
+ * malloc'd.  A missing file is TPS_EINVALID. */
+tps_status tps_read_config_file(const char *path, char **out, size_t *len, tps_error *err);
 
 /* Recomputes l->block from block_raw, cfg, sizes and the kind's defaults. */
 void tps_layout_sync_block(tps_layout *l);

@@ -110,6 +110,24 @@ tps_status tps_layout_partition(tps_layout *l, const char *name, tps_dtype dtype
     return TPS_OK;
 }
 
+size_t tps_layout_skip_match(tps_layout *l, const char *name)
+{
+    for (size_t i = 0; i < l->nskips; i++)
+        if (tps_glob_match(l->skips[i].glob, name)) {
+            l->skips[i].matches++;
+            return i;
+        }
+    return SIZE_MAX;
+}
+
+size_t tps_layout_skip_count(const tps_layout *l) { return l->nskips; }
+
+const char *tps_layout_skip_glob(const tps_layout *l, size_t i) { return i < l->nskips ? l->skips[i].glob : NULL; }
+
+const char *tps_layout_skip_reason(const tps_layout *l, size_t i) { return i < l->nskips ? l->skips[i].reason : NULL; }
+
+uint64_t tps_layout_skip_matches(const tps_layout *l, size_t i) { return i < l->nskips ? l->skips[i].matches : 0; }
+
 size_t tps_layout_rule_count(const tps_layout *l) { return l->nrules; }
 
 const char *tps_layout_rule_label(const tps_layout *l, size_t rule) { return rule < l->nrules ? l->rules[rule].label : NULL; }

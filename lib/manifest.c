@@ -89,6 +89,21 @@ tps_status tps_manifest_to_json(const tps_manifest *m, tps_buf *buf, tps_error *
         tps_jw_object_end(&w);
         tps_json_doc_free(doc);
     }
+    if (m->nskipped) {
+        tps_jw_key(&w, "skipped");
+        tps_jw_array_begin(&w);
+        for (size_t i = 0; i < m->nskipped; i++) {
+            tps_jw_object_begin(&w);
+            tps_jw_key(&w, "glob");
+            tps_jw_string(&w, m->skipped[i].glob);
+            tps_jw_key(&w, "count");
+            tps_jw_u64(&w, m->skipped[i].count);
+            tps_jw_key(&w, "reason");
+            tps_jw_string(&w, m->skipped[i].reason);
+            tps_jw_object_end(&w);
+        }
+        tps_jw_array_end(&w);
+    }
     tps_jw_key(&w, "source");
     tps_jw_object_begin(&w);
     tps_jw_key(&w, "path");
@@ -370,6 +385,32 @@ cleanup:
     return st;
 }
 
+/* "skipped": [{"glob": "...", "count": N, "reason": "..."}, ...]: optional, and when there a
+ * non-empty list whose counts are at least 1 (the writer records only globs that matched). */
+static tps_status load_skipped(loader *L, const tps_json *root, tps_manifest *m)
+{
+    tps_status st = TPS_OK;
+    const tps_json *v = tps_json_get(root, "skipped");
+    if (!v) return TPS_OK;
+    if (v->type != TPS_JSON_ARRAY || v->u.array.n == 0)
+        return bad(L, v, "must be a non-empty array of {glob, count, reason}", "skipped");
+    if (!(m->skipped = calloc(v->u.array.n, sizeof *m->skipped))) return tps_fail_oom(L->err, "loading the manifest");
+    for (size_t i = 0; i < v->u.array.n; i++) {
+        const tps_json *e = v->u.array.items[i], *f;
+        tps_manifest_skip *sk = &m->skipped[i];
+        if (e->type != TPS_JSON_OBJECT) return bad(L, e, "each entry must be an object", "skipped");
+        m->nskipped = i + 1;
+        NEED(f = field(L, e, "glob", TPS_JSON_STRING, &st));
+        NEED(sk->glob = dup_json_string(L, f, &st));
+        TPS_CHECK(get_u64(L, e, "count", &sk->count));
+        if (sk->count == 0) return bad(L, tps_json_get(e, "count"), "must be at least 1", "skipped: count");
+        NEED(f = field(L, e, "reason", TPS_JSON_STRING, &st));
+        NEED(sk->reason = dup_json_string(L, f, &st));
+    }
+cleanup:
+    return st;
+}
+
 /* "ranks_held": the ranks of a partial set, ascending, each once, at least one; a list of
  * every rank is a full set (held stays NULL). */
 static tps_status load_held(loader *L, const tps_json *root, tps_manifest *m)
@@ -419,6 +460,7 @@ static tps_status load_doc(loader *L, const tps_json *root, tps_manifest *m)
     NEED(m->layout_text = dup_json_string(L, v, &st));
     if (tps_json_get(root, "config")) /* optional: absent when the split read no config.json */
         TPS_CHECK(load_config(L, root, m));
+    TPS_CHECK(load_skipped(L, root, m));
     const tps_json *src = field(L, root, "source", TPS_JSON_OBJECT, &st);
     NEED(src);
     NEED(v = field(L, src, "path", TPS_JSON_STRING, &st));
@@ -639,6 +681,11 @@ void tps_manifest_free(tps_manifest *m)
     free(m->layout_text);
     free(m->config_path);
     free(m->config_keys);
+    for (size_t i = 0; i < m->nskipped; i++) {
+        free(m->skipped[i].glob);
+        free(m->skipped[i].reason);
+    }
+    free(m->skipped);
     free(m->held);
     tps_name_hash_free(&m->tensor_names);
     tps_name_hash_free(&m->file_names);

@@ -53,6 +53,14 @@ typedef struct tps_source_info {
     } *files;
 } tps_source_info;
 
+/* Tensors of the source that the layout's skip: left out (non-persistent buffers such as
+ * RoPE's inv_freq): in no rank's files, and not restored by merge. */
+typedef struct tps_manifest_skip {
+    char *glob;
+    uint64_t count; /* tensors it matched, at least 1 */
+    char *reason;
+} tps_manifest_skip;
+
 typedef struct tps_manifest {
     uint64_t version;
     uint64_t tp;
@@ -62,6 +70,8 @@ typedef struct tps_manifest {
     char *config_path;   /* the config.json the sizes came from, as given; NULL when none */
     char *config_keys;   /* the keys of it tpshard reads, a compact JSON object; NULL when none */
     tps_source_info source;
+    tps_manifest_skip *skipped; /* "skipped": the skip: entries that matched, in layout order */
+    size_t nskipped;
     tps_manifest_tensor *tensors; /* in the order they appear in each rank's files */
     size_t ntensors;
     tps_manifest_file *files; /* sorted by (rank, part) */

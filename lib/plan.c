@@ -33,6 +33,24 @@ tps_status tps_plan_source_info(tps_manifest *m, const tps_index *ix, tps_error 
     return TPS_OK;
 }
 
+/* The skip: entries that matched, with their counts, as the manifest's "skipped". */
+static tps_status record_skipped(tps_manifest *m, const tps_layout *l, tps_error *err)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < tps_layout_skip_count(l); i++) n += tps_layout_skip_matches(l, i) > 0;
+    if (!n) return TPS_OK;
+    if (!(m->skipped = calloc(n, sizeof *m->skipped))) return tps_fail_oom(err, "planning");
+    for (size_t i = 0; i < tps_layout_skip_count(l); i++) {
+        if (!tps_layout_skip_matches(l, i)) continue;
+        tps_manifest_skip *sk = &m->skipped[m->nskipped++];
+        sk->count = tps_layout_skip_matches(l, i);
+        sk->glob = strdup(tps_layout_skip_glob(l, i));
+        sk->reason = strdup(tps_layout_skip_reason(l, i));
+        if (!sk->glob || !sk->reason) return tps_fail_oom(err, "planning");
+    }
+    return TPS_OK;
+}
+
 tps_status tps_plan_build_grouped(const tps_index *ix, tps_layout *l, const char *layout_name, uint64_t tp,
                                   tps_manifest **out, tps_problems *problems, tps_buf *unused, tps_error *err)
 {
@@ -53,6 +71,9 @@ tps_status tps_plan_build_grouped(const tps_index *ix, tps_layout *l, const char
     TPS_CHECK(tps_plan_source_info(m, ix, err));
     for (size_t i = 0; i < ix->ntensors; i++) {
         const tps_tensor *x = &ix->tensors[i];
+        /* Before the rules: a buffer no loader reads (inv_freq, GPT-2's attention masks) is
+         * no weight to cut, whatever rule might also match its name. */
+        if (tps_layout_skip_match(l, x->name) != SIZE_MAX) continue;
         tps_manifest_tensor *t = &m->tensors[m->ntensors];
         tps_error e;
         tps_error_clear(&e);
@@ -101,6 +122,7 @@ tps_status tps_plan_build_grouped(const tps_index *ix, tps_layout *l, const char
         t->nbytes = x->nbytes;
         m->ntensors++;
     }
+    TPS_CHECK(record_skipped(m, l, err));
     for (size_t r = 0; r < tps_layout_rule_count(l); r++)
         if (tps_layout_rule_matches(l, r) == 0) tps_buf_printf(unused, "%s\n", tps_layout_rule_label(l, r));
     if (unused->oom) {

@@ -1,6 +1,7 @@
 /* The plan: for each tensor of a checkpoint, the layout rule that matches it and its
  * partition at a given tp, with every problem found at once (each unmatched tensor, each
  * dimension tp does not divide), so a user fixes a layout in one round, not one per run.
+ * Tensors the layout's skip: matches are left out and counted in the manifest's skipped.
  * The result is a manifest with tensors filled in and no files yet; tps_cut fills those. */
 #ifndef TPS_PLAN_H
 #define TPS_PLAN_H

@@ -40,6 +40,18 @@ tps_status tps_manifest_retarget(const tps_manifest *src, uint64_t tp, tps_manif
         st = tps_fail_oom(err, "resharding");
         goto cleanup;
     }
+    if (src->nskipped && !(m->skipped = calloc(src->nskipped, sizeof *m->skipped))) {
+        st = tps_fail_oom(err, "resharding");
+        goto cleanup;
+    }
+    for (size_t i = 0; i < src->nskipped; i++) {
+        tps_manifest_skip *sk = &m->skipped[m->nskipped++];
+        *sk = (tps_manifest_skip){strdup(src->skipped[i].glob), src->skipped[i].count, strdup(src->skipped[i].reason)};
+        if (!sk->glob || !sk->reason) {
+            st = tps_fail_oom(err, "resharding");
+            goto cleanup;
+        }
+    }
     for (size_t i = 0; i < src->source.nfiles; i++) {
         m->source.files[i].name = strdup(src->source.files[i].name);
         m->source.files[i].size = src->source.files[i].size;
