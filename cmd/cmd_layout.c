@@ -5,6 +5,8 @@
 
 #include "cli.h"
 #include "commands.h"
+#include "layout_args.h"
+#include "lib/buf.h"
 #include "lib/layout.h"
 #include "lib/presets.h"
 
@@ -15,27 +17,45 @@ static struct {
 } o;
 
 static const tps_opt layout_opts[] = {
-    {"list", 0, TPS_OPT_FLAG, &o.list, NULL, "list the built-in layouts"},
-    {"preset", 0, TPS_OPT_STRING, &o.preset, "NAME", "print a built-in layout's YAML"},
+    {"list", 0, TPS_OPT_FLAG, &o.list, NULL, "list the built-in layouts, the architectures they serve"},
+    {"preset", 0, TPS_OPT_STRING, &o.preset, "NAME", "print a built-in layout's YAML (a name or alias)"},
     {"check", 0, TPS_OPT_STRING, &o.check, "FILE", "parse a layout file and report its first error"},
     TPS_COMMON_OPTS,
     TPS_OPTS_END,
 };
 
-/* One line per preset: its name and the description: it gives.  A preset that fails to
+/* Each preset: its name and description, then the architectures auto-detection picks it
+ * for and the other names --preset accepts, wrapped to 80 columns.  A preset that fails to
  * parse is a build defect the unit tests catch; it still shows up here, with its error. */
+static void print_names(const char *label, const char *const *names, size_t n)
+{
+    if (!n) return;
+    tps_buf b = TPS_BUF_INIT;
+    tps_buf_puts(&b, label);
+    for (size_t i = 0; i < n; i++) tps_buf_printf(&b, "%s%s", i ? ", " : " ", names[i]);
+    printf("%11s", "");
+    tps_cli_wrap(stdout, 11, 13, tps_buf_cstr(&b) ? b.data : "(out of memory)");
+    tps_buf_release(&b);
+}
+
 static void print_list(void)
 {
     for (const tps_preset *p = tps_presets; p->name; p++) {
         tps_error err;
         tps_error_clear(&err);
         tps_layout *l = NULL;
-        if (tps_layout_load_preset(p->name, &l, &err) == TPS_OK) {
-            const char *d = tps_layout_description(l);
-            printf("%-10s %s\n", p->name, d ? d : "");
-        } else {
-            printf("%-10s (broken: %s)\n", p->name, err.msg);
+        printf("%-10s ", p->name);
+        if (tps_layout_load_preset(p->name, &l, &err) != TPS_OK) {
+            printf("(broken: %s)\n", err.msg);
+            continue;
         }
+        const char *d = tps_layout_description(l);
+        tps_cli_wrap(stdout, 11, 11, d ? d : "");
+        size_t n;
+        const char *const *archs = tps_layout_architectures(l, &n);
+        print_names("architectures:", archs, n);
+        const char *const *aliases = tps_layout_aliases(l, &n);
+        print_names("aliases:", aliases, n);
         tps_layout_free(l);
     }
 }
@@ -51,16 +71,9 @@ static int run_layout(char **args, int nargs)
         return 0;
     }
     if (o.preset) {
-        const tps_preset *p = tps_preset_find(o.preset);
-        if (!p) {
-            tps_error err;
-            tps_error_clear(&err);
-            tps_layout *l = NULL;
-            /* Same message, with the list of names, as every other --preset. */
-            tps_layout_load_preset(o.preset, &l, &err);
-            tps_layout_free(l);
-            return tps_cli_report("layout", &err);
-        }
+        const tps_preset *p;
+        int rc = tps_cli_resolve_preset("layout", o.preset, &p);
+        if (rc) return rc;
         fputs(p->yaml, stdout);
         return 0;
     }

@@ -68,6 +68,13 @@ static int run_merge(char **args, int nargs)
     wo.cut.tensor_done = tps_shardset_source_check;
     wo.cut.tensor_done_arg = ss;
     rc = tps_cli_write("merge", m, tps_shardset_source_read, ss, &wo);
+    /* The set never held them, so the merged checkpoint lacks what the source had: say so,
+     * lest a diff against the source look like a loss. */
+    for (size_t i = 0; rc == 0 && !tps_common.quiet && i < ss->m->nskipped; i++) {
+        const tps_manifest_skip *sk = &ss->m->skipped[i];
+        fprintf(stderr, "tpshard merge: not restored: %llu tensor%s %s (%s), which the split skipped\n",
+                (unsigned long long)sk->count, sk->count == 1 ? "" : "s", sk->glob, sk->reason);
+    }
     if (rc == 0 && !tps_common.quiet)
         printf("merged %s (tp %llu, %zu tensors) into %s\n", args[0], (unsigned long long)ss->m->tp, ss->m->ntensors,
                o.out);
@@ -83,7 +90,9 @@ const tps_cmd tps_cmd_merge = {
     .usage = "merge DIR -o FILE.safetensors|DIR/ [--max-shard-size SIZE]",
     .details = "Padding is stripped.  Every byte read is checked against the manifest's CRCs and\n"
                "replicas are compared; a mismatch is exit 1 naming the tensor and the file or\n"
-               "ranks, and nothing is written.  A directory output must exist or end in '/'.\n",
+               "ranks, and nothing is written.  A directory output must exist or end in '/'.\n"
+               "Tensors the split skipped (buffers such as rotary_emb.inv_freq, not weights) are\n"
+               "not restored; stderr says which.\n",
     .opts = merge_opts,
     .min_args = 1,
     .max_args = 1,

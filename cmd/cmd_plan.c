@@ -14,8 +14,8 @@ static struct {
 static const tps_opt plan_opts[] = {
     {"tp", 0, TPS_OPT_UINT, &o.la.tp, "N", "tensor-parallel size (number of ranks)"},
     {"layout", 0, TPS_OPT_STRING, &o.la.layout, "FILE", "YAML layout file"},
-    {"preset", 0, TPS_OPT_STRING, &o.la.preset, "NAME", "built-in layout (tpshard layout --list)"},
-    {"config", 0, TPS_OPT_STRING, &o.la.config, "FILE", "config.json with the sizes (default: beside SRC)"},
+    {"preset", 0, TPS_OPT_STRING, &o.la.preset, "NAME", "built-in layout (default: from config.json)"},
+    {"config", 0, TPS_OPT_STRING, &o.la.config, "FILE", "config.json: sizes, and the preset (default: beside SRC)"},
     {"dtype", 0, TPS_OPT_STRING, &o.dtype, "bf16|f16|f32", "show the plan as split --dtype would convert it"},
     {"json", 0, TPS_OPT_FLAG, &tps_common.json, NULL, "machine-readable output"},
     TPS_COMMON_OPTS,
@@ -54,11 +54,12 @@ static int run_plan(char **args, int nargs)
 const tps_cmd tps_cmd_plan = {
     .name = "plan",
     .summary = "show how split would cut each tensor, and all problems at once",
-    .usage = "plan SRC --tp N (--layout FILE | --preset NAME) [--config FILE] [--dtype T] [--json]",
+    .usage = "plan SRC --tp N [--preset NAME | --layout FILE] [--config FILE] [--dtype T] [--json]",
     .details = "Lists every problem at once, one line per cause (unmatched tensors, a dimension\n"
                "that tp does not divide, unknown sizes) with the count of tensors it hit, then\n"
                "the tp values that fit, or the option to pass.  Exit 3 when there is any; with\n"
-               "--json the refusal is JSON on stdout too.\n",
+               "--json the refusal is JSON on stdout too.  Without --preset or --layout the\n"
+               "preset is chosen from config.json, as split does.\n",
     .opts = plan_opts,
     .min_args = 1,
     .max_args = 1,

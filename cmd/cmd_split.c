@@ -23,8 +23,8 @@ static struct {
 static const tps_opt split_opts[] = {
     {"tp", 0, TPS_OPT_UINT, &o.la.tp, "N", "tensor-parallel size (number of ranks)"},
     {"layout", 0, TPS_OPT_STRING, &o.la.layout, "FILE", "YAML layout file"},
-    {"preset", 0, TPS_OPT_STRING, &o.la.preset, "NAME", "built-in layout (tpshard layout --list)"},
-    {"config", 0, TPS_OPT_STRING, &o.la.config, "FILE", "config.json with the sizes (default: beside SRC)"},
+    {"preset", 0, TPS_OPT_STRING, &o.la.preset, "NAME", "built-in layout (default: from config.json)"},
+    {"config", 0, TPS_OPT_STRING, &o.la.config, "FILE", "config.json: sizes, and the preset (default: beside SRC)"},
     {"output", 'o', TPS_OPT_STRING, &o.out, "DIR", "output directory (absent or empty)"},
     {"dtype", 0, TPS_OPT_STRING, &o.dtype, "bf16|f16|f32", "convert floating tensors (nearest even)"},
     {"max-shard-size", 0, TPS_OPT_SIZE, &o.max_shard, "SIZE", "cut each rank into parts of at most SIZE"},
@@ -36,10 +36,17 @@ static const tps_opt split_opts[] = {
     TPS_OPTS_END,
 };
 
+/* The source by the manifest's numbering: the plan leaves out what the layout skips, so
+ * manifest tensor i need not be source tensor i. */
+typedef struct split_source {
+    const tps_index *ix;
+    const tps_tensor **tensor; /* per manifest tensor */
+} split_source;
+
 static tps_status read_source(void *ctx, size_t i, uint64_t off, void *buf, size_t len, tps_error *err)
 {
-    const tps_index *ix = ctx;
-    return tps_tensor_read(ix, &ix->tensors[i], off, buf, len, err);
+    const split_source *s = ctx;
+    return tps_tensor_read(s->ix, s->tensor[i], off, buf, len, err);
 }
 
 static int run_split(char **args, int nargs)
@@ -56,10 +63,18 @@ static int run_split(char **args, int nargs)
     tps_convert *cv = NULL;
     tps_error err;
     tps_error_clear(&err);
+    split_source source = {NULL, NULL};
     int rc = tps_cli_plan("split", src, &o.la, &ix, &l, &m);
     if (rc) goto done;
+    source.ix = ix;
+    if (!(source.tensor = calloc(m->ntensors + 1, sizeof *source.tensor))) {
+        tps_fail_oom(&err, "planning");
+        rc = tps_cli_report("split", &err);
+        goto done;
+    }
+    for (size_t i = 0; i < m->ntensors; i++) source.tensor[i] = tps_index_find(ix, m->tensors[i].name);
     /* After planning, so the partitions are checked on the source's shapes (a cast keeps them). */
-    if (o.dtype && tps_convert_begin(m, to, read_source, ix, &cv, &err)) {
+    if (o.dtype && tps_convert_begin(m, to, read_source, &source, &cv, &err)) {
         rc = tps_cli_report("split", &err);
         goto done;
     }
@@ -67,7 +82,7 @@ static int run_split(char **args, int nargs)
     tps_progress_state ps;
     tps_write_opts wo = tps_cli_write_opts(o.out, o.force, inputs, o.only, o.name_template, o.max_shard, &ps);
     wo.dry_run = o.dry_run;
-    rc = cv ? tps_cli_write("split", m, tps_convert_read, cv, &wo) : tps_cli_write("split", m, read_source, ix, &wo);
+    rc = cv ? tps_cli_write("split", m, tps_convert_read, cv, &wo) : tps_cli_write("split", m, read_source, &source, &wo);
     if (rc) goto done;
     if (o.dry_run) {
         if (!tps_common.quiet) tps_cli_print_plan(m, false);
@@ -76,6 +91,7 @@ static int run_split(char **args, int nargs)
                m->tp == 1 ? "" : "s", o.out, m->ntensors, m->nfiles);
     }
 done:
+    free(source.tensor);
     tps_convert_free(cv);
     tps_manifest_free(m);
     tps_layout_free(l);
@@ -86,9 +102,11 @@ done:
 const tps_cmd tps_cmd_split = {
     .name = "split",
     .summary = "cut a checkpoint into per-rank shard files and a manifest",
-    .usage = "split SRC --tp N (--layout FILE | --preset NAME) [--config FILE] -o DIR",
+    .usage = "split SRC --tp N [--preset NAME | --layout FILE] [--config FILE] -o DIR",
     .details = "Writes one safetensors file per rank and tpshard.json into DIR, which appears only\n"
                "when complete.  The source is only read.  Every tensor must match a layout rule.\n"
+               "Without --preset or --layout the preset is chosen from config.json's\n"
+               "architectures (then model_type), and stderr says which.\n"
                "File names: default " TPS_DEFAULT_NAME_TEMPLATE ", or with\n"
                "--max-shard-size " TPS_DEFAULT_PART_TEMPLATE " plus a per-rank index\n"
                TPS_RANK_INDEX_TEMPLATE ".  Serving stacks' names:\n"

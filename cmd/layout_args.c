@@ -60,16 +60,15 @@ int tps_cli_resolve_preset(const char *cmd, const char *name, const tps_preset *
         key[len] = name[len] == '-' ? '_' : (char)tolower((unsigned char)name[len]);
     key[len] = '\0';
     const char *guess = tps_cli_suggest(key, len, names, n);
+    tps_buf_puts(&list, "presets: ");
     for (size_t i = 0; i < npresets && i < n; i++) tps_buf_printf(&list, "%s%s", i ? ", " : "", names[i]);
-    tps_buf_puts(&list, "; also");
+    tps_buf_puts(&list, ")");
+    if (guess) tps_buf_printf(&list, "; did you mean '%s'?", guess);
+    else tps_buf_puts(&list, ".");
+    tps_buf_puts(&list, " Also accepted:");
     for (size_t i = npresets; i < n; i++) tps_buf_printf(&list, "%s%s", i > npresets ? ", " : " ", names[i]);
     const char *l = tps_buf_cstr(&list);
-    int rc;
-    if (guess)
-        rc = tps_cli_usage(cmd, "unknown preset '%s'; did you mean '%s'? (presets: %s; tpshard layout --list)", name,
-                           guess, l ? l : "?");
-    else
-        rc = tps_cli_usage(cmd, "unknown preset '%s' (presets: %s; tpshard layout --list)", name, l ? l : "?");
+    int rc = tps_cli_usage(cmd, "unknown preset '%s' (%s (tpshard layout --list)", name, l ? l : ")");
     tps_buf_release(&buf);
     tps_buf_release(&list);
     return rc;

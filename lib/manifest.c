@@ -11,6 +11,7 @@
 #include "buf.h"
 #include "checked.h"
 #include "json.h"
+#include "layout.h" /* tps_glob_match, for "skipped" */
 
 static void jw_crc(tps_jw *w, uint32_t crc)
 {
@@ -690,6 +691,13 @@ void tps_manifest_free(tps_manifest *m)
     tps_name_hash_free(&m->tensor_names);
     tps_name_hash_free(&m->file_names);
     free(m);
+}
+
+const tps_manifest_skip *tps_manifest_skipped(const tps_manifest *m, const char *name)
+{
+    for (size_t i = 0; i < m->nskipped; i++)
+        if (tps_glob_match(m->skipped[i].glob, name)) return &m->skipped[i];
+    return NULL;
 }
 
 bool tps_manifest_holds_all(const tps_manifest *m)

@@ -115,6 +115,10 @@ tps_status tps_manifest_index(tps_manifest *m, const char *what, tps_error *err)
 const tps_manifest_tensor *tps_manifest_find(const tps_manifest *m, const char *name);
 const tps_manifest_file *tps_manifest_find_file(const tps_manifest *m, const char *name);
 
+/* The "skipped" entry whose glob matches name (a tensor of the source the split left out),
+ * or NULL. */
+const tps_manifest_skip *tps_manifest_skipped(const tps_manifest *m, const char *name);
+
 /* Bytes of rank r's slice of tensor i (padding included: it is in the rank's tensor). */
 tps_status tps_manifest_rank_bytes(const tps_manifest *m, size_t i, uint64_t r, uint64_t *out, tps_error *err);
 
