@@ -6,6 +6,15 @@
  *
  *   name: llama                      optional, free text
  *   description: "..."               optional, one line (tpshard layout --list shows it)
+ *   architectures: [LlamaForCausalLM, MistralForCausalLM]
+ *                                    optional, a name or a list: the Hugging Face classes
+ *                                    (config.json "architectures") a preset serves, for
+ *                                    auto-detection (lib/layout_presets.c)
+ *   aliases: [mistral, qwen2]        optional: other names --preset accepts (model_type
+ *                                    spellings); names are letters, digits, _ - ., once each
+ *   skip:                            optional: tensors that are not weights (non-persistent
+ *     - match: GLOB                  buffers), left out before any rule is tried; one glob
+ *       reason: not weights          per entry, a one-line reason, both required
  *   sizes:                           optional; positive integers, the first source of sizes
  *     hidden: 4096                   keys: hidden heads kv_heads head_dim intermediate
  *                                    vocab layers experts
