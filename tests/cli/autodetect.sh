@@ -192,3 +192,12 @@ expect_exit 3 "skip-bad.yaml:2:5: a skip entry needs match (one glob) and reason
 printf 'architectures: [LlamaForCausalLM, LlamaForCausalLM]\ndefault: {split: replicate}\n' >arch-bad.yaml
 expect_exit 3 "arch-bad.yaml:1:35: architectures lists 'LlamaForCausalLM' twice" "architectures: with a repeat: exit 3" \
     "$TPSHARD" layout --check arch-bad.yaml
+
+# The manifest's skipped key is read strictly: an empty list or a count of 0 is exit 3.
+for bad in empty:'"skipped": [],' zero:'"skipped": [{"glob": "x", "count": 0, "reason": "r"}],'; do
+    name=${bad%%:*} text=${bad#*:}
+    cp -R bin-2 "man-$name"
+    awk -v t="$text" '/^  "skipped": \[/ {print "  " t; skip=1; next} skip && /^  \],/ {skip=0; next} !skip' \
+        bin-2/tpshard.json >"man-$name/tpshard.json"
+    expect_exit 3 "skipped" "a manifest whose skipped is $name: exit 3" "$TPSHARD" inspect "man-$name"
+done
