@@ -17,6 +17,7 @@ here, opcode by opcode.
 
 Usage: testdata/gen_buffer_fixtures.py [OUTDIR]   (default: testdata/models beside this script)
 """
+import io
 import os
 import struct
 import sys
@@ -69,7 +70,6 @@ def torch_bin(tensors):
     pkl = b"\x80\x02ccollections\nOrderedDict\n)R(" + body + b"u."
     entries = [("archive/data.pkl", pkl)] + [("archive/data/" + k, d) for k, d in records]
     entries.append(("archive/version", b"3\n"))
-    import io
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as z:
         for name, data in entries:

@@ -7,7 +7,7 @@ M="$FIX/models"
 # same_sets A B: every file of A is in B byte for byte, and B has no other file.
 same_sets() {
     [ "$(ls "$1")" = "$(ls "$2")" ] || return 1
-    for f in "$1"/*; do cmp -s "$f" "$2/$(basename "$f")" || return 1; done
+    for same_f in "$1"/*; do cmp -s "$same_f" "$2/$(basename "$same_f")" || return 1; done
 }
 
 # Each fixture's config.json names its architecture; split without --preset or --layout must
