@@ -90,7 +90,7 @@ static int detect_preset(const char *cmd, const char *src, const char *config, c
                                   "(tpshard layout --list)", err.msg);
     if (st) {
         tps_cli_report(cmd, &err);
-        if (st == TPS_EINVALID && strstr(err.msg, "no built-in layout serves"))
+        if (found[0]) /* an architecture no preset serves, rather than an unreadable file */
             tps_cli_errorf(cmd, "write a layout for it, starting from the closest preset: "
                                 "tpshard layout --preset NAME > mine.yaml, then pass --layout mine.yaml");
         return tps_cli_exit_code(st);

@@ -114,6 +114,7 @@ static tps_status detect(const char *path, const tps_json *root, const tps_prese
         list_architectures(&known);
         if (type) tps_buf_printf(&named, named.len ? " (model_type %s)" : "model_type %s", type);
         const char *what = tps_buf_cstr(&named), *list = tps_buf_cstr(&known);
+        snprintf(found, size, "%s", what ? what : "?");
         st = tps_fail(err, TPS_EINVALID, "%s: no built-in layout serves %s (supported architectures: %s)", path,
                       what ? what : "?", list ? list : "?");
         tps_buf_release(&known);

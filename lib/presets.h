@@ -27,7 +27,8 @@ const tps_preset *tps_preset_resolve(const char *name);
  * (tps_preset_resolve).  found receives what decided it ("architectures LlamaForCausalLM",
  * "model_type llama").  Fails with TPS_EARG when the file names neither key, and with
  * TPS_EINVALID when no preset serves what it names (the message names that and lists the
- * architectures the presets serve). */
+ * architectures the presets serve; found then says what it named, and is "" on any other
+ * failure). */
 tps_status tps_preset_detect(const char *config_path, const tps_preset **out, char *found, size_t size,
                              tps_error *err);
 
