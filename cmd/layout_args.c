@@ -25,7 +25,7 @@ static void print_lines(const char *cmd, const char *prefix, const char *text)
     }
 }
 
-/* The names --preset accepts (preset names, then each preset's aliases), lowercased, into
+/* The names --preset accepts (preset names, then each preset's aliases), as written, into
  * names[] (at most max); returns how many.  The strings live in buf. */
 static size_t preset_names(tps_buf *buf, const char **names, size_t max)
 {
