@@ -1,8 +1,11 @@
 /* Names of the block description's enums as written in a layout's `block:` section.  The
  * role names are the keys of `block.roles`; their meaning is documented with the schema at
  * the top of lib/layout.c. */
+#include <math.h>
+#include <stdio.h>
 #include <string.h>
 
+#include "json.h"
 #include "layout_int.h"
 
 static const char *const kind_names[] = {"llama", "gpt2", "neox", "mixtral"};
@@ -16,12 +19,14 @@ static const char *const role_names[TPS_ROLE_COUNT] = {
     [TPS_ROLE_O_W] = "o_proj",                [TPS_ROLE_O_B] = "o_bias",
     [TPS_ROLE_MLP_NORM_W] = "mlp_norm",       [TPS_ROLE_MLP_NORM_B] = "mlp_norm_bias",
     [TPS_ROLE_GATE_W] = "gate_proj",          [TPS_ROLE_UP_W] = "up_proj",
+    [TPS_ROLE_GATE_B] = "gate_bias",          [TPS_ROLE_UP_B] = "up_bias",
     [TPS_ROLE_GATE_UP_W] = "gate_up_proj",    [TPS_ROLE_FC_W] = "fc",
     [TPS_ROLE_FC_B] = "fc_bias",              [TPS_ROLE_DOWN_W] = "down_proj",
     [TPS_ROLE_DOWN_B] = "down_bias",          [TPS_ROLE_ROUTER_W] = "router",
 };
 
 static const char *const norm_names[] = {"rms", "layer"};
+static const char *const rope_scaling_names[] = {"default", "linear", "dynamic", "llama3", "yarn"};
 static const char *const act_names[] = {"silu", "gelu_tanh", "gelu_erf"};
 static const char *const rope_names[] = {"none", "half", "interleaved"};
 
@@ -44,6 +49,10 @@ const char *tps_block_role_name(tps_block_role r) { return name_of((int)r, NAMES
 const char *tps_norm_name(tps_norm_kind k) { return name_of((int)k, NAMES(norm_names)); }
 const char *tps_act_name(tps_act_kind k) { return name_of((int)k, NAMES(act_names)); }
 const char *tps_rope_name(tps_rope_style r) { return name_of((int)r, NAMES(rope_names)); }
+const char *tps_rope_scaling_name(tps_rope_scaling_kind k)
+{
+    return name_of((int)k, NAMES(rope_scaling_names));
+}
 
 int tps_block_kind_lookup(const char *s) { return lookup(s, NAMES(kind_names)); }
 int tps_block_role_lookup(const char *s) { return lookup(s, NAMES(role_names)); }
@@ -67,4 +76,80 @@ int tps_act_from_hf(const char *s)
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
         if (strcmp(s, map[i].hf) == 0) return (int)map[i].act;
     return -1;
+}
+
+/* rope_scaling's member key as a number in (lo, hi]; *out keeps its value when the key is
+ * absent or null and !required. */
+static tps_status scaling_number(const tps_json *rs, const char *path, const char *type, const char *key,
+                                 bool required, double lo, double hi, double *out, tps_error *err)
+{
+    const tps_json *v = tps_json_get(rs, key);
+    if (!v || v->type == TPS_JSON_NULL) {
+        if (!required) return TPS_OK;
+        return tps_fail(err, TPS_EINVALID, "%s: rope_scaling of type %s needs \"%s\"", path, type, key);
+    }
+    if (v->type != TPS_JSON_NUMBER || !(v->u.number.f64 > lo && v->u.number.f64 <= hi))
+        return tps_fail(err, TPS_EINVALID, "%s: rope_scaling \"%s\" must be a number in (%g, %g]", path, key, lo, hi);
+    *out = v->u.number.f64;
+    return TPS_OK;
+}
+
+tps_status tps_rope_scaling_from_config(const tps_json *root, const char *path, tps_rope_scaling *out,
+                                        tps_error *err)
+{
+    memset(out, 0, sizeof *out);
+    const tps_json *mp = tps_json_get(root, "max_position_embeddings");
+    if (mp && mp->type == TPS_JSON_NUMBER && mp->u.number.f64 > 0) out->max_pos = mp->u.number.f64;
+    const tps_json *rs = tps_json_get(root, "rope_scaling");
+    if (!rs || rs->type == TPS_JSON_NULL) return TPS_OK;
+    if (rs->type != TPS_JSON_OBJECT)
+        return tps_fail(err, TPS_EINVALID, "%s: \"rope_scaling\" must be an object or null", path);
+    /* transformers reads "rope_type", and still accepts the older "type". */
+    const tps_json *t = tps_json_get(rs, "rope_type");
+    if (!t || t->type == TPS_JSON_NULL) t = tps_json_get(rs, "type");
+    if (!t || t->type != TPS_JSON_STRING)
+        return tps_fail(err, TPS_EINVALID, "%s: rope_scaling needs a \"rope_type\" string", path);
+    const char *type = t->u.string.s;
+    int k = lookup(type, NAMES(rope_scaling_names));
+    if (k < 0) {
+        out->type = TPS_ROPE_SCALING_OTHER;
+        snprintf(out->other, sizeof out->other, "%s", type);
+        return TPS_OK;
+    }
+    out->type = (tps_rope_scaling_kind)k;
+    if (out->type == TPS_ROPE_SCALING_NONE) return TPS_OK;
+    tps_status st;
+    if ((st = scaling_number(rs, path, type, "factor", true, 0, 1e9, &out->factor, err)) != TPS_OK) return st;
+    switch (out->type) {
+    case TPS_ROPE_SCALING_LLAMA3:
+        if ((st = scaling_number(rs, path, type, "low_freq_factor", true, 0, 1e9, &out->low_freq_factor, err)) ||
+            (st = scaling_number(rs, path, type, "high_freq_factor", true, 0, 1e9, &out->high_freq_factor, err)) ||
+            (st = scaling_number(rs, path, type, "original_max_position_embeddings", true, 0, 1e12,
+                                 &out->original_max_pos, err)))
+            return st;
+        /* The smooth band between the two wavelengths divides by their difference. */
+        if (out->high_freq_factor <= out->low_freq_factor)
+            return tps_fail(err, TPS_EINVALID, "%s: rope_scaling llama3 needs high_freq_factor > low_freq_factor",
+                            path);
+        return TPS_OK;
+    case TPS_ROPE_SCALING_YARN:
+        out->beta_fast = 32;
+        out->beta_slow = 1;
+        out->attention_factor = 0.1 * log(out->factor) + 1.0;
+        if ((st = scaling_number(rs, path, type, "beta_fast", false, 0, 1e9, &out->beta_fast, err)) ||
+            (st = scaling_number(rs, path, type, "beta_slow", false, 0, 1e9, &out->beta_slow, err)) ||
+            (st = scaling_number(rs, path, type, "attention_factor", false, 0, 1e9, &out->attention_factor, err)) ||
+            (st = scaling_number(rs, path, type, "original_max_position_embeddings", false, 0, 1e12,
+                                 &out->original_max_pos, err)))
+            return st;
+        /* the correction range needs a context length, as dynamic's growth does */
+        /* fall through */
+    case TPS_ROPE_SCALING_DYNAMIC:
+        if (!out->max_pos && !out->original_max_pos)
+            return tps_fail(err, TPS_EINVALID, "%s: rope_scaling of type %s needs \"max_position_embeddings\"", path,
+                            type);
+        return TPS_OK;
+    default:
+        return TPS_OK;
+    }
 }

@@ -9,6 +9,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "status.h"
+
 typedef enum tps_block_kind {
     TPS_BLOCK_LLAMA,   /* RMSNorm, RoPE, GQA causal attention, SwiGLU, optional q/k/v biases */
     TPS_BLOCK_GPT2,    /* LayerNorm with bias, fused c_attn, GELU, biases, Conv1D [in, out] */
@@ -27,6 +29,7 @@ typedef enum tps_block_role {
     TPS_ROLE_MLP_NORM_W,
     TPS_ROLE_MLP_NORM_B,
     TPS_ROLE_GATE_W, TPS_ROLE_UP_W, /* SwiGLU: down(silu(gate x) * up x) */
+    TPS_ROLE_GATE_B, TPS_ROLE_UP_B, /* Llama mlp_bias: column-parallel, cut like their weights */
     TPS_ROLE_GATE_UP_W,             /* fused [gate; up] */
     TPS_ROLE_FC_W, TPS_ROLE_FC_B,   /* GPT-2 / NeoX first MLP matrix */
     TPS_ROLE_DOWN_W, TPS_ROLE_DOWN_B,
@@ -42,6 +45,29 @@ typedef enum tps_rope_style {
     TPS_ROPE_INTERLEAVED /* pairs (2i, 2i+1), GPT-J / Meta original */
 } tps_rope_style;
 
+/* config.json's rope_scaling: how the rotary frequencies of a long-context model differ from
+ * theta^(-2i/rot).  The formulas are transformers' modeling_rope_utils (4.46), implemented
+ * in verify/rope.h. */
+typedef enum tps_rope_scaling_kind {
+    TPS_ROPE_SCALING_NONE,    /* absent, null, or rope_type "default" */
+    TPS_ROPE_SCALING_LINEAR,  /* positions divided by factor */
+    TPS_ROPE_SCALING_DYNAMIC, /* NTK base growth once the sequence exceeds max_pos */
+    TPS_ROPE_SCALING_LLAMA3,  /* Llama 3.1: low frequencies / factor, a smooth band between */
+    TPS_ROPE_SCALING_YARN,    /* NTK-by-parts ramp, cos/sin scaled by attention_factor */
+    TPS_ROPE_SCALING_OTHER    /* a type verify cannot compute (longrope, ...): named in `other` */
+} tps_rope_scaling_kind;
+
+typedef struct tps_rope_scaling {
+    tps_rope_scaling_kind type;
+    double factor;
+    double low_freq_factor, high_freq_factor; /* llama3 */
+    double original_max_pos;                  /* llama3 (required), yarn (optional) */
+    double beta_fast, beta_slow;              /* yarn (defaults 32, 1) */
+    double attention_factor;                  /* yarn (default 0.1 ln(factor) + 1) */
+    double max_pos;                           /* config.json max_position_embeddings; 0: unknown */
+    char other[24];                           /* TPS_ROPE_SCALING_OTHER's rope_type */
+} tps_rope_scaling;
+
 typedef struct tps_block {
     tps_block_kind kind;
     char *layer_prefix;           /* e.g. "model.layers.{layer}." */
@@ -54,6 +80,7 @@ typedef struct tps_block {
     tps_act_kind act;
     tps_rope_style rope;
     double rope_theta;
+    tps_rope_scaling rope_scaling; /* from config.json only */
     double rotary_pct;            /* fraction of head_dim that rotates (NeoX 0.25); 1 = all */
     bool parallel_residual;       /* x + attn(ln1 x) + mlp(ln2 x) */
     bool conv1d;                  /* weights stored [in, out] (GPT-2) */
@@ -62,5 +89,14 @@ typedef struct tps_block {
 
 const char *tps_block_kind_name(tps_block_kind k);
 const char *tps_block_role_name(tps_block_role r); /* the YAML key, e.g. "q_proj" -> see layout docs */
+const char *tps_rope_scaling_name(tps_rope_scaling_kind k); /* its rope_type, "default" for none */
+
+struct tps_json;
+/* Reads config.json's rope_scaling (and max_position_embeddings) from root, a JSON object,
+ * into *out; absent, null or "default" give TPS_ROPE_SCALING_NONE.  A type verify does not
+ * compute is kept as TPS_ROPE_SCALING_OTHER (split does not need it; verify refuses it).
+ * TPS_EINVALID, naming path and the key, for a malformed value. */
+tps_status tps_rope_scaling_from_config(const struct tps_json *root, const char *path, tps_rope_scaling *out,
+                                        tps_error *err);
 
 #endif

@@ -70,9 +70,10 @@ static const char *const pct_keys[] = {"rotary_pct", "partial_rotary_factor", NU
 static const char *const topk_keys[] = {"num_experts_per_tok", NULL};
 static const char *const act_keys[] = {"hidden_act", "activation_function", NULL};
 static const char *const parallel_residual_keys[] = {"use_parallel_residual", NULL};
+static const char *const rope_scaling_keys[] = {"rope_scaling", "max_position_embeddings", NULL}; /* lib/block.c */
 
 static const char *const *const block_key_lists[] = {eps_keys, theta_keys, pct_keys, topk_keys, act_keys,
-                                                      parallel_residual_keys};
+                                                      parallel_residual_keys, rope_scaling_keys};
 
 /* The first of keys present with a non-null value; NULL when none is. */
 static const tps_json *first_key(const tps_json *root, const char *const *keys, const char **which)
@@ -166,7 +167,7 @@ static tps_status apply_config(tps_layout *l, const char *path, const tps_json *
         l->cfg.act = (tps_act_kind)a;
         l->cfg_set |= 1u << TPS_BF_ACT;
     }
-    return TPS_OK;
+    return tps_rope_scaling_from_config(root, path, &l->cfg.rope_scaling, err);
 }
 
 /* Copies the keys tpshard reads (those present) from root into one compact JSON object. */
@@ -325,6 +326,7 @@ void tps_layout_sync_block(tps_layout *l)
     PICK(TPS_BF_QKV_INTERLEAVED, qkv_interleaved, def[raw->kind].qkvi);
     PICK(TPS_BF_TOP_K, top_k, def[raw->kind].top_k);
 #undef PICK
+    b.rope_scaling = l->cfg.rope_scaling; /* config.json only: the block: section has no such key */
     const tps_model_sizes *s = &l->sizes;
     if (!b.layers) b.layers = s->layers;
     if (!b.hidden) b.hidden = s->hidden;

@@ -11,6 +11,9 @@ meet in real checkpoints:
   tiny-llama-split  the same tensors (byte-identical) as a 2-file Hugging Face set with
                     model.safetensors.index.json
   tiny-qwen2        Qwen2: q/k/v biases, tied embeddings (no lm_head.weight), 2 KV heads, BF16
+  tiny-llama-bias   Llama with attention_bias and mlp_bias (q/k/v/o and gate/up/down biases),
+                    head_dim 16 where hidden / heads is 8, Llama 3.1's rope_scaling (llama3),
+                    2 KV heads, BF16
   tiny-gpt2         GPT-2: Conv1D [in, out] weights, fused c_attn, 4 heads, F32
   tiny-neox         GPT-NeoX: per-head interleaved query_key_value, rotary_pct 0.25,
                     parallel residual, 4 heads, F16
@@ -91,7 +94,8 @@ def write_config(dirname, config):
         f.write("\n")
 
 
-def llama_like(prefix_layers, h, heads, kv, hd, inter, vocab, layers, tied, qkv_bias=False):
+def llama_like(prefix_layers, h, heads, kv, hd, inter, vocab, layers, tied, qkv_bias=False, o_bias=False,
+               mlp_bias=False):
     t = [("model.embed_tokens.weight", (vocab, h))]
     for i in range(layers):
         p = "%s.%d." % (prefix_layers, i)
@@ -112,6 +116,11 @@ def llama_like(prefix_layers, h, heads, kv, hd, inter, vocab, layers, tied, qkv_
                 (p + "self_attn.k_proj.bias", (kv * hd,)),
                 (p + "self_attn.v_proj.bias", (kv * hd,)),
             ]
+        if o_bias:
+            t.append((p + "self_attn.o_proj.bias", (h,)))
+        if mlp_bias:
+            t += [(p + "mlp.gate_proj.bias", (inter,)), (p + "mlp.up_proj.bias", (inter,)),
+                  (p + "mlp.down_proj.bias", (h,))]
     t.append(("model.norm.weight", (h,)))
     if not tied:
         t.append(("lm_head.weight", (vocab, h)))
@@ -138,6 +147,21 @@ def fixture_qwen2():
         "num_hidden_layers": 2, "vocab_size": 500, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
         "max_position_embeddings": 128, "hidden_act": "silu", "tie_word_embeddings": True,
         "torch_dtype": "bfloat16",
+    }
+    return shapes, config, "BF16"
+
+
+def fixture_llama_bias():
+    shapes = llama_like("model.layers", 64, 8, 2, 16, 128, 500, 2, tied=False, qkv_bias=True, o_bias=True,
+                        mlp_bias=True)
+    config = {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+        "intermediate_size": 128, "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 16,
+        "num_hidden_layers": 2, "vocab_size": 500, "rms_norm_eps": 1e-05, "rope_theta": 500000.0,
+        "max_position_embeddings": 131072, "hidden_act": "silu", "attention_bias": True, "mlp_bias": True,
+        "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                         "original_max_position_embeddings": 8192},
+        "tie_word_embeddings": False, "torch_dtype": "bfloat16",
     }
     return shapes, config, "BF16"
 
@@ -245,6 +269,7 @@ def fixture_mixtral():
 FIXTURES = {
     "tiny-llama": fixture_llama,
     "tiny-qwen2": fixture_qwen2,
+    "tiny-llama-bias": fixture_llama_bias,
     "tiny-gpt2": fixture_gpt2,
     "tiny-neox": fixture_neox,
     "tiny-phi3": fixture_phi3,

@@ -32,7 +32,7 @@ bool tps_verify_role_per_expert(const tps_block *b, tps_block_role role)
 {
     if (b->kind != TPS_BLOCK_MIXTRAL) return false;
     switch (role) {
-    case TPS_ROLE_GATE_W: case TPS_ROLE_UP_W: case TPS_ROLE_GATE_UP_W:
+    case TPS_ROLE_GATE_W: case TPS_ROLE_UP_W: case TPS_ROLE_GATE_B: case TPS_ROLE_UP_B: case TPS_ROLE_GATE_UP_W:
     case TPS_ROLE_FC_W: case TPS_ROLE_FC_B: case TPS_ROLE_DOWN_W:
         return true;
     default:
@@ -49,7 +49,8 @@ static bool vrole_is_bias(tps_block_role r)
 {
     switch (r) {
     case TPS_ROLE_ATTN_NORM_B: case TPS_ROLE_Q_B: case TPS_ROLE_K_B: case TPS_ROLE_V_B: case TPS_ROLE_QKV_B:
-    case TPS_ROLE_O_B: case TPS_ROLE_MLP_NORM_B: case TPS_ROLE_FC_B: case TPS_ROLE_DOWN_B:
+    case TPS_ROLE_O_B: case TPS_ROLE_MLP_NORM_B: case TPS_ROLE_GATE_B: case TPS_ROLE_UP_B: case TPS_ROLE_FC_B:
+    case TPS_ROLE_DOWN_B:
         return true;
     default:
         return false;
@@ -234,7 +235,7 @@ int tps_vexpected_shape(const tps_block *b, const vdims *d, const vshare *s, tps
     case TPS_ROLE_QKV_B: vec = true; /* fall through */
     case TPS_ROLE_QKV_W: out = b->qkv_interleaved ? s->q_n * 3 * hd : (s->q_n + 2 * s->kv_n) * hd; break;
     case TPS_ROLE_O_W: out = H, in = s->q_n * hd; break;
-    case TPS_ROLE_FC_B: vec = true; /* fall through */
+    case TPS_ROLE_GATE_B: case TPS_ROLE_UP_B: case TPS_ROLE_FC_B: vec = true; /* fall through */
     case TPS_ROLE_GATE_W: case TPS_ROLE_UP_W: case TPS_ROLE_FC_W: out = s->i_n; break;
     case TPS_ROLE_GATE_UP_W: out = 2 * s->i_n; break;
     case TPS_ROLE_DOWN_W: out = H, in = s->i_n; break;

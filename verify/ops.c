@@ -6,6 +6,7 @@
 
 #include "internal.h"
 #include "moe_route.h"
+#include "rope.h"
 
 /* Tokens per block of the Linear kernel: 16 float64 accumulators fill 8 SSE registers. */
 #define VTB 16

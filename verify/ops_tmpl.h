@@ -153,10 +153,11 @@ void F(tps_vrope)(const tps_block *b, const vdims *d, size_t n, size_t nh, REAL 
 {
     size_t hd = (size_t)d->hd, half = (size_t)d->rot / 2;
     if (b->rope == TPS_ROPE_NONE || half == 0) return;
+    double mscale = vrope_attn_factor(&b->rope_scaling);
     for (size_t t = 0; t < n; t++)
         for (size_t i = 0; i < half; i++) {
-            double ang = (double)t * pow(b->rope_theta, -2.0 * (double)i / (double)d->rot);
-            REAL c = (REAL)cos(ang), s = (REAL)sin(ang);
+            double ang = (double)t * vrope_inv_freq(&b->rope_scaling, b->rope_theta, (size_t)d->rot, i, n);
+            REAL c = (REAL)(cos(ang) * mscale), s = (REAL)(sin(ang) * mscale);
             size_t i1 = b->rope == TPS_ROPE_HALF ? i : 2 * i, i2 = b->rope == TPS_ROPE_HALF ? i + half : 2 * i + 1;
             for (size_t h = 0; h < nh; h++) {
                 REAL *p = x + t * ldx + h * hd, a = p[i1], bb = p[i2];
@@ -269,7 +270,8 @@ static tps_status F(vdense)(const tps_block *b, const vdims *d, const vlayer *l,
     tps_status st = TPS_OK;
     size_t in = (size_t)m->i_n, H = (size_t)d->hidden;
     REAL *g = malloc((n * in + 1) * sizeof *g), *u = malloc((n * in + 1) * sizeof *u);
-    if (!g || !u) {
+    REAL *sc = malloc((in + 1) * sizeof *sc);
+    if (!g || !u || !sc) {
         st = tps_fail_oom(err, "MLP buffers");
         goto cleanup;
     }
@@ -278,8 +280,12 @@ static tps_status F(vdense)(const tps_block *b, const vdims *d, const vlayer *l,
     const tps_vt *uw = gu ? gu : vrole(l, TPS_ROLE_UP_W, e, per_expert);
     uint64_t up0 = gu ? m->up_off + m->i_first : m->i_first;
     if (gw) {
+        /* Column-parallel biases, cut like their weights: the map's columns of each. */
+        const tps_vt *gb = vrole(l, TPS_ROLE_GATE_B, e, per_expert), *ub = vrole(l, TPS_ROLE_UP_B, e, per_expert);
         TPS_CHECK(F(vlinear)(gw, b->conv1d, n, xn, H, 0, d->hidden, m->i_first, m->i_first + in, g, in, err));
         TPS_CHECK(F(vlinear)(uw, b->conv1d, n, xn, H, 0, d->hidden, up0, up0 + in, u, in, err));
+        if (gb) F(vadd_range)(gb, m->i_first, n, in, g, in, sc);
+        if (ub) F(vadd_range)(ub, m->i_first, n, in, u, in, sc);
         for (size_t i = 0; i < n * in; i++) g[i] = F(vact)(b->act, g[i]) * u[i];
     } else {
         const tps_vt *fw = vrole(l, TPS_ROLE_FC_W, e, per_expert), *fb = vrole(l, TPS_ROLE_FC_B, e, per_expert);
@@ -292,6 +298,7 @@ static tps_status F(vdense)(const tps_block *b, const vdims *d, const vlayer *l,
 cleanup:
     free(g);
     free(u);
+    free(sc);
     return st;
 }
 

@@ -10,7 +10,7 @@ heads_of() { # config.json -> attention heads
     sed -n 's/.*"\(num_attention_heads\|n_head\)": *\([0-9]*\).*/\2/p' "$1" | head -1
 }
 
-for spec in llama:llama qwen2:llama llama-split:llama gpt2:gpt2 neox:neox phi3:phi3 mixtral:mixtral; do
+for spec in llama:llama qwen2:llama llama-bias:llama llama-split:llama gpt2:gpt2 neox:neox phi3:phi3 mixtral:mixtral; do
     model=${spec%%:*} preset=${spec##*:}
     src="$M/tiny-$model" cfg="$M/tiny-$model/config.json"
     heads=$(heads_of "$cfg")
@@ -152,6 +152,28 @@ wrong q-order llama llama 2 attention "rank 0's partial sum differs from the ref
     split: column
     unit: head_dim
     segments: {qa: heads*head_dim/2, qb: heads*head_dim/2}'
+# Llama with attention_bias and mlp_bias: a row-parallel bias cut like a column is caught
+# by its shape; gate_proj's bias cut in another order than its weight by the partial sums.
+wrong o-bias-columns llama llama-bias 2 attention "rank 0 holds model.layers.0.self_attn.o_proj.bias (o_bias) with shape [32]" \
+    '  - match: model.layers.*.self_attn.o_proj.bias
+    split: column'
+wrong gate-bias-order llama llama-bias 2 mlp "rank 0's partial sum differs from the reference for its share" \
+    '  - match: model.layers.*.mlp.gate_proj.bias
+    split: column
+    segments: {ga: intermediate/2, gb: intermediate/2}'
+
+# rope_scaling: recorded with the set, and a malformed one is refused naming the key
+# (the frequencies themselves are checked against transformers in tests/interop).
+tr -d ' \n' <"$T/llama-bias-2/tpshard.json" | grep -q '"rope_scaling":{[^}]*"original_max_position_embeddings":8192,"rope_type":"llama3"}' &&
+    ok "the manifest records config.json's rope_scaling" ||
+    notok "the manifest records config.json's rope_scaling"
+sed 's/"low_freq_factor": 1.0,//' "$M/tiny-llama-bias/config.json" >"$T/rs.json"
+expect_exit 3 'rope_scaling of type llama3 needs "low_freq_factor"' "a llama3 rope_scaling without low_freq_factor is refused naming it" \
+    "$TPSHARD" split "$M/tiny-llama-bias" --tp 2 --preset llama --config "$T/rs.json" -o "$T/rs-out" -q
+sed 's/"rope_type": "llama3"/"rope_type": "longrope"/' "$M/tiny-llama-bias/config.json" >"$T/rs.json"
+check "a rope_scaling type verify does not model (longrope) does not stop split or verify" \
+    sh -c '"$1" split "$2" --tp 2 --preset llama --config "$3" -o "$4" -q && "$1" verify "$4" --layer 0 -q' \
+    sh "$TPSHARD" "$M/tiny-llama-bias" "$T/rs.json" "$T/rs-out2"
 
 # The manifest records the config.json keys the set was cut with; verify of the set alone
 # uses them (the float64 effect is checked against torch in tests/interop), --config still

@@ -9,6 +9,7 @@
 #include "lib/partition.h"
 #include "tps_test.h"
 #include "verify/internal.h"
+#include "verify/rope.h"
 
 /* ---- an in-memory checkpoint ---- */
 
@@ -165,7 +166,8 @@ static void std_partitions(model *m)
         case TPS_ROLE_O_W:
             tps_partition_simple(p, in, t->shape[in], hd);
             break;
-        case TPS_ROLE_GATE_W: case TPS_ROLE_UP_W: case TPS_ROLE_FC_W: case TPS_ROLE_FC_B:
+        case TPS_ROLE_GATE_W: case TPS_ROLE_UP_W: case TPS_ROLE_GATE_B: case TPS_ROLE_UP_B: case TPS_ROLE_FC_W:
+        case TPS_ROLE_FC_B:
             tps_partition_simple(p, out, t->shape[out], 1);
             break;
         case TPS_ROLE_GATE_UP_W:
@@ -210,11 +212,13 @@ static void model_init(model *m, int kind)
     d->heads = 8, d->kv = 2, d->hd = 4, d->hidden = 32, d->inter = 24;
     static const char *const names[TPS_ROLE_COUNT] = {
         "an.w", "an.b", "q.w", "q.b", "k.w", "k.b", "v.w", "v.b", "qkv.w", "qkv.b", "o.w", "o.b",
-        "mn.w", "mn.b", "g.w", "u.w", "gu.w", "fc.w", "fc.b", "d.w", "d.b", "router.w"};
+        "mn.w", "mn.b", "g.w", "u.w", "g.b", "u.b", "gu.w", "fc.w", "fc.b", "d.w", "d.b", "router.w"};
     for (int r = 0; r < TPS_ROLE_COUNT; r++) b->role[r] = (char *)names[r];
     bool qkv = false, gu = false, biases = false, fc = false;
     switch (kind) {
-    case K_LLAMA: b->kind = TPS_BLOCK_LLAMA; biases = true; break; /* Qwen2-style q/k/v biases */
+    case K_LLAMA: /* q/k/v biases (Qwen2), o/down biases (attention_bias), gate/up (mlp_bias) */
+        b->kind = TPS_BLOCK_LLAMA, biases = true;
+        break;
     case K_PHI3: b->kind = TPS_BLOCK_LLAMA; qkv = gu = true; b->rope = TPS_ROPE_INTERLEAVED; break;
     case K_GPT2:
         b->kind = TPS_BLOCK_GPT2, b->norm = TPS_NORM_LAYER, b->act = TPS_ACT_GELU_TANH, b->rope = TPS_ROPE_NONE;
@@ -241,7 +245,9 @@ static void model_init(model *m, int kind)
         case TPS_ROLE_Q_W: case TPS_ROLE_K_W: case TPS_ROLE_V_W: used = !qkv; break;
         case TPS_ROLE_Q_B: case TPS_ROLE_K_B: case TPS_ROLE_V_B: used = !qkv && biases; break;
         case TPS_ROLE_QKV_W: used = qkv; break;
-        case TPS_ROLE_QKV_B: case TPS_ROLE_O_B: case TPS_ROLE_DOWN_B: used = qkv && biases; break;
+        case TPS_ROLE_QKV_B: used = qkv && biases; break;
+        case TPS_ROLE_O_B: case TPS_ROLE_DOWN_B: used = (qkv || kind == K_LLAMA) && biases; break;
+        case TPS_ROLE_GATE_B: case TPS_ROLE_UP_B: used = kind == K_LLAMA; break;
         case TPS_ROLE_GATE_W: case TPS_ROLE_UP_W: used = !gu && !fc; break;
         case TPS_ROLE_GATE_UP_W: used = gu; break;
         case TPS_ROLE_FC_W: case TPS_ROLE_FC_B: used = fc; break;
@@ -260,7 +266,7 @@ static void model_init(model *m, int kind)
         mat(m, TPS_ROLE_K_W, 0, d->kv * hd, H, biases, TPS_ROLE_K_B);
         mat(m, TPS_ROLE_V_W, 0, d->kv * hd, H, biases, TPS_ROLE_V_B);
     }
-    mat(m, TPS_ROLE_O_W, 0, H, d->heads * hd, qkv && biases, TPS_ROLE_O_B);
+    mat(m, TPS_ROLE_O_W, 0, H, d->heads * hd, b->role[TPS_ROLE_O_B] != NULL, TPS_ROLE_O_B);
     add(m, TPS_ROLE_MLP_NORM_W, 0, 1, H, 0, 0.2, 1);
     if (b->role[TPS_ROLE_MLP_NORM_B]) add(m, TPS_ROLE_MLP_NORM_B, 0, 1, H, 0, 0.2, 0);
     if (kind == K_MIXTRAL) add(m, TPS_ROLE_ROUTER_W, 0, 2, d->experts, H, 1.0, 0);
@@ -270,10 +276,10 @@ static void model_init(model *m, int kind)
         } else if (fc) {
             mat(m, TPS_ROLE_FC_W, e, d->inter, H, true, TPS_ROLE_FC_B);
         } else {
-            mat(m, TPS_ROLE_GATE_W, e, d->inter, H, false, 0);
-            mat(m, TPS_ROLE_UP_W, e, d->inter, H, false, 0);
+            mat(m, TPS_ROLE_GATE_W, e, d->inter, H, b->role[TPS_ROLE_GATE_B] != NULL, TPS_ROLE_GATE_B);
+            mat(m, TPS_ROLE_UP_W, e, d->inter, H, b->role[TPS_ROLE_UP_B] != NULL, TPS_ROLE_UP_B);
         }
-        mat(m, TPS_ROLE_DOWN_W, e, H, d->inter, biases && qkv && e == 0, TPS_ROLE_DOWN_B);
+        mat(m, TPS_ROLE_DOWN_W, e, H, d->inter, b->role[TPS_ROLE_DOWN_B] && e == 0, TPS_ROLE_DOWN_B);
     }
     std_partitions(m);
 }
@@ -381,6 +387,43 @@ TEST(partial_rotary_leaves_the_tail_alone)
     CHECK(fabs(y[8] - (x[8] * cos(1.0) - x[9] * sin(1.0))) < 1e-12);
 }
 
+/* rope_scaling frequencies for theta 10000 and 8 rotating dimensions, whose default inverse
+ * frequencies are 1, 0.1, 0.01, 0.001 (wavelengths 6.28, 62.8, 628, 6283), worked by hand
+ * from the formulas in transformers' modeling_rope_utils. */
+TEST(rope_scaling_frequencies_by_hand)
+{
+    tps_rope_scaling s = {.type = TPS_ROPE_SCALING_NONE};
+    CHECK(fabs(vrope_inv_freq(&s, 1e4, 8, 1, 16) - 0.1) < 1e-15);
+    s = (tps_rope_scaling){.type = TPS_ROPE_SCALING_LINEAR, .factor = 2};
+    CHECK(fabs(vrope_inv_freq(&s, 1e4, 8, 1, 16) - 0.05) < 1e-15);
+    /* llama3, factor 8, low 1, high 4, L 64: wavelengths under 16 keep, over 64 scale, the
+     * 62.8 between blends with s = (64 / 62.83 - 1) / 3. */
+    s = (tps_rope_scaling){.type = TPS_ROPE_SCALING_LLAMA3, .factor = 8, .low_freq_factor = 1,
+                           .high_freq_factor = 4, .original_max_pos = 64};
+    double sm = (64 / (2 * M_PI / 0.1) - 1) / 3;
+    CHECK(fabs(vrope_inv_freq(&s, 1e4, 8, 0, 16) - 1) < 1e-15);
+    CHECK(fabs(vrope_inv_freq(&s, 1e4, 8, 1, 16) - ((1 - sm) * 0.1 / 8 + sm * 0.1)) < 1e-15);
+    CHECK(fabs(vrope_inv_freq(&s, 1e4, 8, 2, 16) - 0.01 / 8) < 1e-15);
+    /* yarn, factor 4, max_pos 64, beta 32 / 1: correction dims -0.497 and 1.008 give the
+     * ramp [0, 2]: pair 1 is half interpolated; cos and sin scale by 0.1 ln 4 + 1. */
+    s = (tps_rope_scaling){.type = TPS_ROPE_SCALING_YARN, .factor = 4, .beta_fast = 32, .beta_slow = 1,
+                           .max_pos = 64, .attention_factor = 0.1 * log(4.0) + 1};
+    CHECK(fabs(vrope_inv_freq(&s, 1e4, 8, 0, 16) - 1) < 1e-15);
+    CHECK(fabs(vrope_inv_freq(&s, 1e4, 8, 1, 16) - (0.5 * 0.1 / 4 + 0.5 * 0.1)) < 1e-15);
+    CHECK(fabs(vrope_inv_freq(&s, 1e4, 8, 3, 16) - 0.001 / 4) < 1e-15);
+    tps_block b = {.rope = TPS_ROPE_HALF, .rope_theta = 1e4, .rope_scaling = s};
+    vdims d = {.hd = 8, .rot = 8};
+    double x[2 * 8], y[2 * 8];
+    for (int i = 0; i < 16; i++) x[i] = y[i] = urand();
+    tps_vrope_f64(&b, &d, 2, 1, y, 8);
+    CHECK(fabs(y[0] - x[0] * s.attention_factor) < 1e-12); /* position 0: only the scale */
+    /* dynamic, factor 2, max_pos 4: the default up to 4 positions; over 8 the base grows to
+     * 1e4 * (2 * 8 / 4 - 1)^(8 / 6). */
+    s = (tps_rope_scaling){.type = TPS_ROPE_SCALING_DYNAMIC, .factor = 2, .max_pos = 4};
+    CHECK(fabs(vrope_inv_freq(&s, 1e4, 8, 1, 4) - 0.1) < 1e-15);
+    CHECK(fabs(vrope_inv_freq(&s, 1e4, 8, 1, 8) - pow(1e4 * pow(3.0, 4.0 / 3), -0.25)) < 1e-15);
+}
+
 /* One token attends only to itself: the block output is o(v(norm x)), whatever q, k and
  * RoPE do.  Computed here by plain loops from the global weights. */
 TEST(attention_of_one_token_is_the_v_path)
@@ -394,6 +437,7 @@ TEST(attention_of_one_token_is_the_v_path)
     for (int i = 0; i < 32; i++) x[i] = urand() - 0.5, ms += x[i] * x[i];
     const float *nw = find_role(&m, TPS_ROLE_ATTN_NORM_W)->v, *vw = find_role(&m, TPS_ROLE_V_W)->v;
     const float *vb = find_role(&m, TPS_ROLE_V_B)->v, *ow = find_role(&m, TPS_ROLE_O_W)->v;
+    const float *ob = find_role(&m, TPS_ROLE_O_B)->v; /* the whole layer adds the o_proj bias once */
     for (int i = 0; i < 32; i++) xn[i] = x[i] / sqrt(ms / 32 + 1e-5) * nw[i];
     double v[8]; /* 2 KV heads of 4 */
     for (int j = 0; j < 8; j++) {
@@ -403,7 +447,7 @@ TEST(attention_of_one_token_is_the_v_path)
     CHECK(tps_vref_attn(&m.b, &m.d, &l, NULL, 1, x, out, &err) == TPS_OK);
     double worst = 0;
     for (int o = 0; o < 32; o++) {
-        double want = 0;
+        double want = ob[o];
         for (int h = 0; h < 8; h++) /* q heads 0-3 use KV head 0, 4-7 KV head 1 */
             for (int i = 0; i < 4; i++) want += ow[o * 32 + h * 4 + i] * v[(h / 4) * 4 + i];
         worst = fmax(worst, fabs(out[o] - want));
@@ -533,6 +577,28 @@ TEST(row_parallel_bias_split_fails)
     expect_fail(&m, 4, TPS_VSTAGE_MLP, 0, "a row-parallel bias is replicated");
 }
 
+/* Llama mlp_bias: gate_proj's bias cut as two segments, so rank 0 of 2 adds the biases of
+ * columns 0-5 and 12-17 to its gate columns 0-11. */
+TEST(gate_bias_cut_unlike_its_weight_fails)
+{
+    model m;
+    model_init(&m, K_LLAMA);
+    tps_partition *p = &find_role(&m, TPS_ROLE_GATE_B)->part;
+    p->nseg = 2;
+    p->seg[0].length = p->seg[1].length = 12;
+    p->seg[0].unit = p->seg[1].unit = 1;
+    expect_fail(&m, 2, TPS_VSTAGE_MLP, 0, "rank 0's partial sum differs");
+}
+
+TEST(o_bias_cut_like_a_column_fails)
+{
+    model m;
+    model_init(&m, K_LLAMA);
+    mem_t *t = find_role(&m, TPS_ROLE_O_B);
+    tps_partition_simple(&t->part, 0, t->shape[0], 1);
+    expect_fail(&m, 2, TPS_VSTAGE_ATTN, 0, "a row-parallel bias is replicated");
+}
+
 /* q cut as two segments of 4 heads: rank 0 of 2 holds heads 0, 1, 4, 5 and pairs them
  * with KV head 0 and o_proj columns of heads 0-3. */
 TEST(q_heads_in_another_order_than_kv_groups_fail)
@@ -593,6 +659,7 @@ int main(void)
     RUN(layernorm_has_zero_mean_unit_variance);
     RUN(rope_is_identity_at_position_0_and_keeps_norms);
     RUN(partial_rotary_leaves_the_tail_alone);
+    RUN(rope_scaling_frequencies_by_hand);
     RUN(attention_of_one_token_is_the_v_path);
     RUN(causal_attention_of_two_tokens_by_hand);
     RUN(llama_gqa_with_biases_matches_at_tp_1_2_4_8);
@@ -605,6 +672,8 @@ int main(void)
     RUN(kv_cut_without_replication_fails);
     RUN(o_proj_cut_by_columns_fails);
     RUN(row_parallel_bias_split_fails);
+    RUN(gate_bias_cut_unlike_its_weight_fails);
+    RUN(o_bias_cut_like_a_column_fails);
     RUN(q_heads_in_another_order_than_kv_groups_fail);
     RUN(one_bad_rank_is_named);
     RUN(a_bad_replica_of_the_router_is_named);

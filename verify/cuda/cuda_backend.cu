@@ -35,6 +35,7 @@
 extern "C" {
 #include "verify/gated_threads.h"
 #include "verify/moe_route.h"
+#include "verify/rope.h"
 #include "verify/plugin.h"
 }
 
@@ -143,14 +144,16 @@ __global__ void k_heads(const float *y, size_t ldy, size_t n, size_t cnt, size_t
     dst[t * ldd + h * hd + c] = y[t * ldy + src] + (bias ? ldv(bias, bdt, src) : 0.0f);
 }
 
-/* RoPE, as verify/ops_tmpl.h: angle in double, rotated in float. */
-__global__ void k_rope(float *x, size_t ldx, size_t n, size_t nh, size_t hd, size_t rot, double theta, int interleaved)
+/* RoPE, as verify/ops_tmpl.h: angle in double (verify/rope.h's frequencies), rotated in
+ * float. */
+__global__ void k_rope(float *x, size_t ldx, size_t n, size_t nh, size_t hd, size_t rot, double theta,
+                       tps_rope_scaling sc, int interleaved)
 {
     size_t half = rot / 2, i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n * half * nh) return;
     size_t t = i / (half * nh), j = i / nh % half, h = i % nh;
-    double ang = (double)t * pow(theta, -2.0 * (double)j / (double)rot);
-    float c = (float)cos(ang), s = (float)sin(ang);
+    double ang = (double)t * vrope_inv_freq(&sc, theta, rot, j, n), ms = vrope_attn_factor(&sc);
+    float c = (float)(cos(ang) * ms), s = (float)(sin(ang) * ms);
     size_t i1 = interleaved ? 2 * j : j, i2 = interleaved ? 2 * j + 1 : j + half;
     float *p = x + t * ldx + h * hd, a = p[i1], b = p[i2];
     p[i1] = a * c - b * s;
@@ -497,9 +500,11 @@ static tps_status attention(grank *g, const tps_block *b, const vdims *d, const 
     }
     if (b->rope != TPS_ROPE_NONE && d->rot / 2 > 0) {
         int il = b->rope == TPS_ROPE_INTERLEAVED;
-        k_rope<<<blocks(n * (d->rot / 2) * hn), NT, 0, g->s>>>(g->q, qld, n, hn, hd, (size_t)d->rot, b->rope_theta, il);
+        k_rope<<<blocks(n * (d->rot / 2) * hn), NT, 0, g->s>>>(g->q, qld, n, hn, hd, (size_t)d->rot, b->rope_theta,
+                                                               b->rope_scaling, il);
         LAUNCHED();
-        k_rope<<<blocks(n * (d->rot / 2) * kvn), NT, 0, g->s>>>(g->k, kld, n, kvn, hd, (size_t)d->rot, b->rope_theta, il);
+        k_rope<<<blocks(n * (d->rot / 2) * kvn), NT, 0, g->s>>>(g->k, kld, n, kvn, hd, (size_t)d->rot, b->rope_theta,
+                                                                b->rope_scaling, il);
         LAUNCHED();
     }
     if (hn) {
@@ -527,9 +532,16 @@ static tps_status dense(grank *g, const tps_block *b, uint64_t e, bool per_exper
         k_act<<<blocks(n * in), NT, 0, g->s>>>(g->y, 2 * in, g->y + g->job->mm.up_off, 2 * in, NULL, 0, n, in,
                                                (int)b->act, g->a);
     } else if (gw) {
+        /* mlp_bias: the column-parallel gate/up biases, as the rank holds their slices. */
+        const dtensor *gb = role(g, TPS_ROLE_GATE_B, e, per_expert), *ub = role(g, TPS_ROLE_UP_B, e, per_expert);
         CHECK(linear(g, gw, b->conv1d, n, xn, H, g->g, in, err));
         CHECK(linear(g, role(g, TPS_ROLE_UP_W, e, per_expert), b->conv1d, n, xn, H, g->u, in, err));
-        k_act<<<blocks(n * in), NT, 0, g->s>>>(g->g, in, g->u, in, NULL, 0, n, in, (int)b->act, g->a);
+        if (ub) {
+            k_add_vec<<<blocks(n * in), NT, 0, g->s>>>(g->u, n, in, ub->p, (int)ub->dtype);
+            LAUNCHED();
+        }
+        k_act<<<blocks(n * in), NT, 0, g->s>>>(g->g, in, g->u, in, gb ? gb->p : NULL, gb ? (int)gb->dtype : 0, n,
+                                               in, (int)b->act, g->a);
     } else {
         const dtensor *fb = role(g, TPS_ROLE_FC_B, e, per_expert);
         CHECK(linear(g, role(g, TPS_ROLE_FC_W, e, per_expert), b->conv1d, n, xn, H, g->g, in, err));
