@@ -80,8 +80,9 @@
  * segment sizes such as heads*head_dim.
  *
  * Vocabulary-parallel embeddings: presets cut the embedding and the output projection along
- * dim 0 (vocabulary rows) with pad: true, as Megatron and vLLM do, so neither needs the
- * vocabulary to divide T; the original length stays in the global shape. */
+ * dim 0 (vocabulary rows) with pad: true, as Megatron and vLLM cut them, so neither needs the
+ * vocabulary to divide T; the padding is minimal (to a multiple of T, as TensorRT-LLM pads,
+ * where Megatron and vLLM pad further), and the original length stays in the global shape. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
