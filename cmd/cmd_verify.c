@@ -807,7 +807,7 @@ cleanup:
 const tps_cmd tps_cmd_verify = {
     .name = "verify",
     .summary = "run layers the tensor-parallel way on CPU or GPU ranks and compare with the unsharded layer",
-    .usage = "verify DIR [--source SRC] [--layer L|all] [--tokens N] [--seed S] [--backend cpu|cuda|mpi] [--emulate] [--json]",
+    .usage = "verify DIR [--source SRC] [--layer L|all | --whole-model] [--tokens N] [--seed S] [--backend cpu|cuda|mpi] [--emulate] [--json]",
     .details =
         "Each rank (a thread) loads only its own shard file's slices of the layer and computes in\n"
         "float32: its q heads with their KV heads, its o_proj rows, an all-reduce, its MLP slices and\n"
@@ -829,6 +829,12 @@ const tps_cmd tps_cmd_verify = {
         "the launcher's environment, or --launcher mpi) each process is one rank: MPI_Allreduce on\n"
         "the cpu backend, NCCL from a broadcast unique id on cuda (GPU by node-local rank); rank 0\n"
         "prints the report and every process exits with the same code.\n"
+        "--whole-model runs the model from random token ids (below the true vocabulary size, from\n"
+        "--seed): the vocabulary-parallel embedding (rank r holds rows r*Vp/T.. of the vocabulary\n"
+        "padded at its end to Vp, a multiple of T; lookups summed over ranks), every layer chained,\n"
+        "the final norm and the vocabulary-parallel LM head (gathered, padding dropped; tied to the\n"
+        "embedding when the model has no lm_head), and compares the logits with the float64\n"
+        "model's, plus each position's top-1 token; --dump-logits FILE writes both as JSON.\n"
         "Model hyper-parameters (RoPE theta, norm epsilon, top-k) come from --config, else from the\n"
         "config.json keys the manifest recorded at split time, else a config.json next to SRC or in\n"
         "DIR, else the block kind's defaults; -v and --json say which.\n",
