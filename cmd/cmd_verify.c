@@ -20,24 +20,26 @@
 #include "verify/verify.h"
 
 static struct {
-    const char *source, *config, *layer, *backend, *launcher, *dump;
-    bool emulate;
+    const char *source, *config, *layer, *backend, *launcher, *dump, *dump_logits;
+    bool emulate, whole;
     uint64_t tokens, seed;
     double rtol, atol;
 } o = {.tokens = 16, .seed = 1};
 
 static const tps_opt verify_opts[] = {
-    {"source", 0, TPS_OPT_STRING, &o.source, "SRC", "reference weights from this checkpoint (default: reassembled from the shards)"},
+    {"source", 0, TPS_OPT_STRING, &o.source, "SRC", "reference weights from this checkpoint (default: the shards)"},
     {"config", 0, TPS_OPT_STRING, &o.config, "FILE", "config.json (default: the keys recorded in the manifest)"},
     {"layer", 0, TPS_OPT_STRING, &o.layer, "L|all", "layer to verify (default all)"},
     {"tokens", 0, TPS_OPT_UINT, &o.tokens, "N", "sequence length of the random input (default 16)"},
     {"seed", 0, TPS_OPT_UINT, &o.seed, "S", "seed of the random input (default 1)"},
     {"backend", 0, TPS_OPT_STRING, &o.backend, "NAME", "cpu (the default), cuda (one GPU per rank, NCCL), mpi (= cpu --launcher mpi)"},
-    {"launcher", 0, TPS_OPT_STRING, &o.launcher, "HOW", "auto (mpi under mpirun; the default), local (all ranks here) or mpi"},
-    {"emulate", 0, TPS_OPT_FLAG, &o.emulate, NULL, "cuda: run more ranks than GPUs in turn (NCCL not exercised)"},
+    {"launcher", 0, TPS_OPT_STRING, &o.launcher, "HOW", "auto (mpi under mpirun; the default), local or mpi"},
+    {"emulate", 0, TPS_OPT_FLAG, &o.emulate, NULL, "cuda: more ranks than GPUs, in turn (NCCL not exercised)"},
     {"rtol", 0, TPS_OPT_DOUBLE, &o.rtol, "X", "relative tolerance (default by shard dtype)"},
-    {"atol", 0, TPS_OPT_DOUBLE, &o.atol, "X", "absolute tolerance (default rtol * RMS of the reference output)"},
+    {"atol", 0, TPS_OPT_DOUBLE, &o.atol, "X", "absolute tolerance (default rtol * RMS of the reference)"},
     {"dump-reference", 0, TPS_OPT_STRING, &o.dump, "FILE", "write inputs and float64 reference outputs as JSON"},
+    {"whole-model", 0, TPS_OPT_FLAG, &o.whole, NULL, "embedding, layers chained, LM head: compare logits"},
+    {"dump-logits", 0, TPS_OPT_STRING, &o.dump_logits, "FILE", "--whole-model: write the logits as JSON"},
     {"json", 0, TPS_OPT_FLAG, &tps_common.json, NULL, "machine-readable report"},
     TPS_COMMON_OPTS,
     TPS_OPTS_END,
@@ -350,6 +352,92 @@ static void print_layer(const tps_verify_result *r)
     if (!r->pass) printf("  %s\n", r->detail);
 }
 
+static void json_whole(tps_jw *w, const tps_verify_whole *r)
+{
+    tps_jw_object_begin(w);
+    const struct {
+        const char *key;
+        uint64_t v;
+    } nums[] = {{"tokens", r->tokens},          {"vocab", r->vocab},           {"padded_vocab", r->padded_vocab},
+                {"ranks", r->ranks},            {"logits", r->tokens * r->vocab}, {"top1_agree", r->top1_agree},
+                {"top1_ties", r->top1_ties}};
+    for (size_t i = 0; i < sizeof nums / sizeof *nums; i++) {
+        tps_jw_key(w, nums[i].key);
+        tps_jw_u64(w, nums[i].v);
+    }
+    tps_jw_key(w, "tied_lm_head");
+    tps_jw_bool(w, r->tied);
+    tps_jw_key(w, "pos_embed");
+    tps_jw_bool(w, r->pos_embed);
+    tps_jw_key(w, "dtype");
+    tps_jw_string(w, tps_dtype_name(r->chain.dtype));
+    tps_jw_key(w, "seconds");
+    tps_jw_double(w, r->seconds);
+    tps_jw_key(w, "embedding");
+    json_stage(w, &r->embed_cmp);
+    tps_jw_key(w, "logits_cmp");
+    json_stage(w, &r->logits_cmp);
+    tps_jw_key(w, "pass");
+    tps_jw_bool(w, r->pass);
+    if (!r->pass) {
+        tps_jw_key(w, "failed_stage");
+        tps_jw_string(w, r->failed);
+        tps_jw_key(w, "rank");
+        if (r->culprit >= 0) tps_jw_i64(w, r->culprit);
+        else tps_jw_null(w);
+        tps_jw_key(w, "detail");
+        tps_jw_string(w, r->detail);
+    }
+    tps_jw_object_end(w);
+}
+
+static void print_whole(const tps_verify_whole *r)
+{
+    const tps_verify_stage *e = &r->embed_cmp, *l = &r->logits_cmp;
+    printf("whole model %-5s rtol %.2g  embedding: max abs %.3g (atol %.3g)  logits: max abs %.3g rel %.3g (atol "
+           "%.3g)  top-1 %llu/%llu agree%s  %.3f s  %s\n",
+           tps_dtype_name(r->chain.dtype), l->rtol, e->max_abs, e->atol, l->max_abs, l->rel, l->atol,
+           (unsigned long long)r->top1_agree, (unsigned long long)r->tokens, r->top1_ties ? " (ties within atol)" : "",
+           r->seconds, r->pass ? "ok" : "MISMATCH");
+    if (!r->pass) printf("  %s\n", r->detail);
+}
+
+/* --dump-logits: the token ids and the logits [tokens, vocab] of the reference (float64)
+ * and of the ranks (float32, gathered, padding dropped). */
+static tps_status write_logits(const char *path, const tps_verify_whole *r, tps_error *err)
+{
+    tps_buf b = TPS_BUF_INIT;
+    tps_jw w;
+    tps_jw_init(&w, &b, false);
+    tps_jw_object_begin(&w);
+    tps_jw_key(&w, "tokens");
+    tps_jw_array_begin(&w);
+    for (uint64_t t = 0; t < r->tokens; t++) tps_jw_u64(&w, r->ids[t]);
+    tps_jw_array_end(&w);
+    tps_jw_key(&w, "vocab");
+    tps_jw_u64(&w, r->vocab);
+    tps_jw_key(&w, "reference");
+    dump_matrix(&w, r->ref_logits, r->tokens, r->vocab);
+    tps_jw_key(&w, "ranks");
+    tps_jw_array_begin(&w);
+    for (uint64_t t = 0; t < r->tokens; t++) {
+        tps_jw_array_begin(&w);
+        for (uint64_t v = 0; v < r->vocab; v++) tps_jw_double(&w, r->logits[t * r->vocab + v]);
+        tps_jw_array_end(&w);
+    }
+    tps_jw_array_end(&w);
+    tps_jw_object_end(&w);
+    const char *s = tps_buf_cstr(&b);
+    FILE *f = s ? fopen(path, "w") : NULL;
+    tps_status st = TPS_OK;
+    if (!s) st = tps_fail_oom(err, "the logits dump");
+    else if (!f) st = tps_fail_errno(err, errno, "%s: cannot create", path);
+    else if (fputs(s, f) == EOF || fputc('\n', f) == EOF) st = tps_fail(err, TPS_EIO, "%s: cannot write the logits", path);
+    if (f && fclose(f) != 0 && st == TPS_OK) st = tps_fail(err, TPS_EIO, "%s: cannot write the logits", path);
+    tps_buf_release(&b);
+    return st;
+}
+
 /* --backend and --launcher into a backend configuration; false on a usage error. */
 static bool backend_config(tps_vbackend_config *c)
 {
@@ -402,6 +490,8 @@ static int run_verify(char **args, int nargs)
     bool all_pass = true;
     tps_verify_result bad;
     memset(&bad, 0, sizeof bad);
+    tps_verify_whole whole;
+    memset(&whole, 0, sizeof whole);
     tps_vbackend *be = NULL;
     tps_vbackend_config bcfg;
     tps_vbackend_info info;
@@ -421,6 +511,9 @@ static int run_verify(char **args, int nargs)
             return tps_cli_usage("verify", "--layer '%s': a layer number (from 0) or 'all'", o.layer);
         count = 1;
     }
+    if (o.whole && o.layer)
+        return tps_cli_usage("verify", "--whole-model runs every layer: it takes no --layer");
+    if (o.dump_logits && !o.whole) return tps_cli_usage("verify", "--dump-logits needs --whole-model");
     /* First, so that under MPI every later failure is agreed between the processes. */
     TPS_CHECK(tps_vbackend_open(&bcfg, &be, &err));
     /* Under MPI only rank 0 reports. */
@@ -534,12 +627,15 @@ static int run_verify(char **args, int nargs)
         tps_jw_u64(&jw, tokens);
         tps_jw_key(&jw, "seed");
         tps_jw_u64(&jw, o.seed);
+        tps_jw_key(&jw, "whole_model");
+        tps_jw_bool(&jw, o.whole);
         tps_jw_key(&jw, "layers");
         tps_jw_array_begin(&jw);
     } else if (!quiet) {
-        printf("verify %s: %s block, tp %llu, backend %s, %llu tokens, seed %llu; %s\n", dir,
-               tps_block_kind_name(b.kind), (unsigned long long)T, info.desc, (unsigned long long)tokens,
-               (unsigned long long)(o.seed), refdesc);
+        printf("verify %s%s: %s block, tp %llu, backend %s, %llu %s, seed %llu; %s\n", dir,
+               o.whole ? " (whole model)" : "", tps_block_kind_name(b.kind), (unsigned long long)T, info.desc,
+               (unsigned long long)tokens, o.whole ? "random token ids" : "tokens", (unsigned long long)(o.seed),
+               refdesc);
         if (tps_common.verbose)
             printf("hyper-parameters from %s: norm eps %g, RoPE theta %g, rotary fraction %g\n", config, b.norm_eps,
                    b.rope_theta, b.rotary_pct);
@@ -549,6 +645,14 @@ static int run_verify(char **args, int nargs)
                           .keep_reference = dump != NULL, .shards = ss, .on_stage = layer_progress_stage,
                           .stage_arg = &lp};
     uint64_t layers_run = 0, checked_tensors = 0, checked_bytes = 0, mismatched = 0;
+    /* The whole model: the embedding before the layers, which then carry its output on. */
+    tps_verify_opts wo = vo;
+    wo.on_stage = NULL;
+    wo.keep_reference = o.dump_logits != NULL;
+    if (o.whole) {
+        TPS_CHECK(tps_verify_whole_begin(&b, T, &ref, ranks, &wo, &whole, &err));
+        vo.chain = &whole.chain;
+    }
     layer_progress_begin(&lp, ss->m, &b, first, count, root);
     for (uint64_t layer = first; layer < first + count; layer++) {
         tps_verify_result res;
@@ -589,6 +693,13 @@ static int run_verify(char **args, int nargs)
         tps_verify_result_release(&res);
     }
     layer_progress_end(&lp);
+    if (o.whole) {
+        TPS_CHECK(tps_verify_whole_end(&b, T, &ref, ranks, &wo, &whole, &err));
+        checked_tensors += whole.checked_tensors;
+        checked_bytes += whole.checked_bytes;
+        if (root && !json && (!quiet || !whole.pass)) print_whole(&whole);
+        if (root && o.dump_logits) TPS_CHECK(write_logits(o.dump_logits, &whole, &err));
+    }
     /* A pass must have run something: every layer asked for, each with tensors checked. */
     if (root && (layers_run == 0 || layers_run != count || checked_tensors == 0)) {
         st = tps_fail(&err, TPS_EINVALID, "%s: nothing was verified (%llu of %llu layers run, %llu tensors checked)",
@@ -610,20 +721,41 @@ static int run_verify(char **args, int nargs)
         tps_jw_u64(&jw, checked_bytes);
         tps_jw_key(&jw, "mismatched_layers");
         tps_jw_u64(&jw, mismatched);
+        if (o.whole) {
+            tps_jw_key(&jw, "tokens");
+            tps_jw_u64(&jw, whole.tokens);
+            tps_jw_key(&jw, "logits");
+            tps_jw_u64(&jw, whole.tokens * whole.vocab);
+        }
         tps_jw_object_end(&jw);
+        if (o.whole) {
+            tps_jw_key(&jw, "whole_model");
+            json_whole(&jw, &whole);
+        }
         tps_jw_key(&jw, "pass");
-        tps_jw_bool(&jw, all_pass);
+        tps_jw_bool(&jw, all_pass && (!o.whole || whole.pass));
         tps_jw_object_end(&jw);
         if (tps_buf_cstr(&jb)) printf("%s\n", jb.data);
-    } else if (!quiet && all_pass) {
+    } else if (!quiet && all_pass && o.whole && whole.pass) {
+        printf("whole model verified: the shards compute the unsharded model's logits\n");
+    } else if (!quiet && all_pass && !o.whole) {
         printf("%llu layer%s verified: the shards compute the unsharded layer\n", (unsigned long long)count,
                count == 1 ? "" : "s");
     }
-    if (!json && root && (!quiet || !all_pass))
-        printf("checked: %llu layer%s on %llu ranks, %llu shard tensors (%llu bytes) matching the manifest's "
-               "checksums; layers that differ: %llu\n",
-               (unsigned long long)layers_run, layers_run == 1 ? "" : "s", (unsigned long long)T,
+    if (!json && root && (!quiet || !all_pass || (o.whole && !whole.pass))) {
+        if (o.whole)
+            printf("checked: embedding, %llu layer%s, final norm and LM head (%s) on %llu ranks, %llu token%s, "
+                   "%llu logits compared (vocabulary %llu, padded to %llu); ",
+                   (unsigned long long)layers_run, layers_run == 1 ? "" : "s", whole.tied ? "tied" : "untied",
+                   (unsigned long long)T, (unsigned long long)whole.tokens, whole.tokens == 1 ? "" : "s",
+                   (unsigned long long)(whole.tokens * whole.vocab), (unsigned long long)whole.vocab,
+                   (unsigned long long)whole.padded_vocab);
+        else
+            printf("checked: %llu layer%s on %llu ranks, ", (unsigned long long)layers_run, layers_run == 1 ? "" : "s",
+                   (unsigned long long)T);
+        printf("%llu shard tensors (%llu bytes) matching the manifest's checksums; layers that differ: %llu\n",
                (unsigned long long)checked_tensors, (unsigned long long)checked_bytes, (unsigned long long)mismatched);
+    }
     if (dump) {
         tps_jw_array_end(&dw);
         tps_jw_object_end(&dw);
@@ -640,6 +772,12 @@ static int run_verify(char **args, int nargs)
         tps_cli_errorf("verify", "mismatch in layer %llu, %s stage (max abs err %.3g, rel err %.3g; rtol %.3g, atol %.3g): %s",
                        (unsigned long long)failed_layer, tps_verify_stage_name(bad.failed_stage), fs->max_abs, fs->rel,
                        fs->rtol, fs->atol, bad.detail);
+        st = TPS_EMISMATCH;
+    } else if (o.whole && root && !whole.pass) {
+        const tps_verify_stage *fs = strcmp(whole.failed, "embedding") == 0 ? &whole.embed_cmp : &whole.logits_cmp;
+        tps_cli_errorf("verify", "mismatch in the whole model, %s stage (max abs err %.3g, rel err %.3g; rtol %.3g, "
+                       "atol %.3g): %s",
+                       whole.failed, fs->max_abs, fs->rel, fs->rtol, fs->atol, whole.detail);
         st = TPS_EMISMATCH;
     }
 cleanup:
@@ -662,13 +800,14 @@ cleanup:
     tps_index_free(shape_ix);
     tps_layout_free(l);
     tps_shardset_free(ss);
+    tps_verify_whole_release(&whole);
     return rc;
 }
 
 const tps_cmd tps_cmd_verify = {
     .name = "verify",
     .summary = "run layers the tensor-parallel way on CPU or GPU ranks and compare with the unsharded layer",
-    .usage = "verify DIR [--source SRC] [--layer L|all] [--tokens N] [--seed S] [--backend cpu|cuda|mpi] [--emulate] [--json]",
+    .usage = "verify DIR [--source SRC] [--layer L|all | --whole-model] [--tokens N] [--seed S] [--backend cpu|cuda|mpi] [--emulate] [--json]",
     .details =
         "Each rank (a thread) loads only its own shard file's slices of the layer and computes in\n"
         "float32: its q heads with their KV heads, its o_proj rows, an all-reduce, its MLP slices and\n"
@@ -690,6 +829,12 @@ const tps_cmd tps_cmd_verify = {
         "the launcher's environment, or --launcher mpi) each process is one rank: MPI_Allreduce on\n"
         "the cpu backend, NCCL from a broadcast unique id on cuda (GPU by node-local rank); rank 0\n"
         "prints the report and every process exits with the same code.\n"
+        "--whole-model runs the model from random token ids (below the true vocabulary size, from\n"
+        "--seed): the vocabulary-parallel embedding (rank r holds rows r*Vp/T.. of the vocabulary\n"
+        "padded at its end to Vp, a multiple of T; lookups summed over ranks), every layer chained,\n"
+        "the final norm and the vocabulary-parallel LM head (gathered, padding dropped; tied to the\n"
+        "embedding when the model has no lm_head), and compares the logits with the float64\n"
+        "model's, plus each position's top-1 token; --dump-logits FILE writes both as JSON.\n"
         "Model hyper-parameters (RoPE theta, norm epsilon, top-k) come from --config, else from the\n"
         "config.json keys the manifest recorded at split time, else a config.json next to SRC or in\n"
         "DIR, else the block kind's defaults; -v and --json say which.\n",

@@ -25,6 +25,12 @@ static const char *const role_names[TPS_ROLE_COUNT] = {
     [TPS_ROLE_DOWN_B] = "down_bias",          [TPS_ROLE_ROUTER_W] = "router",
 };
 
+static const char *const model_role_names[TPS_MROLE_COUNT] = {
+    [TPS_MROLE_EMBED] = "embed",           [TPS_MROLE_POS_EMBED] = "pos_embed",
+    [TPS_MROLE_FINAL_NORM_W] = "final_norm", [TPS_MROLE_FINAL_NORM_B] = "final_norm_bias",
+    [TPS_MROLE_LM_HEAD] = "lm_head",
+};
+
 static const char *const norm_names[] = {"rms", "layer"};
 static const char *const rope_scaling_names[] = {"default", "linear", "dynamic", "llama3", "yarn"};
 static const char *const act_names[] = {"silu", "gelu_tanh", "gelu_erf"};
@@ -46,6 +52,8 @@ static const char *name_of(int v, const char *const *names, int n)
 
 const char *tps_block_kind_name(tps_block_kind k) { return name_of((int)k, NAMES(kind_names)); }
 const char *tps_block_role_name(tps_block_role r) { return name_of((int)r, NAMES(role_names)); }
+const char *tps_block_model_role_name(tps_block_model_role r) { return name_of((int)r, NAMES(model_role_names)); }
+int tps_block_model_role_lookup(const char *s) { return lookup(s, NAMES(model_role_names)); }
 const char *tps_norm_name(tps_norm_kind k) { return name_of((int)k, NAMES(norm_names)); }
 const char *tps_act_name(tps_act_kind k) { return name_of((int)k, NAMES(act_names)); }
 const char *tps_rope_name(tps_rope_style r) { return name_of((int)r, NAMES(rope_names)); }

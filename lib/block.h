@@ -37,6 +37,19 @@ typedef enum tps_block_role {
     TPS_ROLE_COUNT
 } tps_block_role;
 
+/* Tensors outside the layers that the whole-model pass (verify --whole-model) needs: full
+ * tensor names (no prefix).  embed [vocab, hidden] and lm_head [vocab, hidden] are
+ * vocabulary-parallel; a model without an lm_head tensor ties it to embed.  pos_embed
+ * (GPT-2's learned positions, [positions, hidden]) and the final norm are replicated. */
+typedef enum tps_block_model_role {
+    TPS_MROLE_EMBED,
+    TPS_MROLE_POS_EMBED,
+    TPS_MROLE_FINAL_NORM_W,
+    TPS_MROLE_FINAL_NORM_B,
+    TPS_MROLE_LM_HEAD,
+    TPS_MROLE_COUNT
+} tps_block_model_role;
+
 typedef enum tps_norm_kind { TPS_NORM_RMS, TPS_NORM_LAYER } tps_norm_kind;
 typedef enum tps_act_kind { TPS_ACT_SILU, TPS_ACT_GELU_TANH, TPS_ACT_GELU_ERF } tps_act_kind;
 typedef enum tps_rope_style {
@@ -73,6 +86,7 @@ typedef struct tps_block {
     char *layer_prefix;           /* e.g. "model.layers.{layer}." */
     char *expert_prefix;          /* e.g. "block_sparse_moe.experts.{expert}." (Mixtral) */
     char *role[TPS_ROLE_COUNT];   /* templates after the layer (and expert) prefix */
+    char *model_role[TPS_MROLE_COUNT]; /* whole tensor names; NULL: not named by the layout */
     uint64_t layers;              /* number of layers (0: count from tensor names) */
     uint64_t hidden, heads, kv_heads, head_dim, intermediate, experts, top_k;
     tps_norm_kind norm;
@@ -89,6 +103,8 @@ typedef struct tps_block {
 
 const char *tps_block_kind_name(tps_block_kind k);
 const char *tps_block_role_name(tps_block_role r); /* the YAML key, e.g. "q_proj" -> see layout docs */
+const char *tps_block_model_role_name(tps_block_model_role r); /* the block key: "embed", "final_norm", ... */
+int tps_block_model_role_lookup(const char *s);               /* -1 for an unknown key */
 const char *tps_rope_scaling_name(tps_rope_scaling_kind k); /* its rope_type, "default" for none */
 
 struct tps_json;

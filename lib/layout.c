@@ -65,6 +65,9 @@
  *     rope: none | half | interleaved              rope_theta: FLOAT
  *     rotary_pct: FLOAT (0 < x <= 1) parallel_residual / conv1d / qkv_interleaved: BOOL
  *     top_k: N                       and any size key above but vocab
+ *     embed / pos_embed / final_norm / final_norm_bias / lm_head: TENSOR   whole names of
+ *                                    the tensors outside the layers (verify --whole-model);
+ *                                    no lm_head tensor in the model: tied to embed
  *   Block fields left out come from config.json (rms_norm_eps, layer_norm_eps(ilon),
  *   rope_theta, rotary_emb_base, rotary_pct, partial_rotary_factor, use_parallel_residual,
  *   hidden_act, activation_function, num_experts_per_tok), then the model sizes, then the
@@ -561,9 +564,11 @@ static tps_status parse_block(pctx *c, const yaml_node_t *n)
     static const char *const allowed[] = {
         "kind", "layer_prefix", "expert_prefix", "roles", "norm", "norm_eps", "act", "rope", "rope_theta",
         "rotary_pct", "parallel_residual", "conv1d", "qkv_interleaved", "top_k", "layers", "hidden", "heads",
-        "kv_heads", "head_dim", "intermediate", "experts", NULL};
+        "kv_heads", "head_dim", "intermediate", "experts", "embed", "pos_embed", "final_norm", "final_norm_bias",
+        "lm_head", NULL};
     enum { K_KIND, K_LAYER, K_EXPERT, K_ROLES, K_NORM, K_EPS, K_ACT, K_ROPE, K_THETA, K_PCT, K_PARRES, K_CONV,
-           K_QKVI, K_TOPK, K_LAYERS, K_HIDDEN, K_HEADS, K_KVH, K_HD, K_INTER, K_EXPERTS, K_COUNT };
+           K_QKVI, K_TOPK, K_LAYERS, K_HIDDEN, K_HEADS, K_KVH, K_HD, K_INTER, K_EXPERTS, K_MODEL0,
+           K_COUNT = K_MODEL0 + TPS_MROLE_COUNT };
     yaml_node_t *v[K_COUNT];
     tps_layout *l = c->l;
     tps_block *b = &l->block_raw;
@@ -654,6 +659,9 @@ static tps_status parse_block(pctx *c, const yaml_node_t *n)
                 {K_EXPERTS, &b->experts}};
     for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++)
         if (v[nums[i].key] && (st = get_u64(c, v[nums[i].key], allowed[nums[i].key], nums[i].out)) != TPS_OK)
+            return st;
+    for (int r = 0; r < TPS_MROLE_COUNT; r++) /* keys named as tps_block_model_role_name says */
+        if (v[K_MODEL0 + r] && (st = get_strdup(c, v[K_MODEL0 + r], allowed[K_MODEL0 + r], &b->model_role[r])) != TPS_OK)
             return st;
     l->has_block = true;
     return TPS_OK;
@@ -927,6 +935,7 @@ void tps_layout_free(tps_layout *l)
     free(l->block_raw.layer_prefix);
     free(l->block_raw.expert_prefix);
     for (int i = 0; i < TPS_ROLE_COUNT; i++) free(l->block_raw.role[i]);
+    for (int i = 0; i < TPS_MROLE_COUNT; i++) free(l->block_raw.model_role[i]);
     free(l->name);
     free(l->description);
     free(l->source);

@@ -574,3 +574,16 @@ tps_status tps_vbackend_run(tps_vbackend *be, const tps_block *b, const vdims *d
 cleanup:
     return st;
 }
+
+tps_status tps_vbackend_each(tps_vbackend *be, uint64_t T, size_t cap, tps_vrank_fn fn, void *arg, tps_error *err)
+{
+    if (!tps_vbackend_multi(be)) return tps_vrank_each_thread(T, cap, fn, arg, err);
+    tps_status st = fn(arg, &be->hostcomm, err);
+    return tps_vbackend_agree(be, st, err);
+}
+
+tps_status tps_vbackend_allreduce(tps_vbackend *be, float *buf, size_t n, tps_error *err)
+{
+    if (!tps_vbackend_multi(be)) return TPS_OK;
+    return be->hostcomm.allreduce_sum(&be->hostcomm, buf, n, err);
+}

@@ -103,7 +103,12 @@ bool tps_vrole_is_mlp(tps_block_role r);
                           size_t n, const REAL *xn, bool add_bias, REAL *out, tps_error *err);          \
     void tps_vadd_vec_##SFX(const tps_vt *v, size_t n, size_t dim, REAL *y);                               \
     /* Rotates heads in place: x[t, h * hd ..] for h < nh at position t (row stride ldx). */            \
-    void tps_vrope_##SFX(const tps_block *b, const vdims *d, size_t n, size_t nh, REAL *x, size_t ldx);
+    void tps_vrope_##SFX(const tps_block *b, const vdims *d, size_t n, size_t nh, REAL *x, size_t ldx);   \
+    /* Rows of w ([rows, hidden], holding the global rows from row0) for the token ids:      \
+     * out[t] = w[ids[t] - row0], or zeros for an id outside them (vocabulary parallel). */  \
+    void tps_vembed_##SFX(const tps_vt *w, uint64_t row0, size_t n, const uint64_t *ids, REAL *out);     \
+    /* y[t, j] (row stride ldy) = x[t] . w[j] for each row j of w ([rows, hidden]). */                \
+    tps_status tps_vlogits_##SFX(const tps_vt *w, size_t n, const REAL *x, REAL *y, size_t ldy, tps_error *err);
 
 VOPS_DECLARE(double, f64)
 VOPS_DECLARE(float, f32)
@@ -149,7 +154,46 @@ tps_status tps_vrank_one(const tps_block *b, const vdims *d, uint64_t layer, con
 tps_status tps_vrank_run(const tps_block *b, const vdims *d, uint64_t layer, uint64_t T, const tps_vsource *ranks,
                      size_t n, const float *x, vrank_out *outs, const tps_verify_opts *vo, tps_error *err);
 
+typedef struct tps_vcmp {
+    double max_abs, rel;
+    bool pass;
+} tps_vcmp;
+
+/* allclose in torch's sense (|a - b| <= atol + rtol |b| everywhere) plus the norm-wise
+ * relative error. */
+tps_vcmp tps_vcompare(const float *a, const double *b, size_t n, double rtol, double atol);
+
+/* One rank's part of a collective step outside the layers (the whole-model pass): called
+ * on every rank with its comm; it must enter the same collectives on every rank whatever
+ * happened, as the layer's ranks do. */
+typedef tps_status (*tps_vrank_fn)(void *arg, tps_vcomm *comm, tps_error *err);
+
+/* fn on T threads joined by the thread all-reduce (buffers of up to cap floats). */
+tps_status tps_vrank_each_thread(uint64_t T, size_t cap, tps_vrank_fn fn, void *arg, tps_error *err);
+
+/* Checks tensor `name` of the shard set against its manifest (tps_vlayer_check, one tensor);
+ * absent from the set: nothing counted. */
+tps_status tps_vtensor_check(struct tps_shardset *ss, const char *name, bool read_already, uint64_t *tensors,
+                             uint64_t *bytes, tps_error *err);
+
+/* splitmix64 (Steele, Lea, Flood 2014): a tiny, well-mixed, portable stream. */
+static inline uint64_t tps_vsplitmix64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
 /* ---- backends (verify/backend.c) ---- */
+
+/* fn on the ranks this process runs: every rank on threads (cpu and cuda in one process;
+ * the steps outside the layers run on the host), or this process's rank under MPI.  Every
+ * process returns the same status. */
+/* Under MPI: MPI_Allreduce of buf between the processes (sum); one process: nothing. */
+tps_status tps_vbackend_allreduce(tps_vbackend *be, float *buf, size_t n, tps_error *err);
+
+tps_status tps_vbackend_each(tps_vbackend *be, uint64_t T, size_t cap, tps_vrank_fn fn, void *arg, tps_error *err);
 
 /* What a backend measured of one layer's pass (verify.h, tps_verify_result). */
 typedef struct vstats {

@@ -395,15 +395,11 @@ bool tps_vsource_is_shardset(const tps_vsource *src, const tps_shardset *ss)
     return src->load == shardset_load && src->ctx == ss;
 }
 
-static tps_status check_role(const tps_block *b, tps_block_role role, uint64_t layer, uint64_t expert,
-                             tps_shardset *ss, bool read_already, uint64_t *tensors, uint64_t *bytes, tps_error *err)
+tps_status tps_vtensor_check(tps_shardset *ss, const char *name, bool read_already, uint64_t *tensors,
+                             uint64_t *bytes, tps_error *err)
 {
-    bool oom;
-    char *name = tps_verify_tensor_name(b, role, layer, expert, &oom);
-    if (oom) return tps_fail_oom(err, "a tensor name");
-    const tps_manifest_tensor *t = name ? tps_manifest_find(ss->m, name) : NULL;
-    free(name);
-    if (!t) return TPS_OK; /* not in the set: the ranks' load says so, or the role is unused */
+    const tps_manifest_tensor *t = tps_manifest_find(ss->m, name);
+    if (!t) return TPS_OK;
     if (!read_already) {
         tps_status st = read_checked(ss, t, NULL, err);
         if (st) return st;
@@ -411,6 +407,18 @@ static tps_status check_role(const tps_block *b, tps_block_role role, uint64_t l
     (*tensors)++;
     *bytes += t->nbytes;
     return TPS_OK;
+}
+
+static tps_status check_role(const tps_block *b, tps_block_role role, uint64_t layer, uint64_t expert,
+                             tps_shardset *ss, bool read_already, uint64_t *tensors, uint64_t *bytes, tps_error *err)
+{
+    bool oom;
+    char *name = tps_verify_tensor_name(b, role, layer, expert, &oom);
+    if (oom) return tps_fail_oom(err, "a tensor name");
+    /* not in the set: the ranks' load says so, or the role is unused */
+    tps_status st = name ? tps_vtensor_check(ss, name, read_already, tensors, bytes, err) : TPS_OK;
+    free(name);
+    return st;
 }
 
 tps_status tps_vlayer_check(const tps_block *b, uint64_t layer, uint64_t nex, tps_shardset *ss, bool read_already,

@@ -357,6 +357,21 @@ tps_status F(tps_vmlp)(const tps_block *b, const vdims *d, const vlayer *l, cons
     return st;
 }
 
+void F(tps_vembed)(const tps_vt *w, uint64_t row0, size_t n, const uint64_t *ids, REAL *out)
+{
+    uint64_t rows = w->shape[0], H = w->shape[1];
+    for (size_t t = 0; t < n; t++) {
+        REAL *ot = out + t * H;
+        if (ids[t] >= row0 && ids[t] - row0 < rows) F(vrow)(w, (ids[t] - row0) * H, (size_t)H, ot);
+        else memset(ot, 0, (size_t)H * sizeof *ot);
+    }
+}
+
+tps_status F(tps_vlogits)(const tps_vt *w, size_t n, const REAL *x, REAL *y, size_t ldy, tps_error *err)
+{
+    return F(vlinear)(w, false, n, x, (size_t)w->shape[1], 0, w->shape[1], 0, w->shape[0], y, ldy, err);
+}
+
 #undef F
 #undef VCAT
 #undef VCAT_

@@ -239,3 +239,64 @@ cleanup:
     free(sh.sum);
     return st;
 }
+
+/* ---- a collective step outside the layers (the whole-model pass) ---- */
+
+typedef struct each_job {
+    tps_vrank_fn fn;
+    void *arg;
+    tps_vcomm comm;
+    tps_status st;
+    tps_error err;
+    vgate *gate;
+} each_job;
+
+static void *each_main(void *arg)
+{
+    each_job *j = arg;
+    if (vgate_pass(j->gate)) j->st = j->fn(j->arg, &j->comm, &j->err);
+    return NULL;
+}
+
+tps_status tps_vrank_each_thread(uint64_t T, size_t cap, tps_vrank_fn fn, void *arg, tps_error *err)
+{
+    tps_status st = TPS_OK;
+    tshared sh = {.T = T, .cap = cap};
+    each_job *jobs = calloc(T, sizeof *jobs);
+    pthread_t *tid = calloc(T, sizeof *tid);
+    sh.bufs = calloc(T, sizeof *sh.bufs);
+    sh.sum = malloc((cap + 1) * sizeof *sh.sum);
+    vgate gate = VGATE_INIT;
+    bool bar = false;
+    if (!jobs || !tid || !sh.bufs || !sh.sum) {
+        st = tps_fail_oom(err, "the rank threads");
+        goto cleanup;
+    }
+    if (pthread_barrier_init(&sh.bar, NULL, (unsigned)T) != 0) {
+        st = tps_fail(err, TPS_EIO, "cannot create a barrier for %llu rank threads", (unsigned long long)T);
+        goto cleanup;
+    }
+    bar = true;
+    for (uint64_t r = 0; r < T; r++) {
+        jobs[r] = (each_job){.fn = fn, .arg = arg, .gate = &gate,
+                             .comm = {.rank = r, .size = T, .allreduce_sum = thread_allreduce, .impl = &sh}};
+        tps_error_clear(&jobs[r].err);
+    }
+    uint64_t started = vgate_run(&gate, tid, T, each_main, jobs, sizeof *jobs);
+    if (started < T) st = tps_fail(err, TPS_EIO, "cannot start the thread of rank %llu", (unsigned long long)started);
+    /* The first rank's own failure; one that stopped because another failed says less. */
+    for (uint64_t r = 0; r < started && st == TPS_OK; r++)
+        if (jobs[r].st != TPS_OK && jobs[r].err.code != TPS_OK) {
+            *err = jobs[r].err;
+            st = jobs[r].st;
+        }
+    for (uint64_t r = 0; r < started && st == TPS_OK; r++)
+        if (jobs[r].st != TPS_OK) st = tps_fail(err, jobs[r].st, "rank %llu stopped", (unsigned long long)r);
+cleanup:
+    if (bar) pthread_barrier_destroy(&sh.bar);
+    free(jobs);
+    free(tid);
+    free(sh.bufs);
+    free(sh.sum);
+    return st;
+}

@@ -126,39 +126,23 @@ static tps_status resolve_dims(const tps_block *b, uint64_t layer, const vlayer 
     return TPS_OK;
 }
 
-/* splitmix64 (Steele, Lea, Flood 2014): a tiny, well-mixed, portable stream. */
-static uint64_t splitmix64(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 /* Standard normal inputs by Box-Muller, rounded to float so both passes see the same
  * values. */
 static void draw_inputs(uint64_t seed, uint64_t layer, size_t count, float *x)
 {
     uint64_t s = seed ^ (layer * 0xd1b54a32d192ed03ull);
     for (size_t i = 0; i < count; i += 2) {
-        double u1 = ((double)(splitmix64(&s) >> 11) + 1.0) / 9007199254740993.0; /* (0, 1] */
-        double u2 = (double)(splitmix64(&s) >> 11) / 9007199254740992.0;
+        double u1 = ((double)(tps_vsplitmix64(&s) >> 11) + 1.0) / 9007199254740993.0; /* (0, 1] */
+        double u2 = (double)(tps_vsplitmix64(&s) >> 11) / 9007199254740992.0;
         double r = sqrt(-2.0 * log(u1)), a = 6.283185307179586 * u2;
         x[i] = (float)(r * cos(a));
         if (i + 1 < count) x[i + 1] = (float)(r * sin(a));
     }
 }
 
-typedef struct cmp {
-    double max_abs, rel;
-    bool pass;
-} cmp;
-
-/* allclose in torch's sense (|a - b| <= atol + rtol |b| everywhere) plus the norm-wise
- * relative error. */
-static cmp compare(const float *a, const double *b, size_t n, double rtol, double atol)
+tps_vcmp tps_vcompare(const float *a, const double *b, size_t n, double rtol, double atol)
 {
-    cmp c = {0, 0, true};
+    tps_vcmp c = {0, 0, true};
     double num = 0, den = 0;
     for (size_t i = 0; i < n; i++) {
         double e = fabs((double)a[i] - b[i]);
@@ -215,7 +199,7 @@ static tps_status blame(const tps_block *b, const vdims *d, const vlayer *rl, ui
         st = stage == TPS_VSTAGE_ATTN ? tps_vref_attn(b, d, rl, &s, n, in, part, err)
                                       : tps_vref_mlp(b, d, rl, &s, n, in, part, err);
         if (st != TPS_OK) break;
-        cmp c = compare(outs[r].partial[stage], part, nh, rtol, atol);
+        tps_vcmp c = tps_vcompare(outs[r].partial[stage], part, nh, rtol, atol);
         if (c.pass) continue;
         if (res->culprit < 0) {
             res->culprit = (int64_t)r;
@@ -238,7 +222,7 @@ static tps_status blame(const tps_block *b, const vdims *d, const vlayer *rl, ui
     free(part);
     if (st != TPS_OK || res->culprit >= 0) return st;
     for (uint64_t r = 0; r < T; r++) {
-        cmp c = compare(outs[r].out[stage], ref, nh, rtol, atol);
+        tps_vcmp c = tps_vcompare(outs[r].out[stage], ref, nh, rtol, atol);
         if (c.pass) continue;
         if (res->culprit < 0) {
             res->culprit = (int64_t)r;
@@ -285,7 +269,7 @@ static tps_status compare_layer(const tps_block *b, const vdims *d, const vlayer
         vs->atol = o->atol > 0 ? o->atol : ss > 0 ? vs->rtol * sqrt(ss / (double)nh) : vs->rtol;
         vs->pass = true;
         for (uint64_t r = 0; r < T; r++) {
-            cmp c = compare(outs[r].out[s], ref_out[s], nh, vs->rtol, vs->atol);
+            tps_vcmp c = tps_vcompare(outs[r].out[s], ref_out[s], nh, vs->rtol, vs->atol);
             if (!(c.max_abs <= vs->max_abs)) vs->max_abs = c.max_abs;
             if (!(c.rel <= vs->rel)) vs->rel = c.rel;
             if (!c.pass || outs[r].bad[s]) vs->pass = false;
@@ -297,6 +281,30 @@ static tps_status compare_layer(const tps_block *b, const vdims *d, const vlayer
         }
     }
 cleanup:
+    return st;
+}
+
+/* The whole-model reference moves on by one layer: xref <- the unsharded layer of xref in
+ * float64, residuals added (an independent forward: it never sees the ranks' state). */
+static tps_status chain_step(const tps_block *b, const vdims *d, const vlayer *rl, size_t n, tps_verify_chain *c,
+                             tps_dtype dt, tps_error *err)
+{
+    tps_status st = TPS_OK;
+    size_t nh = n * (size_t)d->hidden;
+    double *a = malloc((nh + 1) * sizeof *a), *h = malloc((nh + 1) * sizeof *h), *m = malloc((nh + 1) * sizeof *m);
+    if (!a || !h || !m) {
+        st = tps_fail_oom(err, "the reference's hidden state");
+        goto cleanup;
+    }
+    TPS_CHECK(tps_vref_attn(b, d, rl, NULL, n, c->xref, a, err));
+    for (size_t i = 0; i < nh; i++) h[i] = b->parallel_residual ? c->xref[i] : c->xref[i] + a[i];
+    TPS_CHECK(tps_vref_mlp(b, d, rl, NULL, n, h, m, err));
+    for (size_t i = 0; i < nh; i++) c->xref[i] = b->parallel_residual ? c->xref[i] + a[i] + m[i] : h[i] + m[i];
+    if (tps_verify_rtol(dt) > tps_verify_rtol(c->dtype)) c->dtype = dt;
+cleanup:
+    free(a);
+    free(h);
+    free(m);
     return st;
 }
 
@@ -360,15 +368,30 @@ tps_status tps_verify_layer(const tps_block *b, uint64_t layer, uint64_t T, cons
         st = tps_fail_oom(err, "the layer's activations");
     if (tps_vbackend_multi(be)) st = tps_vbackend_agree(be, st, err);
     TPS_CHECK(st);
-    draw_inputs(o->seed, layer, nh, x);
+    if (o->chain && o->chain->hidden != d.hidden) {
+        st = tps_fail(err, TPS_EINVALID, "layer %llu has hidden size %llu, the embedding %llu", (unsigned long long)layer,
+                      (unsigned long long)d.hidden, (unsigned long long)o->chain->hidden);
+        if (tps_vbackend_multi(be)) st = tps_vbackend_agree(be, st, err);
+        goto cleanup;
+    }
+    if (o->chain) memcpy(x, o->chain->x, nh * sizeof *x);
+    else draw_inputs(o->seed, layer, nh, x);
     TPS_CHECK(tps_vbackend_run(be, b, &d, layer, T, ranks, n, x, outs, &stats, o, err));
     res->upload_bytes = stats.upload_bytes;
     res->upload_seconds = stats.upload_seconds;
     res->layer_seconds = stats.layer_seconds;
     res->pass = true;
     if (root) st = compare_layer(b, &d, &rl, T, n, x, xd, h, ref_out, outs, o, res, err);
+    if (root && st == TPS_OK && o->chain) st = chain_step(b, &d, &rl, n, o->chain, res->dtype, err);
     if (tps_vbackend_multi(be)) st = tps_vbackend_agree(be, st, err);
     TPS_CHECK(st);
+    if (o->chain) { /* this process's rank's own copy of the layer's output */
+        const vrank_out *me = &outs[tps_vbackend_rank(be)];
+        for (size_t i = 0; i < nh; i++)
+            o->chain->x[i] = b->parallel_residual
+                                 ? x[i] + me->out[TPS_VSTAGE_ATTN][i] + me->out[TPS_VSTAGE_MLP][i]
+                                 : (x[i] + me->out[TPS_VSTAGE_ATTN][i]) + me->out[TPS_VSTAGE_MLP][i];
+    }
     if (o->keep_reference && root) {
         res->x = xd;
         xd = NULL;

@@ -152,6 +152,17 @@ bool tps_vbackend_failed_elsewhere(const tps_vbackend *be);
 /* Tears down NCCL and MPI (MPI_Finalize); NULL is fine. */
 void tps_vbackend_close(tps_vbackend *be);
 
+/* The hidden state carried from layer to layer by the whole-model pass (verify
+ * --whole-model): x, the state this process's rank holds after the all-reduces (every rank
+ * holds the same values; on the CPU threads backend rank 0's copy), and on rank 0 xref, the
+ * float64 reference's state.  dtype: the lowest-precision weight dtype met so far. */
+typedef struct tps_verify_chain {
+    uint64_t tokens, hidden;
+    float *x;
+    double *xref;
+    tps_dtype dtype;
+} tps_verify_chain;
+
 typedef struct tps_verify_opts {
     tps_vbackend *backend; /* NULL: CPU threads in this process */
     uint64_t tokens; /* sequence length, positions 0..tokens-1 */
@@ -170,6 +181,11 @@ typedef struct tps_verify_opts {
      * not called. */
     void (*on_stage)(void *arg, const char *stage);
     void *stage_arg;
+    /* Whole-model pass: the layer's input is chain->x (not random), and the layer moves
+     * chain->x (the ranks' output, residuals added in float32) and, on rank 0, chain->xref
+     * (the unsharded layer in float64 from xref) on to the next layer.  The layer is still
+     * compared as on its own: the ranks' outputs with the float64 layer fed chain->x. */
+    tps_verify_chain *chain;
 } tps_verify_opts;
 
 enum { TPS_VSTAGE_ATTN, TPS_VSTAGE_MLP, TPS_VSTAGE_COUNT };
@@ -215,5 +231,51 @@ tps_status tps_verify_count_layers(const tps_block *b, const tps_vsource *ref, u
 tps_status tps_verify_layer(const tps_block *b, uint64_t layer, uint64_t T, const tps_vsource *ref,
                             const tps_vsource *ranks, const tps_verify_opts *o, tps_verify_result *res,
                             tps_error *err);
+
+/* ---- the whole model (verify --whole-model) ----
+ *
+ * tps_verify_whole_begin runs the vocabulary-parallel embedding: token ids drawn from the
+ * seed below the true vocabulary size V; rank r of T holds vocabulary rows
+ * [r*Vp/T, (r+1)*Vp/T) of the embedding (Vp: V rounded up to a multiple of T, the padding at
+ * the end, on the last rank), looks up the ids in its rows and zeros elsewhere, and the
+ * ranks' results are summed (an all-reduce); GPT-2's learned positions (replicated) are
+ * added after it.  The caller then runs every layer with opts.chain = &w->chain, and
+ * tps_verify_whole_end runs the final norm (replicated) and the vocabulary-parallel LM head
+ * (each rank the logits of its rows; gathered in rank order, the padding columns dropped; a
+ * model without an lm_head tensor uses the embedding's rows), and compares the logits with
+ * the unsharded model's in float64: every logit within atol + rtol*|ref| (rtol by the
+ * lowest-precision dtype of the weights, atol rtol * RMS of the reference logits), and
+ * each position's top-1 token the same (a different top-1 whose reference logit is within
+ * atol of the reference's maximum is a tie, counted and allowed).  Memory: one layer's (or
+ * the embedding's, or the head's) weights at a time, plus activations.  Under MPI every
+ * process calls both; the reference and the comparison are rank 0's. */
+typedef struct tps_verify_whole {
+    uint64_t ranks, tokens, hidden, vocab, padded_vocab, positions;
+    uint64_t *ids;  /* the token ids, [tokens] */
+    bool tied;      /* the LM head is the embedding's rows */
+    bool pos_embed; /* learned positions added */
+    tps_verify_chain chain;
+    /* rank 0, with opts.shards: the embedding, position, norm and head tensors checked */
+    uint64_t checked_tensors, checked_bytes;
+    tps_verify_stage embed_cmp, logits_cmp; /* the embedding output and the logits, vs the reference */
+    uint64_t top1_agree, top1_ties; /* positions whose top-1 token agrees; of them, ties */
+    bool pass;
+    const char *failed;   /* "embedding", "logits" or "top-1", NULL when it passed */
+    int64_t culprit;      /* lowest rank blamed, -1 when none could be singled out */
+    char detail[1024];
+    double seconds;
+    /* rank 0 with opts.keep_reference: [tokens, vocab] */
+    double *ref_logits;
+    float *logits;
+} tps_verify_whole;
+
+void tps_verify_whole_release(tps_verify_whole *w);
+
+/* TPS_EINVALID when the block names no embed or final_norm tensor (the layout predates
+ * whole-model verification) or their shapes do not fit; TPS_EIO on read failure. */
+tps_status tps_verify_whole_begin(const tps_block *b, uint64_t T, const tps_vsource *ref, const tps_vsource *ranks,
+                                  const tps_verify_opts *o, tps_verify_whole *w, tps_error *err);
+tps_status tps_verify_whole_end(const tps_block *b, uint64_t T, const tps_vsource *ref, const tps_vsource *ranks,
+                                const tps_verify_opts *o, tps_verify_whole *w, tps_error *err);
 
 #endif
