@@ -304,6 +304,18 @@ static void json_stage(tps_jw *w, const tps_verify_stage *s)
     tps_jw_object_end(w);
 }
 
+/* What failed, on which rank (null when no one rank), and why. */
+static void json_failure(tps_jw *w, const char *stage, int64_t culprit, const char *detail)
+{
+    tps_jw_key(w, "failed_stage");
+    tps_jw_string(w, stage);
+    tps_jw_key(w, "rank");
+    if (culprit >= 0) tps_jw_i64(w, culprit);
+    else tps_jw_null(w);
+    tps_jw_key(w, "detail");
+    tps_jw_string(w, detail);
+}
+
 static void json_layer(tps_jw *w, const tps_verify_result *r)
 {
     tps_jw_object_begin(w);
@@ -327,15 +339,7 @@ static void json_layer(tps_jw *w, const tps_verify_result *r)
         tps_jw_key(w, tps_verify_stage_name(s));
         json_stage(w, &r->stage[s]);
     }
-    if (!r->pass) {
-        tps_jw_key(w, "failed_stage");
-        tps_jw_string(w, tps_verify_stage_name(r->failed_stage));
-        tps_jw_key(w, "rank");
-        if (r->culprit >= 0) tps_jw_i64(w, r->culprit);
-        else tps_jw_null(w);
-        tps_jw_key(w, "detail");
-        tps_jw_string(w, r->detail);
-    }
+    if (!r->pass) json_failure(w, tps_verify_stage_name(r->failed_stage), r->culprit, r->detail);
     tps_jw_object_end(w);
 }
 
@@ -379,15 +383,7 @@ static void json_whole(tps_jw *w, const tps_verify_whole *r)
     json_stage(w, &r->logits_cmp);
     tps_jw_key(w, "pass");
     tps_jw_bool(w, r->pass);
-    if (!r->pass) {
-        tps_jw_key(w, "failed_stage");
-        tps_jw_string(w, r->failed);
-        tps_jw_key(w, "rank");
-        if (r->culprit >= 0) tps_jw_i64(w, r->culprit);
-        else tps_jw_null(w);
-        tps_jw_key(w, "detail");
-        tps_jw_string(w, r->detail);
-    }
+    if (!r->pass) json_failure(w, r->failed, r->culprit, r->detail);
     tps_jw_object_end(w);
 }
 

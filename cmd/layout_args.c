@@ -342,18 +342,7 @@ void tps_cli_print_plan(const tps_manifest *m, bool json)
     if (json) {
         tps_jw_array_end(&w);
         tps_jw_key(&w, "skipped");
-        tps_jw_array_begin(&w);
-        for (size_t i = 0; i < m->nskipped; i++) {
-            tps_jw_object_begin(&w);
-            tps_jw_key(&w, "glob");
-            tps_jw_string(&w, m->skipped[i].glob);
-            tps_jw_key(&w, "count");
-            tps_jw_u64(&w, m->skipped[i].count);
-            tps_jw_key(&w, "reason");
-            tps_jw_string(&w, m->skipped[i].reason);
-            tps_jw_object_end(&w);
-        }
-        tps_jw_array_end(&w);
+        tps_manifest_skipped_json(&w, m);
         tps_jw_key(&w, "rank_bytes");
         tps_jw_array_begin(&w);
         for (uint64_t r = 0; r < m->tp; r++) tps_jw_u64(&w, rank_bytes[r]);

@@ -49,6 +49,22 @@ static void jw_partition(tps_jw *w, const tps_partition *p)
     tps_jw_object_end(w);
 }
 
+void tps_manifest_skipped_json(tps_jw *w, const tps_manifest *m)
+{
+    tps_jw_array_begin(w);
+    for (size_t i = 0; i < m->nskipped; i++) {
+        tps_jw_object_begin(w);
+        tps_jw_key(w, "glob");
+        tps_jw_string(w, m->skipped[i].glob);
+        tps_jw_key(w, "count");
+        tps_jw_u64(w, m->skipped[i].count);
+        tps_jw_key(w, "reason");
+        tps_jw_string(w, m->skipped[i].reason);
+        tps_jw_object_end(w);
+    }
+    tps_jw_array_end(w);
+}
+
 tps_status tps_manifest_to_json(const tps_manifest *m, tps_buf *buf, tps_error *err)
 {
     tps_jw w;
@@ -92,18 +108,7 @@ tps_status tps_manifest_to_json(const tps_manifest *m, tps_buf *buf, tps_error *
     }
     if (m->nskipped) {
         tps_jw_key(&w, "skipped");
-        tps_jw_array_begin(&w);
-        for (size_t i = 0; i < m->nskipped; i++) {
-            tps_jw_object_begin(&w);
-            tps_jw_key(&w, "glob");
-            tps_jw_string(&w, m->skipped[i].glob);
-            tps_jw_key(&w, "count");
-            tps_jw_u64(&w, m->skipped[i].count);
-            tps_jw_key(&w, "reason");
-            tps_jw_string(&w, m->skipped[i].reason);
-            tps_jw_object_end(&w);
-        }
-        tps_jw_array_end(&w);
+        tps_manifest_skipped_json(&w, m);
     }
     tps_jw_key(&w, "source");
     tps_jw_object_begin(&w);

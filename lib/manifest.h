@@ -14,6 +14,7 @@
 
 #include "buf.h"
 #include "index.h"
+#include "json.h"
 #include "partition.h"
 #include "status.h"
 
@@ -96,6 +97,9 @@ bool tps_is_shard_set(const char *dir);
 /* The same checks on manifest text already in memory (len bytes); what names it in
  * messages (the fuzz target and tests use it). */
 tps_status tps_manifest_parse(const char *text, size_t len, const char *what, tps_manifest **out, tps_error *err);
+
+/* The "skipped" array (glob, count, reason per entry), as the manifest and plan --json write it. */
+void tps_manifest_skipped_json(tps_jw *w, const tps_manifest *m);
 
 /* Writes the manifest as pretty JSON into buf (deterministic: same input, same bytes). */
 tps_status tps_manifest_to_json(const tps_manifest *m, tps_buf *buf, tps_error *err);
