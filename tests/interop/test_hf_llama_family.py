@@ -39,25 +39,10 @@ import time
 
 import torch
 
-TOP = os.environ.get("TPS_TOP") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TPSHARD = os.environ.get("TPSHARD") or os.path.join(TOP, "tpshard")
+import tap
+from tap import TOP, TPSHARD, report, tpshard
 TPS = (1, 2, 4, 8)
 TOL = 1e-4
-failures = 0
-
-
-def report(ok, what, detail=""):
-    global failures
-    print(("ok - " if ok else "not ok - ") + what)
-    if not ok:
-        failures += 1
-        for line in str(detail).splitlines():
-            print("#   " + line)
-    return ok
-
-
-def tpshard(*args):
-    return subprocess.run([TPSHARD] + [str(a) for a in args], capture_output=True, text=True)
 
 
 BASE = dict(vocab_size=100, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=8,
@@ -335,7 +320,7 @@ def main():
                    "check exit %d %s\nverify --source: %s%s\nverify: %s%s" % (c.returncode, c.stderr, v_src.stdout,
                                                                          v_src.stderr, v_alone.stdout, v_alone.stderr))
     print("# transformers %s, torch %s: %.1f s" % (transformers.__version__, torch.__version__, time.time() - t0))
-    return 1 if failures else 0
+    return tap.status()
 
 
 if __name__ == "__main__":

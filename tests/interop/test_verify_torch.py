@@ -19,19 +19,9 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
-TOP = os.environ.get("TPS_TOP") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TPSHARD = os.environ.get("TPSHARD") or os.path.join(TOP, "tpshard")
+import tap
+from tap import TOP, TPSHARD, report, tpshard
 MODELS = os.path.join(TOP, "testdata", "models")
-failures = 0
-
-
-def report(ok, what, detail=""):
-    global failures
-    print(("ok - " if ok else "not ok - ") + what)
-    if not ok:
-        failures += 1
-        for line in str(detail).splitlines():
-            print("#   " + line)
 
 
 def load_weights(model):
@@ -224,7 +214,7 @@ def main():
             ok = len(layers) == c.get("num_hidden_layers", c.get("n_layer")) and worst < 1e-10
             report(ok, "%s: tpshard's float64 reference equals torch float64 on every layer (worst rel err %.2g)"
                    % (model, worst), "\n".join(detail))
-    return 1 if failures else 0
+    return tap.status()
 
 
 if __name__ == "__main__":

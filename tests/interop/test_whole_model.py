@@ -28,24 +28,9 @@ import time
 
 import torch
 
-TOP = os.environ.get("TPS_TOP") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TPSHARD = os.environ.get("TPSHARD") or os.path.join(TOP, "tpshard")
+import tap
+from tap import TOP, TPSHARD, report, tpshard
 TOL = 1e-4
-failures = 0
-
-
-def report(ok, what, detail=""):
-    global failures
-    print(("ok - " if ok else "not ok - ") + what)
-    if not ok:
-        failures += 1
-        for line in str(detail).splitlines():
-            print("#   " + line)
-    return ok
-
-
-def tpshard(*args):
-    return subprocess.run([TPSHARD] + [str(a) for a in args], capture_output=True, text=True)
 
 
 def cases():
@@ -140,7 +125,7 @@ def main():
                    "wrong cut (%s) at tp 2: check passes (exit %d), verify --whole-model exits %d naming the %s" %
                    (wname, c.returncode, v.returncode, stage), v.stdout + v.stderr)
     print("# transformers %s, torch %s: %.1f s" % (transformers.__version__, torch.__version__, time.time() - t0))
-    return 1 if failures else 0
+    return tap.status()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,30 @@
+"""What the interop tests share: where tpshard is, TAP-style result lines, a failure count.
+
+Each test imports it (the tests run with this folder as the script's directory, so it is on
+sys.path) and ends with `return tap.status()`.
+"""
+import os
+import subprocess
+
+TOP = os.environ.get("TPS_TOP") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TPSHARD = os.environ.get("TPSHARD") or os.path.join(TOP, "tpshard")
+failures = 0
+
+
+def report(ok, what, detail=""):
+    """Prints "ok - what" or "not ok - what" with the detail as "#" lines; returns ok."""
+    global failures
+    print(("ok - " if ok else "not ok - ") + what)
+    if not ok:
+        failures += 1
+        for line in str(detail).splitlines():
+            print("#   " + line)
+    return ok
+
+
+def tpshard(*args):
+    return subprocess.run([TPSHARD] + [str(a) for a in args], capture_output=True, text=True)
+
+
+def status():
+    return 1 if failures else 0
