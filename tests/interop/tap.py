@@ -28,3 +28,17 @@ def tpshard(*args):
 
 def status():
     return 1 if failures else 0
+
+
+def transformers_tier(name):
+    """The prologue of a test against transformers: None to go on, else the exit status
+    (0 after a loud skip when transformers cannot be imported, 1 when tpshard is missing)."""
+    try:
+        import transformers  # noqa: F401
+    except Exception as e:  # noqa: BLE001 - any import failure means the tier cannot run
+        print("skip - %s: transformers cannot be imported (%s); run tests/interop/setup.sh" % (name, e))
+        return 0
+    if not os.access(TPSHARD, os.X_OK):
+        print("not ok - tpshard binary missing at " + TPSHARD)
+        return 1
+    return None

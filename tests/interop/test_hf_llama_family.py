@@ -257,14 +257,10 @@ def wrong_layouts():
 
 
 def main():
-    try:
-        import transformers
-    except Exception as e:  # noqa: BLE001 - any import failure means the tier cannot run
-        print("skip - hf_llama_family: transformers cannot be imported (%s); run tests/interop/setup.sh" % e)
-        return 0
-    if not os.access(TPSHARD, os.X_OK):
-        print("not ok - tpshard binary missing at " + TPSHARD)
-        return 1
+    early = tap.transformers_tier("hf_llama_family")
+    if early is not None:
+        return early
+    import transformers
     torch.set_num_threads(2)
     t0 = time.time()
     ids = torch.tensor([3, 97, 41, 0, 99, 12, 64, 88, 5, 70, 23, 50, 96, 1, 33, 77])  # ids in every rank's rows

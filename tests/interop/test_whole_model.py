@@ -67,14 +67,10 @@ def build(cfg, seed, path):
 
 
 def main():
-    try:
-        import transformers
-    except Exception as e:  # noqa: BLE001 - any import failure means the tier cannot run
-        print("skip - whole_model: transformers cannot be imported (%s); run tests/interop/setup.sh" % e)
-        return 0
-    if not os.access(TPSHARD, os.X_OK):
-        print("not ok - tpshard binary missing at " + TPSHARD)
-        return 1
+    early = tap.transformers_tier("whole_model")
+    if early is not None:
+        return early
+    import transformers
     torch.set_num_threads(2)
     t0 = time.time()
     with tempfile.TemporaryDirectory() as tmp:
