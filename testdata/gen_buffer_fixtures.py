@@ -19,32 +19,15 @@ Usage: testdata/gen_buffer_fixtures.py [OUTDIR]   (default: testdata/models besi
 """
 import io
 import os
-import struct
 import sys
 import zipfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gen_fixtures  # noqa: E402  (beside this script; standard library only)
+from gen_torch_fixtures import op_int, op_tuple, op_unicode  # noqa: E402  (the same pickle opcodes)
 
 STORAGE = {"BF16": "BFloat16Storage", "F32": "FloatStorage"}
 ELEM = {"BF16": 2, "F32": 4}
-
-
-def op_unicode(s):
-    b = s.encode()
-    return b"X" + struct.pack("<I", len(b)) + b
-
-
-def op_int(i):
-    if 0 <= i < 256:
-        return b"K" + bytes([i])
-    if 0 <= i < 65536:
-        return b"M" + struct.pack("<H", i)
-    return b"J" + struct.pack("<i", i)
-
-
-def op_tuple(items):
-    return b"(" + b"".join(items) + b"t"
 
 
 def strides(shape):

@@ -37,3 +37,19 @@ expect_exit() {
         sed 's/^/#   /' "$T/.err" | head -10
     fi
 }
+
+# split_wrong NAME PRESET MODEL-DIR TP RULE OUT: splits MODEL-DIR at TP into OUT with PRESET's
+# layout plus RULE (YAML lines) inserted as its first rule, which wins over the preset's own:
+# how the verify tests make a set whose bytes are intact and whose cut is wrong.  Fails
+# (saying so) when split refuses.
+split_wrong() {
+    sw_name=$1 sw_preset=$2 sw_model=$3 sw_tp=$4 sw_rule=$5 sw_out=$6
+    "$TPSHARD" layout --preset "$sw_preset" >"$T/$sw_name.base.yaml" || { notok "$sw_name: layout --preset"; return 1; }
+    awk -v rule="$sw_rule" '{ print } /^rules:/ { print rule }' "$T/$sw_name.base.yaml" >"$T/$sw_name.yaml"
+    if ! "$TPSHARD" split "$sw_model" --tp "$sw_tp" --layout "$T/$sw_name.yaml" --config "$sw_model/config.json" \
+        -o "$sw_out" -q >"$T/.out" 2>&1; then
+        notok "$sw_name: split with the wrong layout"
+        sed 's/^/#   /' "$T/.out" | head -5
+        return 1
+    fi
+}

@@ -113,15 +113,8 @@ expect_exit 3 "" "verify of a directory without a manifest is invalid input" "$T
 # saying FRAGMENT (which names the rank).
 wrong() {
     w=$1 preset=$2 model=$3 tp=$4 stage=$5 frag=$6 rule=$7
-    "$TPSHARD" layout --preset "$preset" >"$T/$w.base.yaml" || { notok "$w: layout --preset"; return; }
-    awk -v rule="$rule" '{ print } /^rules:/ { print rule }' "$T/$w.base.yaml" >"$T/$w.yaml"
     out="$T/wrong-$w"
-    if ! "$TPSHARD" split "$M/tiny-$model" --tp "$tp" --layout "$T/$w.yaml" --config "$M/tiny-$model/config.json" \
-        -o "$out" -q >"$T/.out" 2>&1; then
-        notok "$w: split with the wrong layout"
-        sed 's/^/#   /' "$T/.out" | head -5
-        return
-    fi
+    split_wrong "$w" "$preset" "$M/tiny-$model" "$tp" "$rule" "$out" || return
     check "$w: check passes (the shards hold what the manifest says)" "$TPSHARD" check "$out"
     "$TPSHARD" verify "$out" >"$T/.out" 2>"$T/.err"
     rc=$?

@@ -86,15 +86,8 @@ check "... while the layer pass still runs" "$TPSHARD" verify "$T/noembed" -q
 # and saying FRAGMENT; the layer pass alone does not see it.
 wrong() {
     w=$1 preset=$2 model=$3 tp=$4 stage=$5 frag=$6 rule=$7
-    "$TPSHARD" layout --preset "$preset" >"$T/$w.base.yaml" || { notok "$w: layout --preset"; return; }
-    awk -v rule="$rule" '{ print } /^rules:/ { print rule }' "$T/$w.base.yaml" >"$T/$w.yaml"
     out="$T/wrong-$w"
-    if ! "$TPSHARD" split "$M/tiny-$model" --tp "$tp" --layout "$T/$w.yaml" --config "$M/tiny-$model/config.json" \
-        -o "$out" -q >"$T/.out" 2>&1; then
-        notok "$w: split with the wrong layout"
-        sed 's/^/#   /' "$T/.out" | head -5
-        return
-    fi
+    split_wrong "$w" "$preset" "$M/tiny-$model" "$tp" "$rule" "$out" || return
     check "$w: check passes (the shards hold what the manifest says)" "$TPSHARD" check "$out" -q
     check "$w: verify --layer all passes (the layers are cut right)" "$TPSHARD" verify "$out" -q
     for how in shards source; do
