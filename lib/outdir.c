@@ -231,11 +231,13 @@ static tps_status check_inputs(const tps_outdir *od, tps_error *err)
 static bool is_checkpoint_part_name(const char *name)
 {
     if (strcmp(name, "model.safetensors") == 0 || strcmp(name, TPS_CHECKPOINT_INDEX_NAME) == 0) return true;
-    unsigned a, b;
-    char tail[32];
-    int used = 0;
-    return strlen(name) == 34 && sscanf(name, "model-%5u-of-%5u%13s%n", &a, &b, tail, &used) == 3 && used == 34 &&
-           strcmp(tail, ".safetensors") == 0 && a >= 1 && a <= b;
+    /* "model-" 5 digits "-of-" 5 digits ".safetensors", as lib/cut.c names the parts. */
+    static const char pattern[] = "model-#####-of-#####.safetensors";
+    if (strlen(name) != sizeof pattern - 1) return false;
+    for (size_t i = 0; pattern[i]; i++)
+        if (pattern[i] == '#' ? name[i] < '0' || name[i] > '9' : name[i] != pattern[i]) return false;
+    unsigned long part = strtoul(name + 6, NULL, 10), count = strtoul(name + 15, NULL, 10);
+    return part >= 1 && part <= count;
 }
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }

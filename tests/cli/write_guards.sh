@@ -106,6 +106,11 @@ nothing_left model.bin "merge -o model.bin created nothing"
 check "merge -o DIR/ creates a Hugging Face checkpoint directory" "$TPSHARD" merge s4 -o hf/ -q
 [ -f hf/model.safetensors ] && ok "merge -o hf/ wrote hf/model.safetensors" || notok "merge -o hf/: $(ls hf)"
 check "merge --force replaces an earlier merged directory" "$TPSHARD" merge s8 -o hf --force -q
+check "merge into parts (model-0000N-of-0000M.safetensors and the index)" "$TPSHARD" merge s4 -o hf --force -q --max-shard-size 100KB
+[ -f hf/model-00001-of-00004.safetensors ] && [ -f hf/model.safetensors.index.json ] && ok "hf/ holds 4 parts and the index" ||
+    notok "hf/ after a merge into parts: $(ls hf | tr '\n' ' ')"
+check "merge --force replaces an earlier merge in parts" "$TPSHARD" merge s8 -o hf --force -q
+[ "$(ls hf)" = model.safetensors ] && ok "only the new merge is left" || notok "hf/ after replacing parts: $(ls hf | tr '\n' ' ')"
 echo notes >hf/README.md
 expect_exit 3 "'README.md' is not part of a merged checkpoint" "merge --force refuses a directory with a file of the user's" \
     "$TPSHARD" merge s8 -o hf --force
