@@ -333,20 +333,24 @@ static int cmp_name(const void *a, const void *b) { return strcmp(*(char *const 
 static tps_status refuse_collisions(const tps_manifest *m, const tps_cut_opts *o,
                                     const char *tmpl, tps_error *err)
 {
-    size_t n = m->nfiles + 1 + (o->max_part_bytes ? m->tp : 0);
+    /* A rank index name is TPS_RANK_INDEX_TEMPLATE with two numbers of at most 5 digits
+     * (tp <= TPS_MAX_TP): under 64 bytes, so 4 MiB at the largest tp. */
+    enum { INDEX_NAME_MAX = 64 };
+    bool rank_indexes = o->max_part_bytes && !o->checkpoint;
+    size_t n = m->nfiles + 1 + (rank_indexes ? m->tp : 0);
     char **names = calloc(n, sizeof *names);
-    char *index_names = o->max_part_bytes ? calloc(m->tp, 1024) : NULL;
+    char *index_names = rank_indexes ? calloc(m->tp, INDEX_NAME_MAX) : NULL;
     tps_status st = TPS_OK;
-    if (!names || (o->max_part_bytes && !index_names)) {
+    if (!names || (rank_indexes && !index_names)) {
         st = tps_fail_oom(err, "naming rank files");
         goto cleanup;
     }
     size_t k = 0;
     for (size_t f = 0; f < m->nfiles; f++) names[k++] = m->files[f].name;
     names[k++] = o->checkpoint ? (char *)TPS_CHECKPOINT_INDEX_NAME : (char *)TPS_MANIFEST_NAME;
-    for (uint64_t r = 0; !o->checkpoint && o->max_part_bytes && r < m->tp; r++) {
-        char *name = index_names + r * 1024;
-        TPS_CHECK(tps_format_name(TPS_RANK_INDEX_TEMPLATE, r, m->tp, 0, name, 1024, err));
+    for (uint64_t r = 0; rank_indexes && r < m->tp; r++) {
+        char *name = index_names + r * INDEX_NAME_MAX;
+        TPS_CHECK(tps_format_name(TPS_RANK_INDEX_TEMPLATE, r, m->tp, 0, name, INDEX_NAME_MAX, err));
         names[k++] = name;
     }
     qsort(names, k, sizeof *names, cmp_name);
