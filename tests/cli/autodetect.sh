@@ -13,7 +13,8 @@ same_sets() {
 # Each fixture's config.json names its architecture; split without --preset or --layout must
 # announce that preset and cut exactly as --preset NAME does, manifest included.
 for case in tiny-llama:llama:LlamaForCausalLM tiny-qwen2:llama:Qwen2ForCausalLM tiny-gpt2:gpt2:GPT2LMHeadModel \
-            tiny-neox:neox:GPTNeoXForCausalLM tiny-phi3:phi3:Phi3ForCausalLM tiny-mixtral:mixtral:MixtralForCausalLM; do
+            tiny-neox:neox:GPTNeoXForCausalLM tiny-phi3:phi3:Phi3ForCausalLM tiny-mixtral:mixtral:MixtralForCausalLM \
+            tiny-gemma:gemma:GemmaForCausalLM tiny-gemma2:gemma2:Gemma2ForCausalLM; do
     f=${case%%:*} rest=${case#*:}
     p=${rest%%:*} arch=${rest#*:}
     src="$M/$f/model.safetensors"
