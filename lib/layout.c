@@ -548,14 +548,44 @@ static tps_status check_block_roles(pctx *c, const yaml_node_t *n, const tps_blo
     if (!separate_qkv && !has_role(b, TPS_ROLE_QKV_W))
         return fail_at(c, n, "block of kind %s needs roles q_proj, k_proj and v_proj, or qkv_proj",
                        tps_block_kind_name(b->kind));
-    if (b->kind == TPS_BLOCK_MIXTRAL) {
+    if (b->kind == TPS_BLOCK_MIXTRAL || has_role(b, TPS_ROLE_ROUTER_W)) {
         if (!has_role(b, TPS_ROLE_GATE_W) || !has_role(b, TPS_ROLE_UP_W) || !has_role(b, TPS_ROLE_ROUTER_W))
-            return fail_at(c, n, "block of kind mixtral needs roles gate_proj, up_proj and router");
-        if (!b->expert_prefix) return fail_at(c, n, "block of kind mixtral needs expert_prefix");
+            return fail_at(c, n, "a mixture-of-experts block needs roles gate_proj, up_proj and router");
+        if (!b->expert_prefix) return fail_at(c, n, "a mixture-of-experts block needs expert_prefix");
         return TPS_OK;
     }
+    if (b->dense_prefix || b->shared_prefix || has_role(b, TPS_ROLE_SHARED_GATE_W) || has_role(b, TPS_ROLE_ROUTER_BIAS))
+        return fail_at(c, n, "dense_prefix, shared_prefix, shared_expert_gate and router_bias belong to a "
+                             "mixture-of-experts block (one with a router role)");
     if (!(has_role(b, TPS_ROLE_GATE_W) && has_role(b, TPS_ROLE_UP_W)) && !has_role(b, TPS_ROLE_GATE_UP_W))
         return fail_at(c, n, "block of kind llama needs roles gate_proj and up_proj, or gate_up_proj");
+    return TPS_OK;
+}
+
+/* The block's routing keys (v and names in TPS_BF_SCORING.. order, config.json's words). */
+static tps_status parse_block_routing(pctx *c, yaml_node_t *const *v, const char *const *names)
+{
+    tps_layout *l = c->l;
+    tps_moe_routing *m = &l->block_raw.moe;
+    tps_status st;
+    int e;
+    if (v[0]) {
+        if ((st = get_enum(c, v[0], names[0], tps_moe_scoring_lookup, "softmax, sigmoid", &e)) != TPS_OK) return st;
+        m->scoring = (tps_moe_scoring)e;
+    }
+    if (v[1]) {
+        if ((st = get_enum(c, v[1], names[1], tps_moe_topk_lookup, "greedy, group_limited_greedy, noaux_tc", &e)) !=
+            TPS_OK)
+            return st;
+        m->topk_method = (tps_moe_topk)e;
+    }
+    if (v[2] && (st = get_bool(c, v[2], names[2], &m->norm_topk_prob)) != TPS_OK) return st;
+    if (v[3] && (st = get_double(c, v[3], names[3], 0, 1e6, &m->scaling)) != TPS_OK) return st;
+    uint64_t *counts[] = {&m->n_group, &m->topk_group, &m->first_k_dense, &m->layer_freq, &m->sparse_step};
+    for (int i = 0; i < 5; i++)
+        if (v[4 + i] && (st = get_u64(c, v[4 + i], names[4 + i], counts[i])) != TPS_OK) return st;
+    for (int i = 0; i < 9; i++)
+        if (v[i]) l->block_set |= 1u << (TPS_BF_SCORING + i);
     return TPS_OK;
 }
 
@@ -564,10 +594,16 @@ static tps_status parse_block(pctx *c, const yaml_node_t *n)
     static const char *const allowed[] = {
         "kind", "layer_prefix", "expert_prefix", "roles", "norm", "norm_eps", "act", "rope", "rope_theta",
         "rotary_pct", "parallel_residual", "conv1d", "qkv_interleaved", "top_k", "layers", "hidden", "heads",
-        "kv_heads", "head_dim", "intermediate", "experts", "embed", "pos_embed", "final_norm", "final_norm_bias",
-        "lm_head", NULL};
+        "kv_heads", "head_dim", "intermediate", "experts",
+        /* mixture of experts: tps_moe_routing in TPS_BF_SCORING.. order, then its sizes */
+        "scoring_func", "topk_method", "norm_topk_prob", "routed_scaling_factor", "n_group", "topk_group",
+        "first_k_dense_replace", "moe_layer_freq", "decoder_sparse_step", "dense_prefix", "shared_prefix",
+        "moe_intermediate", "shared_intermediate",
+        "embed", "pos_embed", "final_norm", "final_norm_bias", "lm_head", NULL};
     enum { K_KIND, K_LAYER, K_EXPERT, K_ROLES, K_NORM, K_EPS, K_ACT, K_ROPE, K_THETA, K_PCT, K_PARRES, K_CONV,
-           K_QKVI, K_TOPK, K_LAYERS, K_HIDDEN, K_HEADS, K_KVH, K_HD, K_INTER, K_EXPERTS, K_MODEL0,
+           K_QKVI, K_TOPK, K_LAYERS, K_HIDDEN, K_HEADS, K_KVH, K_HD, K_INTER, K_EXPERTS,
+           K_SCORING, K_TOPK_METHOD, K_NORM_TOPK, K_SCALING, K_N_GROUP, K_TOPK_GROUP, K_FIRST_DENSE, K_LAYER_FREQ,
+           K_SPARSE_STEP, K_DENSE_PREFIX, K_SHARED_PREFIX, K_MOE_INTER, K_SHARED_INTER, K_MODEL0,
            K_COUNT = K_MODEL0 + TPS_MROLE_COUNT };
     yaml_node_t *v[K_COUNT];
     tps_layout *l = c->l;
@@ -587,6 +623,14 @@ static tps_status parse_block(pctx *c, const yaml_node_t *n)
         if (!strstr(b->expert_prefix, "{expert}"))
             return fail_at(c, v[K_EXPERT], "expert_prefix must contain {expert}");
     }
+    struct {
+        int key;
+        char **out;
+    } prefixes[] = {{K_DENSE_PREFIX, &b->dense_prefix}, {K_SHARED_PREFIX, &b->shared_prefix}};
+    for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++)
+        if (v[prefixes[i].key] &&
+            (st = get_strdup(c, v[prefixes[i].key], allowed[prefixes[i].key], prefixes[i].out)) != TPS_OK)
+            return st;
     if (v[K_ROLES]) {
         const yaml_node_t *roles = v[K_ROLES];
         if ((st = want_type(c, roles, YAML_MAPPING_NODE, "roles")) != TPS_OK) return st;
@@ -651,12 +695,14 @@ static tps_status parse_block(pctx *c, const yaml_node_t *n)
         if ((st = get_u64(c, v[K_TOPK], "top_k", &b->top_k)) != TPS_OK) return st;
         l->block_set |= 1u << TPS_BF_TOP_K;
     }
+    if ((st = parse_block_routing(c, v + K_SCORING, allowed + K_SCORING)) != TPS_OK) return st;
     struct {
         int key;
         uint64_t *out;
     } nums[] = {{K_LAYERS, &b->layers}, {K_HIDDEN, &b->hidden},     {K_HEADS, &b->heads},
                 {K_KVH, &b->kv_heads},  {K_HD, &b->head_dim},       {K_INTER, &b->intermediate},
-                {K_EXPERTS, &b->experts}};
+                {K_EXPERTS, &b->experts}, {K_MOE_INTER, &b->moe_intermediate},
+                {K_SHARED_INTER, &b->shared_intermediate}};
     for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++)
         if (v[nums[i].key] && (st = get_u64(c, v[nums[i].key], allowed[nums[i].key], nums[i].out)) != TPS_OK)
             return st;
@@ -934,6 +980,8 @@ void tps_layout_free(tps_layout *l)
     free(l->skips);
     free(l->block_raw.layer_prefix);
     free(l->block_raw.expert_prefix);
+    free(l->block_raw.dense_prefix);
+    free(l->block_raw.shared_prefix);
     for (int i = 0; i < TPS_ROLE_COUNT; i++) free(l->block_raw.role[i]);
     for (int i = 0; i < TPS_MROLE_COUNT; i++) free(l->block_raw.model_role[i]);
     free(l->name);

@@ -63,6 +63,7 @@ void tps_vrank_note_dtypes(vrank_out *o, const vlayer *l)
 {
     for (int r = 0; r < TPS_ROLE_COUNT; r++) note_dtype(o, &l->t[r]);
     for (uint64_t i = 0; i < l->nex * TPS_ROLE_COUNT; i++) note_dtype(o, &l->ex[i]);
+    for (int r = 0; r < TPS_ROLE_COUNT; r++) note_dtype(o, &l->sh[r]);
 }
 
 static void rank_stage(rank_job *j, const vlayer *l, int stage, const float *in, float *scratch)
