@@ -34,6 +34,7 @@ typedef enum tps_block_role {
     TPS_ROLE_FC_W, TPS_ROLE_FC_B,   /* GPT-2 / NeoX first MLP matrix */
     TPS_ROLE_DOWN_W, TPS_ROLE_DOWN_B,
     TPS_ROLE_ROUTER_W,              /* Mixtral gate, [experts, hidden], replicated */
+    TPS_ROLE_Q_NORM_W, TPS_ROLE_K_NORM_W, /* RMSNorm of q and of k before RoPE (qk_norm: over what); replicated */
     TPS_ROLE_COUNT
 } tps_block_role;
 
@@ -49,6 +50,12 @@ typedef enum tps_block_model_role {
     TPS_MROLE_LM_HEAD,
     TPS_MROLE_COUNT
 } tps_block_model_role;
+
+/* Over what q_norm and k_norm normalize.  Per head: each head's head_dim, weight [head_dim]
+ * (Qwen3, Gemma 3), local to a rank.  Whole: the whole projection, q's heads * head_dim and
+ * k's kv_heads * head_dim, weights of those sizes (OLMo 2): under TP the vector spans the
+ * ranks, so the norm needs a collective (vLLM's Olmo2Attention all-gathers q and k). */
+typedef enum tps_qk_norm_kind { TPS_QK_NORM_PER_HEAD, TPS_QK_NORM_WHOLE } tps_qk_norm_kind;
 
 typedef enum tps_norm_kind { TPS_NORM_RMS, TPS_NORM_LAYER } tps_norm_kind;
 typedef enum tps_act_kind { TPS_ACT_SILU, TPS_ACT_GELU_TANH, TPS_ACT_GELU_ERF } tps_act_kind;
@@ -99,6 +106,7 @@ typedef struct tps_block {
     bool parallel_residual;       /* x + attn(ln1 x) + mlp(ln2 x) */
     bool conv1d;                  /* weights stored [in, out] (GPT-2) */
     bool qkv_interleaved;         /* fused QKV per head [q_h; k_h; v_h] (NeoX), else [Q; K; V] */
+    tps_qk_norm_kind qk_norm;     /* what roles q_norm / k_norm normalize over */
 } tps_block;
 
 const char *tps_block_kind_name(tps_block_kind k);

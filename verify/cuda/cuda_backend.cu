@@ -993,6 +993,10 @@ static tps_status g_run(void *ctx, const tps_block *b, const vdims *d, size_t n,
                         vstats *stats, tps_error *err)
 {
     gctx *c = (gctx *)ctx;
+    /* Refused rather than computed without: a layer missing its q/k norm would fail as if cut wrong. */
+    if (b->role[TPS_ROLE_Q_NORM_W] || b->role[TPS_ROLE_K_NORM_W])
+        return gfail(err, TPS_EBACKEND, "the cuda backend does not compute q_norm/k_norm (%s) yet; use --backend cpu",
+                     b->qk_norm == TPS_QK_NORM_WHOLE ? "over the whole projection" : "per head");
     for (uint64_t i = 0; i < c->count; i++) {
         grank *g = &c->r[i];
         g->job = &ranks[i];
