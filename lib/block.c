@@ -24,6 +24,7 @@ static const char *const role_names[TPS_ROLE_COUNT] = {
     [TPS_ROLE_FC_B] = "fc_bias",              [TPS_ROLE_DOWN_W] = "down_proj",
     [TPS_ROLE_DOWN_B] = "down_bias",          [TPS_ROLE_ROUTER_W] = "router",
     [TPS_ROLE_SHARED_GATE_W] = "shared_expert_gate", [TPS_ROLE_ROUTER_BIAS] = "router_bias",
+    [TPS_ROLE_Q_NORM_W] = "q_norm",           [TPS_ROLE_K_NORM_W] = "k_norm",
 };
 
 static const char *const model_role_names[TPS_MROLE_COUNT] = {
@@ -38,6 +39,7 @@ static const char *const act_names[] = {"silu", "gelu_tanh", "gelu_erf"};
 static const char *const rope_names[] = {"none", "half", "interleaved"};
 static const char *const moe_scoring_names[] = {"softmax", "sigmoid"};
 static const char *const moe_topk_names[] = {"greedy", "group_limited_greedy", "noaux_tc"};
+static const char *const qk_norm_names[] = {"per_head", "whole"};
 
 #define NAMES(a) (a), (int)(sizeof(a) / sizeof((a)[0]))
 
@@ -70,6 +72,7 @@ int tps_block_role_lookup(const char *s) { return lookup(s, NAMES(role_names)); 
 int tps_norm_lookup(const char *s) { return lookup(s, NAMES(norm_names)); }
 int tps_act_lookup(const char *s) { return lookup(s, NAMES(act_names)); }
 int tps_rope_lookup(const char *s) { return lookup(s, NAMES(rope_names)); }
+int tps_qk_norm_lookup(const char *s) { return lookup(s, NAMES(qk_norm_names)); }
 
 const char *tps_moe_scoring_name(tps_moe_scoring k) { return name_of((int)k, NAMES(moe_scoring_names)); }
 const char *tps_moe_topk_name(tps_moe_topk k) { return name_of((int)k, NAMES(moe_topk_names)); }

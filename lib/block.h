@@ -37,6 +37,7 @@ typedef enum tps_block_role {
     TPS_ROLE_SHARED_GATE_W,         /* Qwen2-MoE shared_expert_gate [1, hidden], replicated: */
                                     /* the shared expert's output scaled by sigmoid(x . w) */
     TPS_ROLE_ROUTER_BIAS,           /* DeepSeek-V3 e_score_correction_bias [experts], replicated */
+    TPS_ROLE_Q_NORM_W, TPS_ROLE_K_NORM_W, /* RMSNorm of q and of k before RoPE (qk_norm: over what); replicated */
     TPS_ROLE_COUNT
 } tps_block_role;
 
@@ -52,6 +53,12 @@ typedef enum tps_block_model_role {
     TPS_MROLE_LM_HEAD,
     TPS_MROLE_COUNT
 } tps_block_model_role;
+
+/* Over what q_norm and k_norm normalize.  Per head: each head's head_dim, weight [head_dim]
+ * (Qwen3, Gemma 3), local to a rank.  Whole: the whole projection, q's heads * head_dim and
+ * k's kv_heads * head_dim, weights of those sizes (OLMo 2): under TP the vector spans the
+ * ranks, so the norm needs a collective (vLLM's Olmo2Attention all-gathers q and k). */
+typedef enum tps_qk_norm_kind { TPS_QK_NORM_PER_HEAD, TPS_QK_NORM_WHOLE } tps_qk_norm_kind;
 
 typedef enum tps_norm_kind { TPS_NORM_RMS, TPS_NORM_LAYER } tps_norm_kind;
 typedef enum tps_act_kind { TPS_ACT_SILU, TPS_ACT_GELU_TANH, TPS_ACT_GELU_ERF } tps_act_kind;
@@ -138,6 +145,7 @@ typedef struct tps_block {
     char *shared_prefix;          /* e.g. "mlp.shared_expert."; NULL: no shared expert */
     uint64_t moe_intermediate, shared_intermediate; /* 0: from the tensors' shapes */
     tps_moe_routing moe;
+    tps_qk_norm_kind qk_norm;     /* what roles q_norm / k_norm normalize over */
 } tps_block;
 
 /* Whether the block's MLP is a mixture of experts (it names a router). */

@@ -57,7 +57,7 @@
  *                                    attn_norm attn_norm_bias q_proj q_bias k_proj k_bias
  *                                    v_proj v_bias qkv_proj qkv_bias o_proj o_bias mlp_norm
  *                                    mlp_norm_bias gate_proj up_proj gate_up_proj fc fc_bias
- *                                    down_proj down_bias router.  A bias role may name a
+ *                                    down_proj down_bias router q_norm k_norm.  A bias role may name a
  *                                    tensor a checkpoint lacks (Llama vs Qwen2 q/k/v bias);
  *                                    the verification pass treats it as absent.
  *     norm: rms | layer              norm_eps: FLOAT
@@ -68,6 +68,9 @@
  *     embed / pos_embed / final_norm / final_norm_bias / lm_head: TENSOR   whole names of
  *                                    the tensors outside the layers (verify --whole-model);
  *                                    no lm_head tensor in the model: tied to embed
+ *     qk_norm: per_head | whole      what q_norm / k_norm (RMSNorm before RoPE) span: each
+ *                                    head's head_dim (default; Qwen3) or the whole q and k
+ *                                    projections (OLMo 2; verify all-reduces their sums)
  *   Block fields left out come from config.json (rms_norm_eps, layer_norm_eps(ilon),
  *   rope_theta, rotary_emb_base, rotary_pct, partial_rotary_factor, use_parallel_residual,
  *   hidden_act, activation_function, num_experts_per_tok), then the model sizes, then the
@@ -599,12 +602,12 @@ static tps_status parse_block(pctx *c, const yaml_node_t *n)
         "scoring_func", "topk_method", "norm_topk_prob", "routed_scaling_factor", "n_group", "topk_group",
         "first_k_dense_replace", "moe_layer_freq", "decoder_sparse_step", "dense_prefix", "shared_prefix",
         "moe_intermediate", "shared_intermediate",
-        "embed", "pos_embed", "final_norm", "final_norm_bias", "lm_head", NULL};
+        "embed", "pos_embed", "final_norm", "final_norm_bias", "lm_head", "qk_norm", NULL};
     enum { K_KIND, K_LAYER, K_EXPERT, K_ROLES, K_NORM, K_EPS, K_ACT, K_ROPE, K_THETA, K_PCT, K_PARRES, K_CONV,
            K_QKVI, K_TOPK, K_LAYERS, K_HIDDEN, K_HEADS, K_KVH, K_HD, K_INTER, K_EXPERTS,
            K_SCORING, K_TOPK_METHOD, K_NORM_TOPK, K_SCALING, K_N_GROUP, K_TOPK_GROUP, K_FIRST_DENSE, K_LAYER_FREQ,
            K_SPARSE_STEP, K_DENSE_PREFIX, K_SHARED_PREFIX, K_MOE_INTER, K_SHARED_INTER, K_MODEL0,
-           K_COUNT = K_MODEL0 + TPS_MROLE_COUNT };
+           K_QKN = K_MODEL0 + TPS_MROLE_COUNT, K_COUNT };
     yaml_node_t *v[K_COUNT];
     tps_layout *l = c->l;
     tps_block *b = &l->block_raw;
@@ -690,6 +693,10 @@ static tps_status parse_block(pctx *c, const yaml_node_t *n)
         if (!v[flags[i].key]) continue;
         if ((st = get_bool(c, v[flags[i].key], allowed[flags[i].key], flags[i].out)) != TPS_OK) return st;
         l->block_set |= 1u << flags[i].bit;
+    }
+    if (v[K_QKN]) {
+        if ((st = get_enum(c, v[K_QKN], "qk_norm", tps_qk_norm_lookup, "per_head, whole", &e)) != TPS_OK) return st;
+        b->qk_norm = (tps_qk_norm_kind)e;
     }
     if (v[K_TOPK]) {
         if ((st = get_u64(c, v[K_TOPK], "top_k", &b->top_k)) != TPS_OK) return st;

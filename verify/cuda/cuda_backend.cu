@@ -999,6 +999,10 @@ static tps_status g_run(void *ctx, const tps_block *b, const vdims *d, size_t n,
     if (tps_block_is_moe(b) && (b->shared_prefix || b->role[TPS_ROLE_SHARED_GATE_W] || b->role[TPS_ROLE_ROUTER_BIAS]))
         return gfail(err, TPS_EBACKEND, "the cuda backend does not compute %s yet; use --backend cpu",
                      b->role[TPS_ROLE_ROUTER_BIAS] ? "a router bias (e_score_correction_bias)" : "shared experts");
+    /* Refused rather than computed without: a layer missing its q/k norm would fail as if cut wrong. */
+    if (b->role[TPS_ROLE_Q_NORM_W] || b->role[TPS_ROLE_K_NORM_W])
+        return gfail(err, TPS_EBACKEND, "the cuda backend does not compute q_norm/k_norm (%s) yet; use --backend cpu",
+                     b->qk_norm == TPS_QK_NORM_WHOLE ? "over the whole projection" : "per head");
     for (uint64_t i = 0; i < c->count; i++) {
         grank *g = &c->r[i];
         g->job = &ranks[i];
