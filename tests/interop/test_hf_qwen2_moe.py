@@ -96,7 +96,7 @@ def route(cfg, x, router):
 
 def tp_forward(ranks, cfg, ids, cos, sin):
     n, H = ids.shape[0], cfg.hidden_size
-    hd = H // cfg.num_attention_heads
+    hd = getattr(cfg, "head_dim", None) or H // cfg.num_attention_heads
     eps = cfg.rms_norm_eps
     rows = ranks[0]["model.embed_tokens.weight"].shape[0]
     x = torch.zeros(n, H)
@@ -113,6 +113,8 @@ def tp_forward(ranks, cfg, ids, cos, sin):
             q = linear(xn, R, p + "self_attn.q_proj").view(n, -1, hd).transpose(0, 1)
             k = linear(xn, R, p + "self_attn.k_proj").view(n, -1, hd).transpose(0, 1)
             v = linear(xn, R, p + "self_attn.v_proj").view(n, -1, hd).transpose(0, 1)
+            if p + "self_attn.q_norm.weight" in R:  # Qwen3: each head's RMSNorm before RoPE
+                q, k = rms(q, R[p + "self_attn.q_norm.weight"], eps), rms(k, R[p + "self_attn.k_norm.weight"], eps)
             q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
             kv_of = [j * k.shape[0] // q.shape[0] for j in range(q.shape[0])]
             k, v = k[kv_of], v[kv_of]
@@ -130,8 +132,9 @@ def tp_forward(ranks, cfg, ids, cos, sin):
                 sel = wts[:, e] > 0
                 if sel.any():
                     mlp[sel] += wts[sel, e, None] * swiglu(hn[sel], R, p + "mlp.experts.%d." % e)
-            gate = torch.sigmoid(hn @ R[p + "mlp.shared_expert_gate.weight"].T)
-            mlp += gate * swiglu(hn, R, p + "mlp.shared_expert.")
+            if p + "mlp.shared_expert_gate.weight" in R:  # Qwen3-MoE has no shared expert
+                gate = torch.sigmoid(hn @ R[p + "mlp.shared_expert_gate.weight"].T)
+                mlp += gate * swiglu(hn, R, p + "mlp.shared_expert.")
         x = x + mlp
     x = rms(x, ranks[0]["model.norm.weight"], eps)
     head = "lm_head.weight" if "lm_head.weight" in ranks[0] else "model.embed_tokens.weight"
