@@ -17,7 +17,9 @@
  *       reason: not weights          per entry, a one-line reason, both required
  *   sizes:                           optional; positive integers, the first source of sizes
  *     hidden: 4096                   keys: hidden heads kv_heads head_dim intermediate
- *                                    vocab layers experts
+ *                                    vocab layers experts moe_intermediate (one routed
+ *                                    expert's width) shared_intermediate (the shared
+ *                                    experts' MLP)
  *   infer:                           optional; how to read a size from tensor shapes when
  *                                    neither sizes: nor config.json gave it.  One of:
  *     vocab: {tensor: GLOB, dim: 0}              shape[dim] of every tensor matching GLOB
@@ -57,7 +59,8 @@
  *                                    attn_norm attn_norm_bias q_proj q_bias k_proj k_bias
  *                                    v_proj v_bias qkv_proj qkv_bias o_proj o_bias mlp_norm
  *                                    mlp_norm_bias gate_proj up_proj gate_up_proj fc fc_bias
- *                                    down_proj down_bias router q_norm k_norm.  A bias role may name a
+ *                                    down_proj down_bias router shared_expert_gate
+ *                                    router_bias q_norm k_norm.  A bias role may name a
  *                                    tensor a checkpoint lacks (Llama vs Qwen2 q/k/v bias);
  *                                    the verification pass treats it as absent.
  *     norm: rms | layer              norm_eps: FLOAT
@@ -65,6 +68,17 @@
  *     rope: none | half | interleaved              rope_theta: FLOAT
  *     rotary_pct: FLOAT (0 < x <= 1) parallel_residual / conv1d / qkv_interleaved: BOOL
  *     top_k: N                       and any size key above but vocab
+ *   A block with a router role is a mixture of experts (any kind): its MLP roles are each
+ *   expert's, after expert_prefix; optional keys:
+ *     dense_prefix: "mlp."           a dense layer's MLP roles (the layers below)
+ *     shared_prefix: "mlp.shared_expert."    the shared expert's MLP roles (one TP MLP;
+ *                                    role shared_expert_gate scales it by sigmoid(x . w))
+ *     scoring_func: softmax | sigmoid            topk_method: greedy |
+ *                                    group_limited_greedy | noaux_tc
+ *     norm_topk_prob: BOOL           routed_scaling_factor: FLOAT
+ *     n_group / topk_group / first_k_dense_replace / moe_layer_freq /
+ *     decoder_sparse_step: N         config.json's meanings (verify/moe_route.h); these and
+ *                                    mlp_only_layers are read from config.json too
  *     embed / pos_embed / final_norm / final_norm_bias / lm_head: TENSOR   whole names of
  *                                    the tensors outside the layers (verify --whole-model);
  *                                    no lm_head tensor in the model: tied to embed
@@ -73,10 +87,12 @@
  *                                    projections (OLMo 2; verify all-reduces their sums)
  *   Block fields left out come from config.json (rms_norm_eps, layer_norm_eps(ilon),
  *   rope_theta, rotary_emb_base, rotary_pct, partial_rotary_factor, use_parallel_residual,
- *   hidden_act, activation_function, num_experts_per_tok), then the model sizes, then the
+ *   hidden_act, activation_function, num_experts_per_tok, the routing keys above), then the
+ *   model sizes, then the
  *   kind's defaults (llama: rms 1e-5 silu half 10000; gpt2: layer 1e-5 gelu_tanh none
  *   conv1d; neox: layer 1e-5 gelu_erf half 10000 rotary_pct 0.25 parallel_residual
- *   qkv_interleaved; mixtral: rms 1e-5 silu half 1e6 top_k 2).
+ *   qkv_interleaved; mixtral: rms 1e-5 silu half 1e6 top_k 2 norm_topk_prob; routing:
+ *   softmax greedy, scaling 1, every layer routed).
  *
  * EXPR: non-negative integers and size names with + - * / and parentheses, evaluated in
  * exact integer arithmetic (an inexact division or a negative result is an error).  A name
