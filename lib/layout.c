@@ -45,6 +45,9 @@
  *                                    (vocabulary rows); one segment only
  *       kv_replicate: true           GQA/MQA: segments named k and v (or the single
  *                                    segment) may be replicated when T exceeds their units
+ *       groups: EXPR                 the segments are one group's parts and repeat EXPR
+ *                                    times along dim (Falcon's per-KV-group [q; k; v]); a
+ *                                    rank holds whole groups, or a group's share (partition.h)
  *   default:                         optional rule without match: for unmatched tensors
  *     split: replicate               (without it an unmatched tensor is an error)
  *   block:                           optional; the verification pass's view of one layer
@@ -441,10 +444,11 @@ static tps_status rule_label(pctx *c, tps_rule *r)
 
 static tps_status parse_rule(pctx *c, const yaml_node_t *n, tps_rule *r, bool is_default)
 {
-    static const char *const allowed[] = {"match", "split", "dim", "unit", "size", "segments", "pad", "kv_replicate", NULL};
-    enum { K_MATCH, K_SPLIT, K_DIM, K_UNIT, K_SIZE, K_SEGMENTS, K_PAD, K_KV };
+    static const char *const allowed[] = {"match", "split", "dim", "unit", "size", "segments", "pad", "kv_replicate",
+                                          "groups", NULL};
+    enum { K_MATCH, K_SPLIT, K_DIM, K_UNIT, K_SIZE, K_SEGMENTS, K_PAD, K_KV, K_GROUPS };
     static const char *const split_names[] = {"replicate", "column", "row", "dim"};
-    yaml_node_t *v[8];
+    yaml_node_t *v[9];
     const char *what = is_default ? "default" : "rule";
     tps_status st = map_fields(c, n, what, allowed, v);
     if (st != TPS_OK) return st;
@@ -477,7 +481,7 @@ static tps_status parse_rule(pctx *c, const yaml_node_t *n, tps_rule *r, bool is
     if (kind < 0) return fail_at(c, v[K_SPLIT], "split '%s' is not one of replicate, column, row, dim", s);
     r->split = (tps_split_kind)kind;
     if (r->split == TPS_SPLIT_REPLICATE) {
-        for (int k = K_DIM; k <= K_KV; k++)
+        for (int k = K_DIM; k <= K_GROUPS; k++)
             if (v[k]) return fail_at(c, v[k], "a replicated tensor takes no %s", allowed[k]);
         return rule_label(c, r);
     }
@@ -501,6 +505,11 @@ static tps_status parse_rule(pctx *c, const yaml_node_t *n, tps_rule *r, bool is
             found |= kv;
         }
         if (!found) return fail_at(c, v[K_KV], "kv_replicate needs a segment named k or v");
+    }
+    if (v[K_GROUPS]) {
+        if (!r->nseg) return fail_at(c, v[K_GROUPS], "groups needs segments: the parts of one group, in order");
+        if (r->pad) return fail_at(c, v[K_GROUPS], "a grouped tensor cannot be padded");
+        if ((st = get_expr(c, v[K_GROUPS], "groups", &r->groups)) != TPS_OK) return st;
     }
     return rule_label(c, r);
 }
@@ -916,6 +925,7 @@ void tps_layout_free(tps_layout *l)
         free(r->globs);
         tps_expr_release(&r->unit);
         tps_expr_release(&r->size);
+        tps_expr_release(&r->groups);
         for (int j = 0; j < r->nseg; j++) {
             tps_expr_release(&r->seg[j].size);
             tps_expr_release(&r->seg[j].unit);

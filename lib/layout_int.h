@@ -73,6 +73,7 @@ typedef struct tps_rule {
     tps_mark at;
     char *label;
     uint64_t matches;
+    tps_expr groups; /* grouped: the segments repeat this many times along dim (n == 0: once) */
 } tps_rule;
 
 typedef enum tps_hint_kind { TPS_HINT_NONE, TPS_HINT_TENSOR, TPS_HINT_COUNT, TPS_HINT_EXPR } tps_hint_kind;
