@@ -99,6 +99,7 @@ typedef struct tps_block {
     bool parallel_residual;       /* x + attn(ln1 x) + mlp(ln2 x) */
     bool conv1d;                  /* weights stored [in, out] (GPT-2) */
     bool qkv_interleaved;         /* fused QKV per head [q_h; k_h; v_h] (NeoX), else [Q; K; V] */
+    bool qkv_grouped;             /* fused QKV per KV group [q heads of the group; k; v] (Falcon) */
 } tps_block;
 
 const char *tps_block_kind_name(tps_block_kind k);

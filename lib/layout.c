@@ -67,6 +67,8 @@
  *     act: silu | gelu_tanh | gelu_erf
  *     rope: none | half | interleaved              rope_theta: FLOAT
  *     rotary_pct: FLOAT (0 < x <= 1) parallel_residual / conv1d / qkv_interleaved: BOOL
+ *     qkv_grouped: BOOL              the fused qkv_proj is per KV group [q heads of the
+ *                                    group; k; v] (Falcon; the rule cuts it with groups:)
  *     top_k: N                       and any size key above but vocab
  *     embed / pos_embed / final_norm / final_norm_bias / lm_head: TENSOR   whole names of
  *                                    the tensors outside the layers (verify --whole-model);
@@ -563,8 +565,10 @@ static tps_status check_block_roles(pctx *c, const yaml_node_t *n, const tps_blo
         if (!b->expert_prefix) return fail_at(c, n, "block of kind mixtral needs expert_prefix");
         return TPS_OK;
     }
-    if (!(has_role(b, TPS_ROLE_GATE_W) && has_role(b, TPS_ROLE_UP_W)) && !has_role(b, TPS_ROLE_GATE_UP_W))
-        return fail_at(c, n, "block of kind llama needs roles gate_proj and up_proj, or gate_up_proj");
+    /* fc alone: a non-gated MLP, down(act(fc x)) (StarCoder2's c_fc / c_proj). */
+    if (!(has_role(b, TPS_ROLE_GATE_W) && has_role(b, TPS_ROLE_UP_W)) && !has_role(b, TPS_ROLE_GATE_UP_W) &&
+        !has_role(b, TPS_ROLE_FC_W))
+        return fail_at(c, n, "block of kind llama needs roles gate_proj and up_proj, gate_up_proj, or fc");
     return TPS_OK;
 }
 
@@ -574,10 +578,10 @@ static tps_status parse_block(pctx *c, const yaml_node_t *n)
         "kind", "layer_prefix", "expert_prefix", "roles", "norm", "norm_eps", "act", "rope", "rope_theta",
         "rotary_pct", "parallel_residual", "conv1d", "qkv_interleaved", "top_k", "layers", "hidden", "heads",
         "kv_heads", "head_dim", "intermediate", "experts", "embed", "pos_embed", "final_norm", "final_norm_bias",
-        "lm_head", NULL};
+        "lm_head", "qkv_grouped", NULL};
     enum { K_KIND, K_LAYER, K_EXPERT, K_ROLES, K_NORM, K_EPS, K_ACT, K_ROPE, K_THETA, K_PCT, K_PARRES, K_CONV,
            K_QKVI, K_TOPK, K_LAYERS, K_HIDDEN, K_HEADS, K_KVH, K_HD, K_INTER, K_EXPERTS, K_MODEL0,
-           K_COUNT = K_MODEL0 + TPS_MROLE_COUNT };
+           K_QKVG = K_MODEL0 + TPS_MROLE_COUNT, K_COUNT };
     yaml_node_t *v[K_COUNT];
     tps_layout *l = c->l;
     tps_block *b = &l->block_raw;
@@ -650,7 +654,8 @@ static tps_status parse_block(pctx *c, const yaml_node_t *n)
         bool *out;
     } flags[] = {{K_PARRES, TPS_BF_PARALLEL_RESIDUAL, &b->parallel_residual},
                  {K_CONV, TPS_BF_CONV1D, &b->conv1d},
-                 {K_QKVI, TPS_BF_QKV_INTERLEAVED, &b->qkv_interleaved}};
+                 {K_QKVI, TPS_BF_QKV_INTERLEAVED, &b->qkv_interleaved},
+                 {K_QKVG, TPS_BF_QKV_GROUPED, &b->qkv_grouped}};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
         if (!v[flags[i].key]) continue;
         if ((st = get_bool(c, v[flags[i].key], allowed[flags[i].key], flags[i].out)) != TPS_OK) return st;

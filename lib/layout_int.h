@@ -91,7 +91,7 @@ typedef struct tps_hint {
  * defaults (bit positions in tps_layout.block_set / cfg_set). */
 enum {
     TPS_BF_NORM, TPS_BF_NORM_EPS, TPS_BF_ACT, TPS_BF_ROPE, TPS_BF_ROPE_THETA, TPS_BF_ROTARY_PCT,
-    TPS_BF_PARALLEL_RESIDUAL, TPS_BF_CONV1D, TPS_BF_QKV_INTERLEAVED, TPS_BF_TOP_K
+    TPS_BF_PARALLEL_RESIDUAL, TPS_BF_CONV1D, TPS_BF_QKV_INTERLEAVED, TPS_BF_TOP_K, TPS_BF_QKV_GROUPED
 };
 
 /* A skip: entry: tensors the plan leaves out (non-persistent buffers such as RoPE's
