@@ -65,3 +65,8 @@ split_wrong plain falcon "$src" 4 '  - {match: "transformer.h.*.self_attention.q
 expect_exit 3 "2 KV groups" "tp 3 refused naming the KV groups" "$TPSHARD" plan "$src" --tp 3
 grep -qF "tp values that fit: 1, 2, 4, 8" "$T/.err" && ok "the refusal lists the tp values that fit" ||
     { notok "the refusal lists the tp values that fit"; sed 's/^/#   /' "$T/.err" | head -5; }
+
+# groups: is data of the layout language: it needs the segments of one group.
+printf 'rules:\n  - match: x\n    split: column\n    groups: 2\n' >nogroup.yaml
+expect_exit 3 "nogroup.yaml:4:13: groups needs segments" "groups without segments is refused at its line" \
+    "$TPSHARD" layout --check nogroup.yaml
