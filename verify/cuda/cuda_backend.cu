@@ -989,10 +989,26 @@ cleanup:
     return st;
 }
 
+/* The Gemma / Gemma 2 / OLMo 2 block features these kernels do not compute: refused by name
+ * (every process alike, before any collective) rather than computed wrong. */
+static const char *unsupported(const tps_block *b, const vdims *d)
+{
+    if (b->norm == TPS_NORM_RMS_OFFSET) return "the (1 + w) RMSNorm (norm: rms_offset)";
+    if (b->role[TPS_ROLE_POST_ATTN_NORM_W] || b->role[TPS_ROLE_POST_MLP_NORM_W]) return "post-block norms";
+    if (!b->role[TPS_ROLE_ATTN_NORM_W] || !b->role[TPS_ROLE_MLP_NORM_W]) return "a stage without a pre-norm";
+    if (b->attn_softcap > 0) return "attention logit soft-capping";
+    if (b->query_pre_attn_scalar > 0) return "query_pre_attn_scalar";
+    if (d->window) return "sliding-window attention";
+    return NULL;
+}
+
 static tps_status g_run(void *ctx, const tps_block *b, const vdims *d, size_t n, const float *x, tps_cuda_rank *ranks,
                         vstats *stats, tps_error *err)
 {
     gctx *c = (gctx *)ctx;
+    const char *missing = unsupported(b, d);
+    if (missing)
+        return gfail(err, TPS_EBACKEND, "the cuda backend does not compute %s yet; use --backend cpu", missing);
     /* The same on every rank and process (every rank holds as many groups), so all refuse. */
     for (uint64_t i = 0; i < c->count; i++)
         if (ranks[i].am.q_run)
