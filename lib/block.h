@@ -161,6 +161,7 @@ typedef struct tps_block {
     uint64_t moe_intermediate, shared_intermediate; /* 0: from the tensors' shapes */
     tps_moe_routing moe;
     tps_qk_norm_kind qk_norm;     /* what roles q_norm / k_norm normalize over */
+    bool qkv_grouped;             /* fused QKV per KV group [q heads of the group; k; v] (Falcon) */
 } tps_block;
 
 /* Whether the block's MLP is a mixture of experts (it names a router). */

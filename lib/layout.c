@@ -47,6 +47,9 @@
  *                                    (vocabulary rows); one segment only
  *       kv_replicate: true           GQA/MQA: segments named k and v (or the single
  *                                    segment) may be replicated when T exceeds their units
+ *       groups: EXPR                 the segments are one group's parts and repeat EXPR
+ *                                    times along dim (Falcon's per-KV-group [q; k; v]); a
+ *                                    rank holds whole groups, or a group's share (partition.h)
  *   default:                         optional rule without match: for unmatched tensors
  *     split: replicate               (without it an unmatched tensor is an error)
  *   block:                           optional; the verification pass's view of one layer
@@ -72,6 +75,8 @@
  *     act: silu | gelu_tanh | gelu_erf
  *     rope: none | half | interleaved              rope_theta: FLOAT
  *     rotary_pct: FLOAT (0 < x <= 1) parallel_residual / conv1d / qkv_interleaved: BOOL
+ *     qkv_grouped: BOOL              the fused qkv_proj is per KV group [q heads of the
+ *                                    group; k; v] (Falcon; the rule cuts it with groups:)
  *     top_k: N                       and any size key above but vocab
  *   A block with a router role is a mixture of experts (any kind): its MLP roles are each
  *   expert's, after expert_prefix; optional keys:
@@ -470,10 +475,11 @@ static tps_status rule_label(pctx *c, tps_rule *r)
 
 static tps_status parse_rule(pctx *c, const yaml_node_t *n, tps_rule *r, bool is_default)
 {
-    static const char *const allowed[] = {"match", "split", "dim", "unit", "size", "segments", "pad", "kv_replicate", NULL};
-    enum { K_MATCH, K_SPLIT, K_DIM, K_UNIT, K_SIZE, K_SEGMENTS, K_PAD, K_KV };
+    static const char *const allowed[] = {"match", "split", "dim", "unit", "size", "segments", "pad", "kv_replicate",
+                                          "groups", NULL};
+    enum { K_MATCH, K_SPLIT, K_DIM, K_UNIT, K_SIZE, K_SEGMENTS, K_PAD, K_KV, K_GROUPS };
     static const char *const split_names[] = {"replicate", "column", "row", "dim"};
-    yaml_node_t *v[8];
+    yaml_node_t *v[9];
     const char *what = is_default ? "default" : "rule";
     tps_status st = map_fields(c, n, what, allowed, v);
     if (st != TPS_OK) return st;
@@ -506,7 +512,7 @@ static tps_status parse_rule(pctx *c, const yaml_node_t *n, tps_rule *r, bool is
     if (kind < 0) return fail_at(c, v[K_SPLIT], "split '%s' is not one of replicate, column, row, dim", s);
     r->split = (tps_split_kind)kind;
     if (r->split == TPS_SPLIT_REPLICATE) {
-        for (int k = K_DIM; k <= K_KV; k++)
+        for (int k = K_DIM; k <= K_GROUPS; k++)
             if (v[k]) return fail_at(c, v[k], "a replicated tensor takes no %s", allowed[k]);
         return rule_label(c, r);
     }
@@ -530,6 +536,11 @@ static tps_status parse_rule(pctx *c, const yaml_node_t *n, tps_rule *r, bool is
             found |= kv;
         }
         if (!found) return fail_at(c, v[K_KV], "kv_replicate needs a segment named k or v");
+    }
+    if (v[K_GROUPS]) {
+        if (!r->nseg) return fail_at(c, v[K_GROUPS], "groups needs segments: the parts of one group, in order");
+        if (r->pad) return fail_at(c, v[K_GROUPS], "a grouped tensor cannot be padded");
+        if ((st = get_expr(c, v[K_GROUPS], "groups", &r->groups)) != TPS_OK) return st;
     }
     return rule_label(c, r);
 }
@@ -589,8 +600,10 @@ static tps_status check_block_roles(pctx *c, const yaml_node_t *n, const tps_blo
     if (b->dense_prefix || b->shared_prefix || has_role(b, TPS_ROLE_SHARED_GATE_W) || has_role(b, TPS_ROLE_ROUTER_BIAS))
         return fail_at(c, n, "dense_prefix, shared_prefix, shared_expert_gate and router_bias belong to a "
                              "mixture-of-experts block (one with a router role)");
-    if (!(has_role(b, TPS_ROLE_GATE_W) && has_role(b, TPS_ROLE_UP_W)) && !has_role(b, TPS_ROLE_GATE_UP_W))
-        return fail_at(c, n, "block of kind llama needs roles gate_proj and up_proj, or gate_up_proj");
+    /* fc alone: a non-gated MLP, down(act(fc x)) (StarCoder2's c_fc / c_proj). */
+    if (!(has_role(b, TPS_ROLE_GATE_W) && has_role(b, TPS_ROLE_UP_W)) && !has_role(b, TPS_ROLE_GATE_UP_W) &&
+        !has_role(b, TPS_ROLE_FC_W))
+        return fail_at(c, n, "block of kind llama needs roles gate_proj and up_proj, gate_up_proj, or fc");
     return TPS_OK;
 }
 
@@ -632,12 +645,12 @@ static tps_status parse_block(pctx *c, const yaml_node_t *n)
         "first_k_dense_replace", "moe_layer_freq", "decoder_sparse_step", "dense_prefix", "shared_prefix",
         "moe_intermediate", "shared_intermediate",
         "embed", "pos_embed", "final_norm", "final_norm_bias", "lm_head", "embed_scale", "sliding_window_pattern",
-        "qk_norm", NULL};
+        "qk_norm", "qkv_grouped", NULL};
     enum { K_KIND, K_LAYER, K_EXPERT, K_ROLES, K_NORM, K_EPS, K_ACT, K_ROPE, K_THETA, K_PCT, K_PARRES, K_CONV,
            K_QKVI, K_TOPK, K_LAYERS, K_HIDDEN, K_HEADS, K_KVH, K_HD, K_INTER, K_EXPERTS,
            K_SCORING, K_TOPK_METHOD, K_NORM_TOPK, K_SCALING, K_N_GROUP, K_TOPK_GROUP, K_FIRST_DENSE, K_LAYER_FREQ,
            K_SPARSE_STEP, K_DENSE_PREFIX, K_SHARED_PREFIX, K_MOE_INTER, K_SHARED_INTER, K_MODEL0,
-           K_EMBED_SCALE = K_MODEL0 + TPS_MROLE_COUNT, K_SWP, K_QKN, K_COUNT };
+           K_EMBED_SCALE = K_MODEL0 + TPS_MROLE_COUNT, K_SWP, K_QKN, K_QKVG, K_COUNT };
     yaml_node_t *v[K_COUNT];
     tps_layout *l = c->l;
     tps_block *b = &l->block_raw;
@@ -718,7 +731,8 @@ static tps_status parse_block(pctx *c, const yaml_node_t *n)
         bool *out;
     } flags[] = {{K_PARRES, TPS_BF_PARALLEL_RESIDUAL, &b->parallel_residual},
                  {K_CONV, TPS_BF_CONV1D, &b->conv1d},
-                 {K_QKVI, TPS_BF_QKV_INTERLEAVED, &b->qkv_interleaved}};
+                 {K_QKVI, TPS_BF_QKV_INTERLEAVED, &b->qkv_interleaved},
+                 {K_QKVG, TPS_BF_QKV_GROUPED, &b->qkv_grouped}};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
         if (!v[flags[i].key]) continue;
         if ((st = get_bool(c, v[flags[i].key], allowed[flags[i].key], flags[i].out)) != TPS_OK) return st;
@@ -1002,6 +1016,7 @@ void tps_layout_free(tps_layout *l)
         free(r->globs);
         tps_expr_release(&r->unit);
         tps_expr_release(&r->size);
+        tps_expr_release(&r->groups);
         for (int j = 0; j < r->nseg; j++) {
             tps_expr_release(&r->seg[j].size);
             tps_expr_release(&r->seg[j].unit);

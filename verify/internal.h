@@ -78,6 +78,12 @@ typedef struct vattn_map {
     uint64_t hn, q_first, kv_first, kv_n;
     uint64_t q_off, k_off, v_off, stride, o_off;
     const vqk_reduce *qk; /* a whole-projection q/k norm's collective (verify/qk_norm.c); NULL: all heads held */
+    /* A grouped fused qkv holding several groups (Falcon-40B, qkv_grouped): q heads come in
+     * runs of q_run, one run per group every q_gstride rows, the map's first head at place
+     * q_phase of its run (q head h at q_off + ((q_phase + h) / q_run) * q_gstride +
+     * ((q_phase + h) % q_run) * stride), and KV head j at k_off / v_off + j * kv_stride.
+     * q_run 0: q head h at q_off + h * stride, KV head j at k_off / v_off + j * stride. */
+    uint64_t q_run, q_phase, q_gstride, kv_stride;
 } vattn_map;
 
 /* Intermediate columns [i_first, i_first + i_n) of the held MLP tensors; a fused

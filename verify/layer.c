@@ -111,11 +111,50 @@ char *tps_verify_layer_prefix(const tps_block *b, uint64_t layer)
     return take_string(&s);
 }
 
+/* A role template may offer alternatives, "{ln_mlp,post_attention_layernorm}.weight": the
+ * first one that has() finds is the tensor (one preset serves Falcon-7B's one shared norm,
+ * falcon-rw's two sequential ones and Falcon-40B's ln_attn / ln_mlp); when none is there,
+ * the first, so that a message names it.  name is replaced; false when out of memory. */
+static bool pick_alternative(char **name, bool (*has)(void *, const char *), void *ctx)
+{
+    char *open = strchr(*name, '{'), *close = open ? strchr(open, '}') : NULL;
+    if (!close) return true;
+    size_t pre = (size_t)(open - *name), post = strlen(close + 1);
+    char *first = NULL;
+    for (const char *a = open + 1; a <= close;) {
+        size_t alen = strcspn(a, ",}");
+        char *cand = malloc(pre + alen + post + 1);
+        if (!cand) {
+            free(first);
+            return false;
+        }
+        memcpy(cand, *name, pre);
+        memcpy(cand + pre, a, alen);
+        memcpy(cand + pre + alen, close + 1, post + 1);
+        if (has(ctx, cand)) {
+            free(first);
+            free(*name);
+            *name = cand;
+            return true;
+        }
+        if (first) free(cand);
+        else first = cand;
+        a += alen + 1;
+    }
+    free(*name);
+    *name = first;
+    return true;
+}
+
 static tps_status load_role(const tps_block *b, tps_block_role role, uint64_t layer, uint64_t expert,
                             const tps_vsource *src, tps_vt *out, tps_error *err)
 {
     bool oom;
     char *name = tps_verify_tensor_name(b, role, layer, expert, &oom);
+    if (name && !pick_alternative(&name, src->has, src->ctx)) {
+        free(name);
+        oom = true;
+    }
     if (oom) return tps_fail_oom(err, "a tensor name");
     if (!name) return TPS_OK;
     /* A bias role may name a tensor a checkpoint lacks (Llama vs Qwen2): absent. */
@@ -194,6 +233,7 @@ void tps_vshare_of(const vdims *d, uint64_t T, uint64_t r, vshare *s)
 static void attn_map(const tps_block *b, const vdims *d, const vshare *s, bool global, vattn_map *m)
 {
     uint64_t hd = d->hd;
+    memset(m, 0, sizeof *m);
     m->hn = s->q_n;
     m->q_first = s->q_first;
     m->kv_first = s->kv_first;
@@ -201,6 +241,23 @@ static void attn_map(const tps_block *b, const vdims *d, const vshare *s, bool g
     m->o_off = global ? s->q_first * hd : 0;
     m->qk = NULL;
     bool fused = b->role[TPS_ROLE_QKV_W] != NULL;
+    if (fused && b->qkv_grouped) {
+        /* [q heads of the group; k; v] per KV group: the whole model's groups, or the ones a
+         * rank holds (whole, or one with its share of the q heads).  One group held is
+         * [Q; K; V] below. */
+        uint64_t run = global ? d->heads / d->kv : s->q_n / s->kv_n, held = global ? d->kv : s->kv_n;
+        if (held > 1) {
+            uint64_t gs = (run + 2) * hd, g0 = global ? s->kv_first : 0;
+            m->stride = hd;
+            m->q_run = run;
+            m->q_gstride = m->kv_stride = gs;
+            m->q_phase = global ? s->q_first % run : 0;
+            m->q_off = global ? s->q_first / run * gs : 0;
+            m->k_off = g0 * gs + run * hd;
+            m->v_off = m->k_off + hd;
+            return;
+        }
+    }
     if (fused && b->qkv_interleaved) {
         m->stride = 3 * hd;
         m->q_off = global ? s->q_first * 3 * hd : 0;
@@ -450,11 +507,17 @@ tps_status tps_vtensor_check(tps_shardset *ss, const char *name, bool read_alrea
     return TPS_OK;
 }
 
+static bool shardset_has(void *ctx, const char *name);
+
 static tps_status check_role(const tps_block *b, tps_block_role role, uint64_t layer, uint64_t expert,
                              tps_shardset *ss, bool read_already, uint64_t *tensors, uint64_t *bytes, tps_error *err)
 {
     bool oom;
     char *name = tps_verify_tensor_name(b, role, layer, expert, &oom);
+    if (name && !pick_alternative(&name, shardset_has, ss)) {
+        free(name);
+        oom = true;
+    }
     if (oom) return tps_fail_oom(err, "a tensor name");
     /* not in the set: the ranks' load says so, or the role is unused */
     tps_status st = name ? tps_vtensor_check(ss, name, read_already, tensors, bytes, err) : TPS_OK;

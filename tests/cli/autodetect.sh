@@ -99,7 +99,10 @@ expect_exit 2 "unknown preset 'mixtrl' (presets: $(echo $presets | sed 's/ /, /g
     "an unknown --preset: exit 2 listing the presets" "$TPSHARD" plan "$M/tiny-qwen2" --tp 2 --preset mixtrl
 expect_exit 2 "; did you mean 'mixtral'?" \
     "an unknown --preset: exit 2 with a did-you-mean" "$TPSHARD" plan "$M/tiny-qwen2" --tp 2 --preset mixtrl
-expect_exit 2 "Also accepted: mistral, qwen2, gpt_neox" "an unknown --preset lists the aliases too" \
+# Aliases follow their presets' order, so others join between these as families are added.
+expect_exit 2 ". Also accepted: " "an unknown --preset lists the aliases too" \
+    "$TPSHARD" plan "$M/tiny-qwen2" --tp 2 --preset t5
+expect_exit 2 "mistral, qwen2, gpt_neox, phi4" "the aliases listed are the llama, neox and phi3 presets'" \
     "$TPSHARD" plan "$M/tiny-qwen2" --tp 2 --preset t5
 check "layout --preset takes an alias and prints the preset's YAML" \
     sh -c '"$0" layout --preset Gpt-NeoX | cmp -s - "$1"' "$TPSHARD" "$TPS_TOP/lib/presets/neox.yaml"
