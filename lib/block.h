@@ -34,6 +34,11 @@ typedef enum tps_block_role {
     TPS_ROLE_FC_W, TPS_ROLE_FC_B,   /* GPT-2 / NeoX first MLP matrix */
     TPS_ROLE_DOWN_W, TPS_ROLE_DOWN_B,
     TPS_ROLE_ROUTER_W,              /* Mixtral gate, [experts, hidden], replicated */
+    /* Multi-head latent attention (DeepSeek-V2/V3; attention: mla): the a-projections and
+     * their RMSNorms are replicated, q_b and kv_b cut by heads; q_proj (TPS_ROLE_Q_W)
+     * stands for q_a -> q_b when a model has no q_lora_rank. */
+    TPS_ROLE_Q_A_W, TPS_ROLE_Q_A_B, TPS_ROLE_Q_A_NORM_W, TPS_ROLE_Q_B_W,
+    TPS_ROLE_KV_A_W, TPS_ROLE_KV_A_B, TPS_ROLE_KV_A_NORM_W, TPS_ROLE_KV_B_W,
     TPS_ROLE_COUNT
 } tps_block_role;
 
@@ -49,6 +54,10 @@ typedef enum tps_block_model_role {
     TPS_MROLE_LM_HEAD,
     TPS_MROLE_COUNT
 } tps_block_model_role;
+
+/* The attention of a block: Llama/GPT-style multi-head (the kind says which), or DeepSeek's
+ * multi-head latent attention (verify/mla_tmpl.h), whatever the MLP is. */
+typedef enum tps_attn_kind { TPS_ATTN_MHA, TPS_ATTN_MLA } tps_attn_kind;
 
 typedef enum tps_norm_kind { TPS_NORM_RMS, TPS_NORM_LAYER } tps_norm_kind;
 typedef enum tps_act_kind { TPS_ACT_SILU, TPS_ACT_GELU_TANH, TPS_ACT_GELU_ERF } tps_act_kind;
@@ -79,6 +88,7 @@ typedef struct tps_rope_scaling {
     double attention_factor;                  /* yarn (default 0.1 ln(factor) + 1) */
     double max_pos;                           /* config.json max_position_embeddings; 0: unknown */
     char other[24];                           /* TPS_ROPE_SCALING_OTHER's rope_type */
+    double mscale, mscale_all_dim;            /* DeepSeek's yarn (transformers 4.57); 0: absent */
 } tps_rope_scaling;
 
 typedef struct tps_block {
@@ -99,6 +109,8 @@ typedef struct tps_block {
     bool parallel_residual;       /* x + attn(ln1 x) + mlp(ln2 x) */
     bool conv1d;                  /* weights stored [in, out] (GPT-2) */
     bool qkv_interleaved;         /* fused QKV per head [q_h; k_h; v_h] (NeoX), else [Q; K; V] */
+    tps_attn_kind attention;      /* block key attention: mha (default) or mla */
+    uint64_t qk_nope_head_dim, qk_rope_head_dim, v_head_dim; /* MLA head widths, from the sizes */
 } tps_block;
 
 const char *tps_block_kind_name(tps_block_kind k);
@@ -106,6 +118,8 @@ const char *tps_block_role_name(tps_block_role r); /* the YAML key, e.g. "q_proj
 const char *tps_block_model_role_name(tps_block_model_role r); /* the block key: "embed", "final_norm", ... */
 int tps_block_model_role_lookup(const char *s);               /* -1 for an unknown key */
 const char *tps_rope_scaling_name(tps_rope_scaling_kind k); /* its rope_type, "default" for none */
+const char *tps_attn_kind_name(tps_attn_kind k);            /* "mha", "mla" */
+int tps_attn_kind_lookup(const char *s);                    /* -1 for an unknown name */
 
 struct tps_json;
 /* Reads config.json's rope_scaling (and max_position_embeddings) from root, a JSON object,

@@ -17,7 +17,9 @@
  *       reason: not weights          per entry, a one-line reason, both required
  *   sizes:                           optional; positive integers, the first source of sizes
  *     hidden: 4096                   keys: hidden heads kv_heads head_dim intermediate
- *                                    vocab layers experts
+ *                                    vocab layers experts, and DeepSeek's qk_nope_head_dim
+ *                                    qk_rope_head_dim v_head_dim moe_intermediate
+ *                                    shared_experts
  *   infer:                           optional; how to read a size from tensor shapes when
  *                                    neither sizes: nor config.json gave it.  One of:
  *     vocab: {tensor: GLOB, dim: 0}              shape[dim] of every tensor matching GLOB
@@ -60,6 +62,14 @@
  *                                    down_proj down_bias router.  A bias role may name a
  *                                    tensor a checkpoint lacks (Llama vs Qwen2 q/k/v bias);
  *                                    the verification pass treats it as absent.
+ *     attention: mha | mla           mla: DeepSeek's multi-head latent attention (kind
+ *                                    llama or mixtral), roles q_a_proj q_a_bias q_a_norm
+ *                                    q_b_proj kv_a_proj kv_a_bias kv_a_norm kv_b_proj o_proj
+ *                                    o_bias (q_proj instead of q_a/q_b without
+ *                                    q_lora_rank; the q path a checkpoint lacks is absent);
+ *                                    head widths from the sizes qk_nope_head_dim,
+ *                                    qk_rope_head_dim, v_head_dim; RoPE interleaved unless
+ *                                    config.json's rope_interleave is false
  *     norm: rms | layer              norm_eps: FLOAT
  *     act: silu | gelu_tanh | gelu_erf
  *     rope: none | half | interleaved              rope_theta: FLOAT
@@ -540,6 +550,17 @@ static tps_status check_block_roles(pctx *c, const yaml_node_t *n, const tps_blo
             return fail_at(c, n, "block of kind %s needs role %s", tps_block_kind_name(b->kind),
                            tps_block_role_name(common[i]));
     bool separate_qkv = has_role(b, TPS_ROLE_Q_W) && has_role(b, TPS_ROLE_K_W) && has_role(b, TPS_ROLE_V_W);
+    if (b->attention == TPS_ATTN_MLA) {
+        /* q_proj (no q_lora_rank) or q_a_proj -> q_a_norm -> q_b_proj: a model has one of them. */
+        bool q_lora = has_role(b, TPS_ROLE_Q_A_W) && has_role(b, TPS_ROLE_Q_A_NORM_W) && has_role(b, TPS_ROLE_Q_B_W);
+        if (!has_role(b, TPS_ROLE_KV_A_W) || !has_role(b, TPS_ROLE_KV_A_NORM_W) || !has_role(b, TPS_ROLE_KV_B_W) ||
+            (!q_lora && !has_role(b, TPS_ROLE_Q_W)))
+            return fail_at(c, n, "attention mla needs roles kv_a_proj, kv_a_norm, kv_b_proj, and q_proj or q_a_proj, "
+                                 "q_a_norm and q_b_proj");
+        if (b->kind != TPS_BLOCK_LLAMA && b->kind != TPS_BLOCK_MIXTRAL)
+            return fail_at(c, n, "attention mla goes with block kind llama or mixtral");
+        separate_qkv = true; /* MLA stands in for q/k/v */
+    }
     if (b->kind == TPS_BLOCK_GPT2 || b->kind == TPS_BLOCK_NEOX) {
         if (!has_role(b, TPS_ROLE_QKV_W) || !has_role(b, TPS_ROLE_FC_W))
             return fail_at(c, n, "block of kind %s needs roles qkv_proj and fc", tps_block_kind_name(b->kind));
@@ -565,10 +586,10 @@ static tps_status parse_block(pctx *c, const yaml_node_t *n)
         "kind", "layer_prefix", "expert_prefix", "roles", "norm", "norm_eps", "act", "rope", "rope_theta",
         "rotary_pct", "parallel_residual", "conv1d", "qkv_interleaved", "top_k", "layers", "hidden", "heads",
         "kv_heads", "head_dim", "intermediate", "experts", "embed", "pos_embed", "final_norm", "final_norm_bias",
-        "lm_head", NULL};
+        "lm_head", "attention", NULL};
     enum { K_KIND, K_LAYER, K_EXPERT, K_ROLES, K_NORM, K_EPS, K_ACT, K_ROPE, K_THETA, K_PCT, K_PARRES, K_CONV,
            K_QKVI, K_TOPK, K_LAYERS, K_HIDDEN, K_HEADS, K_KVH, K_HD, K_INTER, K_EXPERTS, K_MODEL0,
-           K_COUNT = K_MODEL0 + TPS_MROLE_COUNT };
+           K_ATTN = K_MODEL0 + TPS_MROLE_COUNT, K_COUNT };
     yaml_node_t *v[K_COUNT];
     tps_layout *l = c->l;
     tps_block *b = &l->block_raw;
@@ -607,6 +628,10 @@ static tps_status parse_block(pctx *c, const yaml_node_t *n)
             if ((st = get_strdup(c, node(c, p->value), tps_block_role_name((tps_block_role)r), &b->role[r])) != TPS_OK)
                 return st;
         }
+    }
+    if (v[K_ATTN]) {
+        if ((st = get_enum(c, v[K_ATTN], "attention", tps_attn_kind_lookup, "mha, mla", &e)) != TPS_OK) return st;
+        b->attention = (tps_attn_kind)e;
     }
     if ((st = check_block_roles(c, n, b)) != TPS_OK) return st;
     if (v[K_NORM]) {

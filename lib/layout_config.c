@@ -62,7 +62,12 @@ static const char *const size_keys[TPS_NSIZES][4] = {
     {"intermediate_size", "n_inner", NULL},
     {"vocab_size", NULL},
     {"num_hidden_layers", "n_layer", NULL},
-    {"num_local_experts", "num_experts", NULL},
+    {"num_local_experts", "num_experts", "n_routed_experts", NULL},
+    {"qk_nope_head_dim", NULL},
+    {"qk_rope_head_dim", NULL},
+    {"v_head_dim", NULL},
+    {"moe_intermediate_size", NULL},
+    {"n_shared_experts", NULL},
 };
 static const char *const eps_keys[] = {"rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", NULL};
 static const char *const theta_keys[] = {"rope_theta", "rotary_emb_base", NULL};
@@ -71,9 +76,11 @@ static const char *const topk_keys[] = {"num_experts_per_tok", NULL};
 static const char *const act_keys[] = {"hidden_act", "activation_function", NULL};
 static const char *const parallel_residual_keys[] = {"use_parallel_residual", NULL};
 static const char *const rope_scaling_keys[] = {"rope_scaling", "max_position_embeddings", NULL}; /* lib/block.c */
+static const char *const rope_interleave_keys[] = {"rope_interleave", NULL}; /* DeepSeek-V3 */
 
 static const char *const *const block_key_lists[] = {eps_keys, theta_keys, pct_keys, topk_keys, act_keys,
-                                                      parallel_residual_keys, rope_scaling_keys};
+                                                      parallel_residual_keys, rope_scaling_keys,
+                                                      rope_interleave_keys};
 
 /* The first of keys present with a non-null value; NULL when none is. */
 static const tps_json *first_key(const tps_json *root, const char *const *keys, const char **which)
@@ -152,6 +159,13 @@ static tps_status apply_config(tps_layout *l, const char *path, const tps_json *
     if (pr && pr->type == TPS_JSON_BOOL) {
         l->cfg.parallel_residual = pr->u.boolean;
         l->cfg_set |= 1u << TPS_BF_PARALLEL_RESIDUAL;
+    }
+    /* DeepSeek-V3's rope_interleave (transformers: de-interleave, then rotate_half: the
+     * pairs (2i, 2i+1)); false rotates the halves as Llama does. */
+    const tps_json *ri = tps_json_get(root, rope_interleave_keys[0]);
+    if (ri && ri->type == TPS_JSON_BOOL) {
+        l->cfg.rope = ri->u.boolean ? TPS_ROPE_INTERLEAVED : TPS_ROPE_HALF;
+        l->cfg_set |= 1u << TPS_BF_ROPE;
     }
     const char *key = NULL;
     const tps_json *act = first_key(root, act_keys, &key);
@@ -335,5 +349,12 @@ void tps_layout_sync_block(tps_layout *l)
     if (!b.head_dim) b.head_dim = s->head_dim;
     if (!b.intermediate) b.intermediate = s->intermediate;
     if (!b.experts) b.experts = s->experts;
+    if (b.attention == TPS_ATTN_MLA) {
+        /* transformers' DeepseekV3Config defaults rope_interleave to true */
+        if (!((set | cset) & (1u << TPS_BF_ROPE))) b.rope = TPS_ROPE_INTERLEAVED;
+        b.qk_nope_head_dim = s->qk_nope_head_dim;
+        b.qk_rope_head_dim = s->qk_rope_head_dim;
+        b.v_head_dim = s->v_head_dim;
+    }
     l->block = b;
 }

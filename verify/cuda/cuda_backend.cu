@@ -993,6 +993,10 @@ static tps_status g_run(void *ctx, const tps_block *b, const vdims *d, size_t n,
                         vstats *stats, tps_error *err)
 {
     gctx *c = (gctx *)ctx;
+    if (b->attention == TPS_ATTN_MLA)
+        return gfail(err, TPS_EBACKEND,
+                     "the cuda backend does not compute multi-head latent attention (DeepSeek-V2/V3) yet; use "
+                     "--backend cpu");
     for (uint64_t i = 0; i < c->count; i++) {
         grank *g = &c->r[i];
         g->job = &ranks[i];
