@@ -3,7 +3,8 @@
 #   sh .ci/deps.sh build   compiler, make, pkg-config, zlib and libyaml headers
 #   sh .ci/deps.sh test    the above, plus OpenMPI, the interop tier's Python packages
 #                          (Debian's python3-torch and python3-numpy, PyPI's safetensors in
-#                          build/venv) and clang with libFuzzer and the sanitizer runtimes
+#                          build/venv; PyPI's torch 2 and newer transformers in
+#                          build/venv-torch2) and clang with libFuzzer and the sanitizer runtimes
 #                          (make fuzz, the sanitized test run in .ci/run)
 set -eu
 what=${1:-build}
@@ -46,4 +47,5 @@ fi
 if [ "$what" = test ]; then
     fuzzer_links || echo "deps: warning: clang cannot link -fsanitize=fuzzer,address,undefined; make fuzz will fail"
     sh "$(dirname "$0")/../tests/interop/setup.sh"
+    sh "$(dirname "$0")/../tests/interop/setup_torch2.sh"
 fi

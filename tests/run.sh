@@ -2,8 +2,11 @@
 # Runs every test tier and prints one summary line CI can read: "N passed, N failed, N skipped".
 #   unit     build/tests/test_*            (C, TAP-style lines)
 #   cli      tests/cli/*.sh                (shell, in scratch directories)
-#   interop  tests/interop/*.py            (real torch / numpy / safetensors; skipped loudly
+#   interop  tests/interop/test_*.py       (real torch / numpy / safetensors; skipped loudly
 #                                           when the Python packages are missing)
+#            tests/interop/torch2_*.py     (the torch-2 tier: PyPI torch 2 and a transformers
+#                                           that has the newer families; skipped loudly
+#                                           without build/venv-torch2, setup_torch2.sh)
 # A tier that prints "not ok" or exits non-zero without saying why counts as failed.
 # TPS_TEST_FILTER=pattern runs only the scripts/binaries whose name contains pattern.
 set -u
@@ -14,6 +17,7 @@ trap 'rm -f "$log"' EXIT
 export TPSHARD="$top/tpshard"
 export TPS_TOP="$top"
 export TPS_PYTHON="${TPS_PYTHON:-$(sh tests/interop/python.sh 2>/dev/null || true)}"
+export TPS_PYTHON_TORCH2="${TPS_PYTHON_TORCH2:-$(sh tests/interop/python_torch2.sh 2>/dev/null || true)}"
 
 run_one() { # name command...
     name=$1
@@ -34,15 +38,23 @@ done
 for t in tests/cli/*.sh; do
     [ -f "$t" ] && run_one "$(basename "$t" .sh)" sh "$t"
 done
-for t in tests/interop/test_*.py; do
-    [ -f "$t" ] || continue
-    if [ -n "$TPS_PYTHON" ]; then
-        run_one "$(basename "$t" .py)" "$TPS_PYTHON" "$t"
-    else
-        case "$(basename "$t")" in *"${TPS_TEST_FILTER:-}"*) ;; *) continue ;; esac
-        echo "skip - $(basename "$t" .py): no Python with torch, numpy and safetensors (run tests/interop/setup.sh)" | tee -a "$log"
-    fi
-done
+# interop_tier python setup-script glob: each test with the tier's interpreter, or one loud
+# skip line per test when the tier is not installed.
+interop_tier() {
+    py=$1 setup=$2
+    shift 2
+    for t in "$@"; do
+        [ -f "$t" ] || continue
+        if [ -n "$py" ]; then
+            run_one "$(basename "$t" .py)" "$py" "$t"
+        else
+            case "$(basename "$t")" in *"${TPS_TEST_FILTER:-}"*) ;; *) continue ;; esac
+            echo "skip - $(basename "$t" .py): its Python tier is not installed (run tests/interop/$setup)" | tee -a "$log"
+        fi
+    done
+}
+interop_tier "$TPS_PYTHON" setup.sh tests/interop/test_*.py
+interop_tier "$TPS_PYTHON_TORCH2" setup_torch2.sh tests/interop/torch2_*.py
 
 passed=$(grep -c '^ok - ' "$log")
 failed=$(grep -c '^not ok' "$log")
