@@ -1,6 +1,7 @@
 /* Multi-head latent attention (DeepSeek-V2/V3), included by verify/ops_tmpl.h once per
- * precision, after its kernels.  The forward is transformers 4.57's DeepseekV3Attention
- * (and DeepseekV2Attention, whose complex-number RoPE rotates the same pairs):
+ * precision, after its kernels.  No include guard: it is part of ops_tmpl.h.  The forward
+ * is transformers 4.57's DeepseekV3Attention (and DeepseekV2Attention, whose complex-number
+ * RoPE rotates the same pairs):
  *   q    = q_b(rms(q_a(x))) or q_proj(x), per head [q_nope | q_pe]
  *   c    = kv_a_proj_with_mqa(x) = [c_kv (kv_lora_rank) | k_pe (qk_rope_head_dim)]
  *   kv   = kv_b(rms(c_kv)), per head [k_nope | v]; k_pe is one head shared by all

@@ -2,15 +2,15 @@
 # tpshard layout: --list, --preset round trips through --check, errors with file:line:col.
 . "${TPS_TOP:-$(cd "$(dirname "$0")/../.." && pwd)}/tests/cli/lib.sh"
 
-# --list names exactly the five presets, each on a line of its own with a description
+# --list names exactly the seven presets, each on a line of its own with a description
 # (indented lines continue it: architectures, aliases).
 "$TPSHARD" layout --list >"$T/list" 2>"$T/err"
 rc=$?
 names=$(awk '/^[^ ]/ {print $1}' "$T/list" | sort | tr '\n' ' ')
-if [ "$rc" -eq 0 ] && [ "$names" = "gpt2 llama mixtral neox phi3 " ] && ! awk '/^[^ ]/ && NF < 3 {bad=1} END {exit !bad}' "$T/list"; then
-    ok "layout --list lists the 5 presets with descriptions"
+if [ "$rc" -eq 0 ] && [ "$names" = "deepseek_v2 deepseek_v3 gpt2 llama mixtral neox phi3 " ] && ! awk '/^[^ ]/ && NF < 3 {bad=1} END {exit !bad}' "$T/list"; then
+    ok "layout --list lists the 7 presets with descriptions"
 else
-    notok "layout --list lists the 5 presets with descriptions"
+    notok "layout --list lists the 7 presets with descriptions"
     echo "#   exit $rc, names: $names"
     sed 's/^/#   /' "$T/list" "$T/err"
 fi
@@ -43,7 +43,7 @@ expect_exit 3 "tpshard layout: bad-expr.yaml:4:17: size 'heads*head_dimm': unkno
 
 expect_exit 3 "nothing.yaml: cannot open layout" "layout --check: a missing file gives exit 3" \
     "$TPSHARD" layout --check nothing.yaml
-expect_exit 2 "unknown preset 'lama' (presets: gpt2, llama, mixtral, neox, phi3)" \
+expect_exit 2 "unknown preset 'lama' (presets: deepseek_v2, deepseek_v3, gpt2, llama, mixtral, neox, phi3)" \
     "layout --preset with an unknown name gives exit 2 and the list" "$TPSHARD" layout --preset lama
 expect_exit 2 "give exactly one of --list, --preset NAME or --check FILE" "layout without a mode gives exit 2" \
     "$TPSHARD" layout
