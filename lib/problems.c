@@ -294,12 +294,12 @@ static void units_text(const tps_partition_issue *is, const tps_model_sizes *s, 
         *heads = true;
         tps_buf_printf(out, "%llu attention heads (%s %llu)", (unsigned long long)n,
                        u == s->v_head_dim ? "v_head_dim" : "rows each", (unsigned long long)u);
-    } else if (s && u == 1 && n && n == s->moe_intermediate) {
-        tps_buf_printf(out, "moe_intermediate_size %llu", (unsigned long long)n);
-    } else if (s && u == 1 && n && s->shared_experts && n == s->moe_intermediate * s->shared_experts) {
-        tps_buf_printf(out, "shared experts' intermediate size %llu", (unsigned long long)n);
     } else if (s && u == 1 && n && n == s->intermediate) {
         tps_buf_printf(out, "intermediate size %llu", (unsigned long long)n);
+    } else if (s && u == 1 && n && n == s->moe_intermediate) {
+        tps_buf_printf(out, "expert intermediate size %llu", (unsigned long long)n);
+    } else if (s && u == 1 && n && n == s->shared_intermediate) {
+        tps_buf_printf(out, "shared expert intermediate size %llu", (unsigned long long)n);
     } else if (s && u == 1 && n && n == s->vocab) {
         tps_buf_printf(out, "vocabulary %llu", (unsigned long long)n);
     } else if (s && u == 1 && n && n == s->hidden) {

@@ -2,7 +2,7 @@
 # DeepSeek-V2/V3 (multi-head latent attention) on the tiny generated fixtures
 # (testdata/gen_deepseek.py), where the transformers comparison
 # (tests/interop/torch2_deepseek.py) cannot run: auto-detection, split at every legal tp,
-# check, verify of the dense layer, the refusal of a tp the heads do not allow, and wrong cuts
+# check, verify of every layer and of the whole model, the refusal of a tp the heads do not allow, and wrong cuts
 # of kv_b_proj and q_b_proj that only verify sees.
 . "${TPS_TOP:-$(cd "$(dirname "$0")/../.." && pwd)}/tests/cli/lib.sh"
 M="$FIX/models"
@@ -20,8 +20,9 @@ for case in tiny-deepseek-v3:deepseek_v3:DeepseekV3ForCausalLM tiny-deepseek-v2-
             continue
         fi
         check "$f: check at tp $t" "$TPSHARD" check "$f-$t" -q
-        check "$f: verify --source --layer 0 (MLA attention, dense MLP) at tp $t" \
-            "$TPSHARD" verify "$f-$t" --source "$M/$f/model.safetensors" --layer 0 -q
+        check "$f: verify --source --layer all (MLA attention; dense, routed and shared MLPs) at tp $t" \
+            "$TPSHARD" verify "$f-$t" --source "$M/$f/model.safetensors" --layer all -q
+        check "$f: verify --whole-model at tp $t" "$TPSHARD" verify "$f-$t" --whole-model -q
     done
 done
 
@@ -56,6 +57,8 @@ for w in kvb qb; do
     eval "rule=\$$w"
     split_wrong "wrong-$w" deepseek_v3 "$V3" 2 "$rule" "wrong-$w" || continue
     check "wrong $w cut: check passes (the bytes are intact)" "$TPSHARD" check "wrong-$w" -q
-    expect_exit 1 "" "wrong $w cut: verify --source --layer 0 exits 1" \
-        "$TPSHARD" verify "wrong-$w" --source "$V3/model.safetensors" --layer 0 -q
+    expect_exit 1 "" "wrong $w cut: verify --source --layer all exits 1" \
+        "$TPSHARD" verify "wrong-$w" --source "$V3/model.safetensors" --layer all -q
+    expect_exit 1 "" "wrong $w cut: verify --source --whole-model exits 1" \
+        "$TPSHARD" verify "wrong-$w" --source "$V3/model.safetensors" --whole-model -q
 done

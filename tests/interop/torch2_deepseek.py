@@ -14,9 +14,10 @@ and then:
     and e_score_correction_bias, the same on every rank), partial sums all-reduced (summed),
     row-parallel biases added once; the final norm; the vocabulary-parallel lm_head gathered,
     padding dropped.  The logits must equal transformers' forward within 1e-4 (float32);
-  * requires `tpshard check` and `tpshard verify SET --source SRC --layer L` for the dense
-    first layers to exit 0 (the MoE layers and --whole-model wait for verify's DeepSeek
-    routing), and verify's float64 reference of layer 0 to equal transformers' decoder layer.
+  * requires `tpshard check`, `tpshard verify SET --source SRC --layer all` and
+    `tpshard verify SET --whole-model` to exit 0, and verify's float64 reference of every
+    layer (MLA attention, dense MLP or routed and shared experts) to equal transformers'
+    decoder layer.
 
 Variants: V3 with q_lora_rank and with none (q_proj), rope_interleave false, yarn with
 mscale/mscale_all_dim, attention_bias; V2 with group_limited_greedy routing, V2-Lite
@@ -224,26 +225,24 @@ def hf_logits(model, ids):
         return model(ids[None]).logits[0]
 
 
-def verify_all(name, t, out, src, cfg):
-    """check and verify --layer L for the dense first layers.  The MoE layers (DeepSeek's
-    routing: sigmoid or softmax scores, grouped top-k, shared experts) and --whole-model
-    wait for verify's generalized router; until then verify refuses them."""
-    if tpshard("check", out, "-q").returncode != 0:
-        return report(False, "%s: tpshard check at tp %d exits 0" % (name, t))
-    for L in range(cfg.first_k_dense_replace):
-        v = tpshard("verify", out, "--source", src, "--layer", L, "-q")
+def verify_all(name, t, out, src):
+    """check, verify --source --layer all and verify --whole-model (reference from the shards)."""
+    for args in (("check", out, "-q"), ("verify", out, "--source", src, "--layer", "all", "-q"),
+                 ("verify", out, "--whole-model", "-q")):
+        v = tpshard(*args)
         if v.returncode != 0:
-            return report(False, "%s: tpshard verify --layer %d at tp %d exits 0" % (name, L, t),
+            return report(False, "%s: tpshard %s at tp %d exits 0" % (name, " ".join(map(str, args[2:])), t),
                           "exit %d\n%s%s" % (v.returncode, v.stdout, v.stderr))
     return True
 
 
 def check_reference(name, model, cfg, shards):
-    """verify's float64 reference of layer 0 (MLA attention, dense MLP) against transformers'
-    own decoder layer in float64: checks verify's q/kv paths, RoPE form, yarn and softmax
-    scale against the library (cos/sin come from float32, hence 1e-5)."""
+    """verify's float64 reference of every layer (MLA attention; the dense MLP, or the routed
+    and shared experts) against transformers' own decoder layer in float64: checks verify's
+    q/kv paths, RoPE form, yarn, softmax scale and routing against the library (cos/sin come
+    from float32, and the routers compute in float32, hence 1e-5)."""
     dump = os.path.join(os.path.dirname(shards), name + ".ref.json")
-    r = tpshard("verify", shards, "--layer", 0, "--tokens", 7, "--seed", 3, "--dump-reference", dump, "-q")
+    r = tpshard("verify", shards, "--layer", "all", "--tokens", 7, "--seed", 3, "--dump-reference", dump, "-q")
     if r.returncode != 0:
         return report(False, "%s: verify --dump-reference" % name, r.stdout + r.stderr)
     m64 = type(model)(cfg).double().eval()
@@ -259,10 +258,14 @@ def check_reference(name, model, cfg, shards):
         with torch.no_grad():
             a = layer.self_attn(hidden_states=layer.input_layernorm(x[None]), attention_mask=mask,
                                 position_embeddings=pe, position_ids=torch.arange(n)[None])[0][0]
-            m = layer.mlp(layer.post_attention_layernorm(x + a))
+            hn = layer.post_attention_layernorm(x + a)
+            if L["layer"] < cfg.first_k_dense_replace:
+                m = layer.mlp(hn)
+            else:  # transformers' router computes in float32 whatever the model's dtype
+                m = model.model.layers[L["layer"]].mlp(hn.float()[None])[0].double()
         worst = max(worst, float((torch.tensor(L["attention"], dtype=torch.float64) - a).norm() / a.norm()),
                     float((torch.tensor(L["mlp"], dtype=torch.float64) - m).norm() / m.norm()))
-    return report(worst < 1e-5, "%s: verify's float64 reference of layer 0 equals transformers' decoder layer "
+    return report(worst < 1e-5, "%s: verify's float64 reference of every layer equals transformers' decoder layer "
                   "(rel err %.2g)" % (name, worst))
 
 
@@ -315,7 +318,7 @@ def main():
                 diff = float((tp_forward(load_ranks(out), cfg, ids, pos) - want).abs().max())
                 worst = max(worst, diff)
                 detail.append("tp %d: max abs logit difference %.3g" % (t, diff))
-                if verify_all(name, t, out, src, cfg):
+                if verify_all(name, t, out, src):
                     done.append(t)
             report(done == legal_tps(cfg) and worst <= TOL,
                    "%s: split, check and verify pass, and the torch TP forward from the shard files equals "
@@ -340,7 +343,7 @@ def main():
                 continue
             c = tpshard("check", out, "-q")
             diff = float((tp_forward(load_ranks(out), cfg, ids, pos) - want).abs().max())
-            v = tpshard("verify", out, "--source", src, "--layer", 0, "-q")
+            v = tpshard("verify", out, "--source", src, "--layer", "all", "-q")
             report(c.returncode == 0 and diff > 100 * TOL and v.returncode == 1,
                    "wrong cut (%s) at tp 2: check passes, the torch forward differs from transformers' by %.2g, "
                    "verify --source exits %d" % (what, diff, v.returncode),
