@@ -19,7 +19,8 @@
  *     hidden: 4096                   keys: hidden heads kv_heads head_dim intermediate
  *                                    vocab layers experts moe_intermediate (one routed
  *                                    expert's width) shared_intermediate (the shared
- *                                    experts' MLP)
+ *                                    experts' MLP), and for multi-head latent attention
+ *                                    qk_nope_head_dim qk_rope_head_dim v_head_dim
  *   infer:                           optional; how to read a size from tensor shapes when
  *                                    neither sizes: nor config.json gave it.  One of:
  *     vocab: {tensor: GLOB, dim: 0}              shape[dim] of every tensor matching GLOB
@@ -72,6 +73,14 @@
  *                                    one, the stage's pre-norm (attn_norm / mlp_norm) may be
  *                                    left out: its input is then used as it is
  *     norm: rms | layer | rms_offset norm_eps: FLOAT   (rms_offset: Gemma's x/rms(x) * (1 + w))
+ *     attention: mha | mla           mla: DeepSeek's multi-head latent attention (kind
+ *                                    llama or mixtral), roles q_a_proj q_a_bias q_a_norm
+ *                                    q_b_proj kv_a_proj kv_a_bias kv_a_norm kv_b_proj o_proj
+ *                                    o_bias (q_proj instead of q_a/q_b without
+ *                                    q_lora_rank; the q path a checkpoint lacks is absent);
+ *                                    head widths from the sizes qk_nope_head_dim,
+ *                                    qk_rope_head_dim, v_head_dim; RoPE interleaved unless
+ *                                    config.json's rope_interleave is false
  *     act: silu | gelu_tanh | gelu_erf
  *     rope: none | half | interleaved              rope_theta: FLOAT
  *     rotary_pct: FLOAT (0 < x <= 1) parallel_residual / conv1d / qkv_interleaved: BOOL
@@ -583,6 +592,17 @@ static tps_status check_block_roles(pctx *c, const yaml_node_t *n, const tps_blo
             return fail_at(c, n, "block of kind %s needs role %s", tps_block_kind_name(b->kind),
                            tps_block_role_name(common[i]));
     bool separate_qkv = has_role(b, TPS_ROLE_Q_W) && has_role(b, TPS_ROLE_K_W) && has_role(b, TPS_ROLE_V_W);
+    if (b->attention == TPS_ATTN_MLA) {
+        /* q_proj (no q_lora_rank) or q_a_proj -> q_a_norm -> q_b_proj: a model has one of them. */
+        bool q_lora = has_role(b, TPS_ROLE_Q_A_W) && has_role(b, TPS_ROLE_Q_A_NORM_W) && has_role(b, TPS_ROLE_Q_B_W);
+        if (!has_role(b, TPS_ROLE_KV_A_W) || !has_role(b, TPS_ROLE_KV_A_NORM_W) || !has_role(b, TPS_ROLE_KV_B_W) ||
+            (!q_lora && !has_role(b, TPS_ROLE_Q_W)))
+            return fail_at(c, n, "attention mla needs roles kv_a_proj, kv_a_norm, kv_b_proj, and q_proj or q_a_proj, "
+                                 "q_a_norm and q_b_proj");
+        if (b->kind != TPS_BLOCK_LLAMA && b->kind != TPS_BLOCK_MIXTRAL)
+            return fail_at(c, n, "attention mla goes with block kind llama or mixtral");
+        separate_qkv = true; /* MLA stands in for q/k/v */
+    }
     if (b->kind == TPS_BLOCK_GPT2 || b->kind == TPS_BLOCK_NEOX) {
         if (!has_role(b, TPS_ROLE_QKV_W) || !has_role(b, TPS_ROLE_FC_W))
             return fail_at(c, n, "block of kind %s needs roles qkv_proj and fc", tps_block_kind_name(b->kind));
@@ -645,12 +665,12 @@ static tps_status parse_block(pctx *c, const yaml_node_t *n)
         "first_k_dense_replace", "moe_layer_freq", "decoder_sparse_step", "dense_prefix", "shared_prefix",
         "moe_intermediate", "shared_intermediate",
         "embed", "pos_embed", "final_norm", "final_norm_bias", "lm_head", "embed_scale", "sliding_window_pattern",
-        "qk_norm", "qkv_grouped", NULL};
+        "qk_norm", "qkv_grouped", "attention", NULL};
     enum { K_KIND, K_LAYER, K_EXPERT, K_ROLES, K_NORM, K_EPS, K_ACT, K_ROPE, K_THETA, K_PCT, K_PARRES, K_CONV,
            K_QKVI, K_TOPK, K_LAYERS, K_HIDDEN, K_HEADS, K_KVH, K_HD, K_INTER, K_EXPERTS,
            K_SCORING, K_TOPK_METHOD, K_NORM_TOPK, K_SCALING, K_N_GROUP, K_TOPK_GROUP, K_FIRST_DENSE, K_LAYER_FREQ,
            K_SPARSE_STEP, K_DENSE_PREFIX, K_SHARED_PREFIX, K_MOE_INTER, K_SHARED_INTER, K_MODEL0,
-           K_EMBED_SCALE = K_MODEL0 + TPS_MROLE_COUNT, K_SWP, K_QKN, K_QKVG, K_COUNT };
+           K_EMBED_SCALE = K_MODEL0 + TPS_MROLE_COUNT, K_SWP, K_QKN, K_QKVG, K_ATTN, K_COUNT };
     yaml_node_t *v[K_COUNT];
     tps_layout *l = c->l;
     tps_block *b = &l->block_raw;
@@ -697,6 +717,10 @@ static tps_status parse_block(pctx *c, const yaml_node_t *n)
             if ((st = get_strdup(c, node(c, p->value), tps_block_role_name((tps_block_role)r), &b->role[r])) != TPS_OK)
                 return st;
         }
+    }
+    if (v[K_ATTN]) {
+        if ((st = get_enum(c, v[K_ATTN], "attention", tps_attn_kind_lookup, "mha, mla", &e)) != TPS_OK) return st;
+        b->attention = (tps_attn_kind)e;
     }
     if ((st = check_block_roles(c, n, b)) != TPS_OK) return st;
     if (v[K_NORM]) {

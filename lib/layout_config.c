@@ -65,6 +65,9 @@ static const char *const size_keys[TPS_NSIZES][4] = {
     {"num_local_experts", "num_experts", "n_routed_experts", NULL},
     {"moe_intermediate_size", NULL},
     {"shared_expert_intermediate_size", NULL},
+    {"qk_nope_head_dim", NULL},
+    {"qk_rope_head_dim", NULL},
+    {"v_head_dim", NULL},
 };
 static const char *const eps_keys[] = {"rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_epsilon", NULL};
 static const char *const theta_keys[] = {"rope_theta", "rotary_emb_base", NULL};
@@ -76,6 +79,7 @@ static const char *const rope_scaling_keys[] = {"rope_scaling", "max_position_em
 /* Gemma 2, in the order of tps_block's fields; read by apply_gemma_keys. */
 static const char *const gemma_keys[] = {"attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar",
                                          "sliding_window", NULL};
+static const char *const rope_interleave_keys[] = {"rope_interleave", NULL}; /* DeepSeek-V3 */
 /* tps_moe_routing's keys, in its bit order from TPS_BF_SCORING, and DeepSeek's shared
  * expert count (shared_intermediate = n_shared_experts * moe_intermediate_size). */
 static const char *const moe_keys[] = {"scoring_func", "topk_method", "norm_topk_prob", "routed_scaling_factor",
@@ -88,7 +92,7 @@ static const char *const falcon_keys[] = {"model_type", "multi_query", "new_deco
 
 static const char *const *const block_key_lists[] = {eps_keys, theta_keys, pct_keys, topk_keys, act_keys,
                                                       parallel_residual_keys, rope_scaling_keys, gemma_keys, moe_keys,
-                                                      falcon_keys};
+                                                      falcon_keys, rope_interleave_keys};
 
 /* The first of keys present with a non-null value; NULL when none is. */
 static const tps_json *first_key(const tps_json *root, const char *const *keys, const char **which)
@@ -294,6 +298,13 @@ static tps_status apply_config(tps_layout *l, const char *path, const tps_json *
         l->cfg.parallel_residual = falcon_parallel || pr->u.boolean;
         l->cfg_set |= 1u << TPS_BF_PARALLEL_RESIDUAL;
     }
+    /* DeepSeek-V3's rope_interleave (transformers: de-interleave, then rotate_half: the
+     * pairs (2i, 2i+1)); false rotates the halves as Llama does. */
+    const tps_json *ri = tps_json_get(root, rope_interleave_keys[0]);
+    if (ri && ri->type == TPS_JSON_BOOL) {
+        l->cfg.rope = ri->u.boolean ? TPS_ROPE_INTERLEAVED : TPS_ROPE_HALF;
+        l->cfg_set |= 1u << TPS_BF_ROPE;
+    }
     const tps_json *act = first_key(root, act_keys, &key);
     /* An activation tpshard cannot compute only matters to verify, and only when the
      * layout's block leaves act open; say so then rather than refusing the split. */
@@ -495,5 +506,12 @@ void tps_layout_sync_block(tps_layout *l)
     if (!b.experts) b.experts = s->experts;
     if (!b.moe_intermediate) b.moe_intermediate = s->moe_intermediate;
     if (!b.shared_intermediate) b.shared_intermediate = s->shared_intermediate;
+    if (b.attention == TPS_ATTN_MLA) {
+        /* transformers' DeepseekV3Config defaults rope_interleave to true */
+        if (!((set | cset) & (1u << TPS_BF_ROPE))) b.rope = TPS_ROPE_INTERLEAVED;
+        b.qk_nope_head_dim = s->qk_nope_head_dim;
+        b.qk_rope_head_dim = s->qk_rope_head_dim;
+        b.v_head_dim = s->v_head_dim;
+    }
     l->block = b;
 }

@@ -16,7 +16,7 @@ typedef struct tps_mark {
 } tps_mark;
 
 /* The model sizes by name, in tps_model_sizes field order. */
-#define TPS_NSIZES 10
+#define TPS_NSIZES 13
 extern const char *const tps_size_names[TPS_NSIZES];
 uint64_t *tps_size_slot(tps_model_sizes *s, int i);
 uint64_t tps_size_get(const tps_model_sizes *s, int i);

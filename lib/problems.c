@@ -293,6 +293,14 @@ static void units_text(const tps_partition_issue *is, const tps_model_sizes *s, 
         *heads = n == s->heads && n != s->kv_heads;
         tps_buf_printf(out, "%llu %s (head_dim %llu)", (unsigned long long)n,
                        n == s->heads ? "attention heads" : "KV heads", (unsigned long long)u);
+    } else if (s && s->heads && n == s->heads && s->v_head_dim &&
+               (u == s->qk_nope_head_dim + s->qk_rope_head_dim || u == s->qk_nope_head_dim + s->v_head_dim ||
+                u == s->v_head_dim)) {
+        /* multi-head latent attention: a head is q_b's qk_nope + qk_rope rows, kv_b's
+         * qk_nope + v rows, o_proj's v columns */
+        *heads = true;
+        tps_buf_printf(out, "%llu attention heads (%s %llu)", (unsigned long long)n,
+                       u == s->v_head_dim ? "v_head_dim" : "rows each", (unsigned long long)u);
     } else if (s && u == 1 && n && n == s->intermediate) {
         tps_buf_printf(out, "intermediate size %llu", (unsigned long long)n);
     } else if (s && u == 1 && n && n == s->moe_intermediate) {

@@ -48,7 +48,8 @@ bool tps_verify_role_routing(tps_block_role role)
 
 bool tps_vrole_is_mlp(tps_block_role r)
 {
-    return r >= TPS_ROLE_MLP_NORM_W && r != TPS_ROLE_POST_ATTN_NORM_W && r != TPS_ROLE_Q_NORM_W && r != TPS_ROLE_K_NORM_W;
+    return r >= TPS_ROLE_MLP_NORM_W && r != TPS_ROLE_POST_ATTN_NORM_W && r != TPS_ROLE_Q_NORM_W &&
+           r != TPS_ROLE_K_NORM_W && !(r >= TPS_ROLE_Q_A_W && r <= TPS_ROLE_KV_B_W);
 }
 
 static bool vrole_is_bias(tps_block_role r)
@@ -56,7 +57,7 @@ static bool vrole_is_bias(tps_block_role r)
     switch (r) {
     case TPS_ROLE_ATTN_NORM_B: case TPS_ROLE_Q_B: case TPS_ROLE_K_B: case TPS_ROLE_V_B: case TPS_ROLE_QKV_B:
     case TPS_ROLE_O_B: case TPS_ROLE_MLP_NORM_B: case TPS_ROLE_GATE_B: case TPS_ROLE_UP_B: case TPS_ROLE_FC_B:
-    case TPS_ROLE_DOWN_B:
+    case TPS_ROLE_DOWN_B: case TPS_ROLE_Q_A_B: case TPS_ROLE_KV_A_B:
         return true;
     default:
         return false;
@@ -158,7 +159,7 @@ static tps_status load_role(const tps_block *b, tps_block_role role, uint64_t la
     if (oom) return tps_fail_oom(err, "a tensor name");
     if (!name) return TPS_OK;
     /* A bias role may name a tensor a checkpoint lacks (Llama vs Qwen2): absent. */
-    if (vrole_is_bias(role) && !src->has(src->ctx, name)) {
+    if ((vrole_is_bias(role) || tps_vmla_role_optional(b, role)) && !src->has(src->ctx, name)) {
         free(name);
         return TPS_OK;
     }
@@ -240,6 +241,11 @@ static void attn_map(const tps_block *b, const vdims *d, const vshare *s, bool g
     m->kv_n = s->kv_n;
     m->o_off = global ? s->q_first * hd : 0;
     m->qk = NULL;
+    if (b->attention == TPS_ATTN_MLA) { /* verify/mla_tmpl.h: heads held from q_off on */
+        m->q_off = global ? s->q_first : 0;
+        m->o_off = m->q_off * d->vhd;
+        return;
+    }
     bool fused = b->role[TPS_ROLE_QKV_W] != NULL;
     if (fused && b->qkv_grouped) {
         /* [q heads of the group; k; v] per KV group: the whole model's groups, or the ones a
@@ -307,6 +313,7 @@ int tps_vexpected_shape(const tps_block *b, const vdims *d, const vshare *s, tps
 {
     uint64_t H = d->hidden, hd = d->hd, out = 0, in = H;
     bool vec = false;
+    if (b->attention == TPS_ATTN_MLA && !tps_vrole_is_mlp(role)) return tps_vmla_expected_shape(d, s, role, shape);
     switch (role) {
     case TPS_ROLE_ATTN_NORM_W: case TPS_ROLE_ATTN_NORM_B: case TPS_ROLE_MLP_NORM_W: case TPS_ROLE_MLP_NORM_B:
     case TPS_ROLE_O_B: case TPS_ROLE_DOWN_B: case TPS_ROLE_POST_ATTN_NORM_W: case TPS_ROLE_POST_MLP_NORM_W:

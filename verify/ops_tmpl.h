@@ -198,9 +198,12 @@ cleanup:
     return st;
 }
 
+#include "mla_tmpl.h"
+
 tps_status F(tps_vattn)(const tps_block *b, const vdims *d, const vlayer *l, const vattn_map *m, size_t n,
                     const REAL *xn, bool add_bias, REAL *out, tps_error *err)
 {
+    if (b->attention == TPS_ATTN_MLA) return F(vmla)(b, d, l, m, n, xn, add_bias, out, err);
     tps_status st = TPS_OK;
     size_t hd = (size_t)d->hd, hn = (size_t)m->hn, kvn = (size_t)m->kv_n;
     size_t qld = hn * hd, kld = kvn * hd, group = (size_t)(d->heads / d->kv);

@@ -1012,6 +1012,10 @@ static tps_status g_run(void *ctx, const tps_block *b, const vdims *d, size_t n,
     const char *missing = unsupported(b, d);
     if (missing)
         return gfail(err, TPS_EBACKEND, "the cuda backend does not compute %s yet; use --backend cpu", missing);
+    if (b->attention == TPS_ATTN_MLA)
+        return gfail(err, TPS_EBACKEND,
+                     "the cuda backend does not compute multi-head latent attention (DeepSeek-V2/V3) yet; use "
+                     "--backend cpu");
     if (tps_block_is_moe(b) && (b->shared_prefix || b->role[TPS_ROLE_SHARED_GATE_W] || b->role[TPS_ROLE_ROUTER_BIAS]))
         return gfail(err, TPS_EBACKEND, "the cuda backend does not compute %s yet; use --backend cpu",
                      b->role[TPS_ROLE_ROUTER_BIAS] ? "a router bias (e_score_correction_bias)" : "shared experts");
