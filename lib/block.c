@@ -23,6 +23,7 @@ static const char *const role_names[TPS_ROLE_COUNT] = {
     [TPS_ROLE_GATE_UP_W] = "gate_up_proj",    [TPS_ROLE_FC_W] = "fc",
     [TPS_ROLE_FC_B] = "fc_bias",              [TPS_ROLE_DOWN_W] = "down_proj",
     [TPS_ROLE_DOWN_B] = "down_bias",          [TPS_ROLE_ROUTER_W] = "router",
+    [TPS_ROLE_POST_ATTN_NORM_W] = "post_attn_norm", [TPS_ROLE_POST_MLP_NORM_W] = "post_mlp_norm",
     [TPS_ROLE_Q_NORM_W] = "q_norm",           [TPS_ROLE_K_NORM_W] = "k_norm",
 };
 
@@ -32,7 +33,7 @@ static const char *const model_role_names[TPS_MROLE_COUNT] = {
     [TPS_MROLE_LM_HEAD] = "lm_head",
 };
 
-static const char *const norm_names[] = {"rms", "layer"};
+static const char *const norm_names[] = {"rms", "layer", "rms_offset"};
 static const char *const rope_scaling_names[] = {"default", "linear", "dynamic", "llama3", "yarn"};
 static const char *const act_names[] = {"silu", "gelu_tanh", "gelu_erf"};
 static const char *const rope_names[] = {"none", "half", "interleaved"};

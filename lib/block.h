@@ -34,6 +34,9 @@ typedef enum tps_block_role {
     TPS_ROLE_FC_W, TPS_ROLE_FC_B,   /* GPT-2 / NeoX first MLP matrix */
     TPS_ROLE_DOWN_W, TPS_ROLE_DOWN_B,
     TPS_ROLE_ROUTER_W,              /* Mixtral gate, [experts, hidden], replicated */
+    /* Norms applied to a block's output before its residual add (Gemma 2 sandwich norms, OLMo 2),
+     * replicated, by every rank after the all-reduce and the row-parallel bias. */
+    TPS_ROLE_POST_ATTN_NORM_W, TPS_ROLE_POST_MLP_NORM_W,
     TPS_ROLE_Q_NORM_W, TPS_ROLE_K_NORM_W, /* RMSNorm of q and of k before RoPE (qk_norm: over what); replicated */
     TPS_ROLE_COUNT
 } tps_block_role;
@@ -57,7 +60,9 @@ typedef enum tps_block_model_role {
  * ranks, so the norm needs a collective (vLLM's Olmo2Attention all-gathers q and k). */
 typedef enum tps_qk_norm_kind { TPS_QK_NORM_PER_HEAD, TPS_QK_NORM_WHOLE } tps_qk_norm_kind;
 
-typedef enum tps_norm_kind { TPS_NORM_RMS, TPS_NORM_LAYER } tps_norm_kind;
+/* rms_offset: Gemma's RMSNorm, x / rms(x) * (1 + w) (transformers' GemmaRMSNorm computes it in
+ * float32, weight included, where Llama's scales after casting back). */
+typedef enum tps_norm_kind { TPS_NORM_RMS, TPS_NORM_LAYER, TPS_NORM_RMS_OFFSET } tps_norm_kind;
 typedef enum tps_act_kind { TPS_ACT_SILU, TPS_ACT_GELU_TANH, TPS_ACT_GELU_ERF } tps_act_kind;
 typedef enum tps_rope_style {
     TPS_ROPE_NONE,
@@ -106,6 +111,16 @@ typedef struct tps_block {
     bool parallel_residual;       /* x + attn(ln1 x) + mlp(ln2 x) */
     bool conv1d;                  /* weights stored [in, out] (GPT-2) */
     bool qkv_interleaved;         /* fused QKV per head [q_h; k_h; v_h] (NeoX), else [Q; K; V] */
+    /* Gemma / Gemma 2 (transformers 4.46 modeling_gemma2.py).  From config.json only, 0 when
+     * absent: attention scores s become c tanh(s / c) before the causal mask
+     * (attn_logit_softcapping), the LM head's logits likewise (final_logit_softcapping), and
+     * scores are scaled by query_pre_attn_scalar^-0.5 instead of head_dim^-0.5. */
+    double attn_softcap, final_softcap, query_pre_attn_scalar;
+    uint64_t sliding_window;      /* config.json: a token attends to the last this many positions */
+    /* Block key: layer i uses sliding_window unless (i + 1) % pattern == 0 (Gemma 2: 2, its even
+     * layers); 0: no layer does. */
+    uint64_t sliding_window_pattern;
+    bool embed_scale;             /* block key: embeddings times sqrt(hidden) rounded to their dtype */
     tps_qk_norm_kind qk_norm;     /* what roles q_norm / k_norm normalize over */
 } tps_block;
 

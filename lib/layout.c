@@ -57,10 +57,15 @@
  *                                    attn_norm attn_norm_bias q_proj q_bias k_proj k_bias
  *                                    v_proj v_bias qkv_proj qkv_bias o_proj o_bias mlp_norm
  *                                    mlp_norm_bias gate_proj up_proj gate_up_proj fc fc_bias
- *                                    down_proj down_bias router q_norm k_norm.  A bias role may name a
+ *                                    down_proj down_bias router post_attn_norm
+ *                                    post_mlp_norm q_norm k_norm.  A bias role may name a
  *                                    tensor a checkpoint lacks (Llama vs Qwen2 q/k/v bias);
  *                                    the verification pass treats it as absent.
- *     norm: rms | layer              norm_eps: FLOAT
+ *                                    post_attn_norm / post_mlp_norm normalize a block's
+ *                                    output before the residual add (Gemma 2, OLMo 2); with
+ *                                    one, the stage's pre-norm (attn_norm / mlp_norm) may be
+ *                                    left out: its input is then used as it is
+ *     norm: rms | layer | rms_offset norm_eps: FLOAT   (rms_offset: Gemma's x/rms(x) * (1 + w))
  *     act: silu | gelu_tanh | gelu_erf
  *     rope: none | half | interleaved              rope_theta: FLOAT
  *     rotary_pct: FLOAT (0 < x <= 1) parallel_residual / conv1d / qkv_interleaved: BOOL
@@ -68,12 +73,18 @@
  *     embed / pos_embed / final_norm / final_norm_bias / lm_head: TENSOR   whole names of
  *                                    the tensors outside the layers (verify --whole-model);
  *                                    no lm_head tensor in the model: tied to embed
+ *     embed_scale: BOOL              the embedding output times sqrt(hidden), rounded to the
+ *                                    embedding's dtype as transformers' Gemma rounds it
+ *     sliding_window_pattern: N      layer i attends within config.json's sliding_window
+ *                                    unless (i + 1) % N == 0 (Gemma 2: 2); absent: none
  *     qk_norm: per_head | whole      what q_norm / k_norm (RMSNorm before RoPE) span: each
  *                                    head's head_dim (default; Qwen3) or the whole q and k
  *                                    projections (OLMo 2; verify all-reduces their sums)
  *   Block fields left out come from config.json (rms_norm_eps, layer_norm_eps(ilon),
  *   rope_theta, rotary_emb_base, rotary_pct, partial_rotary_factor, use_parallel_residual,
- *   hidden_act, activation_function, num_experts_per_tok), then the model sizes, then the
+ *   hidden_act, activation_function, num_experts_per_tok; and, config.json only,
+ *   attn_logit_softcapping, final_logit_softcapping, query_pre_attn_scalar, sliding_window),
+ *   then the model sizes, then the
  *   kind's defaults (llama: rms 1e-5 silu half 10000; gpt2: layer 1e-5 gelu_tanh none
  *   conv1d; neox: layer 1e-5 gelu_erf half 10000 rotary_pct 0.25 parallel_residual
  *   qkv_interleaved; mixtral: rms 1e-5 silu half 1e6 top_k 2).
@@ -538,8 +549,11 @@ static bool has_role(const tps_block *b, tps_block_role r) { return b->role[r] !
 static tps_status check_block_roles(pctx *c, const yaml_node_t *n, const tps_block *b)
 {
     static const tps_block_role common[] = {TPS_ROLE_ATTN_NORM_W, TPS_ROLE_O_W, TPS_ROLE_MLP_NORM_W, TPS_ROLE_DOWN_W};
+    /* A stage normalized only after its block (OLMo 2) has no pre-norm. */
+    static const tps_block_role instead[] = {TPS_ROLE_POST_ATTN_NORM_W, TPS_ROLE_COUNT, TPS_ROLE_POST_MLP_NORM_W,
+                                             TPS_ROLE_COUNT};
     for (size_t i = 0; i < sizeof common / sizeof common[0]; i++)
-        if (!has_role(b, common[i]))
+        if (!has_role(b, common[i]) && !(instead[i] != TPS_ROLE_COUNT && has_role(b, instead[i])))
             return fail_at(c, n, "block of kind %s needs role %s", tps_block_kind_name(b->kind),
                            tps_block_role_name(common[i]));
     bool separate_qkv = has_role(b, TPS_ROLE_Q_W) && has_role(b, TPS_ROLE_K_W) && has_role(b, TPS_ROLE_V_W);
@@ -568,10 +582,10 @@ static tps_status parse_block(pctx *c, const yaml_node_t *n)
         "kind", "layer_prefix", "expert_prefix", "roles", "norm", "norm_eps", "act", "rope", "rope_theta",
         "rotary_pct", "parallel_residual", "conv1d", "qkv_interleaved", "top_k", "layers", "hidden", "heads",
         "kv_heads", "head_dim", "intermediate", "experts", "embed", "pos_embed", "final_norm", "final_norm_bias",
-        "lm_head", "qk_norm", NULL};
+        "lm_head", "embed_scale", "sliding_window_pattern", "qk_norm", NULL};
     enum { K_KIND, K_LAYER, K_EXPERT, K_ROLES, K_NORM, K_EPS, K_ACT, K_ROPE, K_THETA, K_PCT, K_PARRES, K_CONV,
            K_QKVI, K_TOPK, K_LAYERS, K_HIDDEN, K_HEADS, K_KVH, K_HD, K_INTER, K_EXPERTS, K_MODEL0,
-           K_QKN = K_MODEL0 + TPS_MROLE_COUNT, K_COUNT };
+           K_EMBED_SCALE = K_MODEL0 + TPS_MROLE_COUNT, K_SWP, K_QKN, K_COUNT };
     yaml_node_t *v[K_COUNT];
     tps_layout *l = c->l;
     tps_block *b = &l->block_raw;
@@ -613,7 +627,7 @@ static tps_status parse_block(pctx *c, const yaml_node_t *n)
     }
     if ((st = check_block_roles(c, n, b)) != TPS_OK) return st;
     if (v[K_NORM]) {
-        if ((st = get_enum(c, v[K_NORM], "norm", tps_norm_lookup, "rms, layer", &e)) != TPS_OK) return st;
+        if ((st = get_enum(c, v[K_NORM], "norm", tps_norm_lookup, "rms, layer, rms_offset", &e)) != TPS_OK) return st;
         b->norm = (tps_norm_kind)e;
         l->block_set |= 1u << TPS_BF_NORM;
     }
@@ -670,6 +684,9 @@ static tps_status parse_block(pctx *c, const yaml_node_t *n)
     for (int r = 0; r < TPS_MROLE_COUNT; r++) /* keys named as tps_block_model_role_name says */
         if (v[K_MODEL0 + r] && (st = get_strdup(c, v[K_MODEL0 + r], allowed[K_MODEL0 + r], &b->model_role[r])) != TPS_OK)
             return st;
+    if (v[K_EMBED_SCALE] && (st = get_bool(c, v[K_EMBED_SCALE], "embed_scale", &b->embed_scale)) != TPS_OK) return st;
+    if (v[K_SWP] && (st = get_u64(c, v[K_SWP], "sliding_window_pattern", &b->sliding_window_pattern)) != TPS_OK)
+        return st;
     l->has_block = true;
     return TPS_OK;
 }

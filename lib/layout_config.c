@@ -71,9 +71,12 @@ static const char *const topk_keys[] = {"num_experts_per_tok", NULL};
 static const char *const act_keys[] = {"hidden_act", "activation_function", NULL};
 static const char *const parallel_residual_keys[] = {"use_parallel_residual", NULL};
 static const char *const rope_scaling_keys[] = {"rope_scaling", "max_position_embeddings", NULL}; /* lib/block.c */
+/* Gemma 2, in the order of tps_block's fields; read by apply_gemma_keys. */
+static const char *const gemma_keys[] = {"attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar",
+                                         "sliding_window", NULL};
 
 static const char *const *const block_key_lists[] = {eps_keys, theta_keys, pct_keys, topk_keys, act_keys,
-                                                      parallel_residual_keys, rope_scaling_keys};
+                                                      parallel_residual_keys, rope_scaling_keys, gemma_keys};
 
 /* The first of keys present with a non-null value; NULL when none is. */
 static const tps_json *first_key(const tps_json *root, const char *const *keys, const char **which)
@@ -112,6 +115,23 @@ static tps_status config_double(const char *path, const tps_json *root, const ch
         return tps_fail(err, TPS_EINVALID, "%s: \"%s\" must be a number in (%g, %g]", path, key, lo, hi);
     *out = v->u.number.f64;
     return TPS_OK;
+}
+
+/* gemma_keys into l->cfg (config.json only: the block: section has no such keys).  A
+ * sliding_window is read only where the layout's block uses it: Mistral and Qwen2 configs
+ * carry one that the llama preset's verify does not model. */
+static tps_status apply_gemma_keys(tps_layout *l, const char *path, const tps_json *root, tps_error *err)
+{
+    double *caps[] = {&l->cfg.attn_softcap, &l->cfg.final_softcap, &l->cfg.query_pre_attn_scalar};
+    bool found;
+    tps_status st;
+    for (int i = 0; i < 3; i++) {
+        const char *keys[] = {gemma_keys[i], NULL};
+        if ((st = config_double(path, root, keys, 0, 1e12, caps[i], &found, err)) != TPS_OK) return st;
+    }
+    if (!l->block_raw.sliding_window_pattern) return TPS_OK;
+    const char *keys[] = {gemma_keys[3], NULL};
+    return config_u64(path, root, keys, &l->cfg.sliding_window, &found, err);
 }
 
 static tps_status apply_config(tps_layout *l, const char *path, const tps_json *root, tps_error *err)
@@ -167,6 +187,7 @@ static tps_status apply_config(tps_layout *l, const char *path, const tps_json *
         l->cfg.act = (tps_act_kind)a;
         l->cfg_set |= 1u << TPS_BF_ACT;
     }
+    if ((st = apply_gemma_keys(l, path, root, err)) != TPS_OK) return st;
     return tps_rope_scaling_from_config(root, path, &l->cfg.rope_scaling, err);
 }
 
@@ -327,6 +348,10 @@ void tps_layout_sync_block(tps_layout *l)
     PICK(TPS_BF_TOP_K, top_k, def[raw->kind].top_k);
 #undef PICK
     b.rope_scaling = l->cfg.rope_scaling; /* config.json only: the block: section has no such key */
+    b.attn_softcap = l->cfg.attn_softcap;
+    b.final_softcap = l->cfg.final_softcap;
+    b.query_pre_attn_scalar = l->cfg.query_pre_attn_scalar;
+    b.sliding_window = l->cfg.sliding_window;
     const tps_model_sizes *s = &l->sizes;
     if (!b.layers) b.layers = s->layers;
     if (!b.hidden) b.hidden = s->hidden;

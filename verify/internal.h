@@ -9,6 +9,7 @@
 typedef struct vdims {
     uint64_t hidden, heads, kv, hd, inter, experts, top_k;
     uint64_t rot; /* rotating dimensions of a head (even), 0 without RoPE */
+    uint64_t window; /* this layer's sliding window (tps_block.sliding_window_pattern); 0: none */
 } vdims;
 
 /* One layer's tensors as one party holds them; ex[e * TPS_ROLE_COUNT + role] for a
@@ -207,6 +208,19 @@ static inline uint64_t tps_vsplitmix64(uint64_t *s)
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
 }
+
+/* The norms around a stage (verify/norms_tmpl.h; stage TPS_VSTAGE_ATTN or _MLP).  stage_norm:
+ * the stage's input norm, or x unchanged where the layout names no pre-norm role (OLMo 2).
+ * post_norm: the post-norm role's norm of the block output y, in place (nothing without
+ * one); a rank applies it to its copy after the all-reduce and the row-parallel bias, so
+ * the partial sums the driver compares stay those before it. */
+#define VNORMS_DECLARE(REAL, SFX)                                                                                \
+    void tps_vstage_norm_##SFX(const tps_block *b, const vdims *d, const vlayer *l, int stage, size_t n,           \
+                               const REAL *x, REAL *out);                                                        \
+    void tps_vpost_norm_##SFX(const tps_block *b, const vdims *d, const vlayer *l, int stage, size_t n, REAL *y);
+
+VNORMS_DECLARE(double, f64)
+VNORMS_DECLARE(float, f32)
 
 /* ---- backends (verify/backend.c) ---- */
 

@@ -42,7 +42,8 @@ bool tps_verify_role_per_expert(const tps_block *b, tps_block_role role)
 
 bool tps_vrole_is_mlp(tps_block_role r)
 {
-    return r >= TPS_ROLE_MLP_NORM_W && r != TPS_ROLE_Q_NORM_W && r != TPS_ROLE_K_NORM_W;
+    return r >= TPS_ROLE_MLP_NORM_W && r != TPS_ROLE_POST_ATTN_NORM_W && r != TPS_ROLE_Q_NORM_W &&
+           r != TPS_ROLE_K_NORM_W;
 }
 
 static bool vrole_is_bias(tps_block_role r)
@@ -226,7 +227,7 @@ int tps_vexpected_shape(const tps_block *b, const vdims *d, const vshare *s, tps
     bool vec = false;
     switch (role) {
     case TPS_ROLE_ATTN_NORM_W: case TPS_ROLE_ATTN_NORM_B: case TPS_ROLE_MLP_NORM_W: case TPS_ROLE_MLP_NORM_B:
-    case TPS_ROLE_O_B: case TPS_ROLE_DOWN_B:
+    case TPS_ROLE_O_B: case TPS_ROLE_DOWN_B: case TPS_ROLE_POST_ATTN_NORM_W: case TPS_ROLE_POST_MLP_NORM_W:
         out = H, vec = true;
         break;
     case TPS_ROLE_Q_B: vec = true; /* fall through */

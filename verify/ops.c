@@ -1,4 +1,5 @@
-/* The layer math in float64 (reference) and float32 (ranks): verify/ops_tmpl.h twice. */
+/* The layer math in float64 (reference) and float32 (ranks): verify/ops_tmpl.h and
+ * verify/norms_tmpl.h twice. */
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -49,11 +50,13 @@ bool tps_vdtype_supported(tps_dtype dt)
 #define REAL double
 #define SFX f64
 #include "ops_tmpl.h"
+#include "norms_tmpl.h"
 #undef REAL
 #undef SFX
 
 #define REAL float
 #define SFX f32
 #include "ops_tmpl.h"
+#include "norms_tmpl.h"
 #undef REAL
 #undef SFX

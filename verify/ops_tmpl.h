@@ -138,10 +138,11 @@ void F(tps_vnorm)(const tps_block *b, const vdims *d, const tps_vt *w, const tps
         for (size_t i = 0; i < H; i++) ot[i] = (xt[i] - mean) * inv;
     }
     if (w) {
-        REAL chunk[256];
+        REAL chunk[256], one = b->norm == TPS_NORM_RMS_OFFSET; /* Gemma scales by (1 + w) */
         for (size_t c = 0; c < H; c += 256) {
             size_t m = H - c < 256 ? H - c : 256;
             F(vrow)(w, c, m, chunk);
+            for (size_t j = 0; j < m; j++) chunk[j] += one;
             for (size_t t = 0; t < n; t++)
                 for (size_t j = 0; j < m; j++) out[t * H + c + j] *= chunk[j];
         }
@@ -227,25 +228,30 @@ tps_status F(tps_vattn)(const tps_block *b, const vdims *d, const vlayer *l, con
                           (unsigned long long)m->kv_first);
             goto cleanup;
         }
-    REAL scale = (REAL)(1.0 / sqrt((double)hd));
+    /* Gemma 2: scores scaled by query_pre_attn_scalar^-0.5, soft-capped, and (its sliding
+     * layers) limited to the last d->window positions. */
+    double qpas = b->query_pre_attn_scalar > 0 ? b->query_pre_attn_scalar : (double)hd, cap = b->attn_softcap;
+    REAL scale = (REAL)(1.0 / sqrt(qpas));
     for (size_t h = 0; h < hn; h++) {
         uint64_t j = (m->q_first + h) / group - m->kv_first; /* the map holds this KV head */
         for (size_t t = 0; t < n; t++) {
             const REAL *qt = q + t * qld + h * hd;
             REAL mx = 0, sum = 0, *ct = ctx + t * qld + h * hd;
-            for (size_t s = 0; s <= t; s++) {
+            size_t s0 = d->window && t >= d->window ? t + 1 - (size_t)d->window : 0;
+            for (size_t s = s0; s <= t; s++) {
                 const REAL *ks = k + s * kld + j * hd;
                 REAL dot = 0;
                 for (size_t i = 0; i < hd; i++) dot += qt[i] * ks[i];
                 sc[s] = dot * scale;
-                if (s == 0 || sc[s] > mx) mx = sc[s];
+                if (cap > 0) sc[s] = (REAL)(cap * tanh((double)sc[s] / cap));
+                if (s == s0 || sc[s] > mx) mx = sc[s];
             }
-            for (size_t s = 0; s <= t; s++) {
+            for (size_t s = s0; s <= t; s++) {
                 sc[s] = (REAL)exp((double)(sc[s] - mx));
                 sum += sc[s];
             }
             memset(ct, 0, hd * sizeof *ct);
-            for (size_t s = 0; s <= t; s++) {
+            for (size_t s = s0; s <= t; s++) {
                 const REAL *vs = v + s * kld + j * hd, p = sc[s] / sum;
                 for (size_t i = 0; i < hd; i++) ct[i] += p * vs[i];
             }

@@ -114,14 +114,12 @@ static void rank_stage_run(rank_job *j, const vlayer *l, int stage, const float 
         vattn_map m;
         tps_vattn_map_local(b, d, &s, &m);
         m.qk = qk;
-        tps_vnorm_f32(b, d, vrole(l, TPS_ROLE_ATTN_NORM_W, 0, false), vrole(l, TPS_ROLE_ATTN_NORM_B, 0, false), j->n, in,
-                  scratch);
+        tps_vstage_norm_f32(b, d, l, TPS_VSTAGE_ATTN, j->n, in, scratch);
         j->st = tps_vattn_f32(b, d, l, &m, j->n, scratch, false, o->partial[stage], &j->err);
     } else {
         vmlp_map m;
         tps_vmlp_map_local(d, &s, &m);
-        tps_vnorm_f32(b, d, vrole(l, TPS_ROLE_MLP_NORM_W, 0, false), vrole(l, TPS_ROLE_MLP_NORM_B, 0, false), j->n, in,
-                  scratch);
+        tps_vstage_norm_f32(b, d, l, TPS_VSTAGE_MLP, j->n, in, scratch);
         j->st = tps_vmlp_f32(b, d, l, &m, j->n, scratch, false, o->partial[stage], &j->err);
     }
 }
@@ -187,6 +185,7 @@ static void rank_body(rank_job *j, bool *elsewhere)
         /* A row-parallel bias is added once, after the sum, by each rank to its copy. */
         const tps_vt *bias = vrole(&l, stage == TPS_VSTAGE_ATTN ? TPS_ROLE_O_B : TPS_ROLE_DOWN_B, 0, false);
         if (bias && !o->bad[stage]) tps_vadd_vec_f32(bias, j->n, (size_t)d->hidden, o->out[stage]);
+        if (!o->bad[stage]) tps_vpost_norm_f32(j->b, d, &l, stage, j->n, o->out[stage]); /* Gemma 2: replicated */
     }
 cleanup:
     tps_vlayer_release(&l);

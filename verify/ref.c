@@ -1,6 +1,8 @@
 /* The float64 reference: the layer from the full weights, or one rank's share of it (the
  * heads and intermediate columns the TP convention gives that rank, taken from the full
- * weights), which the driver compares with that rank's partial sum to find a bad slice. */
+ * weights), which the driver compares with that rank's partial sum to find a bad slice.  A
+ * post-norm (Gemma 2) follows the all-reduce: the whole layer's outputs include it, a
+ * share's partial sums do not. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,7 +34,7 @@ tps_status tps_vref_attn(const tps_block *b, const vdims *d, const vlayer *l, co
     tps_vattn_map_global(b, d, share ? share : &all, &m);
     double *xn = malloc((n * d->hidden + 1) * sizeof *xn), *sums = NULL;
     if (!xn) return tps_fail_oom(err, "the reference's normalized input");
-    tps_vnorm_f64(b, d, vrole(l, TPS_ROLE_ATTN_NORM_W, 0, false), vrole(l, TPS_ROLE_ATTN_NORM_B, 0, false), n, x, xn);
+    tps_vstage_norm_f64(b, d, l, TPS_VSTAGE_ATTN, n, x, xn);
     vqk_reduce keep, give;
     if (share && tps_vqk_whole(b)) {
         vattn_map mall;
@@ -50,6 +52,7 @@ tps_status tps_vref_attn(const tps_block *b, const vdims *d, const vlayer *l, co
         m.qk = &give;
     }
     st = tps_vattn_f64(b, d, l, &m, n, xn, share == NULL, out, err);
+    if (st == TPS_OK && !share) tps_vpost_norm_f64(b, d, l, TPS_VSTAGE_ATTN, n, out);
 cleanup:
     free(xn);
     free(sums);
@@ -65,8 +68,9 @@ tps_status tps_vref_mlp(const tps_block *b, const vdims *d, const vlayer *l, con
     tps_vmlp_map_global(d, share ? share : &all, &m);
     double *hn = malloc((n * d->hidden + 1) * sizeof *hn);
     if (!hn) return tps_fail_oom(err, "the reference's normalized input");
-    tps_vnorm_f64(b, d, vrole(l, TPS_ROLE_MLP_NORM_W, 0, false), vrole(l, TPS_ROLE_MLP_NORM_B, 0, false), n, h, hn);
+    tps_vstage_norm_f64(b, d, l, TPS_VSTAGE_MLP, n, h, hn);
     tps_status st = tps_vmlp_f64(b, d, l, &m, n, hn, share == NULL, out, err);
+    if (st == TPS_OK && !share) tps_vpost_norm_f64(b, d, l, TPS_VSTAGE_MLP, n, out);
     free(hn);
     return st;
 }

@@ -56,6 +56,7 @@ static tps_status resolve_dims(const tps_block *b, uint64_t layer, const vlayer 
 {
     memset(d, 0, sizeof *d);
     const tps_vt *norm = vrole(l, TPS_ROLE_ATTN_NORM_W, 0, false);
+    if (!norm) norm = vrole(l, TPS_ROLE_POST_ATTN_NORM_W, 0, false); /* OLMo 2: no pre-norm */
     bool moe = b->kind == TPS_BLOCK_MIXTRAL;
     d->hidden = b->hidden ? b->hidden : norm && norm->ndim == 1 ? norm->shape[0] : 0;
     d->heads = b->heads;
@@ -88,6 +89,7 @@ static tps_status resolve_dims(const tps_block *b, uint64_t layer, const vlayer 
         double pct = b->rotary_pct > 0 ? b->rotary_pct : 1.0;
         d->rot = (uint64_t)((double)d->hd * pct) & ~(uint64_t)1;
     }
+    if (b->sliding_window_pattern && (layer + 1) % b->sliding_window_pattern != 0) d->window = b->sliding_window;
     bool fused = vrole(l, TPS_ROLE_QKV_W, 0, false) != NULL;
     const char *missing = NULL;
     if (!fused && !(vrole(l, TPS_ROLE_Q_W, 0, false) && vrole(l, TPS_ROLE_K_W, 0, false) &&
@@ -227,7 +229,7 @@ static tps_status blame(const tps_block *b, const vdims *d, const vlayer *rl, ui
         if (res->culprit < 0) {
             res->culprit = (int64_t)r;
             append(det, dsz, "every partial sum matches, but rank %llu's output after the all-reduce differs "
-                             "(its copy of the row-parallel bias)", (unsigned long long)r);
+                             "(its copy of the row-parallel bias or of the post-norm)", (unsigned long long)r);
         }
     }
     if (res->culprit < 0) append(det, dsz, "no single rank's slice explains it");

@@ -57,6 +57,25 @@ static const char *head_name(const tps_block *b, bool tied)
     return b->model_role[tied ? TPS_MROLE_EMBED : TPS_MROLE_LM_HEAD];
 }
 
+/* Gemma's embedding multiplier: sqrt(hidden) in the embedding's dtype, as transformers casts
+ * its normalizer to the activations' dtype (sqrt(3072) = 55.43 becomes 55.5 in BF16); 1
+ * without embed_scale. */
+static double embed_multiplier(const tps_block *b, uint64_t hidden, tps_dtype dt)
+{
+    if (!b->embed_scale) return 1.0;
+    double v = sqrt((double)hidden);
+    unsigned char buf[8];
+    if (tps_dtype_from_f64(dt, buf, 0, v)) tps_dtype_to_f64(dt, buf, 0, &v);
+    return v;
+}
+
+/* Gemma 2's final_logit_softcapping: logits become c tanh(logit / c). */
+static void softcap_f32(const tps_block *b, float *y, size_t n)
+{
+    if (b->final_softcap > 0)
+        for (size_t i = 0; i < n; i++) y[i] = (float)(b->final_softcap * tanh((double)y[i] / b->final_softcap));
+}
+
 /* ---- the ranks' steps ---- */
 
 enum { STEP_EMBED, STEP_HEAD };
@@ -137,6 +156,9 @@ static tps_status rank_step(void *arg, tps_vcomm *comm, tps_error *err)
         memset(out, 0, nh * sizeof *out);
         if (vocab_ok) tps_vembed_f32(&vocab_t, r * rows, n, w->ids, out);
         TPS_CHECK(comm->allreduce_sum(comm, out, nh, err));
+        float mult = (float)embed_multiplier(b, H, vocab_t.dtype);
+        if (mult != 1.0f)
+            for (size_t i = 0; i < nh; i++) out[i] *= mult;
         /* Learned positions are replicated: each rank adds its own copy after the sum. */
         if (w->pos_embed && shape_is(s, r, &extra_t, w->positions, H, 2, "pos_embed")) {
             uint64_t *pos = malloc((n + 1) * sizeof *pos);
@@ -160,6 +182,7 @@ static tps_status rank_step(void *arg, tps_vcomm *comm, tps_error *err)
             tps_vnorm_f32(b, &d, &extra_t, bias_t.data ? &bias_t : NULL, n, s->x, xn);
             st = tps_vlogits_f32(&vocab_t, n, xn, out + r * rows, (size_t)w->padded_vocab, err);
             if (st != TPS_OK) memset(out, 0, nv * sizeof *out);
+            softcap_f32(b, out, nv); /* elementwise, so before the gather: the other columns stay 0 */
         }
         /* The all-gather, as a sum of disjoint columns (exact: every other term is zero). */
         cst = comm->allreduce_sum(comm, out, nv, err);
@@ -308,6 +331,8 @@ static tps_status ref_embed(const tps_block *b, const tps_vsource *ref, const tp
         goto cleanup;
     }
     tps_vembed_f64(&e, 0, n, w->ids, w->chain.xref);
+    double mult = embed_multiplier(b, m->hidden, e.dtype);
+    for (size_t i = 0; mult != 1.0 && i < nh; i++) w->chain.xref[i] *= mult;
     if (m->pos) {
         TPS_CHECK(load_tensor(ref, pn, &p, err));
         if (p.ndim != 2 || p.shape[1] != m->hidden) {
@@ -477,6 +502,8 @@ static tps_status ref_head(const tps_block *b, const tps_vsource *ref, const tps
         goto cleanup;
     }
     st = tps_vlogits_f64(&h, n, xn, logits, (size_t)w->vocab, err);
+    for (size_t i = 0; st == TPS_OK && b->final_softcap > 0 && i < n * (size_t)w->vocab; i++)
+        logits[i] = b->final_softcap * tanh(logits[i] / b->final_softcap);
 cleanup:
     tps_vt_release(&nw);
     tps_vt_release(&nb);

@@ -13,7 +13,8 @@ same_sets() {
 # Each fixture's config.json names its architecture; split without --preset or --layout must
 # announce that preset and cut exactly as --preset NAME does, manifest included.
 for case in tiny-llama:llama:LlamaForCausalLM tiny-qwen2:llama:Qwen2ForCausalLM tiny-gpt2:gpt2:GPT2LMHeadModel \
-            tiny-neox:neox:GPTNeoXForCausalLM tiny-phi3:phi3:Phi3ForCausalLM tiny-mixtral:mixtral:MixtralForCausalLM; do
+            tiny-neox:neox:GPTNeoXForCausalLM tiny-phi3:phi3:Phi3ForCausalLM tiny-mixtral:mixtral:MixtralForCausalLM \
+            tiny-gemma:gemma:GemmaForCausalLM tiny-gemma2:gemma2:Gemma2ForCausalLM; do
     f=${case%%:*} rest=${case#*:}
     p=${rest%%:*} arch=${rest#*:}
     src="$M/$f/model.safetensors"
@@ -60,17 +61,17 @@ expect_exit 0 "layout: preset llama, from fork/config.json model_type mistral" \
     "$TPSHARD" plan fork/model.safetensors --tp 2
 
 # An architecture no preset serves: exit 3 naming it, the supported ones, and where to start.
-printf '{"architectures": ["GemmaForCausalLM"], "model_type": "gemma"}\n' >fork/config.json
-"$TPSHARD" split fork/model.safetensors --tp 2 -o x >/dev/null 2>gemma.err
+printf '{"architectures": ["MambaForCausalLM"], "model_type": "mamba"}\n' >fork/config.json
+"$TPSHARD" split fork/model.safetensors --tp 2 -o x >/dev/null 2>unknown-arch.err
 rc=$?
-if [ "$rc" -eq 3 ] && grep -q "no built-in layout serves architectures GemmaForCausalLM" gemma.err &&
-    grep -q "supported architectures: .*LlamaForCausalLM.*MistralForCausalLM.*GPTNeoXForCausalLM" gemma.err &&
-    grep -qF "tpshard layout --preset NAME > mine.yaml" gemma.err && [ ! -e x ]; then
+if [ "$rc" -eq 3 ] && grep -q "no built-in layout serves architectures MambaForCausalLM" unknown-arch.err &&
+    grep -q "supported architectures: .*LlamaForCausalLM.*MistralForCausalLM.*GPTNeoXForCausalLM" unknown-arch.err &&
+    grep -qF "tpshard layout --preset NAME > mine.yaml" unknown-arch.err && [ ! -e x ]; then
     ok "an unknown architecture: exit 3 naming it, the supported ones and 'tpshard layout --preset NAME > mine.yaml'"
 else
     notok "an unknown architecture: exit 3 naming it, the supported ones and 'tpshard layout --preset NAME > mine.yaml'"
     echo "#   exit $rc"
-    sed 's/^/#   /' gemma.err
+    sed 's/^/#   /' unknown-arch.err
 fi
 printf '{"hidden_size": 64}\n' >fork/config.json
 expect_exit 2 "names no \"architectures\" and no \"model_type\"" \
@@ -92,10 +93,10 @@ for case in mistral:llama:tiny-llama Qwen2:llama:tiny-qwen2 QWEN2:llama:tiny-qwe
         sed 's/^/#   /' "alias-$a.err" | head -5
     fi
 done
-expect_exit 2 "unknown preset 'qwen' (presets: gpt2, llama, mixtral, neox, phi3, qwen3); did you mean 'qwen3'?" \
+expect_exit 2 "unknown preset 'qwen' (presets: gemma, gemma2, gpt2, llama, mixtral, neox, phi3, qwen3); did you mean 'qwen3'?" \
     "an unknown --preset: exit 2 with a did-you-mean" "$TPSHARD" plan "$M/tiny-qwen2" --tp 2 --preset qwen
 expect_exit 2 "Also accepted: mistral, qwen2, gpt_neox" "an unknown --preset lists the aliases too" \
-    "$TPSHARD" plan "$M/tiny-qwen2" --tp 2 --preset gemma2
+    "$TPSHARD" plan "$M/tiny-qwen2" --tp 2 --preset t5
 check "layout --preset takes an alias and prints the preset's YAML" \
     sh -c '"$0" layout --preset Gpt-NeoX | cmp -s - "$1"' "$TPSHARD" "$TPS_TOP/lib/presets/neox.yaml"
 

@@ -989,14 +989,29 @@ cleanup:
     return st;
 }
 
+/* The Gemma / Gemma 2 / OLMo 2 block features these kernels do not compute: refused by name
+ * (every process alike, before any collective) rather than computed wrong. */
+static const char *unsupported(const tps_block *b, const vdims *d)
+{
+    /* First: a layer missing its q/k norm would fail as if cut wrong. */
+    if (b->role[TPS_ROLE_Q_NORM_W] || b->role[TPS_ROLE_K_NORM_W])
+        return b->qk_norm == TPS_QK_NORM_WHOLE ? "q_norm/k_norm (over the whole projection)" : "q_norm/k_norm (per head)";
+    if (b->norm == TPS_NORM_RMS_OFFSET) return "the (1 + w) RMSNorm (norm: rms_offset)";
+    if (b->role[TPS_ROLE_POST_ATTN_NORM_W] || b->role[TPS_ROLE_POST_MLP_NORM_W]) return "post-block norms";
+    if (!b->role[TPS_ROLE_ATTN_NORM_W] || !b->role[TPS_ROLE_MLP_NORM_W]) return "a stage without a pre-norm";
+    if (b->attn_softcap > 0) return "attention logit soft-capping";
+    if (b->query_pre_attn_scalar > 0) return "query_pre_attn_scalar";
+    if (d->window) return "sliding-window attention";
+    return NULL;
+}
+
 static tps_status g_run(void *ctx, const tps_block *b, const vdims *d, size_t n, const float *x, tps_cuda_rank *ranks,
                         vstats *stats, tps_error *err)
 {
     gctx *c = (gctx *)ctx;
-    /* Refused rather than computed without: a layer missing its q/k norm would fail as if cut wrong. */
-    if (b->role[TPS_ROLE_Q_NORM_W] || b->role[TPS_ROLE_K_NORM_W])
-        return gfail(err, TPS_EBACKEND, "the cuda backend does not compute q_norm/k_norm (%s) yet; use --backend cpu",
-                     b->qk_norm == TPS_QK_NORM_WHOLE ? "over the whole projection" : "per head");
+    const char *missing = unsupported(b, d);
+    if (missing)
+        return gfail(err, TPS_EBACKEND, "the cuda backend does not compute %s yet; use --backend cpu", missing);
     for (uint64_t i = 0; i < c->count; i++) {
         grank *g = &c->r[i];
         g->job = &ranks[i];

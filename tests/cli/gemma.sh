@@ -1,0 +1,91 @@
+#!/bin/sh
+# Gemma and Gemma 2 (presets gemma, gemma2) on the tiny fixtures of testdata/gen_gemma_fixtures.py:
+# auto-detection, verify --layer all and --whole-model at every tp split accepts, wrong cuts
+# caught, the block keys' errors, and a stage normalized only after its block (OLMo 2's
+# form: no pre-norm role).  transformers' own logits are compared in
+# tests/interop/test_hf_gemma_family.py.
+. "$TPS_TOP/tests/cli/lib.sh"
+M="$FIX/models"
+
+for spec in gemma:GemmaForCausalLM gemma2:Gemma2ForCausalLM; do
+    p=${spec%%:*} arch=${spec#*:}
+    src="$M/tiny-$p"
+    for tp in 1 2 4 8; do
+        out="$T/$p-$tp"
+        "$TPSHARD" split "$src/model.safetensors" --tp "$tp" -o "$out" >/dev/null 2>"$T/$p.err"
+        rc=$?
+        if [ $rc -ne 0 ] || ! grep -qx "tpshard split: layout: preset $p, from $src/config.json architectures $arch" "$T/$p.err"; then
+            notok "$p tp $tp: split without --preset picks preset $p from config.json"
+            sed 's/^/#   /' "$T/$p.err" | head -5
+            continue
+        fi
+        check "$p tp $tp: verify --layer all --source passes" "$TPSHARD" verify "$out" --source "$src" --layer all -q
+        check "$p tp $tp: verify --whole-model passes (reference from the shards)" "$TPSHARD" verify "$out" --whole-model -q
+        check "$p tp $tp: verify --whole-model --source passes" \
+            "$TPSHARD" verify "$out" --whole-model --source "$src" -q
+    done
+done
+
+# Config numbers reach verify through the manifest's recorded keys.
+if grep -q '"attn_logit_softcapping": 2' "$T/gemma2-2/tpshard.json" && grep -q '"sliding_window": 4' "$T/gemma2-2/tpshard.json" &&
+    grep -q '"query_pre_attn_scalar": 24' "$T/gemma2-2/tpshard.json" && grep -q '"final_logit_softcapping": 3' "$T/gemma2-2/tpshard.json"; then
+    ok "gemma2: the manifest records the soft-caps, query_pre_attn_scalar and sliding_window"
+else
+    notok "gemma2: the manifest records the soft-caps, query_pre_attn_scalar and sliding_window"
+fi
+
+# Wrong cuts with intact bytes: K/V heads round-robin, gate_proj's columns unpaired with up_proj's.
+kv_rr='  - match: "model.layers.*.self_attn.{k_proj,v_proj}.weight"
+    split: column
+    segments:
+      - {name: a, size: kv_heads/2*head_dim, unit: head_dim}
+      - {name: b, size: kv_heads/2*head_dim, unit: head_dim}'
+gate_halves='  - match: "model.layers.*.mlp.gate_proj.weight"
+    split: column
+    segments:
+      - {name: a, size: intermediate/2}
+      - {name: b, size: intermediate/2}'
+for w in kv_rr gate_halves; do
+    eval "rule=\$$w"
+    split_wrong "gemma2-$w" gemma2 "$M/tiny-gemma2" 2 "$rule" "$T/wrong-$w" || continue
+    check "gemma2 $w: check passes (the bytes are what the manifest says)" "$TPSHARD" check "$T/wrong-$w" -q
+    expect_exit 1 "" "gemma2 $w: verify --layer all --source exits 1" \
+        "$TPSHARD" verify "$T/wrong-$w" --source "$M/tiny-gemma2" --layer all
+    expect_exit 1 "" "gemma2 $w: verify --whole-model --source exits 1" \
+        "$TPSHARD" verify "$T/wrong-$w" --source "$M/tiny-gemma2" --whole-model
+done
+
+# The block keys are checked like the others.
+"$TPSHARD" layout --preset gemma2 >g2.yaml
+sed 's/^  embed_scale: true/  embed_scale: 2/' g2.yaml >bad-scale.yaml
+expect_exit 3 "embed_scale must be true or false" "layout --check: embed_scale must be a boolean" \
+    "$TPSHARD" layout --check bad-scale.yaml
+sed 's/^  sliding_window_pattern: 2/  sliding_window_pattern: 0/' g2.yaml >bad-swp.yaml
+expect_exit 3 "sliding_window_pattern must be a positive integer" "layout --check: sliding_window_pattern 0 is refused" \
+    "$TPSHARD" layout --check bad-swp.yaml
+sed 's/^  norm: rms_offset/  norm: rms_plus/' g2.yaml >bad-norm.yaml
+expect_exit 3 "rms, layer, rms_offset" "layout --check: an unknown norm lists rms_offset" \
+    "$TPSHARD" layout --check bad-norm.yaml
+grep -v '^    \(attn_norm\|post_attn_norm\):' g2.yaml >no-attn-norm.yaml
+expect_exit 3 "block of kind llama needs role attn_norm" "layout --check: a stage with neither pre- nor post-norm is refused" \
+    "$TPSHARD" layout --check no-attn-norm.yaml
+
+# OLMo 2's form: norms only after the blocks.  Without the pre-norm roles a stage reads its
+# input as it is; the sandwich norms' post-norms remain, and verify still tells a right cut
+# from a wrong one.
+grep -v '^    \(attn_norm\|mlp_norm\):' g2.yaml >post-only.yaml
+check "layout --check accepts a block with post-norms and no pre-norms" "$TPSHARD" layout --check post-only.yaml
+if "$TPSHARD" split "$M/tiny-gemma2/model.safetensors" --tp 4 --layout post-only.yaml -o post-only -q >/dev/null 2>&1; then
+    check "post-norms only, tp 4: verify --layer all passes" "$TPSHARD" verify post-only --layer all -q
+    check "post-norms only, tp 4: verify --whole-model passes" "$TPSHARD" verify post-only --whole-model -q
+else
+    notok "post-norms only: split at tp 4"
+fi
+awk -v rule="$kv_rr" '{ print } /^rules:/ { print rule }' post-only.yaml >post-only-wrong.yaml
+if "$TPSHARD" split "$M/tiny-gemma2/model.safetensors" --tp 2 --layout post-only-wrong.yaml -o post-only-wrong -q \
+    >/dev/null 2>&1; then
+    expect_exit 1 "attention stage" "post-norms only, K/V round-robin: verify exits 1 naming the attention stage" \
+        "$TPSHARD" verify post-only-wrong --layer all
+else
+    notok "post-norms only: split the wrong cut at tp 2"
+fi
