@@ -16,7 +16,7 @@ typedef struct tps_mark {
 } tps_mark;
 
 /* The model sizes by name, in tps_model_sizes field order. */
-#define TPS_NSIZES 8
+#define TPS_NSIZES 10
 extern const char *const tps_size_names[TPS_NSIZES];
 uint64_t *tps_size_slot(tps_model_sizes *s, int i);
 uint64_t tps_size_get(const tps_model_sizes *s, int i);
@@ -73,6 +73,7 @@ typedef struct tps_rule {
     tps_mark at;
     char *label;
     uint64_t matches;
+    tps_expr groups; /* grouped: the segments repeat this many times along dim (n == 0: once) */
 } tps_rule;
 
 typedef enum tps_hint_kind { TPS_HINT_NONE, TPS_HINT_TENSOR, TPS_HINT_COUNT, TPS_HINT_EXPR } tps_hint_kind;
@@ -90,7 +91,10 @@ typedef struct tps_hint {
  * defaults (bit positions in tps_layout.block_set / cfg_set). */
 enum {
     TPS_BF_NORM, TPS_BF_NORM_EPS, TPS_BF_ACT, TPS_BF_ROPE, TPS_BF_ROPE_THETA, TPS_BF_ROTARY_PCT,
-    TPS_BF_PARALLEL_RESIDUAL, TPS_BF_CONV1D, TPS_BF_QKV_INTERLEAVED, TPS_BF_TOP_K
+    TPS_BF_PARALLEL_RESIDUAL, TPS_BF_CONV1D, TPS_BF_QKV_INTERLEAVED, TPS_BF_TOP_K,
+    /* tps_moe_routing, by config.json's keys */
+    TPS_BF_SCORING, TPS_BF_TOPK_METHOD, TPS_BF_NORM_TOPK, TPS_BF_SCALING, TPS_BF_N_GROUP, TPS_BF_TOPK_GROUP,
+    TPS_BF_FIRST_DENSE, TPS_BF_LAYER_FREQ, TPS_BF_SPARSE_STEP, TPS_BF_MLP_ONLY, TPS_BF_QKV_GROUPED
 };
 
 /* A skip: entry: tensors the plan leaves out (non-persistent buffers such as RoPE's
@@ -138,6 +142,8 @@ int tps_block_role_lookup(const char *s);
 int tps_norm_lookup(const char *s);
 int tps_act_lookup(const char *s);
 int tps_rope_lookup(const char *s);
+int tps_moe_scoring_lookup(const char *s);
+int tps_moe_topk_lookup(const char *s);
 const char *tps_norm_name(tps_norm_kind k);
 const char *tps_act_name(tps_act_kind k);
 const char *tps_rope_name(tps_rope_style r);

@@ -6,18 +6,23 @@
 
 #include "verify.h"
 
+/* inter is the width of the layer's MLP: one routed expert's in a MoE layer (experts > 0),
+ * else the dense MLP's; sh_inter the shared expert's (0: none). */
 typedef struct vdims {
     uint64_t hidden, heads, kv, hd, inter, experts, top_k;
     uint64_t rot; /* rotating dimensions of a head (even), 0 without RoPE */
     uint64_t window; /* this layer's sliding window (tps_block.sliding_window_pattern); 0: none */
+    uint64_t sh_inter;
 } vdims;
 
-/* One layer's tensors as one party holds them; ex[e * TPS_ROLE_COUNT + role] for a
- * Mixtral expert's MLP roles. */
+/* One layer's tensors as one party holds them; ex[e * TPS_ROLE_COUNT + role] for a routed
+ * expert's MLP roles, sh[role] for the shared expert's.  A dense layer of a MoE model holds
+ * its MLP in t, nex 0. */
 typedef struct vlayer {
     tps_vt t[TPS_ROLE_COUNT];
     tps_vt *ex;
     uint64_t nex;
+    tps_vt sh[TPS_ROLE_COUNT];
 } vlayer;
 
 void tps_vlayer_release(vlayer *l);
@@ -47,11 +52,18 @@ static inline const tps_vt *vrole(const vlayer *l, tps_block_role r, uint64_t ex
     return t->data ? t : NULL;
 }
 
+/* Role r of a role table (a vlayer's t, sh, or one expert's row of ex); NULL when absent. */
+static inline const tps_vt *vget(const tps_vt *rt, tps_block_role r)
+{
+    return rt[r].data ? &rt[r] : NULL;
+}
+
 /* What the TP convention gives rank r of T (module comment of verify.h). */
 typedef struct vshare {
     uint64_t q_first, q_n;   /* q heads */
     uint64_t kv_first, kv_n; /* KV heads */
     uint64_t i_first, i_n;   /* intermediate columns (of every expert) */
+    uint64_t s_first, s_n;   /* the shared expert's intermediate columns */
 } vshare;
 
 void tps_vshare_of(const vdims *d, uint64_t T, uint64_t r, vshare *out);
@@ -66,12 +78,19 @@ typedef struct vattn_map {
     uint64_t hn, q_first, kv_first, kv_n;
     uint64_t q_off, k_off, v_off, stride, o_off;
     const vqk_reduce *qk; /* a whole-projection q/k norm's collective (verify/qk_norm.c); NULL: all heads held */
+    /* A grouped fused qkv holding several groups (Falcon-40B, qkv_grouped): q heads come in
+     * runs of q_run, one run per group every q_gstride rows, the map's first head at place
+     * q_phase of its run (q head h at q_off + ((q_phase + h) / q_run) * q_gstride +
+     * ((q_phase + h) % q_run) * stride), and KV head j at k_off / v_off + j * kv_stride.
+     * q_run 0: q head h at q_off + h * stride, KV head j at k_off / v_off + j * stride. */
+    uint64_t q_run, q_phase, q_gstride, kv_stride;
 } vattn_map;
 
 /* Intermediate columns [i_first, i_first + i_n) of the held MLP tensors; a fused
- * [gate; up] holds up from up_off. */
+ * [gate; up] holds up from up_off.  sh: the same for the shared expert's tensors. */
 typedef struct vmlp_map {
     uint64_t i_first, i_n, up_off;
+    uint64_t sh_first, sh_n, sh_up_off;
 } vmlp_map;
 
 /* The maps for the heads of a share, in tensors of the full model (global) or in the

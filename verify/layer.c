@@ -24,13 +24,14 @@ void tps_vlayer_release(vlayer *l)
     if (!l) return;
     for (int r = 0; r < TPS_ROLE_COUNT; r++) tps_vt_release(&l->t[r]);
     for (uint64_t i = 0; i < l->nex * TPS_ROLE_COUNT; i++) tps_vt_release(&l->ex[i]);
+    for (int r = 0; r < TPS_ROLE_COUNT; r++) tps_vt_release(&l->sh[r]);
     free(l->ex);
     memset(l, 0, sizeof *l);
 }
 
 bool tps_verify_role_per_expert(const tps_block *b, tps_block_role role)
 {
-    if (b->kind != TPS_BLOCK_MIXTRAL) return false;
+    if (!tps_block_is_moe(b)) return false;
     switch (role) {
     case TPS_ROLE_GATE_W: case TPS_ROLE_UP_W: case TPS_ROLE_GATE_B: case TPS_ROLE_UP_B: case TPS_ROLE_GATE_UP_W:
     case TPS_ROLE_FC_W: case TPS_ROLE_FC_B: case TPS_ROLE_DOWN_W:
@@ -40,10 +41,14 @@ bool tps_verify_role_per_expert(const tps_block *b, tps_block_role role)
     }
 }
 
+bool tps_verify_role_routing(tps_block_role role)
+{
+    return role == TPS_ROLE_ROUTER_W || role == TPS_ROLE_ROUTER_BIAS || role == TPS_ROLE_SHARED_GATE_W;
+}
+
 bool tps_vrole_is_mlp(tps_block_role r)
 {
-    return r >= TPS_ROLE_MLP_NORM_W && r != TPS_ROLE_POST_ATTN_NORM_W && r != TPS_ROLE_Q_NORM_W &&
-           r != TPS_ROLE_K_NORM_W;
+    return r >= TPS_ROLE_MLP_NORM_W && r != TPS_ROLE_POST_ATTN_NORM_W && r != TPS_ROLE_Q_NORM_W && r != TPS_ROLE_K_NORM_W;
 }
 
 static bool vrole_is_bias(tps_block_role r)
@@ -88,7 +93,11 @@ char *tps_verify_tensor_name(const tps_block *b, tps_block_role role, uint64_t l
     if (!b->role[role]) return NULL;
     tps_buf s = TPS_BUF_INIT;
     if (b->layer_prefix) put_expanded(&s, b->layer_prefix, layer, expert);
-    if (tps_verify_role_per_expert(b, role) && b->expert_prefix) put_expanded(&s, b->expert_prefix, layer, expert);
+    if (tps_verify_role_per_expert(b, role)) {
+        const char *pre = expert == TPS_VEXPERT_DENSE ? b->dense_prefix
+                          : expert == TPS_VEXPERT_SHARED ? b->shared_prefix : b->expert_prefix;
+        if (pre) put_expanded(&s, pre, layer, expert);
+    }
     put_expanded(&s, b->role[role], layer, expert);
     char *name = take_string(&s);
     if (!name) *oom = true;
@@ -102,11 +111,50 @@ char *tps_verify_layer_prefix(const tps_block *b, uint64_t layer)
     return take_string(&s);
 }
 
+/* A role template may offer alternatives, "{ln_mlp,post_attention_layernorm}.weight": the
+ * first one that has() finds is the tensor (one preset serves Falcon-7B's one shared norm,
+ * falcon-rw's two sequential ones and Falcon-40B's ln_attn / ln_mlp); when none is there,
+ * the first, so that a message names it.  name is replaced; false when out of memory. */
+static bool pick_alternative(char **name, bool (*has)(void *, const char *), void *ctx)
+{
+    char *open = strchr(*name, '{'), *close = open ? strchr(open, '}') : NULL;
+    if (!close) return true;
+    size_t pre = (size_t)(open - *name), post = strlen(close + 1);
+    char *first = NULL;
+    for (const char *a = open + 1; a <= close;) {
+        size_t alen = strcspn(a, ",}");
+        char *cand = malloc(pre + alen + post + 1);
+        if (!cand) {
+            free(first);
+            return false;
+        }
+        memcpy(cand, *name, pre);
+        memcpy(cand + pre, a, alen);
+        memcpy(cand + pre + alen, close + 1, post + 1);
+        if (has(ctx, cand)) {
+            free(first);
+            free(*name);
+            *name = cand;
+            return true;
+        }
+        if (first) free(cand);
+        else first = cand;
+        a += alen + 1;
+    }
+    free(*name);
+    *name = first;
+    return true;
+}
+
 static tps_status load_role(const tps_block *b, tps_block_role role, uint64_t layer, uint64_t expert,
                             const tps_vsource *src, tps_vt *out, tps_error *err)
 {
     bool oom;
     char *name = tps_verify_tensor_name(b, role, layer, expert, &oom);
+    if (name && !pick_alternative(&name, src->has, src->ctx)) {
+        free(name);
+        oom = true;
+    }
     if (oom) return tps_fail_oom(err, "a tensor name");
     if (!name) return TPS_OK;
     /* A bias role may name a tensor a checkpoint lacks (Llama vs Qwen2): absent. */
@@ -127,14 +175,22 @@ tps_status tps_vlayer_load(const tps_block *b, uint64_t layer, uint64_t experts,
 {
     tps_status st = TPS_OK;
     memset(out, 0, sizeof *out);
-    for (int r = 0; r < TPS_ROLE_COUNT; r++)
-        if (!tps_verify_role_per_expert(b, (tps_block_role)r))
-            TPS_CHECK(load_role(b, (tps_block_role)r, layer, 0, src, &out->t[r], err));
-    if (b->kind != TPS_BLOCK_MIXTRAL) return TPS_OK;
+    bool moe = tps_block_layer_is_moe(b, layer);
+    for (int r = 0; r < TPS_ROLE_COUNT; r++) {
+        tps_block_role role = (tps_block_role)r;
+        if (tps_block_is_moe(b) && !moe && tps_verify_role_routing(role)) continue;
+        if (!tps_verify_role_per_expert(b, role))
+            TPS_CHECK(load_role(b, role, layer, 0, src, &out->t[r], err));
+        else if (tps_block_is_moe(b) && !moe) /* a dense layer of a MoE model */
+            TPS_CHECK(load_role(b, role, layer, TPS_VEXPERT_DENSE, src, &out->t[r], err));
+        else if (b->shared_prefix)
+            TPS_CHECK(load_role(b, role, layer, TPS_VEXPERT_SHARED, src, &out->sh[r], err));
+    }
+    if (!moe) return TPS_OK;
     if (!experts && out->t[TPS_ROLE_ROUTER_W].data && out->t[TPS_ROLE_ROUTER_W].ndim == 2)
         experts = out->t[TPS_ROLE_ROUTER_W].shape[0];
     if (!experts) {
-        st = tps_fail(err, TPS_EINVALID, "layer %llu: a Mixtral block needs a 2-D router to count its experts",
+        st = tps_fail(err, TPS_EINVALID, "layer %llu: a mixture-of-experts block needs a 2-D router to count its experts",
                       (unsigned long long)layer);
         goto cleanup;
     }
@@ -170,11 +226,14 @@ void tps_vshare_of(const vdims *d, uint64_t T, uint64_t r, vshare *s)
     }
     s->i_n = d->inter / T;
     s->i_first = r * s->i_n;
+    s->s_n = d->sh_inter / T;
+    s->s_first = r * s->s_n;
 }
 
 static void attn_map(const tps_block *b, const vdims *d, const vshare *s, bool global, vattn_map *m)
 {
     uint64_t hd = d->hd;
+    memset(m, 0, sizeof *m);
     m->hn = s->q_n;
     m->q_first = s->q_first;
     m->kv_first = s->kv_first;
@@ -182,6 +241,23 @@ static void attn_map(const tps_block *b, const vdims *d, const vshare *s, bool g
     m->o_off = global ? s->q_first * hd : 0;
     m->qk = NULL;
     bool fused = b->role[TPS_ROLE_QKV_W] != NULL;
+    if (fused && b->qkv_grouped) {
+        /* [q heads of the group; k; v] per KV group: the whole model's groups, or the ones a
+         * rank holds (whole, or one with its share of the q heads).  One group held is
+         * [Q; K; V] below. */
+        uint64_t run = global ? d->heads / d->kv : s->q_n / s->kv_n, held = global ? d->kv : s->kv_n;
+        if (held > 1) {
+            uint64_t gs = (run + 2) * hd, g0 = global ? s->kv_first : 0;
+            m->stride = hd;
+            m->q_run = run;
+            m->q_gstride = m->kv_stride = gs;
+            m->q_phase = global ? s->q_first % run : 0;
+            m->q_off = global ? s->q_first / run * gs : 0;
+            m->k_off = g0 * gs + run * hd;
+            m->v_off = m->k_off + hd;
+            return;
+        }
+    }
     if (fused && b->qkv_interleaved) {
         m->stride = 3 * hd;
         m->q_off = global ? s->q_first * 3 * hd : 0;
@@ -211,6 +287,9 @@ void tps_vmlp_map_global(const vdims *d, const vshare *s, vmlp_map *m)
     m->i_first = s->i_first;
     m->i_n = s->i_n;
     m->up_off = d->inter;
+    m->sh_first = s->s_first;
+    m->sh_n = s->s_n;
+    m->sh_up_off = d->sh_inter;
 }
 
 void tps_vmlp_map_local(const vdims *d, const vshare *s, vmlp_map *m)
@@ -219,6 +298,9 @@ void tps_vmlp_map_local(const vdims *d, const vshare *s, vmlp_map *m)
     m->i_first = 0;
     m->i_n = s->i_n;
     m->up_off = s->i_n;
+    m->sh_first = 0;
+    m->sh_n = s->s_n;
+    m->sh_up_off = s->s_n;
 }
 
 int tps_vexpected_shape(const tps_block *b, const vdims *d, const vshare *s, tps_block_role role, uint64_t *shape)
@@ -244,6 +326,12 @@ int tps_vexpected_shape(const tps_block *b, const vdims *d, const vshare *s, tps
     case TPS_ROLE_ROUTER_W:
         shape[0] = d->experts, shape[1] = H;
         return 2;
+    case TPS_ROLE_SHARED_GATE_W:
+        shape[0] = 1, shape[1] = H;
+        return 2;
+    case TPS_ROLE_ROUTER_BIAS:
+        shape[0] = d->experts;
+        return 1;
     case TPS_ROLE_Q_NORM_W: case TPS_ROLE_K_NORM_W: /* replicated whole on every rank */
         shape[0] = b->qk_norm == TPS_QK_NORM_PER_HEAD ? hd : role == TPS_ROLE_Q_NORM_W ? d->heads * hd : d->kv * hd;
         return 1;
@@ -285,12 +373,17 @@ bool tps_vcheck_shapes(const tps_block *b, const vdims *d, const vshare *s, cons
     for (int r = 0; r < TPS_ROLE_COUNT; r++) {
         tps_block_role role = (tps_block_role)r;
         if (tps_vrole_is_mlp(role) != mlp) continue;
-        if (!tps_verify_role_per_expert(b, role)) {
+        /* a dense layer (no experts) holds its MLP in t */
+        if (!tps_verify_role_per_expert(b, role) || !l->nex) {
             if (!check_one(b, d, s, &l->t[r], role, msg, msgsize)) return false;
             continue;
         }
         for (uint64_t e = 0; e < l->nex; e++)
             if (!check_one(b, d, s, &l->ex[e * TPS_ROLE_COUNT + r], role, msg, msgsize)) return false;
+        vshare sh = *s;
+        sh.i_first = s->s_first;
+        sh.i_n = s->s_n;
+        if (!check_one(b, d, &sh, &l->sh[r], role, msg, msgsize)) return false;
     }
     return true;
 }
@@ -414,11 +507,17 @@ tps_status tps_vtensor_check(tps_shardset *ss, const char *name, bool read_alrea
     return TPS_OK;
 }
 
+static bool shardset_has(void *ctx, const char *name);
+
 static tps_status check_role(const tps_block *b, tps_block_role role, uint64_t layer, uint64_t expert,
                              tps_shardset *ss, bool read_already, uint64_t *tensors, uint64_t *bytes, tps_error *err)
 {
     bool oom;
     char *name = tps_verify_tensor_name(b, role, layer, expert, &oom);
+    if (name && !pick_alternative(&name, shardset_has, ss)) {
+        free(name);
+        oom = true;
+    }
     if (oom) return tps_fail_oom(err, "a tensor name");
     /* not in the set: the ranks' load says so, or the role is unused */
     tps_status st = name ? tps_vtensor_check(ss, name, read_already, tensors, bytes, err) : TPS_OK;
@@ -429,13 +528,22 @@ static tps_status check_role(const tps_block *b, tps_block_role role, uint64_t l
 tps_status tps_vlayer_check(const tps_block *b, uint64_t layer, uint64_t nex, tps_shardset *ss, bool read_already,
                         uint64_t *tensors, uint64_t *bytes, tps_error *err)
 {
+    bool moe = tps_block_layer_is_moe(b, layer);
     for (int r = 0; r < TPS_ROLE_COUNT; r++) {
         tps_block_role role = (tps_block_role)r;
-        uint64_t n = tps_verify_role_per_expert(b, role) ? nex : 1;
-        for (uint64_t e = 0; e < n; e++) {
-            tps_status st = check_role(b, role, layer, e, ss, read_already, tensors, bytes, err);
-            if (st) return st;
+        tps_status st = TPS_OK;
+        if (tps_block_is_moe(b) && !moe && tps_verify_role_routing(role)) continue;
+        if (!tps_verify_role_per_expert(b, role)) {
+            st = check_role(b, role, layer, 0, ss, read_already, tensors, bytes, err);
+        } else if (!moe) {
+            st = check_role(b, role, layer, TPS_VEXPERT_DENSE, ss, read_already, tensors, bytes, err);
+        } else {
+            for (uint64_t e = 0; e < nex && st == TPS_OK; e++)
+                st = check_role(b, role, layer, e, ss, read_already, tensors, bytes, err);
+            if (st == TPS_OK && b->shared_prefix)
+                st = check_role(b, role, layer, TPS_VEXPERT_SHARED, ss, read_already, tensors, bytes, err);
         }
+        if (st) return st;
     }
     return TPS_OK;
 }

@@ -64,6 +64,7 @@ void tps_vrank_note_dtypes(vrank_out *o, const vlayer *l)
 {
     for (int r = 0; r < TPS_ROLE_COUNT; r++) note_dtype(o, &l->t[r]);
     for (uint64_t i = 0; i < l->nex * TPS_ROLE_COUNT; i++) note_dtype(o, &l->ex[i]);
+    for (int r = 0; r < TPS_ROLE_COUNT; r++) note_dtype(o, &l->sh[r]);
 }
 
 /* The ranks' side of a whole-projection q/k norm (verify/qk_norm.c): the per-token sums of
