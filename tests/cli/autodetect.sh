@@ -109,10 +109,11 @@ check "layout --preset takes an alias and prints the preset's YAML" \
 
 # layout --list: the architectures and aliases each preset serves, within 80 columns.
 "$TPSHARD" layout --list >list.out 2>&1
-if grep -q "architectures: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM" list.out &&
-    grep -q "aliases: mistral, qwen2" list.out && grep -q "architectures: GPTNeoXForCausalLM" list.out &&
-    grep -q "aliases: gpt_neox" list.out && grep -q "architectures: GPT2LMHeadModel" list.out &&
-    grep -q "architectures: Phi3ForCausalLM" list.out && grep -q "architectures: MixtralForCausalLM" list.out &&
+tr -s ' \n' '  ' <list.out >list.flat # the names as one line, wherever the wrapping fell
+if grep -q "architectures: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM" list.flat &&
+    grep -q "aliases: mistral, qwen2" list.flat && grep -q "architectures: GPTNeoXForCausalLM" list.flat &&
+    grep -q "aliases: gpt_neox" list.flat && grep -q "architectures: GPT2LMHeadModel" list.flat &&
+    grep -q "architectures: Phi3ForCausalLM" list.flat && grep -q "architectures: MixtralForCausalLM" list.flat &&
     ! awk 'length($0) > 80 {bad=1} END {exit !bad}' list.out; then
     ok "layout --list shows each preset's architectures and aliases, within 80 columns"
 else
