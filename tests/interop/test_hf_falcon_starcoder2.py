@@ -308,6 +308,47 @@ def main():
                    "plain block cut of the grouped query_key_value at tp 4: check passes, the torch forward %s, "
                    "verify --layer all exits %d, --whole-model exits %d" % (fwd, v_src.returncode, v_whole.returncode),
                    "check %d %s\n%s%s" % (c.returncode, c.stderr, v_src.stdout, v_src.stderr))
+        # StarCoder2's wrong cuts, intact bytes and the right shapes: K/V heads dealt
+        # round-robin (rank r of 2 gets heads r and r + kv/2), and c_fc's columns as two halves
+        # (rank r: quarters r and r + 2) while c_proj's rows stay contiguous.
+        from transformers import Starcoder2Config
+        cfg = Starcoder2Config(vocab_size=100, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                               num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=64)
+        src = os.path.join(tmp, "wrong-sc2", "src")
+        model = build(cfg, 98, src)
+        with torch.no_grad():
+            want = model(ids[None]).logits[0]
+        cos, sin = rotary(model, cfg, len(ids))
+        text = tpshard("layout", "--preset", "starcoder2").stdout
+        kv_rule = ('  - match: "model.layers.*.self_attn.{k_proj,v_proj}.{weight,bias}"\n    split: column\n'
+                   '    unit: head_dim\n    size: kv_heads*head_dim\n    kv_replicate: true\n')
+        fc_rule = '  - match: "model.layers.*.mlp.c_fc.{weight,bias}"\n    split: column\n    size: intermediate\n'
+        wrongs = [("kv-round-robin", kv_rule,
+                   '  - match: "model.layers.*.self_attn.{k_proj,v_proj}.{weight,bias}"\n    split: column\n'
+                   '    segments:\n      - {name: a, size: kv_heads/2*head_dim, unit: head_dim}\n'
+                   '      - {name: b, size: kv_heads/2*head_dim, unit: head_dim}\n'),
+                  ("c_fc-halves", fc_rule,
+                   '  - match: "model.layers.*.mlp.c_fc.{weight,bias}"\n    split: column\n'
+                   '    segments:\n      - {name: a, size: intermediate/2}\n      - {name: b, size: intermediate/2}\n')]
+        for wname, rule, replacement in wrongs:
+            if rule not in text:
+                report(False, "starcoder2 %s: the preset's rule is where this test replaces it" % wname, text)
+                continue
+            lay = os.path.join(tmp, "wrong-sc2", wname + ".yaml")
+            open(lay, "w").write(text.replace(rule, replacement))
+            out = os.path.join(tmp, "wrong-sc2", wname)
+            r = tpshard("split", src, "--tp", 2, "--layout", lay, "-o", out, "-q")
+            if r.returncode != 0:
+                report(False, "starcoder2 %s: split" % wname, r.stderr)
+                continue
+            c = tpshard("check", out, "-q")
+            diff = float((tp_forward(load_ranks(out), cfg, ids, cos, sin) - want).abs().max())
+            v_src = tpshard("verify", out, "--source", src, "--layer", "all", "-q")
+            v_whole = tpshard("verify", out, "--source", src, "--whole-model", "-q")
+            report(c.returncode == 0 and diff > 100 * TOL and v_src.returncode == 1 and v_whole.returncode == 1,
+                   "starcoder2 wrong cut (%s) at tp 2: check passes, the torch forward differs by %.2g, verify "
+                   "--layer all exits %d, --whole-model exits %d" % (wname, diff, v_src.returncode, v_whole.returncode),
+                   "check %d %s\n%s%s" % (c.returncode, c.stderr, v_src.stdout, v_src.stderr))
     print("# transformers %s, torch %s: %.1f s" % (transformers.__version__, torch.__version__, time.time() - t0))
     return tap.status()
 
