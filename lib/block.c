@@ -24,6 +24,7 @@ static const char *const role_names[TPS_ROLE_COUNT] = {
     [TPS_ROLE_FC_B] = "fc_bias",              [TPS_ROLE_DOWN_W] = "down_proj",
     [TPS_ROLE_DOWN_B] = "down_bias",          [TPS_ROLE_ROUTER_W] = "router",
     [TPS_ROLE_POST_ATTN_NORM_W] = "post_attn_norm", [TPS_ROLE_POST_MLP_NORM_W] = "post_mlp_norm",
+    [TPS_ROLE_Q_NORM_W] = "q_norm",           [TPS_ROLE_K_NORM_W] = "k_norm",
 };
 
 static const char *const model_role_names[TPS_MROLE_COUNT] = {
@@ -36,6 +37,7 @@ static const char *const norm_names[] = {"rms", "layer", "rms_offset"};
 static const char *const rope_scaling_names[] = {"default", "linear", "dynamic", "llama3", "yarn"};
 static const char *const act_names[] = {"silu", "gelu_tanh", "gelu_erf"};
 static const char *const rope_names[] = {"none", "half", "interleaved"};
+static const char *const qk_norm_names[] = {"per_head", "whole"};
 
 #define NAMES(a) (a), (int)(sizeof(a) / sizeof((a)[0]))
 
@@ -68,6 +70,7 @@ int tps_block_role_lookup(const char *s) { return lookup(s, NAMES(role_names)); 
 int tps_norm_lookup(const char *s) { return lookup(s, NAMES(norm_names)); }
 int tps_act_lookup(const char *s) { return lookup(s, NAMES(act_names)); }
 int tps_rope_lookup(const char *s) { return lookup(s, NAMES(rope_names)); }
+int tps_qk_norm_lookup(const char *s) { return lookup(s, NAMES(qk_norm_names)); }
 
 int tps_act_from_hf(const char *s)
 {

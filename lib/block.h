@@ -37,6 +37,7 @@ typedef enum tps_block_role {
     /* Norms applied to a block's output before its residual add (Gemma 2 sandwich norms, OLMo 2),
      * replicated, by every rank after the all-reduce and the row-parallel bias. */
     TPS_ROLE_POST_ATTN_NORM_W, TPS_ROLE_POST_MLP_NORM_W,
+    TPS_ROLE_Q_NORM_W, TPS_ROLE_K_NORM_W, /* RMSNorm of q and of k before RoPE (qk_norm: over what); replicated */
     TPS_ROLE_COUNT
 } tps_block_role;
 
@@ -52,6 +53,12 @@ typedef enum tps_block_model_role {
     TPS_MROLE_LM_HEAD,
     TPS_MROLE_COUNT
 } tps_block_model_role;
+
+/* Over what q_norm and k_norm normalize.  Per head: each head's head_dim, weight [head_dim]
+ * (Qwen3, Gemma 3), local to a rank.  Whole: the whole projection, q's heads * head_dim and
+ * k's kv_heads * head_dim, weights of those sizes (OLMo 2): under TP the vector spans the
+ * ranks, so the norm needs a collective (vLLM's Olmo2Attention all-gathers q and k). */
+typedef enum tps_qk_norm_kind { TPS_QK_NORM_PER_HEAD, TPS_QK_NORM_WHOLE } tps_qk_norm_kind;
 
 /* rms_offset: Gemma's RMSNorm, x / rms(x) * (1 + w) (transformers' GemmaRMSNorm computes it in
  * float32, weight included, where Llama's scales after casting back). */
@@ -114,6 +121,7 @@ typedef struct tps_block {
      * layers); 0: no layer does. */
     uint64_t sliding_window_pattern;
     bool embed_scale;             /* block key: embeddings times sqrt(hidden) rounded to their dtype */
+    tps_qk_norm_kind qk_norm;     /* what roles q_norm / k_norm normalize over */
 } tps_block;
 
 const char *tps_block_kind_name(tps_block_kind k);

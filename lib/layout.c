@@ -58,7 +58,7 @@
  *                                    v_proj v_bias qkv_proj qkv_bias o_proj o_bias mlp_norm
  *                                    mlp_norm_bias gate_proj up_proj gate_up_proj fc fc_bias
  *                                    down_proj down_bias router post_attn_norm
- *                                    post_mlp_norm.  A bias role may name a
+ *                                    post_mlp_norm q_norm k_norm.  A bias role may name a
  *                                    tensor a checkpoint lacks (Llama vs Qwen2 q/k/v bias);
  *                                    the verification pass treats it as absent.
  *                                    post_attn_norm / post_mlp_norm normalize a block's
@@ -77,6 +77,9 @@
  *                                    embedding's dtype as transformers' Gemma rounds it
  *     sliding_window_pattern: N      layer i attends within config.json's sliding_window
  *                                    unless (i + 1) % N == 0 (Gemma 2: 2); absent: none
+ *     qk_norm: per_head | whole      what q_norm / k_norm (RMSNorm before RoPE) span: each
+ *                                    head's head_dim (default; Qwen3) or the whole q and k
+ *                                    projections (OLMo 2; verify all-reduces their sums)
  *   Block fields left out come from config.json (rms_norm_eps, layer_norm_eps(ilon),
  *   rope_theta, rotary_emb_base, rotary_pct, partial_rotary_factor, use_parallel_residual,
  *   hidden_act, activation_function, num_experts_per_tok; and, config.json only,
@@ -579,10 +582,10 @@ static tps_status parse_block(pctx *c, const yaml_node_t *n)
         "kind", "layer_prefix", "expert_prefix", "roles", "norm", "norm_eps", "act", "rope", "rope_theta",
         "rotary_pct", "parallel_residual", "conv1d", "qkv_interleaved", "top_k", "layers", "hidden", "heads",
         "kv_heads", "head_dim", "intermediate", "experts", "embed", "pos_embed", "final_norm", "final_norm_bias",
-        "lm_head", "embed_scale", "sliding_window_pattern", NULL};
+        "lm_head", "embed_scale", "sliding_window_pattern", "qk_norm", NULL};
     enum { K_KIND, K_LAYER, K_EXPERT, K_ROLES, K_NORM, K_EPS, K_ACT, K_ROPE, K_THETA, K_PCT, K_PARRES, K_CONV,
            K_QKVI, K_TOPK, K_LAYERS, K_HIDDEN, K_HEADS, K_KVH, K_HD, K_INTER, K_EXPERTS, K_MODEL0,
-           K_EMBED_SCALE = K_MODEL0 + TPS_MROLE_COUNT, K_SWP, K_COUNT };
+           K_EMBED_SCALE = K_MODEL0 + TPS_MROLE_COUNT, K_SWP, K_QKN, K_COUNT };
     yaml_node_t *v[K_COUNT];
     tps_layout *l = c->l;
     tps_block *b = &l->block_raw;
@@ -660,6 +663,10 @@ static tps_status parse_block(pctx *c, const yaml_node_t *n)
         if (!v[flags[i].key]) continue;
         if ((st = get_bool(c, v[flags[i].key], allowed[flags[i].key], flags[i].out)) != TPS_OK) return st;
         l->block_set |= 1u << flags[i].bit;
+    }
+    if (v[K_QKN]) {
+        if ((st = get_enum(c, v[K_QKN], "qk_norm", tps_qk_norm_lookup, "per_head, whole", &e)) != TPS_OK) return st;
+        b->qk_norm = (tps_qk_norm_kind)e;
     }
     if (v[K_TOPK]) {
         if ((st = get_u64(c, v[K_TOPK], "top_k", &b->top_k)) != TPS_OK) return st;

@@ -141,6 +141,7 @@ int tps_rope_lookup(const char *s);
 const char *tps_norm_name(tps_norm_kind k);
 const char *tps_act_name(tps_act_kind k);
 const char *tps_rope_name(tps_rope_style r);
+int tps_qk_norm_lookup(const char *s);
 /* Hugging Face hidden_act / activation_function values; -1 when not one tpshard computes. */
 int tps_act_from_hf(const char *s);
 

@@ -61,9 +61,11 @@ void tps_vshare_of(const vdims *d, uint64_t T, uint64_t r, vshare *out);
  * [kv_first, kv_first + kv_n).  In the held tensors' output dimension, q head h starts at
  * q_off + h * stride, KV head j (local) at k_off / v_off + j * stride; o_proj's input
  * columns for q head h start at o_off + h * hd. */
+typedef struct vqk_reduce vqk_reduce;
 typedef struct vattn_map {
     uint64_t hn, q_first, kv_first, kv_n;
     uint64_t q_off, k_off, v_off, stride, o_off;
+    const vqk_reduce *qk; /* a whole-projection q/k norm's collective (verify/qk_norm.c); NULL: all heads held */
 } vattn_map;
 
 /* Intermediate columns [i_first, i_first + i_n) of the held MLP tensors; a fused
@@ -113,6 +115,27 @@ bool tps_vrole_is_mlp(tps_block_role r);
 
 VOPS_DECLARE(double, f64)
 VOPS_DECLARE(float, f32)
+
+/* q_norm / k_norm (lib/block.h, tps_qk_norm_kind), applied in place to the projected q
+ * [n, m->hn heads] (row stride qld) and k [n, m->kv_n heads] (stride kld) before RoPE.
+ * Over the whole projection a pass that holds only some heads gets the per-token sums of
+ * squares of the others through m->qk: fn receives ss[t] (q) and ss[n + t] (k) summed over
+ * the heads the pass computed and leaves there the sums over the whole projections. */
+struct vqk_reduce {
+    tps_status (*fn)(void *ctx, double *ss, size_t n, tps_error *err);
+    void *ctx;
+};
+
+/* Whether the block's q/k norm spans the whole projection (a collective under TP). */
+static inline bool tps_vqk_whole(const tps_block *b)
+{
+    return b->qk_norm == TPS_QK_NORM_WHOLE && (b->role[TPS_ROLE_Q_NORM_W] || b->role[TPS_ROLE_K_NORM_W]);
+}
+
+tps_status tps_vqk_norm_f64(const tps_block *b, const vdims *d, const vlayer *l, const vattn_map *m, size_t n,
+                            double *q, size_t qld, double *k, size_t kld, tps_error *err);
+tps_status tps_vqk_norm_f32(const tps_block *b, const vdims *d, const vlayer *l, const vattn_map *m, size_t n,
+                            float *q, size_t qld, float *k, size_t kld, tps_error *err);
 
 /* Reference outputs for one party's input: attention block output a = attn(norm1 x) and
  * MLP block output m = mlp(norm2 h), with h = x + a (sequential) or h = x (parallel

@@ -42,7 +42,8 @@ bool tps_verify_role_per_expert(const tps_block *b, tps_block_role role)
 
 bool tps_vrole_is_mlp(tps_block_role r)
 {
-    return r >= TPS_ROLE_MLP_NORM_W && r != TPS_ROLE_POST_ATTN_NORM_W;
+    return r >= TPS_ROLE_MLP_NORM_W && r != TPS_ROLE_POST_ATTN_NORM_W && r != TPS_ROLE_Q_NORM_W &&
+           r != TPS_ROLE_K_NORM_W;
 }
 
 static bool vrole_is_bias(tps_block_role r)
@@ -179,6 +180,7 @@ static void attn_map(const tps_block *b, const vdims *d, const vshare *s, bool g
     m->kv_first = s->kv_first;
     m->kv_n = s->kv_n;
     m->o_off = global ? s->q_first * hd : 0;
+    m->qk = NULL;
     bool fused = b->role[TPS_ROLE_QKV_W] != NULL;
     if (fused && b->qkv_interleaved) {
         m->stride = 3 * hd;
@@ -242,6 +244,9 @@ int tps_vexpected_shape(const tps_block *b, const vdims *d, const vshare *s, tps
     case TPS_ROLE_ROUTER_W:
         shape[0] = d->experts, shape[1] = H;
         return 2;
+    case TPS_ROLE_Q_NORM_W: case TPS_ROLE_K_NORM_W: /* replicated whole on every rank */
+        shape[0] = b->qk_norm == TPS_QK_NORM_PER_HEAD ? hd : role == TPS_ROLE_Q_NORM_W ? d->heads * hd : d->kv * hd;
+        return 1;
     default: return 0;
     }
     if (vec) {

@@ -218,6 +218,7 @@ tps_status F(tps_vattn)(const tps_block *b, const vdims *d, const vlayer *l, con
     TPS_CHECK(F(vheads)(b, d, qw, qb, n, xn, m->q_off, m->stride, hn, q, qld, sc, err));
     TPS_CHECK(F(vheads)(b, d, kw, kb, n, xn, m->k_off, m->stride, kvn, k, kld, sc, err));
     TPS_CHECK(F(vheads)(b, d, vw, vb, n, xn, m->v_off, m->stride, kvn, v, kld, sc, err));
+    TPS_CHECK(F(tps_vqk_norm)(b, d, l, m, n, q, qld, k, kld, err));
     F(tps_vrope)(b, d, n, hn, q, qld);
     F(tps_vrope)(b, d, n, kvn, k, kld);
     for (size_t h = 0; h < hn; h++)

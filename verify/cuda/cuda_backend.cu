@@ -993,6 +993,9 @@ cleanup:
  * (every process alike, before any collective) rather than computed wrong. */
 static const char *unsupported(const tps_block *b, const vdims *d)
 {
+    /* First: a layer missing its q/k norm would fail as if cut wrong. */
+    if (b->role[TPS_ROLE_Q_NORM_W] || b->role[TPS_ROLE_K_NORM_W])
+        return b->qk_norm == TPS_QK_NORM_WHOLE ? "q_norm/k_norm (over the whole projection)" : "q_norm/k_norm (per head)";
     if (b->norm == TPS_NORM_RMS_OFFSET) return "the (1 + w) RMSNorm (norm: rms_offset)";
     if (b->role[TPS_ROLE_POST_ATTN_NORM_W] || b->role[TPS_ROLE_POST_MLP_NORM_W]) return "post-block norms";
     if (!b->role[TPS_ROLE_ATTN_NORM_W] || !b->role[TPS_ROLE_MLP_NORM_W]) return "a stage without a pre-norm";
