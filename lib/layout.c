@@ -76,14 +76,18 @@
  *     embed_scale: BOOL              the embedding output times sqrt(hidden), rounded to the
  *                                    embedding's dtype as transformers' Gemma rounds it
  *     sliding_window_pattern: N      layer i attends within config.json's sliding_window
- *                                    unless (i + 1) % N == 0 (Gemma 2: 2); absent: none
+ *                                    unless (i + 1) % N == 0 (Gemma 2: 2); absent: none.
+ *                                    config.json's layer_types, else its
+ *                                    sliding_window_pattern, decide over it (Gemma 3)
  *     qk_norm: per_head | whole      what q_norm / k_norm (RMSNorm before RoPE) span: each
  *                                    head's head_dim (default; Qwen3) or the whole q and k
  *                                    projections (OLMo 2; verify all-reduces their sums)
  *   Block fields left out come from config.json (rms_norm_eps, layer_norm_eps(ilon),
  *   rope_theta, rotary_emb_base, rotary_pct, partial_rotary_factor, use_parallel_residual,
  *   hidden_act, activation_function, num_experts_per_tok; and, config.json only,
- *   attn_logit_softcapping, final_logit_softcapping, query_pre_attn_scalar, sliding_window),
+ *   attn_logit_softcapping, final_logit_softcapping, query_pre_attn_scalar, sliding_window,
+ *   rope_local_base_freq (Gemma 3's local layers: that RoPE base, no rope_scaling), layer_types),
+ *   a multimodal config.json's text_config in place of the top level,
  *   then the model sizes, then the
  *   kind's defaults (llama: rms 1e-5 silu half 10000; gpt2: layer 1e-5 gelu_tanh none
  *   conv1d; neox: layer 1e-5 gelu_erf half 10000 rotary_pct 0.25 parallel_residual
@@ -960,6 +964,7 @@ void tps_layout_free(tps_layout *l)
     free(l->block_raw.expert_prefix);
     for (int i = 0; i < TPS_ROLE_COUNT; i++) free(l->block_raw.role[i]);
     for (int i = 0; i < TPS_MROLE_COUNT; i++) free(l->block_raw.model_role[i]);
+    free(l->cfg.layer_types);
     free(l->name);
     free(l->description);
     free(l->source);

@@ -10,6 +10,7 @@ typedef struct vdims {
     uint64_t hidden, heads, kv, hd, inter, experts, top_k;
     uint64_t rot; /* rotating dimensions of a head (even), 0 without RoPE */
     uint64_t window; /* this layer's sliding window (tps_block.sliding_window_pattern); 0: none */
+    bool local;      /* a local layer (tps_block_layer_is_local): Gemma 3 rotates it by its own base */
 } vdims;
 
 /* One layer's tensors as one party holds them; ex[e * TPS_ROLE_COUNT + role] for a

@@ -1002,6 +1002,7 @@ static const char *unsupported(const tps_block *b, const vdims *d)
     if (b->attn_softcap > 0) return "attention logit soft-capping";
     if (b->query_pre_attn_scalar > 0) return "query_pre_attn_scalar";
     if (d->window) return "sliding-window attention";
+    if (d->local && b->rope_local_theta > 0) return "the local layers' RoPE base (rope_local_base_freq)";
     return NULL;
 }
 
