@@ -93,7 +93,7 @@ for case in mistral:llama:tiny-llama Qwen2:llama:tiny-qwen2 QWEN2:llama:tiny-qwe
         sed 's/^/#   /' "alias-$a.err" | head -5
     fi
 done
-expect_exit 2 "unknown preset 'qwen' (presets: gemma, gemma2, gpt2, llama, mixtral, neox, phi3, qwen3); did you mean 'qwen3'?" \
+expect_exit 2 "unknown preset 'qwen' (presets: gemma, gemma2, gemma3, gemma3_text, gpt2, llama, mixtral, neox, phi3, qwen3); did you mean 'qwen3'?" \
     "an unknown --preset: exit 2 with a did-you-mean" "$TPSHARD" plan "$M/tiny-qwen2" --tp 2 --preset qwen
 expect_exit 2 "Also accepted: mistral, qwen2, gpt_neox" "an unknown --preset lists the aliases too" \
     "$TPSHARD" plan "$M/tiny-qwen2" --tp 2 --preset t5

@@ -915,7 +915,7 @@ TEST(presets_parse_and_keep_their_text)
     tps_error err;
     tps_error_clear(&err);
     CHECK(tps_layout_load_preset("llam", &l, &err) == TPS_EARG);
-    CHECK_CONTAINS(err.msg, "unknown preset 'llam' (presets: gemma, gemma2, gpt2, llama, mixtral, neox, phi3, qwen3");
+    CHECK_CONTAINS(err.msg, "unknown preset 'llam' (presets: gemma, gemma2, gemma3, gemma3_text, gpt2, llama, mixtral, neox, phi3, qwen3");
     tps_error_clear(&err);
     CHECK(tps_layout_load_file("/nonexistent/x.yaml", &l, &err) == TPS_EINVALID);
     CHECK_CONTAINS(err.msg, "/nonexistent/x.yaml: cannot open layout");
