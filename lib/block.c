@@ -201,3 +201,9 @@ tps_status tps_rope_scaling_from_config(const tps_json *root, const char *path, 
         return TPS_OK;
     }
 }
+
+bool tps_block_layer_is_local(const tps_block *b, uint64_t layer)
+{
+    if (b->layer_types && layer < strlen(b->layer_types)) return b->layer_types[layer] == 's';
+    return b->sliding_window_pattern && (layer + 1) % b->sliding_window_pattern != 0;
+}

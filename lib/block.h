@@ -173,6 +173,13 @@ typedef struct tps_block {
     tps_moe_routing moe;
     tps_qk_norm_kind qk_norm;     /* what roles q_norm / k_norm normalize over */
     bool qkv_grouped;             /* fused QKV per KV group [q heads of the group; k; v] (Falcon) */
+    /* Gemma 3 (transformers 4.57 modeling_gemma3.py), from config.json.  rope_local_theta
+     * (rope_local_base_freq): the RoPE base of the local (sliding-window) layers, which rotate
+     * without rope_scaling; 0: every layer rotates as rope_theta and rope_scaling say.
+     * layer_types: one letter a layer, 's' sliding_attention, 'f' full_attention; NULL: the
+     * sliding_window_pattern decides.  Owned by the layout. */
+    double rope_local_theta;
+    char *layer_types;
 } tps_block;
 
 /* Whether the block's MLP is a mixture of experts (it names a router). */
@@ -192,6 +199,9 @@ int tps_block_model_role_lookup(const char *s);               /* -1 for an unkno
 const char *tps_rope_scaling_name(tps_rope_scaling_kind k); /* its rope_type, "default" for none */
 const char *tps_attn_kind_name(tps_attn_kind k);            /* "mha", "mla" */
 int tps_attn_kind_lookup(const char *s);                    /* -1 for an unknown name */
+/* Whether layer i is local (sliding-window attention): config.json's layer_types where it
+ * names the layer, else (i + 1) % sliding_window_pattern != 0; false without a pattern. */
+bool tps_block_layer_is_local(const tps_block *b, uint64_t layer);
 
 struct tps_json;
 /* Reads config.json's rope_scaling (and max_position_embeddings) from root, a JSON object,

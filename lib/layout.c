@@ -104,7 +104,9 @@
  *     embed_scale: BOOL              the embedding output times sqrt(hidden), rounded to the
  *                                    embedding's dtype as transformers' Gemma rounds it
  *     sliding_window_pattern: N      layer i attends within config.json's sliding_window
- *                                    unless (i + 1) % N == 0 (Gemma 2: 2); absent: none
+ *                                    unless (i + 1) % N == 0 (Gemma 2: 2); absent: none.
+ *                                    config.json's layer_types, else its
+ *                                    sliding_window_pattern, decide over it (Gemma 3)
  *     qk_norm: per_head | whole      what q_norm / k_norm (RMSNorm before RoPE) span: each
  *                                    head's head_dim (default; Qwen3) or the whole q and k
  *                                    projections (OLMo 2; verify all-reduces their sums)
@@ -112,7 +114,9 @@
  *   rope_theta, rotary_emb_base, rotary_pct, partial_rotary_factor, use_parallel_residual,
  *   hidden_act, activation_function, num_experts_per_tok, the routing keys above; and,
  *   config.json only, attn_logit_softcapping, final_logit_softcapping, query_pre_attn_scalar,
- *   sliding_window), then the model sizes, then the
+ *   sliding_window, rope_local_base_freq (Gemma 3's local layers: that RoPE base, no
+ *   rope_scaling), layer_types), a multimodal config.json's text_config in place of the top
+ *   level, then the model sizes, then the
  *   kind's defaults (llama: rms 1e-5 silu half 10000; gpt2: layer 1e-5 gelu_tanh none
  *   conv1d; neox: layer 1e-5 gelu_erf half 10000 rotary_pct 0.25 parallel_residual
  *   qkv_interleaved; mixtral: rms 1e-5 silu half 1e6 top_k 2 norm_topk_prob; routing:
@@ -1063,6 +1067,7 @@ void tps_layout_free(tps_layout *l)
     free(l->block_raw.shared_prefix);
     for (int i = 0; i < TPS_ROLE_COUNT; i++) free(l->block_raw.role[i]);
     for (int i = 0; i < TPS_MROLE_COUNT; i++) free(l->block_raw.model_role[i]);
+    free(l->cfg.layer_types);
     free(l->name);
     free(l->description);
     free(l->source);

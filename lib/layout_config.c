@@ -90,9 +90,13 @@ static const char *const moe_keys[] = {"scoring_func", "topk_method", "norm_topk
 static const char *const falcon_keys[] = {"model_type", "multi_query", "new_decoder_architecture", "num_kv_heads",
                                           "n_head_kv", NULL};
 
+/* Gemma 3; read by apply_gemma3_keys. */
+static const char *const gemma3_keys[] = {"rope_local_base_freq", "layer_types", "sliding_window_pattern", NULL};
+
 static const char *const *const block_key_lists[] = {eps_keys, theta_keys, pct_keys, topk_keys, act_keys,
                                                       parallel_residual_keys, rope_scaling_keys, gemma_keys, moe_keys,
-                                                      falcon_keys, rope_interleave_keys};
+                                                      falcon_keys, rope_interleave_keys,
+                                                      gemma3_keys};
 
 /* The first of keys present with a non-null value; NULL when none is. */
 static const tps_json *first_key(const tps_json *root, const char *const *keys, const char **which)
@@ -251,6 +255,50 @@ static void falcon_config(const tps_json *root, tps_model_sizes *cfg, bool *para
         cfg->kv_heads = kv->u.number.u64;
 }
 
+/* gemma3_keys into l->cfg.  Which layers are local belongs to the checkpoint: layer_types
+ * (transformers 4.53 and later write it), else config.json's sliding_window_pattern (the
+ * first Gemma 3 releases), decide over the block's sliding_window_pattern, which stays the
+ * family's default; like sliding_window, only where the block has local layers at all. */
+static tps_status apply_gemma3_keys(tps_layout *l, const char *path, const tps_json *root, tps_error *err)
+{
+    bool found;
+    tps_status st;
+    const char *theta[] = {gemma3_keys[0], NULL}, *pattern[] = {gemma3_keys[2], NULL};
+    if ((st = config_double(path, root, theta, 0, 1e12, &l->cfg.rope_local_theta, &found, err)) != TPS_OK) return st;
+    if (!l->block_raw.sliding_window_pattern) return TPS_OK;
+    if ((st = config_u64(path, root, pattern, &l->cfg.sliding_window_pattern, &found, err)) != TPS_OK) return st;
+    const tps_json *lt = tps_json_get(root, gemma3_keys[1]);
+    if (!lt || lt->type == TPS_JSON_NULL) return TPS_OK;
+    size_t n = lt->type == TPS_JSON_ARRAY ? lt->u.array.n : 0;
+    if (!n || (l->sizes.layers && n != l->sizes.layers))
+        return tps_fail(err, TPS_EINVALID, "%s: \"layer_types\" must list one type for each of the %llu layers", path,
+                        (unsigned long long)l->sizes.layers);
+    char *types = malloc(n + 1);
+    if (!types) return tps_fail_oom(err, "config.json's layer_types");
+    for (size_t i = 0; i < n; i++) {
+        const tps_json *v = lt->u.array.items[i];
+        const char *s = v->type == TPS_JSON_STRING ? v->u.string.s : "";
+        if (strcmp(s, "sliding_attention") != 0 && strcmp(s, "full_attention") != 0) {
+            free(types);
+            return tps_fail(err, TPS_EINVALID,
+                            "%s: \"layer_types\" entry %zu is not \"sliding_attention\" or \"full_attention\"", path, i);
+        }
+        types[i] = s[0] == 's' ? 's' : 'f';
+    }
+    types[n] = '\0';
+    free(l->cfg.layer_types);
+    l->cfg.layer_types = types;
+    return TPS_OK;
+}
+
+/* A multimodal config.json (Gemma 3, LLaVA) keeps the language model's keys in text_config;
+ * those are the ones the layers need. */
+static const tps_json *text_root(const tps_json *root)
+{
+    const tps_json *tc = tps_json_get(root, "text_config");
+    return tc && tc->type == TPS_JSON_OBJECT && !tps_json_get(root, "hidden_size") ? tc : root;
+}
+
 static tps_status apply_config(tps_layout *l, const char *path, const tps_json *root, tps_error *err)
 {
     if (!root || root->type != TPS_JSON_OBJECT)
@@ -320,6 +368,7 @@ static tps_status apply_config(tps_layout *l, const char *path, const tps_json *
     }
     if ((st = apply_gemma_keys(l, path, root, err)) != TPS_OK) return st;
     if ((st = apply_moe_config(l, path, root, err)) != TPS_OK) return st;
+    if ((st = apply_gemma3_keys(l, path, root, err)) != TPS_OK) return st;
     return tps_rope_scaling_from_config(root, path, &l->cfg.rope_scaling, err);
 }
 
@@ -355,9 +404,9 @@ tps_status tps_layout_apply_config_text(tps_layout *l, const char *text, size_t 
     tps_status st = TPS_OK;
     if (kept) *kept = NULL;
     TPS_CHECK(tps_json_parse(text, len, what, &doc, err));
-    TPS_CHECK(apply_config(l, what, tps_json_root(doc), err));
+    TPS_CHECK(apply_config(l, what, text_root(tps_json_root(doc)), err));
     tps_layout_sync_block(l);
-    if (kept) TPS_CHECK(keep_known_keys(tps_json_root(doc), what, kept, err));
+    if (kept) TPS_CHECK(keep_known_keys(text_root(tps_json_root(doc)), what, kept, err));
 cleanup:
     tps_json_doc_free(doc);
     return st;
@@ -496,6 +545,9 @@ void tps_layout_sync_block(tps_layout *l)
     b.final_softcap = l->cfg.final_softcap;
     b.query_pre_attn_scalar = l->cfg.query_pre_attn_scalar;
     b.sliding_window = l->cfg.sliding_window;
+    b.rope_local_theta = l->cfg.rope_local_theta;
+    b.layer_types = l->cfg.layer_types;
+    if (l->cfg.sliding_window_pattern) b.sliding_window_pattern = l->cfg.sliding_window_pattern;
     const tps_model_sizes *s = &l->sizes;
     if (!b.layers) b.layers = s->layers;
     if (!b.hidden) b.hidden = s->hidden;

@@ -16,6 +16,7 @@ typedef struct vdims {
     /* Multi-head latent attention (verify/mla.c): per-head widths and the latent ranks
      * (qlora 0: a plain q_proj). */
     uint64_t nope, rope_d, vhd, qlora, kvlora;
+    bool local;      /* a local layer (tps_block_layer_is_local): Gemma 3 rotates it by its own base */
 } vdims;
 
 /* One layer's tensors as one party holds them; ex[e * TPS_ROLE_COUNT + role] for a routed

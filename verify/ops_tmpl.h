@@ -154,10 +154,12 @@ void F(tps_vrope)(const tps_block *b, const vdims *d, size_t n, size_t nh, REAL 
 {
     size_t hd = (size_t)d->hd, half = (size_t)d->rot / 2;
     if (b->rope == TPS_ROPE_NONE || half == 0) return;
-    double mscale = vrope_attn_factor(&b->rope_scaling);
+    double theta;
+    tps_rope_scaling rs = vrope_layer_scaling(b, d->local, &theta);
+    double mscale = vrope_attn_factor(&rs);
     for (size_t t = 0; t < n; t++)
         for (size_t i = 0; i < half; i++) {
-            double ang = (double)t * vrope_inv_freq(&b->rope_scaling, b->rope_theta, (size_t)d->rot, i, n);
+            double ang = (double)t * vrope_inv_freq(&rs, theta, (size_t)d->rot, i, n);
             REAL c = (REAL)(cos(ang) * mscale), s = (REAL)(sin(ang) * mscale);
             size_t i1 = b->rope == TPS_ROPE_HALF ? i : 2 * i, i2 = b->rope == TPS_ROPE_HALF ? i + half : 2 * i + 1;
             for (size_t h = 0; h < nh; h++) {

@@ -15,10 +15,11 @@ static tps_status Q(qk_apply)(const tps_block *b, const tps_vt *w, uint64_t w_of
     size_t wn = per_head ? hd : nh * hd;
     REAL *wv = malloc((wn + 1) * sizeof *wv);
     if (!wv) return tps_fail_oom(err, "a q/k norm weight");
+    double one = b->norm == TPS_NORM_RMS_OFFSET; /* Gemma 3's q/k norms scale by (1 + w) as its others do */
     for (size_t i = 0; i < wn; i++) {
         double v = 0;
         tps_dtype_to_f64(w->dtype, w->data, (size_t)w_off + i, &v); /* dtype checked at load */
-        wv[i] = (REAL)v;
+        wv[i] = (REAL)(v + one);
     }
     for (size_t t = 0; t < n; t++)
         for (size_t h = 0; h < nh; h++) {

@@ -72,6 +72,21 @@ TPS_VROPE_FN double vrope_inv_freq(const tps_rope_scaling *s, double theta, size
     }
 }
 
+/* The base and scaling a layer rotates with: Gemma 3's local (sliding-window) layers use
+ * rope_local_base_freq without rope_scaling (transformers' rotary_emb_local), every other
+ * layer rope_theta under rope_scaling. */
+TPS_VROPE_FN tps_rope_scaling vrope_layer_scaling(const tps_block *b, bool local, double *theta)
+{
+    if (local && b->rope_local_theta > 0) {
+        tps_rope_scaling none = b->rope_scaling; /* the numbers stay, unread without a type */
+        none.type = TPS_ROPE_SCALING_NONE;
+        *theta = b->rope_local_theta;
+        return none;
+    }
+    *theta = b->rope_theta;
+    return b->rope_scaling;
+}
+
 /* The factor on cos and sin (so on q.k: its square). */
 TPS_VROPE_FN double vrope_attn_factor(const tps_rope_scaling *s)
 {

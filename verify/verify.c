@@ -115,7 +115,8 @@ static tps_status resolve_dims(const tps_block *b, uint64_t layer, const vlayer 
         double pct = b->rotary_pct > 0 ? b->rotary_pct : 1.0;
         d->rot = (uint64_t)((double)d->hd * pct) & ~(uint64_t)1;
     }
-    if (b->sliding_window_pattern && (layer + 1) % b->sliding_window_pattern != 0) d->window = b->sliding_window;
+    d->local = tps_block_layer_is_local(b, layer);
+    if (d->local) d->window = b->sliding_window;
     bool fused = vrole(l, TPS_ROLE_QKV_W, 0, false) != NULL;
     tps_status st;
     if (b->attention == TPS_ATTN_MLA && (st = tps_vmla_resolve_dims(b, layer, l, d, err)) != TPS_OK) return st;

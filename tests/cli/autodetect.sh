@@ -14,7 +14,8 @@ same_sets() {
 # announce that preset and cut exactly as --preset NAME does, manifest included.
 for case in tiny-llama:llama:LlamaForCausalLM tiny-qwen2:llama:Qwen2ForCausalLM tiny-gpt2:gpt2:GPT2LMHeadModel \
             tiny-neox:neox:GPTNeoXForCausalLM tiny-phi3:phi3:Phi3ForCausalLM tiny-mixtral:mixtral:MixtralForCausalLM \
-            tiny-gemma:gemma:GemmaForCausalLM tiny-gemma2:gemma2:Gemma2ForCausalLM; do
+            tiny-gemma:gemma:GemmaForCausalLM tiny-gemma2:gemma2:Gemma2ForCausalLM \
+            tiny-gemma3_text:gemma3_text:Gemma3ForCausalLM tiny-gemma3:gemma3:Gemma3ForConditionalGeneration; do
     f=${case%%:*} rest=${case#*:}
     p=${rest%%:*} arch=${rest#*:}
     src="$M/$f/model.safetensors"
@@ -82,7 +83,8 @@ expect_exit 2 "give one of --layout FILE or --preset NAME, not both" "--preset a
 # --preset takes the names users know: model_type spellings, any case, '-' for '_'; each
 # cuts as the preset it names and records the preset's own name.
 for case in mistral:llama:tiny-llama Qwen2:llama:tiny-qwen2 QWEN2:llama:tiny-qwen2 gpt-neox:neox:tiny-neox \
-            GPT_NeoX:neox:tiny-neox Phi3:phi3:tiny-phi3 MIXTRAL:mixtral:tiny-mixtral; do
+            GPT_NeoX:neox:tiny-neox Phi3:phi3:tiny-phi3 MIXTRAL:mixtral:tiny-mixtral \
+            Gemma3-Text:gemma3_text:tiny-gemma3_text; do
     a=${case%%:*} rest=${case#*:}
     p=${rest%%:*} f=${rest#*:}
     if "$TPSHARD" split "$M/$f/model.safetensors" --tp 2 --preset "$a" -o "alias-$a" -q >/dev/null 2>"alias-$a.err" &&

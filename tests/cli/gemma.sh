@@ -1,13 +1,13 @@
 #!/bin/sh
-# Gemma and Gemma 2 (presets gemma, gemma2) on the tiny fixtures of testdata/gen_gemma_fixtures.py:
+# Gemma, Gemma 2 and Gemma 3 (presets gemma, gemma2, gemma3_text, gemma3) on the tiny fixtures of testdata/gen_gemma_fixtures.py:
 # auto-detection, verify --layer all and --whole-model at every tp split accepts, wrong cuts
 # caught, the block keys' errors, and a stage normalized only after its block (OLMo 2's
 # form: no pre-norm role).  transformers' own logits are compared in
-# tests/interop/test_hf_gemma_family.py.
+# tests/interop/test_hf_gemma_family.py and tests/interop/torch2_gemma3.py.
 . "$TPS_TOP/tests/cli/lib.sh"
 M="$FIX/models"
 
-for spec in gemma:GemmaForCausalLM gemma2:Gemma2ForCausalLM; do
+for spec in gemma:GemmaForCausalLM gemma2:Gemma2ForCausalLM gemma3_text:Gemma3ForCausalLM gemma3:Gemma3ForConditionalGeneration; do
     p=${spec%%:*} arch=${spec#*:}
     src="$M/tiny-$p"
     for tp in 1 2 4 8; do
@@ -33,6 +33,35 @@ if grep -q '"attn_logit_softcapping": 2' "$T/gemma2-2/tpshard.json" && grep -q '
 else
     notok "gemma2: the manifest records the soft-caps, query_pre_attn_scalar and sliding_window"
 fi
+
+# Gemma 3: the local layers and their RoPE base reach verify through the manifest too (from
+# text_config for the multimodal checkpoint); the vision tower and projector are whole on
+# every rank.
+if grep -q '"rope_local_base_freq": 10000' "$T/gemma3_text-2/tpshard.json" &&
+    grep -A3 '"layer_types": \[' "$T/gemma3_text-2/tpshard.json" | grep -q '"full_attention"' &&
+    grep -q '"rope_local_base_freq": 10000' "$T/gemma3-2/tpshard.json" && grep -q '"sliding_window": 4' "$T/gemma3-2/tpshard.json"; then
+    ok "gemma3_text, gemma3: the manifest records rope_local_base_freq, layer_types and sliding_window"
+else
+    notok "gemma3_text, gemma3: the manifest records rope_local_base_freq, layer_types and sliding_window"
+fi
+"$TPSHARD" plan "$M/tiny-gemma3/model.safetensors" --tp 8 --json -q >mm-plan.json
+vis=$(grep -cE '"name": "(vision_tower|multi_modal_projector)\.' mm-plan.json)
+rep=$(grep -A2 -E '"name": "(vision_tower|multi_modal_projector)\.' mm-plan.json | grep -c '"partition": "replicated"')
+if [ "$vis" -eq 23 ] && [ "$rep" -eq 23 ]; then
+    ok "gemma3 tp 8: the 23 vision tower and projector tensors are replicated"
+else
+    notok "gemma3 tp 8: the 23 vision tower and projector tensors are replicated"
+    echo "#   $vis tensors, $rep replicated"
+fi
+mkdir -p bad-types && cp "$M/tiny-gemma3_text/model.safetensors" bad-types/ &&
+    sed 's/"full_attention"/"chunked_attention"/' "$M/tiny-gemma3_text/config.json" >bad-types/config.json
+expect_exit 3 '"layer_types" entry 2 is not "sliding_attention" or "full_attention"' \
+    "gemma3_text: a layer type verify does not model is refused, by entry" \
+    "$TPSHARD" plan bad-types/model.safetensors --tp 2
+# The cuda backend refuses Gemma 3's features by name (q/k norms first); without a GPU it exits
+# 5 before it gets there.
+expect_exit 5 "cuda backend" "gemma3_text: verify --backend cuda exits 5" \
+    "$TPSHARD" verify "$T/gemma3_text-2" --backend cuda
 
 # Wrong cuts with intact bytes: K/V heads round-robin, gate_proj's columns unpaired with up_proj's.
 kv_rr='  - match: "model.layers.*.self_attn.{k_proj,v_proj}.weight"

@@ -996,12 +996,16 @@ cleanup:
  * (every process alike, before any collective) rather than computed wrong. */
 static const char *unsupported(const tps_block *b, const vdims *d)
 {
+    /* First: a layer missing its q/k norm would fail as if cut wrong. */
+    if (b->role[TPS_ROLE_Q_NORM_W] || b->role[TPS_ROLE_K_NORM_W])
+        return b->qk_norm == TPS_QK_NORM_WHOLE ? "q_norm/k_norm (over the whole projection)" : "q_norm/k_norm (per head)";
     if (b->norm == TPS_NORM_RMS_OFFSET) return "the (1 + w) RMSNorm (norm: rms_offset)";
     if (b->role[TPS_ROLE_POST_ATTN_NORM_W] || b->role[TPS_ROLE_POST_MLP_NORM_W]) return "post-block norms";
     if (!b->role[TPS_ROLE_ATTN_NORM_W] || !b->role[TPS_ROLE_MLP_NORM_W]) return "a stage without a pre-norm";
     if (b->attn_softcap > 0) return "attention logit soft-capping";
     if (b->query_pre_attn_scalar > 0) return "query_pre_attn_scalar";
     if (d->window) return "sliding-window attention";
+    if (d->local && b->rope_local_theta > 0) return "the local layers' RoPE base (rope_local_base_freq)";
     return NULL;
 }
 
@@ -1019,10 +1023,6 @@ static tps_status g_run(void *ctx, const tps_block *b, const vdims *d, size_t n,
     if (tps_block_is_moe(b) && (b->shared_prefix || b->role[TPS_ROLE_SHARED_GATE_W] || b->role[TPS_ROLE_ROUTER_BIAS]))
         return gfail(err, TPS_EBACKEND, "the cuda backend does not compute %s yet; use --backend cpu",
                      b->role[TPS_ROLE_ROUTER_BIAS] ? "a router bias (e_score_correction_bias)" : "shared experts");
-    /* Refused rather than computed without: a layer missing its q/k norm would fail as if cut wrong. */
-    if (b->role[TPS_ROLE_Q_NORM_W] || b->role[TPS_ROLE_K_NORM_W])
-        return gfail(err, TPS_EBACKEND, "the cuda backend does not compute q_norm/k_norm (%s) yet; use --backend cpu",
-                     b->qk_norm == TPS_QK_NORM_WHOLE ? "over the whole projection" : "per head");
     /* The same on every rank and process (every rank holds as many groups), so all refuse. */
     for (uint64_t i = 0; i < c->count; i++)
         if (ranks[i].am.q_run)
