@@ -24,6 +24,8 @@ static const char *const role_names[TPS_ROLE_COUNT] = {
     [TPS_ROLE_FC_B] = "fc_bias",              [TPS_ROLE_DOWN_W] = "down_proj",
     [TPS_ROLE_DOWN_B] = "down_bias",          [TPS_ROLE_ROUTER_W] = "router",
     [TPS_ROLE_POST_ATTN_NORM_W] = "post_attn_norm", [TPS_ROLE_POST_MLP_NORM_W] = "post_mlp_norm",
+    [TPS_ROLE_SHARED_GATE_W] = "shared_expert_gate", [TPS_ROLE_ROUTER_BIAS] = "router_bias",
+    [TPS_ROLE_Q_NORM_W] = "q_norm",           [TPS_ROLE_K_NORM_W] = "k_norm",
 };
 
 static const char *const model_role_names[TPS_MROLE_COUNT] = {
@@ -36,6 +38,9 @@ static const char *const norm_names[] = {"rms", "layer", "rms_offset"};
 static const char *const rope_scaling_names[] = {"default", "linear", "dynamic", "llama3", "yarn"};
 static const char *const act_names[] = {"silu", "gelu_tanh", "gelu_erf"};
 static const char *const rope_names[] = {"none", "half", "interleaved"};
+static const char *const moe_scoring_names[] = {"softmax", "sigmoid"};
+static const char *const moe_topk_names[] = {"greedy", "group_limited_greedy", "noaux_tc"};
+static const char *const qk_norm_names[] = {"per_head", "whole"};
 
 #define NAMES(a) (a), (int)(sizeof(a) / sizeof((a)[0]))
 
@@ -68,6 +73,22 @@ int tps_block_role_lookup(const char *s) { return lookup(s, NAMES(role_names)); 
 int tps_norm_lookup(const char *s) { return lookup(s, NAMES(norm_names)); }
 int tps_act_lookup(const char *s) { return lookup(s, NAMES(act_names)); }
 int tps_rope_lookup(const char *s) { return lookup(s, NAMES(rope_names)); }
+int tps_qk_norm_lookup(const char *s) { return lookup(s, NAMES(qk_norm_names)); }
+
+const char *tps_moe_scoring_name(tps_moe_scoring k) { return name_of((int)k, NAMES(moe_scoring_names)); }
+const char *tps_moe_topk_name(tps_moe_topk k) { return name_of((int)k, NAMES(moe_topk_names)); }
+int tps_moe_scoring_lookup(const char *s) { return lookup(s, NAMES(moe_scoring_names)); }
+int tps_moe_topk_lookup(const char *s) { return lookup(s, NAMES(moe_topk_names)); }
+
+bool tps_block_layer_is_moe(const tps_block *b, uint64_t layer)
+{
+    const tps_moe_routing *m = &b->moe;
+    if (!tps_block_is_moe(b) || layer < m->first_k_dense) return false;
+    /* DeepSeek counts layer % freq, Qwen (layer + 1) % step (their modeling code). */
+    if (m->layer_freq > 1 && layer % m->layer_freq != 0) return false;
+    if (m->sparse_step > 1 && (layer + 1) % m->sparse_step != 0) return false;
+    return !(layer < TPS_MOE_MAX_LAYERS && (m->mlp_only[layer / 64] >> (layer % 64) & 1));
+}
 
 int tps_act_from_hf(const char *s)
 {

@@ -37,6 +37,10 @@ typedef enum tps_block_role {
     /* Norms applied to a block's output before its residual add (Gemma 2 sandwich norms, OLMo 2),
      * replicated, by every rank after the all-reduce and the row-parallel bias. */
     TPS_ROLE_POST_ATTN_NORM_W, TPS_ROLE_POST_MLP_NORM_W,
+    TPS_ROLE_SHARED_GATE_W,         /* Qwen2-MoE shared_expert_gate [1, hidden], replicated: */
+                                    /* the shared expert's output scaled by sigmoid(x . w) */
+    TPS_ROLE_ROUTER_BIAS,           /* DeepSeek-V3 e_score_correction_bias [experts], replicated */
+    TPS_ROLE_Q_NORM_W, TPS_ROLE_K_NORM_W, /* RMSNorm of q and of k before RoPE (qk_norm: over what); replicated */
     TPS_ROLE_COUNT
 } tps_block_role;
 
@@ -56,6 +60,12 @@ typedef enum tps_block_model_role {
 /* rms_offset: Gemma's RMSNorm, x / rms(x) * (1 + w) (transformers' GemmaRMSNorm computes it in
  * float32, weight included, where Llama's scales after casting back). */
 typedef enum tps_norm_kind { TPS_NORM_RMS, TPS_NORM_LAYER, TPS_NORM_RMS_OFFSET } tps_norm_kind;
+/* Over what q_norm and k_norm normalize.  Per head: each head's head_dim, weight [head_dim]
+ * (Qwen3, Gemma 3), local to a rank.  Whole: the whole projection, q's heads * head_dim and
+ * k's kv_heads * head_dim, weights of those sizes (OLMo 2): under TP the vector spans the
+ * ranks, so the norm needs a collective (vLLM's Olmo2Attention all-gathers q and k). */
+typedef enum tps_qk_norm_kind { TPS_QK_NORM_PER_HEAD, TPS_QK_NORM_WHOLE } tps_qk_norm_kind;
+
 typedef enum tps_act_kind { TPS_ACT_SILU, TPS_ACT_GELU_TANH, TPS_ACT_GELU_ERF } tps_act_kind;
 typedef enum tps_rope_style {
     TPS_ROPE_NONE,
@@ -86,6 +96,35 @@ typedef struct tps_rope_scaling {
     char other[24];                           /* TPS_ROPE_SCALING_OTHER's rope_type */
 } tps_rope_scaling;
 
+/* How a mixture-of-experts layer picks its experts (config.json's words; verify/moe_route.h
+ * computes it): scores from the router logits (scoring_func), a choice among groups of
+ * experts first (topk_method, n_group, topk_group), then the top_k experts by score plus
+ * the router bias (e_score_correction_bias, for choosing only); the chosen experts' scores,
+ * renormalized to sum to 1 when norm_topk_prob, times routed_scaling_factor, weight their
+ * outputs. */
+typedef enum tps_moe_scoring { TPS_MOE_SOFTMAX, TPS_MOE_SIGMOID } tps_moe_scoring;
+typedef enum tps_moe_topk {
+    TPS_MOE_TOPK_GREEDY,      /* "greedy": the top_k of all experts */
+    TPS_MOE_TOPK_GROUP_MAX,   /* "group_limited_greedy" (DeepSeek-V2): groups ranked by their best score */
+    TPS_MOE_TOPK_GROUP_TOP2   /* "noaux_tc" (DeepSeek-V3): groups ranked by the sum of their two best */
+} tps_moe_topk;
+
+/* mlp_only_layers is held as a bitset of the layers below this bound. */
+#define TPS_MOE_MAX_LAYERS 1024
+
+typedef struct tps_moe_routing {
+    tps_moe_scoring scoring;    /* scoring_func */
+    tps_moe_topk topk_method;   /* topk_method */
+    bool norm_topk_prob;        /* norm_topk_prob (the mixtral kind: true) */
+    double scaling;             /* routed_scaling_factor (1) */
+    uint64_t n_group, topk_group; /* grouped top-k: experts in n_group equal groups, topk_group kept */
+    /* Which layers are dense (an ordinary MLP, no router): */
+    uint64_t first_k_dense;     /* first_k_dense_replace: layers below it */
+    uint64_t layer_freq;        /* moe_layer_freq (DeepSeek): MoE only where layer % freq == 0 */
+    uint64_t sparse_step;       /* decoder_sparse_step (Qwen): MoE only where (layer + 1) % step == 0 */
+    uint64_t mlp_only[TPS_MOE_MAX_LAYERS / 64]; /* mlp_only_layers (Qwen), a bitset */
+} tps_moe_routing;
+
 typedef struct tps_block {
     tps_block_kind kind;
     char *layer_prefix;           /* e.g. "model.layers.{layer}." */
@@ -114,7 +153,25 @@ typedef struct tps_block {
      * layers); 0: no layer does. */
     uint64_t sliding_window_pattern;
     bool embed_scale;             /* block key: embeddings times sqrt(hidden) rounded to their dtype */
+    /* Mixture of experts: a block with a router role.  Its MLP roles name each expert's
+     * tensors after expert_prefix; in a dense layer they follow dense_prefix, and the shared
+     * expert's (one TP MLP beside the routed ones, as vLLM runs it) follow shared_prefix. */
+    char *dense_prefix;           /* e.g. "mlp." (Qwen2-MoE, DeepSeek); NULL: every layer is MoE */
+    char *shared_prefix;          /* e.g. "mlp.shared_expert."; NULL: no shared expert */
+    uint64_t moe_intermediate, shared_intermediate; /* 0: from the tensors' shapes */
+    tps_moe_routing moe;
+    tps_qk_norm_kind qk_norm;     /* what roles q_norm / k_norm normalize over */
 } tps_block;
+
+/* Whether the block's MLP is a mixture of experts (it names a router). */
+static inline bool tps_block_is_moe(const tps_block *b) { return b->role[TPS_ROLE_ROUTER_W] != NULL; }
+
+/* Whether layer `layer` of a MoE block routes (false: a dense layer, per the routing's
+ * first_k_dense, layer_freq, sparse_step and mlp_only). */
+bool tps_block_layer_is_moe(const tps_block *b, uint64_t layer);
+
+const char *tps_moe_scoring_name(tps_moe_scoring s); /* "softmax", "sigmoid" */
+const char *tps_moe_topk_name(tps_moe_topk k);       /* "greedy", "group_limited_greedy", "noaux_tc" */
 
 const char *tps_block_kind_name(tps_block_kind k);
 const char *tps_block_role_name(tps_block_role r); /* the YAML key, e.g. "q_proj" -> see layout docs */

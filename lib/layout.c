@@ -17,7 +17,9 @@
  *       reason: not weights          per entry, a one-line reason, both required
  *   sizes:                           optional; positive integers, the first source of sizes
  *     hidden: 4096                   keys: hidden heads kv_heads head_dim intermediate
- *                                    vocab layers experts
+ *                                    vocab layers experts moe_intermediate (one routed
+ *                                    expert's width) shared_intermediate (the shared
+ *                                    experts' MLP)
  *   infer:                           optional; how to read a size from tensor shapes when
  *                                    neither sizes: nor config.json gave it.  One of:
  *     vocab: {tensor: GLOB, dim: 0}              shape[dim] of every tensor matching GLOB
@@ -58,7 +60,8 @@
  *                                    v_proj v_bias qkv_proj qkv_bias o_proj o_bias mlp_norm
  *                                    mlp_norm_bias gate_proj up_proj gate_up_proj fc fc_bias
  *                                    down_proj down_bias router post_attn_norm
- *                                    post_mlp_norm.  A bias role may name a
+ *                                    post_mlp_norm shared_expert_gate router_bias q_norm
+ *                                    k_norm.  A bias role may name a
  *                                    tensor a checkpoint lacks (Llama vs Qwen2 q/k/v bias);
  *                                    the verification pass treats it as absent.
  *                                    post_attn_norm / post_mlp_norm normalize a block's
@@ -70,6 +73,17 @@
  *     rope: none | half | interleaved              rope_theta: FLOAT
  *     rotary_pct: FLOAT (0 < x <= 1) parallel_residual / conv1d / qkv_interleaved: BOOL
  *     top_k: N                       and any size key above but vocab
+ *   A block with a router role is a mixture of experts (any kind): its MLP roles are each
+ *   expert's, after expert_prefix; optional keys:
+ *     dense_prefix: "mlp."           a dense layer's MLP roles (the layers below)
+ *     shared_prefix: "mlp.shared_expert."    the shared expert's MLP roles (one TP MLP;
+ *                                    role shared_expert_gate scales it by sigmoid(x . w))
+ *     scoring_func: softmax | sigmoid            topk_method: greedy |
+ *                                    group_limited_greedy | noaux_tc
+ *     norm_topk_prob: BOOL           routed_scaling_factor: FLOAT
+ *     n_group / topk_group / first_k_dense_replace / moe_layer_freq /
+ *     decoder_sparse_step: N         config.json's meanings (verify/moe_route.h); these and
+ *                                    mlp_only_layers are read from config.json too
  *     embed / pos_embed / final_norm / final_norm_bias / lm_head: TENSOR   whole names of
  *                                    the tensors outside the layers (verify --whole-model);
  *                                    no lm_head tensor in the model: tied to embed
@@ -77,14 +91,18 @@
  *                                    embedding's dtype as transformers' Gemma rounds it
  *     sliding_window_pattern: N      layer i attends within config.json's sliding_window
  *                                    unless (i + 1) % N == 0 (Gemma 2: 2); absent: none
+ *     qk_norm: per_head | whole      what q_norm / k_norm (RMSNorm before RoPE) span: each
+ *                                    head's head_dim (default; Qwen3) or the whole q and k
+ *                                    projections (OLMo 2; verify all-reduces their sums)
  *   Block fields left out come from config.json (rms_norm_eps, layer_norm_eps(ilon),
  *   rope_theta, rotary_emb_base, rotary_pct, partial_rotary_factor, use_parallel_residual,
- *   hidden_act, activation_function, num_experts_per_tok; and, config.json only,
+ *   hidden_act, activation_function, num_experts_per_tok, the routing keys above; and, config.json only,
  *   attn_logit_softcapping, final_logit_softcapping, query_pre_attn_scalar, sliding_window),
  *   then the model sizes, then the
  *   kind's defaults (llama: rms 1e-5 silu half 10000; gpt2: layer 1e-5 gelu_tanh none
  *   conv1d; neox: layer 1e-5 gelu_erf half 10000 rotary_pct 0.25 parallel_residual
- *   qkv_interleaved; mixtral: rms 1e-5 silu half 1e6 top_k 2).
+ *   qkv_interleaved; mixtral: rms 1e-5 silu half 1e6 top_k 2 norm_topk_prob; routing:
+ *   softmax greedy, scaling 1, every layer routed).
  *
  * EXPR: non-negative integers and size names with + - * / and parentheses, evaluated in
  * exact integer arithmetic (an inexact division or a negative result is an error).  A name
@@ -562,14 +580,44 @@ static tps_status check_block_roles(pctx *c, const yaml_node_t *n, const tps_blo
     if (!separate_qkv && !has_role(b, TPS_ROLE_QKV_W))
         return fail_at(c, n, "block of kind %s needs roles q_proj, k_proj and v_proj, or qkv_proj",
                        tps_block_kind_name(b->kind));
-    if (b->kind == TPS_BLOCK_MIXTRAL) {
+    if (b->kind == TPS_BLOCK_MIXTRAL || has_role(b, TPS_ROLE_ROUTER_W)) {
         if (!has_role(b, TPS_ROLE_GATE_W) || !has_role(b, TPS_ROLE_UP_W) || !has_role(b, TPS_ROLE_ROUTER_W))
-            return fail_at(c, n, "block of kind mixtral needs roles gate_proj, up_proj and router");
-        if (!b->expert_prefix) return fail_at(c, n, "block of kind mixtral needs expert_prefix");
+            return fail_at(c, n, "a mixture-of-experts block needs roles gate_proj, up_proj and router");
+        if (!b->expert_prefix) return fail_at(c, n, "a mixture-of-experts block needs expert_prefix");
         return TPS_OK;
     }
+    if (b->dense_prefix || b->shared_prefix || has_role(b, TPS_ROLE_SHARED_GATE_W) || has_role(b, TPS_ROLE_ROUTER_BIAS))
+        return fail_at(c, n, "dense_prefix, shared_prefix, shared_expert_gate and router_bias belong to a "
+                             "mixture-of-experts block (one with a router role)");
     if (!(has_role(b, TPS_ROLE_GATE_W) && has_role(b, TPS_ROLE_UP_W)) && !has_role(b, TPS_ROLE_GATE_UP_W))
         return fail_at(c, n, "block of kind llama needs roles gate_proj and up_proj, or gate_up_proj");
+    return TPS_OK;
+}
+
+/* The block's routing keys (v and names in TPS_BF_SCORING.. order, config.json's words). */
+static tps_status parse_block_routing(pctx *c, yaml_node_t *const *v, const char *const *names)
+{
+    tps_layout *l = c->l;
+    tps_moe_routing *m = &l->block_raw.moe;
+    tps_status st;
+    int e;
+    if (v[0]) {
+        if ((st = get_enum(c, v[0], names[0], tps_moe_scoring_lookup, "softmax, sigmoid", &e)) != TPS_OK) return st;
+        m->scoring = (tps_moe_scoring)e;
+    }
+    if (v[1]) {
+        if ((st = get_enum(c, v[1], names[1], tps_moe_topk_lookup, "greedy, group_limited_greedy, noaux_tc", &e)) !=
+            TPS_OK)
+            return st;
+        m->topk_method = (tps_moe_topk)e;
+    }
+    if (v[2] && (st = get_bool(c, v[2], names[2], &m->norm_topk_prob)) != TPS_OK) return st;
+    if (v[3] && (st = get_double(c, v[3], names[3], 0, 1e6, &m->scaling)) != TPS_OK) return st;
+    uint64_t *counts[] = {&m->n_group, &m->topk_group, &m->first_k_dense, &m->layer_freq, &m->sparse_step};
+    for (int i = 0; i < 5; i++)
+        if (v[4 + i] && (st = get_u64(c, v[4 + i], names[4 + i], counts[i])) != TPS_OK) return st;
+    for (int i = 0; i < 9; i++)
+        if (v[i]) l->block_set |= 1u << (TPS_BF_SCORING + i);
     return TPS_OK;
 }
 
@@ -578,11 +626,17 @@ static tps_status parse_block(pctx *c, const yaml_node_t *n)
     static const char *const allowed[] = {
         "kind", "layer_prefix", "expert_prefix", "roles", "norm", "norm_eps", "act", "rope", "rope_theta",
         "rotary_pct", "parallel_residual", "conv1d", "qkv_interleaved", "top_k", "layers", "hidden", "heads",
-        "kv_heads", "head_dim", "intermediate", "experts", "embed", "pos_embed", "final_norm", "final_norm_bias",
-        "lm_head", "embed_scale", "sliding_window_pattern", NULL};
+        "kv_heads", "head_dim", "intermediate", "experts",
+        /* mixture of experts: tps_moe_routing in TPS_BF_SCORING.. order, then its sizes */
+        "scoring_func", "topk_method", "norm_topk_prob", "routed_scaling_factor", "n_group", "topk_group",
+        "first_k_dense_replace", "moe_layer_freq", "decoder_sparse_step", "dense_prefix", "shared_prefix",
+        "moe_intermediate", "shared_intermediate",
+        "embed", "pos_embed", "final_norm", "final_norm_bias", "lm_head", "embed_scale", "sliding_window_pattern", "qk_norm", NULL};
     enum { K_KIND, K_LAYER, K_EXPERT, K_ROLES, K_NORM, K_EPS, K_ACT, K_ROPE, K_THETA, K_PCT, K_PARRES, K_CONV,
-           K_QKVI, K_TOPK, K_LAYERS, K_HIDDEN, K_HEADS, K_KVH, K_HD, K_INTER, K_EXPERTS, K_MODEL0,
-           K_EMBED_SCALE = K_MODEL0 + TPS_MROLE_COUNT, K_SWP, K_COUNT };
+           K_QKVI, K_TOPK, K_LAYERS, K_HIDDEN, K_HEADS, K_KVH, K_HD, K_INTER, K_EXPERTS,
+           K_SCORING, K_TOPK_METHOD, K_NORM_TOPK, K_SCALING, K_N_GROUP, K_TOPK_GROUP, K_FIRST_DENSE, K_LAYER_FREQ,
+           K_SPARSE_STEP, K_DENSE_PREFIX, K_SHARED_PREFIX, K_MOE_INTER, K_SHARED_INTER, K_MODEL0,
+           K_EMBED_SCALE = K_MODEL0 + TPS_MROLE_COUNT, K_SWP, K_QKN, K_COUNT };
     yaml_node_t *v[K_COUNT];
     tps_layout *l = c->l;
     tps_block *b = &l->block_raw;
@@ -601,6 +655,14 @@ static tps_status parse_block(pctx *c, const yaml_node_t *n)
         if (!strstr(b->expert_prefix, "{expert}"))
             return fail_at(c, v[K_EXPERT], "expert_prefix must contain {expert}");
     }
+    struct {
+        int key;
+        char **out;
+    } prefixes[] = {{K_DENSE_PREFIX, &b->dense_prefix}, {K_SHARED_PREFIX, &b->shared_prefix}};
+    for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++)
+        if (v[prefixes[i].key] &&
+            (st = get_strdup(c, v[prefixes[i].key], allowed[prefixes[i].key], prefixes[i].out)) != TPS_OK)
+            return st;
     if (v[K_ROLES]) {
         const yaml_node_t *roles = v[K_ROLES];
         if ((st = want_type(c, roles, YAML_MAPPING_NODE, "roles")) != TPS_OK) return st;
@@ -661,16 +723,22 @@ static tps_status parse_block(pctx *c, const yaml_node_t *n)
         if ((st = get_bool(c, v[flags[i].key], allowed[flags[i].key], flags[i].out)) != TPS_OK) return st;
         l->block_set |= 1u << flags[i].bit;
     }
+    if (v[K_QKN]) {
+        if ((st = get_enum(c, v[K_QKN], "qk_norm", tps_qk_norm_lookup, "per_head, whole", &e)) != TPS_OK) return st;
+        b->qk_norm = (tps_qk_norm_kind)e;
+    }
     if (v[K_TOPK]) {
         if ((st = get_u64(c, v[K_TOPK], "top_k", &b->top_k)) != TPS_OK) return st;
         l->block_set |= 1u << TPS_BF_TOP_K;
     }
+    if ((st = parse_block_routing(c, v + K_SCORING, allowed + K_SCORING)) != TPS_OK) return st;
     struct {
         int key;
         uint64_t *out;
     } nums[] = {{K_LAYERS, &b->layers}, {K_HIDDEN, &b->hidden},     {K_HEADS, &b->heads},
                 {K_KVH, &b->kv_heads},  {K_HD, &b->head_dim},       {K_INTER, &b->intermediate},
-                {K_EXPERTS, &b->experts}};
+                {K_EXPERTS, &b->experts}, {K_MOE_INTER, &b->moe_intermediate},
+                {K_SHARED_INTER, &b->shared_intermediate}};
     for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++)
         if (v[nums[i].key] && (st = get_u64(c, v[nums[i].key], allowed[nums[i].key], nums[i].out)) != TPS_OK)
             return st;
@@ -951,6 +1019,8 @@ void tps_layout_free(tps_layout *l)
     free(l->skips);
     free(l->block_raw.layer_prefix);
     free(l->block_raw.expert_prefix);
+    free(l->block_raw.dense_prefix);
+    free(l->block_raw.shared_prefix);
     for (int i = 0; i < TPS_ROLE_COUNT; i++) free(l->block_raw.role[i]);
     for (int i = 0; i < TPS_MROLE_COUNT; i++) free(l->block_raw.model_role[i]);
     free(l->name);

@@ -21,6 +21,9 @@
 typedef struct tps_model_sizes {
     /* 0 means unknown */
     uint64_t hidden, heads, kv_heads, head_dim, intermediate, vocab, layers, experts;
+    uint64_t moe_intermediate;    /* one routed expert's (moe_intermediate_size) */
+    uint64_t shared_intermediate; /* the shared experts' MLP (Qwen's shared_expert_intermediate_size,
+                                   * DeepSeek's n_shared_experts * moe_intermediate_size) */
 } tps_model_sizes;
 
 typedef struct tps_layout tps_layout;

@@ -62,7 +62,9 @@ static const char *const size_keys[TPS_NSIZES][4] = {
     {"intermediate_size", "n_inner", NULL},
     {"vocab_size", NULL},
     {"num_hidden_layers", "n_layer", NULL},
-    {"num_local_experts", "num_experts", NULL},
+    {"num_local_experts", "num_experts", "n_routed_experts", NULL},
+    {"moe_intermediate_size", NULL},
+    {"shared_expert_intermediate_size", NULL},
 };
 static const char *const eps_keys[] = {"rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", NULL};
 static const char *const theta_keys[] = {"rope_theta", "rotary_emb_base", NULL};
@@ -75,8 +77,15 @@ static const char *const rope_scaling_keys[] = {"rope_scaling", "max_position_em
 static const char *const gemma_keys[] = {"attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar",
                                          "sliding_window", NULL};
 
+/* tps_moe_routing's keys, in its bit order from TPS_BF_SCORING, and DeepSeek's shared
+ * expert count (shared_intermediate = n_shared_experts * moe_intermediate_size). */
+static const char *const moe_keys[] = {"scoring_func", "topk_method", "norm_topk_prob", "routed_scaling_factor",
+                                       "n_group", "topk_group", "first_k_dense_replace", "moe_layer_freq",
+                                       "decoder_sparse_step", "mlp_only_layers", "n_shared_experts", NULL};
+
 static const char *const *const block_key_lists[] = {eps_keys, theta_keys, pct_keys, topk_keys, act_keys,
-                                                      parallel_residual_keys, rope_scaling_keys, gemma_keys};
+                                                      parallel_residual_keys, rope_scaling_keys, moe_keys,
+                                                      gemma_keys};
 
 /* The first of keys present with a non-null value; NULL when none is. */
 static const tps_json *first_key(const tps_json *root, const char *const *keys, const char **which)
@@ -134,6 +143,77 @@ static tps_status apply_gemma_keys(tps_layout *l, const char *path, const tps_js
     return config_u64(path, root, keys, &l->cfg.sliding_window, &found, err);
 }
 
+/* A non-negative integer of config.json (null or absent: not found). */
+static tps_status config_count(const char *path, const tps_json *root, const char *key, uint64_t *out, bool *found,
+                               tps_error *err)
+{
+    const tps_json *v = tps_json_get(root, key);
+    *found = v && v->type != TPS_JSON_NULL;
+    if (!*found) return TPS_OK;
+    if (v->type != TPS_JSON_NUMBER || !v->u.number.is_u64)
+        return tps_fail(err, TPS_EINVALID, "%s: \"%s\" must be a non-negative integer", path, key);
+    *out = v->u.number.u64;
+    return TPS_OK;
+}
+
+/* config.json's routing keys (moe_keys) into l->cfg.moe.  A method verify does not compute
+ * is refused only when the layout's block leaves it open, as the activation is. */
+static tps_status apply_moe_config(tps_layout *l, const char *path, const tps_json *root, tps_error *err)
+{
+    tps_moe_routing *m = &l->cfg.moe;
+    tps_status st;
+    bool found;
+    for (int i = 0; i < 2; i++) {
+        const tps_json *v = tps_json_get(root, moe_keys[i]);
+        unsigned bit = 1u << (TPS_BF_SCORING + i);
+        if (!v || v->type == TPS_JSON_NULL || !l->has_block || (l->block_set & bit)) continue;
+        int k = v->type != TPS_JSON_STRING ? -1 : i == 0 ? tps_moe_scoring_lookup(v->u.string.s)
+                                                         : tps_moe_topk_lookup(v->u.string.s);
+        if (k < 0)
+            return tps_fail(err, TPS_EINVALID, "%s: \"%s\" is not a routing tpshard computes (%s); set %s: in the "
+                            "layout's block", path, moe_keys[i],
+                            i == 0 ? "softmax, sigmoid" : "greedy, group_limited_greedy, noaux_tc", moe_keys[i]);
+        if (i == 0) m->scoring = (tps_moe_scoring)k;
+        else m->topk_method = (tps_moe_topk)k;
+        l->cfg_set |= bit;
+    }
+    const tps_json *v = tps_json_get(root, "norm_topk_prob");
+    if (v && v->type == TPS_JSON_BOOL) {
+        m->norm_topk_prob = v->u.boolean;
+        l->cfg_set |= 1u << TPS_BF_NORM_TOPK;
+    }
+    static const char *const scaling_keys[] = {"routed_scaling_factor", NULL};
+    if ((st = config_double(path, root, scaling_keys, 0, 1e6, &m->scaling, &found, err)) != TPS_OK) return st;
+    if (found) l->cfg_set |= 1u << TPS_BF_SCALING;
+    struct {
+        const char *key;
+        uint64_t *out;
+        int bit;
+    } counts[] = {{"n_group", &m->n_group, TPS_BF_N_GROUP},
+                  {"topk_group", &m->topk_group, TPS_BF_TOPK_GROUP},
+                  {"first_k_dense_replace", &m->first_k_dense, TPS_BF_FIRST_DENSE},
+                  {"moe_layer_freq", &m->layer_freq, TPS_BF_LAYER_FREQ},
+                  {"decoder_sparse_step", &m->sparse_step, TPS_BF_SPARSE_STEP}};
+    for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
+        if ((st = config_count(path, root, counts[i].key, counts[i].out, &found, err)) != TPS_OK) return st;
+        if (found) l->cfg_set |= 1u << counts[i].bit;
+    }
+    const tps_json *only = tps_json_get(root, "mlp_only_layers");
+    if (only && only->type != TPS_JSON_NULL) {
+        if (only->type != TPS_JSON_ARRAY)
+            return tps_fail(err, TPS_EINVALID, "%s: \"mlp_only_layers\" must be a list of layer numbers", path);
+        for (size_t i = 0; i < only->u.array.n; i++) {
+            const tps_json *e = only->u.array.items[i];
+            if (e->type != TPS_JSON_NUMBER || !e->u.number.is_u64 || e->u.number.u64 >= TPS_MOE_MAX_LAYERS)
+                return tps_fail(err, TPS_EINVALID, "%s: \"mlp_only_layers\" must list layer numbers below %d", path,
+                                TPS_MOE_MAX_LAYERS);
+            m->mlp_only[e->u.number.u64 / 64] |= 1ull << (e->u.number.u64 % 64);
+        }
+        l->cfg_set |= 1u << TPS_BF_MLP_ONLY;
+    }
+    return TPS_OK;
+}
+
 static tps_status apply_config(tps_layout *l, const char *path, const tps_json *root, tps_error *err)
 {
     if (!root || root->type != TPS_JSON_OBJECT)
@@ -154,6 +234,11 @@ static tps_status apply_config(tps_layout *l, const char *path, const tps_json *
     }
     if (!cfg.intermediate && tps_json_get(root, "n_embd") && cfg.hidden && !tps_mul_u64(cfg.hidden, 4, &cfg.intermediate))
         cfg.intermediate = 0;
+    /* DeepSeek's shared experts run as one MLP of n_shared_experts expert widths. */
+    uint64_t n_shared = 0;
+    if ((st = config_count(path, root, "n_shared_experts", &n_shared, &found, err)) != TPS_OK) return st;
+    if (!cfg.shared_intermediate && n_shared && !tps_mul_u64(n_shared, cfg.moe_intermediate, &cfg.shared_intermediate))
+        cfg.shared_intermediate = 0;
     for (int i = 0; i < TPS_NSIZES; i++) {
         uint64_t *dst = tps_size_slot(&l->sizes, i);
         if (!*dst) *dst = tps_size_get(&cfg, i);
@@ -188,6 +273,7 @@ static tps_status apply_config(tps_layout *l, const char *path, const tps_json *
         l->cfg_set |= 1u << TPS_BF_ACT;
     }
     if ((st = apply_gemma_keys(l, path, root, err)) != TPS_OK) return st;
+    if ((st = apply_moe_config(l, path, root, err)) != TPS_OK) return st;
     return tps_rope_scaling_from_config(root, path, &l->cfg.rope_scaling, err);
 }
 
@@ -346,6 +432,17 @@ void tps_layout_sync_block(tps_layout *l)
     PICK(TPS_BF_CONV1D, conv1d, def[raw->kind].conv1d);
     PICK(TPS_BF_QKV_INTERLEAVED, qkv_interleaved, def[raw->kind].qkvi);
     PICK(TPS_BF_TOP_K, top_k, def[raw->kind].top_k);
+    /* Routing defaults: transformers' (Mixtral renormalizes its top-k weights always). */
+    PICK(TPS_BF_SCORING, moe.scoring, TPS_MOE_SOFTMAX);
+    PICK(TPS_BF_TOPK_METHOD, moe.topk_method, TPS_MOE_TOPK_GREEDY);
+    PICK(TPS_BF_NORM_TOPK, moe.norm_topk_prob, raw->kind == TPS_BLOCK_MIXTRAL);
+    PICK(TPS_BF_SCALING, moe.scaling, 1.0);
+    PICK(TPS_BF_N_GROUP, moe.n_group, 1);
+    PICK(TPS_BF_TOPK_GROUP, moe.topk_group, 1);
+    PICK(TPS_BF_FIRST_DENSE, moe.first_k_dense, 0);
+    PICK(TPS_BF_LAYER_FREQ, moe.layer_freq, 1);
+    PICK(TPS_BF_SPARSE_STEP, moe.sparse_step, 1);
+    if (cset & (1u << TPS_BF_MLP_ONLY)) memcpy(b.moe.mlp_only, l->cfg.moe.mlp_only, sizeof b.moe.mlp_only);
 #undef PICK
     b.rope_scaling = l->cfg.rope_scaling; /* config.json only: the block: section has no such key */
     b.attn_softcap = l->cfg.attn_softcap;
@@ -360,5 +457,7 @@ void tps_layout_sync_block(tps_layout *l)
     if (!b.head_dim) b.head_dim = s->head_dim;
     if (!b.intermediate) b.intermediate = s->intermediate;
     if (!b.experts) b.experts = s->experts;
+    if (!b.moe_intermediate) b.moe_intermediate = s->moe_intermediate;
+    if (!b.shared_intermediate) b.shared_intermediate = s->shared_intermediate;
     l->block = b;
 }

@@ -11,13 +11,15 @@
 #include "layout_int.h"
 
 const char *const tps_size_names[TPS_NSIZES] = {"hidden", "heads", "kv_heads", "head_dim",
-                                                "intermediate", "vocab", "layers", "experts"};
+                                                "intermediate", "vocab", "layers", "experts",
+                                                "moe_intermediate", "shared_intermediate"};
 
 static const size_t size_offsets[TPS_NSIZES] = {
     offsetof(tps_model_sizes, hidden),       offsetof(tps_model_sizes, heads),
     offsetof(tps_model_sizes, kv_heads),     offsetof(tps_model_sizes, head_dim),
     offsetof(tps_model_sizes, intermediate), offsetof(tps_model_sizes, vocab),
     offsetof(tps_model_sizes, layers),       offsetof(tps_model_sizes, experts),
+    offsetof(tps_model_sizes, moe_intermediate), offsetof(tps_model_sizes, shared_intermediate),
 };
 
 uint64_t *tps_size_slot(tps_model_sizes *s, int i) { return (uint64_t *)((char *)s + size_offsets[i]); }
@@ -109,7 +111,8 @@ static bool parse_atom(ecomp *c)
         int i = tps_size_lookup(c->s + start, c->pos - start);
         if (i < 0) {
             c->pos = start;
-            c->msg = "unknown size (known: hidden, heads, kv_heads, head_dim, intermediate, vocab, layers, experts)";
+            c->msg = "unknown size (known: hidden, heads, kv_heads, head_dim, intermediate, vocab, layers, experts, "
+                     "moe_intermediate, shared_intermediate)";
             return false;
         }
         return emit(c, 's', (uint64_t)i);

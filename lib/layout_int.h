@@ -16,7 +16,7 @@ typedef struct tps_mark {
 } tps_mark;
 
 /* The model sizes by name, in tps_model_sizes field order. */
-#define TPS_NSIZES 8
+#define TPS_NSIZES 10
 extern const char *const tps_size_names[TPS_NSIZES];
 uint64_t *tps_size_slot(tps_model_sizes *s, int i);
 uint64_t tps_size_get(const tps_model_sizes *s, int i);
@@ -90,7 +90,10 @@ typedef struct tps_hint {
  * defaults (bit positions in tps_layout.block_set / cfg_set). */
 enum {
     TPS_BF_NORM, TPS_BF_NORM_EPS, TPS_BF_ACT, TPS_BF_ROPE, TPS_BF_ROPE_THETA, TPS_BF_ROTARY_PCT,
-    TPS_BF_PARALLEL_RESIDUAL, TPS_BF_CONV1D, TPS_BF_QKV_INTERLEAVED, TPS_BF_TOP_K
+    TPS_BF_PARALLEL_RESIDUAL, TPS_BF_CONV1D, TPS_BF_QKV_INTERLEAVED, TPS_BF_TOP_K,
+    /* tps_moe_routing, by config.json's keys */
+    TPS_BF_SCORING, TPS_BF_TOPK_METHOD, TPS_BF_NORM_TOPK, TPS_BF_SCALING, TPS_BF_N_GROUP, TPS_BF_TOPK_GROUP,
+    TPS_BF_FIRST_DENSE, TPS_BF_LAYER_FREQ, TPS_BF_SPARSE_STEP, TPS_BF_MLP_ONLY
 };
 
 /* A skip: entry: tensors the plan leaves out (non-persistent buffers such as RoPE's
@@ -138,9 +141,12 @@ int tps_block_role_lookup(const char *s);
 int tps_norm_lookup(const char *s);
 int tps_act_lookup(const char *s);
 int tps_rope_lookup(const char *s);
+int tps_moe_scoring_lookup(const char *s);
+int tps_moe_topk_lookup(const char *s);
 const char *tps_norm_name(tps_norm_kind k);
 const char *tps_act_name(tps_act_kind k);
 const char *tps_rope_name(tps_rope_style r);
+int tps_qk_norm_lookup(const char *s);
 /* Hugging Face hidden_act / activation_function values; -1 when not one tpshard computes. */
 int tps_act_from_hf(const char *s);
 

@@ -288,6 +288,10 @@ static void units_text(const tps_partition_issue *is, const tps_model_sizes *s, 
                        n == s->heads ? "attention heads" : "KV heads", (unsigned long long)u);
     } else if (s && u == 1 && n && n == s->intermediate) {
         tps_buf_printf(out, "intermediate size %llu", (unsigned long long)n);
+    } else if (s && u == 1 && n && n == s->moe_intermediate) {
+        tps_buf_printf(out, "expert intermediate size %llu", (unsigned long long)n);
+    } else if (s && u == 1 && n && n == s->shared_intermediate) {
+        tps_buf_printf(out, "shared expert intermediate size %llu", (unsigned long long)n);
     } else if (s && u == 1 && n && n == s->vocab) {
         tps_buf_printf(out, "vocabulary %llu", (unsigned long long)n);
     } else if (s && u == 1 && n && n == s->hidden) {

@@ -6,18 +6,23 @@
 
 #include "verify.h"
 
+/* inter is the width of the layer's MLP: one routed expert's in a MoE layer (experts > 0),
+ * else the dense MLP's; sh_inter the shared expert's (0: none). */
 typedef struct vdims {
     uint64_t hidden, heads, kv, hd, inter, experts, top_k;
     uint64_t rot; /* rotating dimensions of a head (even), 0 without RoPE */
     uint64_t window; /* this layer's sliding window (tps_block.sliding_window_pattern); 0: none */
+    uint64_t sh_inter;
 } vdims;
 
-/* One layer's tensors as one party holds them; ex[e * TPS_ROLE_COUNT + role] for a
- * Mixtral expert's MLP roles. */
+/* One layer's tensors as one party holds them; ex[e * TPS_ROLE_COUNT + role] for a routed
+ * expert's MLP roles, sh[role] for the shared expert's.  A dense layer of a MoE model holds
+ * its MLP in t, nex 0. */
 typedef struct vlayer {
     tps_vt t[TPS_ROLE_COUNT];
     tps_vt *ex;
     uint64_t nex;
+    tps_vt sh[TPS_ROLE_COUNT];
 } vlayer;
 
 void tps_vlayer_release(vlayer *l);
@@ -47,11 +52,18 @@ static inline const tps_vt *vrole(const vlayer *l, tps_block_role r, uint64_t ex
     return t->data ? t : NULL;
 }
 
+/* Role r of a role table (a vlayer's t, sh, or one expert's row of ex); NULL when absent. */
+static inline const tps_vt *vget(const tps_vt *rt, tps_block_role r)
+{
+    return rt[r].data ? &rt[r] : NULL;
+}
+
 /* What the TP convention gives rank r of T (module comment of verify.h). */
 typedef struct vshare {
     uint64_t q_first, q_n;   /* q heads */
     uint64_t kv_first, kv_n; /* KV heads */
     uint64_t i_first, i_n;   /* intermediate columns (of every expert) */
+    uint64_t s_first, s_n;   /* the shared expert's intermediate columns */
 } vshare;
 
 void tps_vshare_of(const vdims *d, uint64_t T, uint64_t r, vshare *out);
@@ -61,15 +73,18 @@ void tps_vshare_of(const vdims *d, uint64_t T, uint64_t r, vshare *out);
  * [kv_first, kv_first + kv_n).  In the held tensors' output dimension, q head h starts at
  * q_off + h * stride, KV head j (local) at k_off / v_off + j * stride; o_proj's input
  * columns for q head h start at o_off + h * hd. */
+typedef struct vqk_reduce vqk_reduce;
 typedef struct vattn_map {
     uint64_t hn, q_first, kv_first, kv_n;
     uint64_t q_off, k_off, v_off, stride, o_off;
+    const vqk_reduce *qk; /* a whole-projection q/k norm's collective (verify/qk_norm.c); NULL: all heads held */
 } vattn_map;
 
 /* Intermediate columns [i_first, i_first + i_n) of the held MLP tensors; a fused
- * [gate; up] holds up from up_off. */
+ * [gate; up] holds up from up_off.  sh: the same for the shared expert's tensors. */
 typedef struct vmlp_map {
     uint64_t i_first, i_n, up_off;
+    uint64_t sh_first, sh_n, sh_up_off;
 } vmlp_map;
 
 /* The maps for the heads of a share, in tensors of the full model (global) or in the
@@ -113,6 +128,27 @@ bool tps_vrole_is_mlp(tps_block_role r);
 
 VOPS_DECLARE(double, f64)
 VOPS_DECLARE(float, f32)
+
+/* q_norm / k_norm (lib/block.h, tps_qk_norm_kind), applied in place to the projected q
+ * [n, m->hn heads] (row stride qld) and k [n, m->kv_n heads] (stride kld) before RoPE.
+ * Over the whole projection a pass that holds only some heads gets the per-token sums of
+ * squares of the others through m->qk: fn receives ss[t] (q) and ss[n + t] (k) summed over
+ * the heads the pass computed and leaves there the sums over the whole projections. */
+struct vqk_reduce {
+    tps_status (*fn)(void *ctx, double *ss, size_t n, tps_error *err);
+    void *ctx;
+};
+
+/* Whether the block's q/k norm spans the whole projection (a collective under TP). */
+static inline bool tps_vqk_whole(const tps_block *b)
+{
+    return b->qk_norm == TPS_QK_NORM_WHOLE && (b->role[TPS_ROLE_Q_NORM_W] || b->role[TPS_ROLE_K_NORM_W]);
+}
+
+tps_status tps_vqk_norm_f64(const tps_block *b, const vdims *d, const vlayer *l, const vattn_map *m, size_t n,
+                            double *q, size_t qld, double *k, size_t kld, tps_error *err);
+tps_status tps_vqk_norm_f32(const tps_block *b, const vdims *d, const vlayer *l, const vattn_map *m, size_t n,
+                            float *q, size_t qld, float *k, size_t kld, tps_error *err);
 
 /* Reference outputs for one party's input: attention block output a = attn(norm1 x) and
  * MLP block output m = mlp(norm2 h), with h = x + a (sequential) or h = x (parallel

@@ -24,13 +24,14 @@ void tps_vlayer_release(vlayer *l)
     if (!l) return;
     for (int r = 0; r < TPS_ROLE_COUNT; r++) tps_vt_release(&l->t[r]);
     for (uint64_t i = 0; i < l->nex * TPS_ROLE_COUNT; i++) tps_vt_release(&l->ex[i]);
+    for (int r = 0; r < TPS_ROLE_COUNT; r++) tps_vt_release(&l->sh[r]);
     free(l->ex);
     memset(l, 0, sizeof *l);
 }
 
 bool tps_verify_role_per_expert(const tps_block *b, tps_block_role role)
 {
-    if (b->kind != TPS_BLOCK_MIXTRAL) return false;
+    if (!tps_block_is_moe(b)) return false;
     switch (role) {
     case TPS_ROLE_GATE_W: case TPS_ROLE_UP_W: case TPS_ROLE_GATE_B: case TPS_ROLE_UP_B: case TPS_ROLE_GATE_UP_W:
     case TPS_ROLE_FC_W: case TPS_ROLE_FC_B: case TPS_ROLE_DOWN_W:
@@ -40,9 +41,15 @@ bool tps_verify_role_per_expert(const tps_block *b, tps_block_role role)
     }
 }
 
+bool tps_verify_role_routing(tps_block_role role)
+{
+    return role == TPS_ROLE_ROUTER_W || role == TPS_ROLE_ROUTER_BIAS || role == TPS_ROLE_SHARED_GATE_W;
+}
+
 bool tps_vrole_is_mlp(tps_block_role r)
 {
-    return r >= TPS_ROLE_MLP_NORM_W && r != TPS_ROLE_POST_ATTN_NORM_W;
+    return r >= TPS_ROLE_MLP_NORM_W && r != TPS_ROLE_POST_ATTN_NORM_W && r != TPS_ROLE_Q_NORM_W &&
+           r != TPS_ROLE_K_NORM_W;
 }
 
 static bool vrole_is_bias(tps_block_role r)
@@ -87,7 +94,11 @@ char *tps_verify_tensor_name(const tps_block *b, tps_block_role role, uint64_t l
     if (!b->role[role]) return NULL;
     tps_buf s = TPS_BUF_INIT;
     if (b->layer_prefix) put_expanded(&s, b->layer_prefix, layer, expert);
-    if (tps_verify_role_per_expert(b, role) && b->expert_prefix) put_expanded(&s, b->expert_prefix, layer, expert);
+    if (tps_verify_role_per_expert(b, role)) {
+        const char *pre = expert == TPS_VEXPERT_DENSE ? b->dense_prefix
+                          : expert == TPS_VEXPERT_SHARED ? b->shared_prefix : b->expert_prefix;
+        if (pre) put_expanded(&s, pre, layer, expert);
+    }
     put_expanded(&s, b->role[role], layer, expert);
     char *name = take_string(&s);
     if (!name) *oom = true;
@@ -126,14 +137,22 @@ tps_status tps_vlayer_load(const tps_block *b, uint64_t layer, uint64_t experts,
 {
     tps_status st = TPS_OK;
     memset(out, 0, sizeof *out);
-    for (int r = 0; r < TPS_ROLE_COUNT; r++)
-        if (!tps_verify_role_per_expert(b, (tps_block_role)r))
-            TPS_CHECK(load_role(b, (tps_block_role)r, layer, 0, src, &out->t[r], err));
-    if (b->kind != TPS_BLOCK_MIXTRAL) return TPS_OK;
+    bool moe = tps_block_layer_is_moe(b, layer);
+    for (int r = 0; r < TPS_ROLE_COUNT; r++) {
+        tps_block_role role = (tps_block_role)r;
+        if (tps_block_is_moe(b) && !moe && tps_verify_role_routing(role)) continue;
+        if (!tps_verify_role_per_expert(b, role))
+            TPS_CHECK(load_role(b, role, layer, 0, src, &out->t[r], err));
+        else if (tps_block_is_moe(b) && !moe) /* a dense layer of a MoE model */
+            TPS_CHECK(load_role(b, role, layer, TPS_VEXPERT_DENSE, src, &out->t[r], err));
+        else if (b->shared_prefix)
+            TPS_CHECK(load_role(b, role, layer, TPS_VEXPERT_SHARED, src, &out->sh[r], err));
+    }
+    if (!moe) return TPS_OK;
     if (!experts && out->t[TPS_ROLE_ROUTER_W].data && out->t[TPS_ROLE_ROUTER_W].ndim == 2)
         experts = out->t[TPS_ROLE_ROUTER_W].shape[0];
     if (!experts) {
-        st = tps_fail(err, TPS_EINVALID, "layer %llu: a Mixtral block needs a 2-D router to count its experts",
+        st = tps_fail(err, TPS_EINVALID, "layer %llu: a mixture-of-experts block needs a 2-D router to count its experts",
                       (unsigned long long)layer);
         goto cleanup;
     }
@@ -169,6 +188,8 @@ void tps_vshare_of(const vdims *d, uint64_t T, uint64_t r, vshare *s)
     }
     s->i_n = d->inter / T;
     s->i_first = r * s->i_n;
+    s->s_n = d->sh_inter / T;
+    s->s_first = r * s->s_n;
 }
 
 static void attn_map(const tps_block *b, const vdims *d, const vshare *s, bool global, vattn_map *m)
@@ -179,6 +200,7 @@ static void attn_map(const tps_block *b, const vdims *d, const vshare *s, bool g
     m->kv_first = s->kv_first;
     m->kv_n = s->kv_n;
     m->o_off = global ? s->q_first * hd : 0;
+    m->qk = NULL;
     bool fused = b->role[TPS_ROLE_QKV_W] != NULL;
     if (fused && b->qkv_interleaved) {
         m->stride = 3 * hd;
@@ -209,6 +231,9 @@ void tps_vmlp_map_global(const vdims *d, const vshare *s, vmlp_map *m)
     m->i_first = s->i_first;
     m->i_n = s->i_n;
     m->up_off = d->inter;
+    m->sh_first = s->s_first;
+    m->sh_n = s->s_n;
+    m->sh_up_off = d->sh_inter;
 }
 
 void tps_vmlp_map_local(const vdims *d, const vshare *s, vmlp_map *m)
@@ -217,6 +242,9 @@ void tps_vmlp_map_local(const vdims *d, const vshare *s, vmlp_map *m)
     m->i_first = 0;
     m->i_n = s->i_n;
     m->up_off = s->i_n;
+    m->sh_first = 0;
+    m->sh_n = s->s_n;
+    m->sh_up_off = s->s_n;
 }
 
 int tps_vexpected_shape(const tps_block *b, const vdims *d, const vshare *s, tps_block_role role, uint64_t *shape)
@@ -242,6 +270,15 @@ int tps_vexpected_shape(const tps_block *b, const vdims *d, const vshare *s, tps
     case TPS_ROLE_ROUTER_W:
         shape[0] = d->experts, shape[1] = H;
         return 2;
+    case TPS_ROLE_SHARED_GATE_W:
+        shape[0] = 1, shape[1] = H;
+        return 2;
+    case TPS_ROLE_ROUTER_BIAS:
+        shape[0] = d->experts;
+        return 1;
+    case TPS_ROLE_Q_NORM_W: case TPS_ROLE_K_NORM_W: /* replicated whole on every rank */
+        shape[0] = b->qk_norm == TPS_QK_NORM_PER_HEAD ? hd : role == TPS_ROLE_Q_NORM_W ? d->heads * hd : d->kv * hd;
+        return 1;
     default: return 0;
     }
     if (vec) {
@@ -280,12 +317,17 @@ bool tps_vcheck_shapes(const tps_block *b, const vdims *d, const vshare *s, cons
     for (int r = 0; r < TPS_ROLE_COUNT; r++) {
         tps_block_role role = (tps_block_role)r;
         if (tps_vrole_is_mlp(role) != mlp) continue;
-        if (!tps_verify_role_per_expert(b, role)) {
+        /* a dense layer (no experts) holds its MLP in t */
+        if (!tps_verify_role_per_expert(b, role) || !l->nex) {
             if (!check_one(b, d, s, &l->t[r], role, msg, msgsize)) return false;
             continue;
         }
         for (uint64_t e = 0; e < l->nex; e++)
             if (!check_one(b, d, s, &l->ex[e * TPS_ROLE_COUNT + r], role, msg, msgsize)) return false;
+        vshare sh = *s;
+        sh.i_first = s->s_first;
+        sh.i_n = s->s_n;
+        if (!check_one(b, d, &sh, &l->sh[r], role, msg, msgsize)) return false;
     }
     return true;
 }
@@ -424,13 +466,22 @@ static tps_status check_role(const tps_block *b, tps_block_role role, uint64_t l
 tps_status tps_vlayer_check(const tps_block *b, uint64_t layer, uint64_t nex, tps_shardset *ss, bool read_already,
                         uint64_t *tensors, uint64_t *bytes, tps_error *err)
 {
+    bool moe = tps_block_layer_is_moe(b, layer);
     for (int r = 0; r < TPS_ROLE_COUNT; r++) {
         tps_block_role role = (tps_block_role)r;
-        uint64_t n = tps_verify_role_per_expert(b, role) ? nex : 1;
-        for (uint64_t e = 0; e < n; e++) {
-            tps_status st = check_role(b, role, layer, e, ss, read_already, tensors, bytes, err);
-            if (st) return st;
+        tps_status st = TPS_OK;
+        if (tps_block_is_moe(b) && !moe && tps_verify_role_routing(role)) continue;
+        if (!tps_verify_role_per_expert(b, role)) {
+            st = check_role(b, role, layer, 0, ss, read_already, tensors, bytes, err);
+        } else if (!moe) {
+            st = check_role(b, role, layer, TPS_VEXPERT_DENSE, ss, read_already, tensors, bytes, err);
+        } else {
+            for (uint64_t e = 0; e < nex && st == TPS_OK; e++)
+                st = check_role(b, role, layer, e, ss, read_already, tensors, bytes, err);
+            if (st == TPS_OK && b->shared_prefix)
+                st = check_role(b, role, layer, TPS_VEXPERT_SHARED, ss, read_already, tensors, bytes, err);
         }
+        if (st) return st;
     }
     return TPS_OK;
 }

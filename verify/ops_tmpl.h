@@ -218,6 +218,7 @@ tps_status F(tps_vattn)(const tps_block *b, const vdims *d, const vlayer *l, con
     TPS_CHECK(F(vheads)(b, d, qw, qb, n, xn, m->q_off, m->stride, hn, q, qld, sc, err));
     TPS_CHECK(F(vheads)(b, d, kw, kb, n, xn, m->k_off, m->stride, kvn, k, kld, sc, err));
     TPS_CHECK(F(vheads)(b, d, vw, vb, n, xn, m->v_off, m->stride, kvn, v, kld, sc, err));
+    TPS_CHECK(F(tps_vqk_norm)(b, d, l, m, n, q, qld, k, kld, err));
     F(tps_vrope)(b, d, n, hn, q, qld);
     F(tps_vrope)(b, d, n, kvn, k, kld);
     for (size_t h = 0; h < hn; h++)
@@ -269,9 +270,10 @@ cleanup:
     return st;
 }
 
-/* One dense MLP (or one expert) for the map's intermediate columns: out = down(act(...)). */
-static tps_status F(vdense)(const tps_block *b, const vdims *d, const vlayer *l, uint64_t e, bool per_expert,
-                            const vmlp_map *m, size_t n, const REAL *xn, REAL *out, tps_error *err)
+/* One dense MLP (a layer's, a routed expert's or the shared expert's: its roles in rt) for
+ * the map's intermediate columns: out = down(act(...)). */
+static tps_status F(vdense)(const tps_block *b, const vdims *d, const tps_vt *rt, const vmlp_map *m, size_t n,
+                            const REAL *xn, REAL *out, tps_error *err)
 {
     tps_status st = TPS_OK;
     size_t in = (size_t)m->i_n, H = (size_t)d->hidden;
@@ -281,25 +283,25 @@ static tps_status F(vdense)(const tps_block *b, const vdims *d, const vlayer *l,
         st = tps_fail_oom(err, "MLP buffers");
         goto cleanup;
     }
-    const tps_vt *gu = vrole(l, TPS_ROLE_GATE_UP_W, e, per_expert);
-    const tps_vt *gw = gu ? gu : vrole(l, TPS_ROLE_GATE_W, e, per_expert);
-    const tps_vt *uw = gu ? gu : vrole(l, TPS_ROLE_UP_W, e, per_expert);
+    const tps_vt *gu = vget(rt, TPS_ROLE_GATE_UP_W);
+    const tps_vt *gw = gu ? gu : vget(rt, TPS_ROLE_GATE_W);
+    const tps_vt *uw = gu ? gu : vget(rt, TPS_ROLE_UP_W);
     uint64_t up0 = gu ? m->up_off + m->i_first : m->i_first;
     if (gw) {
         /* Column-parallel biases, cut like their weights: the map's columns of each. */
-        const tps_vt *gb = vrole(l, TPS_ROLE_GATE_B, e, per_expert), *ub = vrole(l, TPS_ROLE_UP_B, e, per_expert);
+        const tps_vt *gb = vget(rt, TPS_ROLE_GATE_B), *ub = vget(rt, TPS_ROLE_UP_B);
         TPS_CHECK(F(vlinear)(gw, b->conv1d, n, xn, H, 0, d->hidden, m->i_first, m->i_first + in, g, in, err));
         TPS_CHECK(F(vlinear)(uw, b->conv1d, n, xn, H, 0, d->hidden, up0, up0 + in, u, in, err));
         if (gb) F(vadd_range)(gb, m->i_first, n, in, g, in, sc);
         if (ub) F(vadd_range)(ub, m->i_first, n, in, u, in, sc);
         for (size_t i = 0; i < n * in; i++) g[i] = F(vact)(b->act, g[i]) * u[i];
     } else {
-        const tps_vt *fw = vrole(l, TPS_ROLE_FC_W, e, per_expert), *fb = vrole(l, TPS_ROLE_FC_B, e, per_expert);
+        const tps_vt *fw = vget(rt, TPS_ROLE_FC_W), *fb = vget(rt, TPS_ROLE_FC_B);
         TPS_CHECK(F(vlinear)(fw, b->conv1d, n, xn, H, 0, d->hidden, m->i_first, m->i_first + in, g, in, err));
         if (fb) F(vadd_range)(fb, m->i_first, n, in, g, in, u);
         for (size_t i = 0; i < n * in; i++) g[i] = F(vact)(b->act, g[i]);
     }
-    TPS_CHECK(F(vlinear)(vrole(l, TPS_ROLE_DOWN_W, e, per_expert), b->conv1d, n, g, in, m->i_first,
+    TPS_CHECK(F(vlinear)(vget(rt, TPS_ROLE_DOWN_W), b->conv1d, n, g, in, m->i_first,
                          m->i_first + in, 0, d->hidden, out, H, err));
 cleanup:
     free(g);
@@ -308,8 +310,10 @@ cleanup:
     return st;
 }
 
-/* Mixtral: the router picks top_k experts per token (verify/moe_route.h); each expert runs
- * on the tokens routed to it and its output is added with the token's weight. */
+/* A mixture of experts: the router picks top_k experts per token (verify/moe_route.h);
+ * each expert runs on the tokens routed to it and its output is added with the token's
+ * weight; the shared expert, when there is one, runs on every token, scaled by
+ * sigmoid(x . shared_expert_gate) where that gate exists (Qwen2-MoE). */
 static tps_status F(vmoe)(const tps_block *b, const vdims *d, const vlayer *l, const vmlp_map *m, size_t n,
                           const REAL *xn, REAL *out, tps_error *err)
 {
@@ -318,15 +322,22 @@ static tps_status F(vmoe)(const tps_block *b, const vdims *d, const vlayer *l, c
     REAL *logit = malloc((n * E + 1) * sizeof *logit), *xg = malloc((n * H + 1) * sizeof *xg);
     REAL *yg = malloc((n * H + 1) * sizeof *yg);
     double *ld = malloc((n * E + 1) * sizeof *ld), *wt = calloc(n * E + 1, sizeof *wt);
+    double *bias = malloc((E + 1) * sizeof *bias), *cs = malloc((E + 1) * sizeof *cs);
     unsigned char *sel = calloc(n * E + 1, 1);
     size_t *tok = malloc((n + 1) * sizeof *tok);
-    if (!logit || !xg || !yg || !ld || !wt || !sel || !tok) {
+    const tps_vt *rb = vrole(l, TPS_ROLE_ROUTER_BIAS, 0, false);
+    vmoe_cfg rc = vmoe_cfg_of(b);
+    if (!logit || !xg || !yg || !ld || !wt || !bias || !cs || !sel || !tok) {
         st = tps_fail_oom(err, "MoE buffers");
         goto cleanup;
     }
     TPS_CHECK(F(vlinear)(vrole(l, TPS_ROLE_ROUTER_W, 0, false), false, n, xn, H, 0, d->hidden, 0, E, logit, E, err));
     for (size_t i = 0; i < n * E; i++) ld[i] = (double)logit[i];
-    vmoe_route(n, E, K, ld, sel, wt);
+    if (rb) {
+        F(vrow)(rb, 0, E, logit); /* the logits are in ld already: logit is free */
+        for (size_t i = 0; i < E; i++) bias[i] = (double)logit[i];
+    }
+    vmoe_route(&rc, n, E, K, ld, rb ? bias : NULL, sel, wt, cs);
     memset(out, 0, n * H * sizeof *out);
     for (size_t e = 0; e < E; e++) {
         size_t ng = 0;
@@ -336,10 +347,20 @@ static tps_status F(vmoe)(const tps_block *b, const vdims *d, const vlayer *l, c
                 tok[ng++] = t;
             }
         if (!ng) continue;
-        TPS_CHECK(F(vdense)(b, d, l, e, true, m, ng, xg, yg, err));
+        TPS_CHECK(F(vdense)(b, d, &l->ex[e * TPS_ROLE_COUNT], m, ng, xg, yg, err));
         for (size_t g = 0; g < ng; g++) {
             REAL w = (REAL)wt[tok[g] * E + e], *ot = out + tok[g] * H;
             for (size_t i = 0; i < H; i++) ot[i] += w * yg[g * H + i];
+        }
+    }
+    if (d->sh_inter) {
+        vmlp_map sm = {m->sh_first, m->sh_n, m->sh_up_off, 0, 0, 0};
+        const tps_vt *sg = vrole(l, TPS_ROLE_SHARED_GATE_W, 0, false);
+        TPS_CHECK(F(vdense)(b, d, l->sh, &sm, n, xn, yg, err));
+        if (sg) TPS_CHECK(F(vlinear)(sg, false, n, xn, H, 0, d->hidden, 0, 1, logit, 1, err));
+        for (size_t t = 0; t < n; t++) {
+            REAL w = sg ? (REAL)(1.0 / (1.0 + exp(-(double)logit[t]))) : (REAL)1, *ot = out + t * H;
+            for (size_t i = 0; i < H; i++) ot[i] += w * yg[t * H + i];
         }
     }
 cleanup:
@@ -348,6 +369,8 @@ cleanup:
     free(yg);
     free(ld);
     free(wt);
+    free(bias);
+    free(cs);
     free(sel);
     free(tok);
     return st;
@@ -356,8 +379,7 @@ cleanup:
 tps_status F(tps_vmlp)(const tps_block *b, const vdims *d, const vlayer *l, const vmlp_map *m, size_t n,
                    const REAL *xn, bool add_bias, REAL *out, tps_error *err)
 {
-    tps_status st = b->kind == TPS_BLOCK_MIXTRAL ? F(vmoe)(b, d, l, m, n, xn, out, err)
-                                                 : F(vdense)(b, d, l, 0, false, m, n, xn, out, err);
+    tps_status st = d->experts ? F(vmoe)(b, d, l, m, n, xn, out, err) : F(vdense)(b, d, l->t, m, n, xn, out, err);
     const tps_vt *db = vrole(l, TPS_ROLE_DOWN_B, 0, false);
     if (st == TPS_OK && add_bias && db) F(tps_vadd_vec)(db, n, (size_t)d->hidden, out);
     return st;

@@ -52,6 +52,7 @@ typedef struct rank_job {
     tps_error err;
     vgate *gate; /* every thread waits until all were created (verify/gated_threads.h) */
     const tps_verify_opts *vo; /* rank 0 reports its stages */
+    float *qk_buf;             /* 2 n: a whole-projection q/k norm's sums of squares */
 } rank_job;
 
 static void note_dtype(vrank_out *o, const tps_vt *t)
@@ -63,9 +64,38 @@ void tps_vrank_note_dtypes(vrank_out *o, const vlayer *l)
 {
     for (int r = 0; r < TPS_ROLE_COUNT; r++) note_dtype(o, &l->t[r]);
     for (uint64_t i = 0; i < l->nex * TPS_ROLE_COUNT; i++) note_dtype(o, &l->ex[i]);
+    for (int r = 0; r < TPS_ROLE_COUNT; r++) note_dtype(o, &l->sh[r]);
 }
 
-static void rank_stage(rank_job *j, const vlayer *l, int stage, const float *in, float *scratch)
+/* The ranks' side of a whole-projection q/k norm (verify/qk_norm.c): the per-token sums of
+ * squares of q and of k, all-reduced.  With T > kv_heads each KV head is held by T / kv_heads
+ * ranks; only the first of them adds its k sums, or the replicas would count T / kv_heads
+ * times.  ss NULL: the rank joins with zeros (it computes nothing this stage). */
+typedef struct rank_qk {
+    tps_vcomm *comm;
+    uint64_t kv;
+    float *buf;
+    bool entered;
+} rank_qk;
+
+static tps_status rank_qk_sum(void *ctx, double *ss, size_t n, tps_error *err)
+{
+    rank_qk *c = ctx;
+    uint64_t T = c->comm->size;
+    bool k_adds = c->kv >= T || c->comm->rank % (T / c->kv) == 0;
+    c->entered = true;
+    for (size_t i = 0; i < n; i++) {
+        c->buf[i] = ss ? (float)ss[i] : 0;
+        c->buf[n + i] = ss && k_adds ? (float)ss[n + i] : 0;
+    }
+    tps_status st = c->comm->allreduce_sum(c->comm, c->buf, 2 * n, err);
+    if (st == TPS_OK && ss)
+        for (size_t i = 0; i < 2 * n; i++) ss[i] = c->buf[i];
+    return st;
+}
+
+static void rank_stage_run(rank_job *j, const vlayer *l, int stage, const float *in, float *scratch,
+                           const vqk_reduce *qk)
 {
     const tps_block *b = j->b;
     const vdims *d = j->d;
@@ -84,6 +114,7 @@ static void rank_stage(rank_job *j, const vlayer *l, int stage, const float *in,
     if (stage == TPS_VSTAGE_ATTN) {
         vattn_map m;
         tps_vattn_map_local(b, d, &s, &m);
+        m.qk = qk;
         tps_vstage_norm_f32(b, d, l, TPS_VSTAGE_ATTN, j->n, in, scratch);
         j->st = tps_vattn_f32(b, d, l, &m, j->n, scratch, false, o->partial[stage], &j->err);
     } else {
@@ -91,6 +122,23 @@ static void rank_stage(rank_job *j, const vlayer *l, int stage, const float *in,
         tps_vmlp_map_local(d, &s, &m);
         tps_vstage_norm_f32(b, d, l, TPS_VSTAGE_MLP, j->n, in, scratch);
         j->st = tps_vmlp_f32(b, d, l, &m, j->n, scratch, false, o->partial[stage], &j->err);
+    }
+}
+
+/* One stage of the rank; every rank enters the attention stage's q/k collective once,
+ * whatever happened (with zeros when it computes nothing), as it enters the stage's
+ * all-reduce. */
+static void rank_stage(rank_job *j, const vlayer *l, int stage, const float *in, float *scratch)
+{
+    rank_qk c = {&j->comm, j->d->kv, j->qk_buf, false};
+    vqk_reduce qk = {rank_qk_sum, &c};
+    rank_stage_run(j, l, stage, in, scratch, &qk);
+    if (stage != TPS_VSTAGE_ATTN || !tps_vqk_whole(j->b) || c.entered) return;
+    tps_error e;
+    tps_status st = rank_qk_sum(&c, NULL, j->n, &e);
+    if (st != TPS_OK && j->st == TPS_OK) {
+        j->st = st;
+        j->err = e;
     }
 }
 
@@ -104,7 +152,8 @@ static void rank_body(rank_job *j, bool *elsewhere)
     *elsewhere = false;
     size_t nh = j->n * d->hidden;
     float *h = malloc((nh + 1) * sizeof *h), *scratch = malloc((nh + 1) * sizeof *scratch);
-    if (!h || !scratch) j->st = tps_fail_oom(&j->err, "a rank's activations");
+    j->qk_buf = malloc((2 * j->n + 1) * sizeof *j->qk_buf);
+    if (!h || !scratch || !j->qk_buf) j->st = tps_fail_oom(&j->err, "a rank's activations");
     const tps_verify_opts *vo = j->comm.rank == 0 ? j->vo : NULL;
     tps_vstage(vo, "ranks: loading");
     if (j->st == TPS_OK) j->st = tps_vlayer_load(j->b, j->layer, d->experts, j->src, &l, &j->err);
@@ -143,6 +192,8 @@ cleanup:
     tps_vlayer_release(&l);
     free(h);
     free(scratch);
+    free(j->qk_buf);
+    j->qk_buf = NULL;
 }
 
 static void *rank_main(void *arg)

@@ -51,13 +51,31 @@ static uint64_t out_dim(const tps_block *b, const tps_vt *t)
     return t && t->ndim == 2 ? t->shape[b->conv1d ? 1 : 0] : 0;
 }
 
+/* The routing's numbers fit the layer's experts (verify/moe_route.h's preconditions). */
+static tps_status check_routing(const tps_block *b, const vdims *d, uint64_t layer, tps_error *err)
+{
+    const tps_moe_routing *m = &b->moe;
+    unsigned long long L = (unsigned long long)layer, K = (unsigned long long)d->top_k,
+                       E = (unsigned long long)d->experts;
+    if (d->top_k == 0 || d->top_k > d->experts)
+        return tps_fail(err, TPS_EINVALID, "layer %llu: top_k %llu with %llu experts", L, K, E);
+    if (m->topk_method == TPS_MOE_TOPK_GREEDY || m->n_group <= 1 || m->topk_group >= m->n_group) return TPS_OK;
+    if (d->experts % m->n_group || m->topk_group == 0 || m->topk_group * (d->experts / m->n_group) < d->top_k)
+        return tps_fail(err, TPS_EINVALID,
+                        "layer %llu: %s routing of %llu experts in n_group %llu groups, topk_group %llu, top_k %llu: "
+                        "the groups must divide the experts and the kept groups hold at least top_k",
+                        L, tps_moe_topk_name(m->topk_method), E, (unsigned long long)m->n_group,
+                        (unsigned long long)m->topk_group, K);
+    return TPS_OK;
+}
+
 static tps_status resolve_dims(const tps_block *b, uint64_t layer, const vlayer *l, uint64_t T, vdims *d,
                                tps_error *err)
 {
     memset(d, 0, sizeof *d);
     const tps_vt *norm = vrole(l, TPS_ROLE_ATTN_NORM_W, 0, false);
     if (!norm) norm = vrole(l, TPS_ROLE_POST_ATTN_NORM_W, 0, false); /* OLMo 2: no pre-norm */
-    bool moe = b->kind == TPS_BLOCK_MIXTRAL;
+    bool moe = tps_block_layer_is_moe(b, layer);
     d->hidden = b->hidden ? b->hidden : norm && norm->ndim == 1 ? norm->shape[0] : 0;
     d->heads = b->heads;
     d->hd = b->head_dim;
@@ -82,7 +100,15 @@ static tps_status resolve_dims(const tps_block *b, uint64_t layer, const vlayer 
     }
     const tps_vt *g = vrole(l, TPS_ROLE_GATE_W, 0, moe), *gu = vrole(l, TPS_ROLE_GATE_UP_W, 0, moe);
     if (!g) g = vrole(l, TPS_ROLE_FC_W, 0, moe);
-    d->inter = b->intermediate ? b->intermediate : g ? out_dim(b, g) : out_dim(b, gu) / 2;
+    /* config.json's intermediate_size is Mixtral's expert width, the dense MLP's elsewhere */
+    uint64_t given = !moe ? b->intermediate : b->moe_intermediate ? b->moe_intermediate
+                                            : b->kind == TPS_BLOCK_MIXTRAL ? b->intermediate : 0;
+    d->inter = given ? given : g ? out_dim(b, g) : out_dim(b, gu) / 2;
+    if (moe && b->shared_prefix) {
+        const tps_vt *sg = l->sh[TPS_ROLE_GATE_W].data ? &l->sh[TPS_ROLE_GATE_W] : NULL;
+        const tps_vt *sgu = l->sh[TPS_ROLE_GATE_UP_W].data ? &l->sh[TPS_ROLE_GATE_UP_W] : NULL;
+        d->sh_inter = b->shared_intermediate ? b->shared_intermediate : sg ? out_dim(b, sg) : out_dim(b, sgu) / 2;
+    }
     d->experts = l->nex;
     d->top_k = b->top_k;
     if (b->rope != TPS_ROPE_NONE) {
@@ -100,6 +126,8 @@ static tps_status resolve_dims(const tps_block *b, uint64_t layer, const vlayer 
     else if (!g && !gu) missing = "gate_proj/up_proj, gate_up_proj or fc";
     else if (!gu && !vrole(l, TPS_ROLE_FC_W, 0, moe) && !vrole(l, TPS_ROLE_UP_W, 0, moe)) missing = "up_proj";
     else if (moe && !vrole(l, TPS_ROLE_ROUTER_W, 0, false)) missing = "router";
+    else if (d->sh_inter && !(l->sh[TPS_ROLE_DOWN_W].data && (l->sh[TPS_ROLE_GATE_UP_W].data || l->sh[TPS_ROLE_UP_W].data)))
+        missing = "shared expert up_proj/down_proj";
     if (missing)
         return tps_fail(err, TPS_EINVALID, "layer %llu: the block description names no %s",
                         (unsigned long long)layer, missing);
@@ -111,9 +139,8 @@ static tps_status resolve_dims(const tps_block *b, uint64_t layer, const vlayer 
     if (fused && b->qkv_interleaved && d->kv != d->heads)
         return tps_fail(err, TPS_EINVALID, "layer %llu: a per-head interleaved qkv needs as many KV heads as heads",
                         (unsigned long long)layer);
-    if (moe && (d->top_k == 0 || d->top_k > d->experts))
-        return tps_fail(err, TPS_EINVALID, "layer %llu: top_k %llu with %llu experts", (unsigned long long)layer,
-                        (unsigned long long)d->top_k, (unsigned long long)d->experts);
+    tps_status rst = moe ? check_routing(b, d, layer, err) : TPS_OK;
+    if (rst != TPS_OK) return rst;
     vshare all;
     char msg[512];
     tps_vshare_of(d, 1, 0, &all);
@@ -125,6 +152,9 @@ static tps_status resolve_dims(const tps_block *b, uint64_t layer, const vlayer 
                         "layer %llu: %llu heads, %llu KV heads and intermediate %llu do not divide among %llu ranks",
                         (unsigned long long)layer, (unsigned long long)d->heads, (unsigned long long)d->kv,
                         (unsigned long long)d->inter, (unsigned long long)T);
+    if (d->sh_inter % T)
+        return tps_fail(err, TPS_EINVALID, "layer %llu: the shared expert's intermediate %llu does not divide among %llu ranks",
+                        (unsigned long long)layer, (unsigned long long)d->sh_inter, (unsigned long long)T);
     return TPS_OK;
 }
 

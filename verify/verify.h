@@ -21,7 +21,11 @@
  * router.  A slice of another shape is reported as a mismatch of that rank; a slice of the
  * right shape holding the wrong values shows up in the numbers.
  *
- * Known limit: a Mixtral rank picks its top-k experts from float32 router logits, the
+ * A mixture-of-experts layer (verify/moe_route.h) routes on every rank with the full,
+ * replicated router; each rank runs every chosen expert on its intermediate columns and the
+ * shared expert (an ordinary TP MLP) on its own, all summed by the one MLP all-reduce.
+ *
+ * Known limit: a MoE rank picks its top-k experts from float32 router logits, the
  * reference from float64 ones; two logits within float32 rounding of each other could pick
  * different experts and report a mismatch that is not one.  Random inputs make such a
  * near-tie improbable; another --seed tells the two apart. */
@@ -75,11 +79,17 @@ struct tps_vcomm {
     void *impl;
 };
 
-/* Layer tensor names: layer prefix + (expert prefix for a Mixtral expert's MLP roles) +
- * role template, with "{layer}" and "{expert}" replaced.  NULL when the role is unused or
- * on allocation failure (*oom set). */
+/* Layer tensor names: layer prefix + (for a MoE block's MLP roles: the expert prefix, or
+ * with expert TPS_VEXPERT_DENSE the dense prefix, with TPS_VEXPERT_SHARED the shared
+ * expert's) + role template, with "{layer}" and "{expert}" replaced.  NULL when the role is
+ * unused or on allocation failure (*oom set). */
+#define TPS_VEXPERT_DENSE UINT64_MAX
+#define TPS_VEXPERT_SHARED (UINT64_MAX - 1)
 char *tps_verify_tensor_name(const tps_block *b, tps_block_role role, uint64_t layer, uint64_t expert, bool *oom);
+/* Whether the role names one MLP's tensor that a MoE block has per expert. */
 bool tps_verify_role_per_expert(const tps_block *b, tps_block_role role);
+/* The roles only a MoE layer has beside its experts (router, router bias, shared gate). */
+bool tps_verify_role_routing(tps_block_role role);
 /* The layer prefix with "{layer}" replaced ("model.layers.3."); NULL on allocation failure. */
 char *tps_verify_layer_prefix(const tps_block *b, uint64_t layer);
 

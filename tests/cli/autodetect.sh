@@ -93,8 +93,10 @@ for case in mistral:llama:tiny-llama Qwen2:llama:tiny-qwen2 QWEN2:llama:tiny-qwe
         sed 's/^/#   /' "alias-$a.err" | head -5
     fi
 done
-expect_exit 2 "unknown preset 'qwen' (presets: gemma, gemma2, gpt2, llama, mixtral, neox, phi3); did you mean 'qwen2'?" \
-    "an unknown --preset: exit 2 with a did-you-mean" "$TPSHARD" plan "$M/tiny-qwen2" --tp 2 --preset qwen
+presets=$(cd "$TPS_TOP/lib/presets" && ls -- *.yaml | sed 's/\.yaml$//' | LC_ALL=C sort | tr '
+' ' ' | sed 's/ $//; s/ /, /g')
+expect_exit 2 "unknown preset 'lama' (presets: $presets); did you mean 'llama'?" \
+    "an unknown --preset: exit 2 with a did-you-mean" "$TPSHARD" plan "$M/tiny-qwen2" --tp 2 --preset lama
 expect_exit 2 "Also accepted: mistral, qwen2, gpt_neox" "an unknown --preset lists the aliases too" \
     "$TPSHARD" plan "$M/tiny-qwen2" --tp 2 --preset t5
 check "layout --preset takes an alias and prints the preset's YAML" \

@@ -897,13 +897,12 @@ TEST(block_roles_name_fixture_tensors)
 TEST(presets_parse_and_keep_their_text)
 {
     int n = 0;
-    const char *want[] = {"gemma", "gemma2", "gpt2", "llama", "mixtral", "neox", "phi3"};
     for (const tps_preset *p = tps_presets; p->name; p++, n++) {
         tps_layout *l = NULL;
         tps_error err;
         tps_error_clear(&err);
         CHECK(tps_layout_load_preset(p->name, &l, &err) == TPS_OK);
-        if (n < 7) CHECK_STR(p->name, want[n]);
+        if (n) CHECK(strcmp(p[-1].name, p->name) < 0); /* in name order, each once */
         if (l) {
             CHECK_STR(tps_layout_text(l), p->yaml);
             CHECK(tps_layout_description(l) != NULL);
@@ -911,12 +910,14 @@ TEST(presets_parse_and_keep_their_text)
         }
         tps_layout_free(l);
     }
-    CHECK_EQ_U64(n, 7);
+    CHECK(n >= 6);
     tps_layout *l = NULL;
     tps_error err;
     tps_error_clear(&err);
     CHECK(tps_layout_load_preset("llam", &l, &err) == TPS_EARG);
-    CHECK_CONTAINS(err.msg, "unknown preset 'llam' (presets: gemma, gemma2, gpt2, llama, mixtral, neox, phi3)");
+    /* every preset listed; others join the list as families are added */
+    CHECK_CONTAINS(err.msg, "unknown preset 'llam' (presets: gemma, gemma2, gpt2, ");
+    CHECK_CONTAINS(err.msg, ", llama, mixtral, neox, phi3, ");
     tps_error_clear(&err);
     CHECK(tps_layout_load_file("/nonexistent/x.yaml", &l, &err) == TPS_EINVALID);
     CHECK_CONTAINS(err.msg, "/nonexistent/x.yaml: cannot open layout");

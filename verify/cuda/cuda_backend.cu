@@ -554,7 +554,7 @@ cleanup:
     return st;
 }
 
-/* Mixtral: routing on the host by the CPU ranks' own code (verify/moe_route.h), experts on
+/* Mixture of experts: routing on the host by the CPU ranks' own code (verify/moe_route.h), experts on
  * the GPU. */
 static tps_status moe(grank *g, const tps_block *b, const vdims *d, const float *xn, float *out, tps_error *err)
 {
@@ -562,8 +562,10 @@ static tps_status moe(grank *g, const tps_block *b, const vdims *d, const float 
     size_t n = g->n, H = g->H, E = (size_t)d->experts, K = (size_t)d->top_k;
     float *lg = (float *)malloc((n * E + 1) * sizeof *lg), *wcol = (float *)malloc((n + 1) * sizeof *wcol);
     double *ld = (double *)malloc((n * E + 1) * sizeof *ld), *wt = (double *)calloc(n * E + 1, sizeof *wt);
+    double *cs = (double *)malloc((E + 1) * sizeof *cs);
     unsigned char *sel = (unsigned char *)calloc(n * E + 1, 1);
-    if (!lg || !wcol || !ld || !wt || !sel) {
+    vmoe_cfg rc = vmoe_cfg_of(b);
+    if (!lg || !wcol || !ld || !wt || !cs || !sel) {
         st = gfail(err, TPS_EIO, "rank %llu: out of memory for the routing", (unsigned long long)g->rank);
         goto cleanup;
     }
@@ -571,7 +573,7 @@ static tps_status moe(grank *g, const tps_block *b, const vdims *d, const float 
     CU(cudaMemcpyAsync(lg, g->logits, n * E * sizeof *lg, cudaMemcpyDeviceToHost, g->s));
     CU(cudaStreamSynchronize(g->s));
     for (size_t i = 0; i < n * E; i++) ld[i] = (double)lg[i];
-    vmoe_route(n, E, K, ld, sel, wt);
+    vmoe_route(&rc, n, E, K, ld, NULL, sel, wt, cs); /* g_run refused a router bias */
     CU(cudaMemsetAsync(out, 0, n * H * sizeof *out, g->s));
     for (size_t e = 0; e < E; e++) {
         bool any = false;
@@ -591,6 +593,7 @@ cleanup:
     free(wcol);
     free(ld);
     free(wt);
+    free(cs);
     free(sel);
     return st;
 }
@@ -622,7 +625,7 @@ static tps_status stage_partial(grank *g, const tps_block *b, const vdims *d, in
         k_norm<<<(unsigned)n, NT, 0, g->s>>>(in, H, b->norm == TPS_NORM_LAYER, b->norm_eps, w ? w->p : NULL,
                                              w ? (int)w->dtype : 0, bb ? bb->p : NULL, bb ? (int)bb->dtype : 0, g->xn);
         LAUNCHED();
-        if (b->kind == TPS_BLOCK_MIXTRAL) CHECK(moe(g, b, d, g->xn, g->part[stage], err));
+        if (d->experts) CHECK(moe(g, b, d, g->xn, g->part[stage], err)); /* else a dense layer */
         else CHECK(dense(g, b, 0, false, g->xn, g->part[stage], err));
     }
 cleanup:
@@ -1009,6 +1012,13 @@ static tps_status g_run(void *ctx, const tps_block *b, const vdims *d, size_t n,
     const char *missing = unsupported(b, d);
     if (missing)
         return gfail(err, TPS_EBACKEND, "the cuda backend does not compute %s yet; use --backend cpu", missing);
+    if (tps_block_is_moe(b) && (b->shared_prefix || b->role[TPS_ROLE_SHARED_GATE_W] || b->role[TPS_ROLE_ROUTER_BIAS]))
+        return gfail(err, TPS_EBACKEND, "the cuda backend does not compute %s yet; use --backend cpu",
+                     b->role[TPS_ROLE_ROUTER_BIAS] ? "a router bias (e_score_correction_bias)" : "shared experts");
+    /* Refused rather than computed without: a layer missing its q/k norm would fail as if cut wrong. */
+    if (b->role[TPS_ROLE_Q_NORM_W] || b->role[TPS_ROLE_K_NORM_W])
+        return gfail(err, TPS_EBACKEND, "the cuda backend does not compute q_norm/k_norm (%s) yet; use --backend cpu",
+                     b->qk_norm == TPS_QK_NORM_WHOLE ? "over the whole projection" : "per head");
     for (uint64_t i = 0; i < c->count; i++) {
         grank *g = &c->r[i];
         g->job = &ranks[i];
