@@ -1002,6 +1002,10 @@ static const char *unsupported(const tps_block *b, const vdims *d)
     if (b->attn_softcap > 0) return "attention logit soft-capping";
     if (b->query_pre_attn_scalar > 0) return "query_pre_attn_scalar";
     if (d->window) return "sliding-window attention";
+    if (b->role[TPS_ROLE_SINKS]) return "attention sinks";
+    if (b->role[TPS_ROLE_EXPERTS_GATE_UP_W] || b->role[TPS_ROLE_EXPERTS_DOWN_W]) return "fused expert tensors (experts_*)";
+    if (b->role[TPS_ROLE_ROUTER_LOGIT_B]) return "a router logit bias";
+    if (b->act == TPS_ACT_SWIGLU_OAI) return "the swiglu_oai activation";
     return NULL;
 }
 
