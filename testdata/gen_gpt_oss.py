@@ -54,9 +54,9 @@ def config():
         "architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "hidden_size": H,
         "intermediate_size": INTER, "num_attention_heads": HEADS, "num_key_value_heads": KV, "head_dim": HD,
         "num_hidden_layers": LAYERS, "num_local_experts": EXPERTS, "num_experts_per_tok": 2, "vocab_size": VOCAB,
-        "rms_norm_eps": 1e-05, "rope_theta": 150000.0, "max_position_embeddings": 128,
+        "rms_norm_eps": 1e-05, "rope_theta": 150000.0, "max_position_embeddings": 16384,
         "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "beta_fast": 32.0, "beta_slow": 1.0,
-                         "truncate": False, "original_max_position_embeddings": 32},
+                         "truncate": False, "original_max_position_embeddings": 4096},
         "sliding_window": 4, "layer_types": ["sliding_attention", "full_attention"], "attention_bias": True,
         "hidden_act": "silu", "tie_word_embeddings": False, "torch_dtype": "bfloat16",
     }
