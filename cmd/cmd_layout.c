@@ -27,35 +27,38 @@ static const tps_opt layout_opts[] = {
 /* Each preset: its name and description, then the architectures auto-detection picks it
  * for and the other names --preset accepts, wrapped to 80 columns.  A preset that fails to
  * parse is a build defect the unit tests catch; it still shows up here, with its error. */
-static void print_names(const char *label, const char *const *names, size_t n)
+static void print_names(int col, const char *label, const char *const *names, size_t n)
 {
     if (!n) return;
     tps_buf b = TPS_BUF_INIT;
     tps_buf_puts(&b, label);
     for (size_t i = 0; i < n; i++) tps_buf_printf(&b, "%s%s", i ? ", " : " ", names[i]);
-    printf("%11s", "");
-    tps_cli_wrap(stdout, 11, 13, tps_buf_cstr(&b) ? b.data : "(out of memory)");
+    printf("%*s", col, "");
+    tps_cli_wrap(stdout, col, col + 2, tps_buf_cstr(&b) ? b.data : "(out of memory)");
     tps_buf_release(&b);
 }
 
 static void print_list(void)
 {
+    int col = 0; /* the descriptions start one column after the longest name */
+    for (const tps_preset *p = tps_presets; p->name; p++)
+        if ((int)strlen(p->name) + 1 > col) col = (int)strlen(p->name) + 1;
     for (const tps_preset *p = tps_presets; p->name; p++) {
         tps_error err;
         tps_error_clear(&err);
         tps_layout *l = NULL;
-        printf("%-10s ", p->name);
+        printf("%-*s", col, p->name);
         if (tps_layout_load_preset(p->name, &l, &err) != TPS_OK) {
             printf("(broken: %s)\n", err.msg);
             continue;
         }
         const char *d = tps_layout_description(l);
-        tps_cli_wrap(stdout, 11, 11, d ? d : "");
+        tps_cli_wrap(stdout, col, col, d ? d : "");
         size_t n;
         const char *const *archs = tps_layout_architectures(l, &n);
-        print_names("architectures:", archs, n);
+        print_names(col, "architectures:", archs, n);
         const char *const *aliases = tps_layout_aliases(l, &n);
-        print_names("aliases:", aliases, n);
+        print_names(col, "aliases:", aliases, n);
         tps_layout_free(l);
     }
 }

@@ -24,6 +24,10 @@ static const char *const role_names[TPS_ROLE_COUNT] = {
     [TPS_ROLE_FC_B] = "fc_bias",              [TPS_ROLE_DOWN_W] = "down_proj",
     [TPS_ROLE_DOWN_B] = "down_bias",          [TPS_ROLE_ROUTER_W] = "router",
     [TPS_ROLE_POST_ATTN_NORM_W] = "post_attn_norm", [TPS_ROLE_POST_MLP_NORM_W] = "post_mlp_norm",
+    [TPS_ROLE_Q_A_W] = "q_a_proj",            [TPS_ROLE_Q_A_B] = "q_a_bias",
+    [TPS_ROLE_Q_A_NORM_W] = "q_a_norm",       [TPS_ROLE_Q_B_W] = "q_b_proj",
+    [TPS_ROLE_KV_A_W] = "kv_a_proj",          [TPS_ROLE_KV_A_B] = "kv_a_bias",
+    [TPS_ROLE_KV_A_NORM_W] = "kv_a_norm",     [TPS_ROLE_KV_B_W] = "kv_b_proj",
     [TPS_ROLE_SHARED_GATE_W] = "shared_expert_gate", [TPS_ROLE_ROUTER_BIAS] = "router_bias",
     [TPS_ROLE_Q_NORM_W] = "q_norm",           [TPS_ROLE_K_NORM_W] = "k_norm",
     [TPS_ROLE_SINKS] = "sinks",               [TPS_ROLE_ROUTER_LOGIT_B] = "router_logit_bias",
@@ -41,6 +45,7 @@ static const char *const norm_names[] = {"rms", "layer", "rms_offset"};
 static const char *const rope_scaling_names[] = {"default", "linear", "dynamic", "llama3", "yarn"};
 static const char *const act_names[] = {"silu", "gelu_tanh", "gelu_erf", "swiglu_oai"};
 static const char *const rope_names[] = {"none", "half", "interleaved"};
+static const char *const attn_names[] = {"mha", "mla"};
 static const char *const moe_scoring_names[] = {"softmax", "sigmoid"};
 static const char *const moe_topk_names[] = {"greedy", "group_limited_greedy", "noaux_tc"};
 static const char *const qk_norm_names[] = {"per_head", "whole"};
@@ -70,6 +75,9 @@ const char *tps_rope_scaling_name(tps_rope_scaling_kind k)
 {
     return name_of((int)k, NAMES(rope_scaling_names));
 }
+
+const char *tps_attn_kind_name(tps_attn_kind k) { return name_of((int)k, NAMES(attn_names)); }
+int tps_attn_kind_lookup(const char *s) { return lookup(s, NAMES(attn_names)); }
 
 int tps_block_kind_lookup(const char *s) { return lookup(s, NAMES(kind_names)); }
 int tps_block_role_lookup(const char *s) { return lookup(s, NAMES(role_names)); }
@@ -153,6 +161,11 @@ tps_status tps_rope_scaling_from_config(const tps_json *root, const char *path, 
     if (out->type == TPS_ROPE_SCALING_NONE) return TPS_OK;
     tps_status st;
     if ((st = scaling_number(rs, path, type, "factor", true, 0, 1e9, &out->factor, err)) != TPS_OK) return st;
+    /* DeepSeek's yarn: mscale and mscale_all_dim set yarn's attention factor and, for
+     * multi-head latent attention, the softmax scale; 0 is "not given", as transformers reads it. */
+    if ((st = scaling_number(rs, path, type, "mscale", false, -1e-300, 1e9, &out->mscale, err)) ||
+        (st = scaling_number(rs, path, type, "mscale_all_dim", false, -1e-300, 1e9, &out->mscale_all_dim, err)))
+        return st;
     switch (out->type) {
     case TPS_ROPE_SCALING_LLAMA3:
         if ((st = scaling_number(rs, path, type, "low_freq_factor", true, 0, 1e9, &out->low_freq_factor, err)) ||
@@ -168,7 +181,12 @@ tps_status tps_rope_scaling_from_config(const tps_json *root, const char *path, 
     case TPS_ROPE_SCALING_YARN:
         out->beta_fast = 32;
         out->beta_slow = 1;
+        /* transformers 4.57: get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim)
+         * when both are given, else get_mscale(factor); get_mscale(s, m) = 0.1 m ln s + 1 for s > 1. */
         out->attention_factor = 0.1 * log(out->factor) + 1.0;
+        if (out->mscale > 0 && out->mscale_all_dim > 0 && out->factor > 1)
+            out->attention_factor = (0.1 * out->mscale * log(out->factor) + 1.0) /
+                                    (0.1 * out->mscale_all_dim * log(out->factor) + 1.0);
         if ((st = scaling_number(rs, path, type, "beta_fast", false, 0, 1e9, &out->beta_fast, err)) ||
             (st = scaling_number(rs, path, type, "beta_slow", false, 0, 1e9, &out->beta_slow, err)) ||
             (st = scaling_number(rs, path, type, "attention_factor", false, 0, 1e9, &out->attention_factor, err)) ||

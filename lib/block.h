@@ -37,6 +37,11 @@ typedef enum tps_block_role {
     /* Norms applied to a block's output before its residual add (Gemma 2 sandwich norms, OLMo 2),
      * replicated, by every rank after the all-reduce and the row-parallel bias. */
     TPS_ROLE_POST_ATTN_NORM_W, TPS_ROLE_POST_MLP_NORM_W,
+    /* Multi-head latent attention (DeepSeek-V2/V3; attention: mla): the a-projections and
+     * their RMSNorms are replicated, q_b and kv_b cut by heads; q_proj (TPS_ROLE_Q_W)
+     * stands for q_a -> q_b when a model has no q_lora_rank. */
+    TPS_ROLE_Q_A_W, TPS_ROLE_Q_A_B, TPS_ROLE_Q_A_NORM_W, TPS_ROLE_Q_B_W,
+    TPS_ROLE_KV_A_W, TPS_ROLE_KV_A_B, TPS_ROLE_KV_A_NORM_W, TPS_ROLE_KV_B_W,
     TPS_ROLE_SHARED_GATE_W,         /* Qwen2-MoE shared_expert_gate [1, hidden], replicated: */
                                     /* the shared expert's output scaled by sigmoid(x . w) */
     TPS_ROLE_ROUTER_BIAS,           /* DeepSeek-V3 e_score_correction_bias [experts], replicated */
@@ -70,6 +75,9 @@ typedef enum tps_block_model_role {
 /* rms_offset: Gemma's RMSNorm, x / rms(x) * (1 + w) (transformers' GemmaRMSNorm computes it in
  * float32, weight included, where Llama's scales after casting back). */
 typedef enum tps_norm_kind { TPS_NORM_RMS, TPS_NORM_LAYER, TPS_NORM_RMS_OFFSET } tps_norm_kind;
+/* The attention of a block: Llama/GPT-style multi-head (the kind says which), or DeepSeek's
+ * multi-head latent attention (verify/mla_tmpl.h), whatever the MLP is. */
+typedef enum tps_attn_kind { TPS_ATTN_MHA, TPS_ATTN_MLA } tps_attn_kind;
 /* Over what q_norm and k_norm normalize.  Per head: each head's head_dim, weight [head_dim]
  * (Qwen3, Gemma 3), local to a rank.  Whole: the whole projection, q's heads * head_dim and
  * k's kv_heads * head_dim, weights of those sizes (OLMo 2): under TP the vector spans the
@@ -108,6 +116,7 @@ typedef struct tps_rope_scaling {
                                                  the correction range is not rounded outwards */
     double max_pos;                           /* config.json max_position_embeddings; 0: unknown */
     char other[24];                           /* TPS_ROPE_SCALING_OTHER's rope_type */
+    double mscale, mscale_all_dim;            /* DeepSeek's yarn (transformers 4.57); 0: absent */
 } tps_rope_scaling;
 
 /* How a mixture-of-experts layer picks its experts (config.json's words; verify/moe_route.h
@@ -167,6 +176,8 @@ typedef struct tps_block {
      * layers); 0: no layer does. */
     uint64_t sliding_window_pattern;
     bool embed_scale;             /* block key: embeddings times sqrt(hidden) rounded to their dtype */
+    tps_attn_kind attention;      /* block key attention: mha (default) or mla */
+    uint64_t qk_nope_head_dim, qk_rope_head_dim, v_head_dim; /* MLA head widths, from the sizes */
     /* Mixture of experts: a block with a router role.  Its MLP roles name each expert's
      * tensors after expert_prefix; in a dense layer they follow dense_prefix, and the shared
      * expert's (one TP MLP beside the routed ones, as vLLM runs it) follow shared_prefix. */
@@ -175,6 +186,7 @@ typedef struct tps_block {
     uint64_t moe_intermediate, shared_intermediate; /* 0: from the tensors' shapes */
     tps_moe_routing moe;
     tps_qk_norm_kind qk_norm;     /* what roles q_norm / k_norm normalize over */
+    bool qkv_grouped;             /* fused QKV per KV group [q heads of the group; k; v] (Falcon) */
 } tps_block;
 
 /* Whether the block's MLP is a mixture of experts (it names a router). */
@@ -192,6 +204,8 @@ const char *tps_block_role_name(tps_block_role r); /* the YAML key, e.g. "q_proj
 const char *tps_block_model_role_name(tps_block_model_role r); /* the block key: "embed", "final_norm", ... */
 int tps_block_model_role_lookup(const char *s);               /* -1 for an unknown key */
 const char *tps_rope_scaling_name(tps_rope_scaling_kind k); /* its rope_type, "default" for none */
+const char *tps_attn_kind_name(tps_attn_kind k);            /* "mha", "mla" */
+int tps_attn_kind_lookup(const char *s);                    /* -1 for an unknown name */
 
 struct tps_json;
 /* Reads config.json's rope_scaling (and max_position_embeddings) from root, a JSON object,

@@ -19,7 +19,8 @@
  *     hidden: 4096                   keys: hidden heads kv_heads head_dim intermediate
  *                                    vocab layers experts moe_intermediate (one routed
  *                                    expert's width) shared_intermediate (the shared
- *                                    experts' MLP)
+ *                                    experts' MLP), and for multi-head latent attention
+ *                                    qk_nope_head_dim qk_rope_head_dim v_head_dim
  *   infer:                           optional; how to read a size from tensor shapes when
  *                                    neither sizes: nor config.json gave it.  One of:
  *     vocab: {tensor: GLOB, dim: 0}              shape[dim] of every tensor matching GLOB
@@ -47,6 +48,9 @@
  *                                    (vocabulary rows); one segment only
  *       kv_replicate: true           GQA/MQA: segments named k and v (or the single
  *                                    segment) may be replicated when T exceeds their units
+ *       groups: EXPR                 the segments are one group's parts and repeat EXPR
+ *                                    times along dim (Falcon's per-KV-group [q; k; v]); a
+ *                                    rank holds whole groups, or a group's share (partition.h)
  *   default:                         optional rule without match: for unmatched tensors
  *     split: replicate               (without it an unmatched tensor is an error)
  *   block:                           optional; the verification pass's view of one layer
@@ -73,9 +77,19 @@
  *                                    one, the stage's pre-norm (attn_norm / mlp_norm) may be
  *                                    left out: its input is then used as it is
  *     norm: rms | layer | rms_offset norm_eps: FLOAT   (rms_offset: Gemma's x/rms(x) * (1 + w))
+ *     attention: mha | mla           mla: DeepSeek's multi-head latent attention (kind
+ *                                    llama or mixtral), roles q_a_proj q_a_bias q_a_norm
+ *                                    q_b_proj kv_a_proj kv_a_bias kv_a_norm kv_b_proj o_proj
+ *                                    o_bias (q_proj instead of q_a/q_b without
+ *                                    q_lora_rank; the q path a checkpoint lacks is absent);
+ *                                    head widths from the sizes qk_nope_head_dim,
+ *                                    qk_rope_head_dim, v_head_dim; RoPE interleaved unless
+ *                                    config.json's rope_interleave is false
  *     act: silu | gelu_tanh | gelu_erf | swiglu_oai   (swiglu_oai: GPT-OSS's clamped gated form)
  *     rope: none | half | interleaved              rope_theta: FLOAT
  *     rotary_pct: FLOAT (0 < x <= 1) parallel_residual / conv1d / qkv_interleaved: BOOL
+ *     qkv_grouped: BOOL              the fused qkv_proj is per KV group [q heads of the
+ *                                    group; k; v] (Falcon; the rule cuts it with groups:)
  *     top_k: N                       and any size key above but vocab
  *   A block with a router role is a mixture of experts (any kind): its MLP roles are each
  *   expert's, after expert_prefix; optional keys:
@@ -100,9 +114,9 @@
  *                                    projections (OLMo 2; verify all-reduces their sums)
  *   Block fields left out come from config.json (rms_norm_eps, layer_norm_eps(ilon),
  *   rope_theta, rotary_emb_base, rotary_pct, partial_rotary_factor, use_parallel_residual,
- *   hidden_act, activation_function, num_experts_per_tok, the routing keys above; and, config.json only,
- *   attn_logit_softcapping, final_logit_softcapping, query_pre_attn_scalar, sliding_window),
- *   then the model sizes, then the
+ *   hidden_act, activation_function, num_experts_per_tok, the routing keys above; and,
+ *   config.json only, attn_logit_softcapping, final_logit_softcapping, query_pre_attn_scalar,
+ *   sliding_window), then the model sizes, then the
  *   kind's defaults (llama: rms 1e-5 silu half 10000; gpt2: layer 1e-5 gelu_tanh none
  *   conv1d; neox: layer 1e-5 gelu_erf half 10000 rotary_pct 0.25 parallel_residual
  *   qkv_interleaved; mixtral: rms 1e-5 silu half 1e6 top_k 2 norm_topk_prob; routing:
@@ -474,10 +488,11 @@ static tps_status rule_label(pctx *c, tps_rule *r)
 
 static tps_status parse_rule(pctx *c, const yaml_node_t *n, tps_rule *r, bool is_default)
 {
-    static const char *const allowed[] = {"match", "split", "dim", "unit", "size", "segments", "pad", "kv_replicate", NULL};
-    enum { K_MATCH, K_SPLIT, K_DIM, K_UNIT, K_SIZE, K_SEGMENTS, K_PAD, K_KV };
+    static const char *const allowed[] = {"match", "split", "dim", "unit", "size", "segments", "pad", "kv_replicate",
+                                          "groups", NULL};
+    enum { K_MATCH, K_SPLIT, K_DIM, K_UNIT, K_SIZE, K_SEGMENTS, K_PAD, K_KV, K_GROUPS };
     static const char *const split_names[] = {"replicate", "column", "row", "dim"};
-    yaml_node_t *v[8];
+    yaml_node_t *v[9];
     const char *what = is_default ? "default" : "rule";
     tps_status st = map_fields(c, n, what, allowed, v);
     if (st != TPS_OK) return st;
@@ -510,7 +525,7 @@ static tps_status parse_rule(pctx *c, const yaml_node_t *n, tps_rule *r, bool is
     if (kind < 0) return fail_at(c, v[K_SPLIT], "split '%s' is not one of replicate, column, row, dim", s);
     r->split = (tps_split_kind)kind;
     if (r->split == TPS_SPLIT_REPLICATE) {
-        for (int k = K_DIM; k <= K_KV; k++)
+        for (int k = K_DIM; k <= K_GROUPS; k++)
             if (v[k]) return fail_at(c, v[k], "a replicated tensor takes no %s", allowed[k]);
         return rule_label(c, r);
     }
@@ -534,6 +549,11 @@ static tps_status parse_rule(pctx *c, const yaml_node_t *n, tps_rule *r, bool is
             found |= kv;
         }
         if (!found) return fail_at(c, v[K_KV], "kv_replicate needs a segment named k or v");
+    }
+    if (v[K_GROUPS]) {
+        if (!r->nseg) return fail_at(c, v[K_GROUPS], "groups needs segments: the parts of one group, in order");
+        if (r->pad) return fail_at(c, v[K_GROUPS], "a grouped tensor cannot be padded");
+        if ((st = get_expr(c, v[K_GROUPS], "groups", &r->groups)) != TPS_OK) return st;
     }
     return rule_label(c, r);
 }
@@ -577,6 +597,17 @@ static tps_status check_block_roles(pctx *c, const yaml_node_t *n, const tps_blo
             return fail_at(c, n, "block of kind %s needs role %s", tps_block_kind_name(b->kind),
                            tps_block_role_name(common[i]));
     bool separate_qkv = has_role(b, TPS_ROLE_Q_W) && has_role(b, TPS_ROLE_K_W) && has_role(b, TPS_ROLE_V_W);
+    if (b->attention == TPS_ATTN_MLA) {
+        /* q_proj (no q_lora_rank) or q_a_proj -> q_a_norm -> q_b_proj: a model has one of them. */
+        bool q_lora = has_role(b, TPS_ROLE_Q_A_W) && has_role(b, TPS_ROLE_Q_A_NORM_W) && has_role(b, TPS_ROLE_Q_B_W);
+        if (!has_role(b, TPS_ROLE_KV_A_W) || !has_role(b, TPS_ROLE_KV_A_NORM_W) || !has_role(b, TPS_ROLE_KV_B_W) ||
+            (!q_lora && !has_role(b, TPS_ROLE_Q_W)))
+            return fail_at(c, n, "attention mla needs roles kv_a_proj, kv_a_norm, kv_b_proj, and q_proj or q_a_proj, "
+                                 "q_a_norm and q_b_proj");
+        if (b->kind != TPS_BLOCK_LLAMA && b->kind != TPS_BLOCK_MIXTRAL)
+            return fail_at(c, n, "attention mla goes with block kind llama or mixtral");
+        separate_qkv = true; /* MLA stands in for q/k/v */
+    }
     if (b->kind == TPS_BLOCK_GPT2 || b->kind == TPS_BLOCK_NEOX) {
         if (!has_role(b, TPS_ROLE_QKV_W) || !has_role(b, TPS_ROLE_FC_W))
             return fail_at(c, n, "block of kind %s needs roles qkv_proj and fc", tps_block_kind_name(b->kind));
@@ -607,8 +638,10 @@ static tps_status check_block_roles(pctx *c, const yaml_node_t *n, const tps_blo
     if (b->dense_prefix || b->shared_prefix || has_role(b, TPS_ROLE_SHARED_GATE_W) || has_role(b, TPS_ROLE_ROUTER_BIAS))
         return fail_at(c, n, "dense_prefix, shared_prefix, shared_expert_gate and router_bias belong to a "
                              "mixture-of-experts block (one with a router role)");
-    if (!(has_role(b, TPS_ROLE_GATE_W) && has_role(b, TPS_ROLE_UP_W)) && !has_role(b, TPS_ROLE_GATE_UP_W))
-        return fail_at(c, n, "block of kind llama needs roles gate_proj and up_proj, or gate_up_proj");
+    /* fc alone: a non-gated MLP, down(act(fc x)) (StarCoder2's c_fc / c_proj). */
+    if (!(has_role(b, TPS_ROLE_GATE_W) && has_role(b, TPS_ROLE_UP_W)) && !has_role(b, TPS_ROLE_GATE_UP_W) &&
+        !has_role(b, TPS_ROLE_FC_W))
+        return fail_at(c, n, "block of kind llama needs roles gate_proj and up_proj, gate_up_proj, or fc");
     return TPS_OK;
 }
 
@@ -649,12 +682,13 @@ static tps_status parse_block(pctx *c, const yaml_node_t *n)
         "scoring_func", "topk_method", "norm_topk_prob", "routed_scaling_factor", "n_group", "topk_group",
         "first_k_dense_replace", "moe_layer_freq", "decoder_sparse_step", "dense_prefix", "shared_prefix",
         "moe_intermediate", "shared_intermediate",
-        "embed", "pos_embed", "final_norm", "final_norm_bias", "lm_head", "embed_scale", "sliding_window_pattern", "qk_norm", NULL};
+        "embed", "pos_embed", "final_norm", "final_norm_bias", "lm_head", "embed_scale", "sliding_window_pattern",
+        "qk_norm", "qkv_grouped", "attention", NULL};
     enum { K_KIND, K_LAYER, K_EXPERT, K_ROLES, K_NORM, K_EPS, K_ACT, K_ROPE, K_THETA, K_PCT, K_PARRES, K_CONV,
            K_QKVI, K_TOPK, K_LAYERS, K_HIDDEN, K_HEADS, K_KVH, K_HD, K_INTER, K_EXPERTS,
            K_SCORING, K_TOPK_METHOD, K_NORM_TOPK, K_SCALING, K_N_GROUP, K_TOPK_GROUP, K_FIRST_DENSE, K_LAYER_FREQ,
            K_SPARSE_STEP, K_DENSE_PREFIX, K_SHARED_PREFIX, K_MOE_INTER, K_SHARED_INTER, K_MODEL0,
-           K_EMBED_SCALE = K_MODEL0 + TPS_MROLE_COUNT, K_SWP, K_QKN, K_COUNT };
+           K_EMBED_SCALE = K_MODEL0 + TPS_MROLE_COUNT, K_SWP, K_QKN, K_QKVG, K_ATTN, K_COUNT };
     yaml_node_t *v[K_COUNT];
     tps_layout *l = c->l;
     tps_block *b = &l->block_raw;
@@ -702,6 +736,10 @@ static tps_status parse_block(pctx *c, const yaml_node_t *n)
                 return st;
         }
     }
+    if (v[K_ATTN]) {
+        if ((st = get_enum(c, v[K_ATTN], "attention", tps_attn_kind_lookup, "mha, mla", &e)) != TPS_OK) return st;
+        b->attention = (tps_attn_kind)e;
+    }
     if ((st = check_block_roles(c, n, b)) != TPS_OK) return st;
     if (v[K_NORM]) {
         if ((st = get_enum(c, v[K_NORM], "norm", tps_norm_lookup, "rms, layer, rms_offset", &e)) != TPS_OK) return st;
@@ -735,7 +773,8 @@ static tps_status parse_block(pctx *c, const yaml_node_t *n)
         bool *out;
     } flags[] = {{K_PARRES, TPS_BF_PARALLEL_RESIDUAL, &b->parallel_residual},
                  {K_CONV, TPS_BF_CONV1D, &b->conv1d},
-                 {K_QKVI, TPS_BF_QKV_INTERLEAVED, &b->qkv_interleaved}};
+                 {K_QKVI, TPS_BF_QKV_INTERLEAVED, &b->qkv_interleaved},
+                 {K_QKVG, TPS_BF_QKV_GROUPED, &b->qkv_grouped}};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
         if (!v[flags[i].key]) continue;
         if ((st = get_bool(c, v[flags[i].key], allowed[flags[i].key], flags[i].out)) != TPS_OK) return st;
@@ -1019,6 +1058,7 @@ void tps_layout_free(tps_layout *l)
         free(r->globs);
         tps_expr_release(&r->unit);
         tps_expr_release(&r->size);
+        tps_expr_release(&r->groups);
         for (int j = 0; j < r->nseg; j++) {
             tps_expr_release(&r->seg[j].size);
             tps_expr_release(&r->seg[j].unit);

@@ -24,6 +24,9 @@ typedef struct tps_model_sizes {
     uint64_t moe_intermediate;    /* one routed expert's (moe_intermediate_size) */
     uint64_t shared_intermediate; /* the shared experts' MLP (Qwen's shared_expert_intermediate_size,
                                    * DeepSeek's n_shared_experts * moe_intermediate_size) */
+    /* multi-head latent attention (DeepSeek-V2/V3): a q head is qk_nope + qk_rope rows, a
+     * kv_b head qk_nope + v rows, an o_proj head v columns */
+    uint64_t qk_nope_head_dim, qk_rope_head_dim, v_head_dim;
 } tps_model_sizes;
 
 typedef struct tps_layout tps_layout;

@@ -65,27 +65,34 @@ static const char *const size_keys[TPS_NSIZES][4] = {
     {"num_local_experts", "num_experts", "n_routed_experts", NULL},
     {"moe_intermediate_size", NULL},
     {"shared_expert_intermediate_size", NULL},
+    {"qk_nope_head_dim", NULL},
+    {"qk_rope_head_dim", NULL},
+    {"v_head_dim", NULL},
 };
-static const char *const eps_keys[] = {"rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", NULL};
+static const char *const eps_keys[] = {"rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_epsilon", NULL};
 static const char *const theta_keys[] = {"rope_theta", "rotary_emb_base", NULL};
 static const char *const pct_keys[] = {"rotary_pct", "partial_rotary_factor", NULL};
 static const char *const topk_keys[] = {"num_experts_per_tok", NULL};
 static const char *const act_keys[] = {"hidden_act", "activation_function", NULL};
-static const char *const parallel_residual_keys[] = {"use_parallel_residual", NULL};
+static const char *const parallel_residual_keys[] = {"use_parallel_residual", "parallel_attn", NULL};
 static const char *const rope_scaling_keys[] = {"rope_scaling", "max_position_embeddings", NULL}; /* lib/block.c */
 /* Gemma 2, in the order of tps_block's fields; read by apply_gemma_keys. */
 static const char *const gemma_keys[] = {"attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar",
                                          "sliding_window", NULL};
-
+static const char *const rope_interleave_keys[] = {"rope_interleave", NULL}; /* DeepSeek-V3 */
 /* tps_moe_routing's keys, in its bit order from TPS_BF_SCORING, and DeepSeek's shared
  * expert count (shared_intermediate = n_shared_experts * moe_intermediate_size). */
 static const char *const moe_keys[] = {"scoring_func", "topk_method", "norm_topk_prob", "routed_scaling_factor",
                                        "n_group", "topk_group", "first_k_dense_replace", "moe_layer_freq",
                                        "decoder_sparse_step", "mlp_only_layers", "n_shared_experts", NULL};
 
+/* Falcon's own words for its KV heads and block (falcon_config). */
+static const char *const falcon_keys[] = {"model_type", "multi_query", "new_decoder_architecture", "num_kv_heads",
+                                          "n_head_kv", NULL};
+
 static const char *const *const block_key_lists[] = {eps_keys, theta_keys, pct_keys, topk_keys, act_keys,
-                                                      parallel_residual_keys, rope_scaling_keys, moe_keys,
-                                                      gemma_keys};
+                                                      parallel_residual_keys, rope_scaling_keys, gemma_keys, moe_keys,
+                                                      falcon_keys, rope_interleave_keys};
 
 /* The first of keys present with a non-null value; NULL when none is. */
 static const tps_json *first_key(const tps_json *root, const char *const *keys, const char **which)
@@ -214,6 +221,36 @@ static tps_status apply_moe_config(tps_layout *l, const char *path, const tps_js
     return TPS_OK;
 }
 
+static bool json_true(const tps_json *root, const char *key)
+{
+    const tps_json *v = tps_json_get(root, key);
+    return v && v->type == TPS_JSON_BOOL && v->u.boolean;
+}
+
+/* Falcon says num_kv_heads (n_head_kv in the original RW configs) where others say
+ * num_key_value_heads, and it counts KV heads only with new_decoder_architecture (the 40B
+ * and 180B; model_type RefinedWeb is that code's first release); otherwise multi_query,
+ * which FalconConfig defaults to true, means one KV head (7B), and without it every head has
+ * its own (falcon-rw), as transformers' FalconAttention reads them.  The new architecture
+ * always runs attention and MLP in parallel. */
+static void falcon_config(const tps_json *root, tps_model_sizes *cfg, bool *parallel)
+{
+    const tps_json *mt = tps_json_get(root, "model_type");
+    const char *type = mt && mt->type == TPS_JSON_STRING ? mt->u.string.s : "";
+    bool rw40 = strcmp(type, "RefinedWeb") == 0, nda = json_true(root, "new_decoder_architecture") || rw40;
+    bool falcon = nda || strcmp(type, "falcon") == 0 || strcmp(type, "RefinedWebModel") == 0 ||
+                  tps_json_get(root, "multi_query");
+    *parallel = nda;
+    if (!falcon || cfg->kv_heads) return;
+    const tps_json *mq = tps_json_get(root, "multi_query");
+    bool multi_query = !mq || mq->type != TPS_JSON_BOOL || mq->u.boolean;
+    const char *which = NULL;
+    const tps_json *kv = first_key(root, falcon_keys + 3, &which);
+    if (!nda && multi_query) cfg->kv_heads = 1;
+    else if (nda && kv && kv->type == TPS_JSON_NUMBER && kv->u.number.is_u64 && kv->u.number.u64)
+        cfg->kv_heads = kv->u.number.u64;
+}
+
 static tps_status apply_config(tps_layout *l, const char *path, const tps_json *root, tps_error *err)
 {
     if (!root || root->type != TPS_JSON_OBJECT)
@@ -225,6 +262,8 @@ static tps_status apply_config(tps_layout *l, const char *path, const tps_json *
         if ((st = config_u64(path, root, size_keys[i], tps_size_slot(&cfg, i), &found, err)) != TPS_OK) return st;
     /* Defaults the model classes apply to absent keys: K/V heads equal the query heads
      * (MHA); head_dim is hidden / heads; GPT-2's n_inner (null) is 4 * n_embd. */
+    bool falcon_parallel = false;
+    falcon_config(root, &cfg, &falcon_parallel);
     if (!cfg.kv_heads) cfg.kv_heads = cfg.heads;
     if (!cfg.head_dim && cfg.hidden && cfg.heads) {
         if (cfg.hidden % cfg.heads != 0)
@@ -253,12 +292,19 @@ static tps_status apply_config(tps_layout *l, const char *path, const tps_json *
     if (found) l->cfg_set |= 1u << TPS_BF_ROTARY_PCT;
     if ((st = config_u64(path, root, topk_keys, &l->cfg.top_k, &found, err)) != TPS_OK) return st;
     if (found) l->cfg_set |= 1u << TPS_BF_TOP_K;
-    const tps_json *pr = tps_json_get(root, parallel_residual_keys[0]);
-    if (pr && pr->type == TPS_JSON_BOOL) {
-        l->cfg.parallel_residual = pr->u.boolean;
+    const char *key = NULL;
+    const tps_json *pr = first_key(root, parallel_residual_keys, &key);
+    if ((pr && pr->type == TPS_JSON_BOOL) || falcon_parallel) {
+        l->cfg.parallel_residual = falcon_parallel || pr->u.boolean;
         l->cfg_set |= 1u << TPS_BF_PARALLEL_RESIDUAL;
     }
-    const char *key = NULL;
+    /* DeepSeek-V3's rope_interleave (transformers: de-interleave, then rotate_half: the
+     * pairs (2i, 2i+1)); false rotates the halves as Llama does. */
+    const tps_json *ri = tps_json_get(root, rope_interleave_keys[0]);
+    if (ri && ri->type == TPS_JSON_BOOL) {
+        l->cfg.rope = ri->u.boolean ? TPS_ROPE_INTERLEAVED : TPS_ROPE_HALF;
+        l->cfg_set |= 1u << TPS_BF_ROPE;
+    }
     const tps_json *act = first_key(root, act_keys, &key);
     /* An activation tpshard cannot compute only matters to verify, and only when the
      * layout's block leaves act open; say so then rather than refusing the split. */
@@ -443,6 +489,7 @@ void tps_layout_sync_block(tps_layout *l)
     PICK(TPS_BF_LAYER_FREQ, moe.layer_freq, 1);
     PICK(TPS_BF_SPARSE_STEP, moe.sparse_step, 1);
     if (cset & (1u << TPS_BF_MLP_ONLY)) memcpy(b.moe.mlp_only, l->cfg.moe.mlp_only, sizeof b.moe.mlp_only);
+    PICK(TPS_BF_QKV_GROUPED, qkv_grouped, false);
 #undef PICK
     b.rope_scaling = l->cfg.rope_scaling; /* config.json only: the block: section has no such key */
     b.attn_softcap = l->cfg.attn_softcap;
@@ -459,5 +506,12 @@ void tps_layout_sync_block(tps_layout *l)
     if (!b.experts) b.experts = s->experts;
     if (!b.moe_intermediate) b.moe_intermediate = s->moe_intermediate;
     if (!b.shared_intermediate) b.shared_intermediate = s->shared_intermediate;
+    if (b.attention == TPS_ATTN_MLA) {
+        /* transformers' DeepseekV3Config defaults rope_interleave to true */
+        if (!((set | cset) & (1u << TPS_BF_ROPE))) b.rope = TPS_ROPE_INTERLEAVED;
+        b.qk_nope_head_dim = s->qk_nope_head_dim;
+        b.qk_rope_head_dim = s->qk_rope_head_dim;
+        b.v_head_dim = s->v_head_dim;
+    }
     l->block = b;
 }

@@ -12,7 +12,8 @@
 
 const char *const tps_size_names[TPS_NSIZES] = {"hidden", "heads", "kv_heads", "head_dim",
                                                 "intermediate", "vocab", "layers", "experts",
-                                                "moe_intermediate", "shared_intermediate"};
+                                                "moe_intermediate", "shared_intermediate",
+                                                "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"};
 
 static const size_t size_offsets[TPS_NSIZES] = {
     offsetof(tps_model_sizes, hidden),       offsetof(tps_model_sizes, heads),
@@ -20,6 +21,8 @@ static const size_t size_offsets[TPS_NSIZES] = {
     offsetof(tps_model_sizes, intermediate), offsetof(tps_model_sizes, vocab),
     offsetof(tps_model_sizes, layers),       offsetof(tps_model_sizes, experts),
     offsetof(tps_model_sizes, moe_intermediate), offsetof(tps_model_sizes, shared_intermediate),
+    offsetof(tps_model_sizes, qk_nope_head_dim), offsetof(tps_model_sizes, qk_rope_head_dim),
+    offsetof(tps_model_sizes, v_head_dim),
 };
 
 uint64_t *tps_size_slot(tps_model_sizes *s, int i) { return (uint64_t *)((char *)s + size_offsets[i]); }
@@ -112,7 +115,7 @@ static bool parse_atom(ecomp *c)
         if (i < 0) {
             c->pos = start;
             c->msg = "unknown size (known: hidden, heads, kv_heads, head_dim, intermediate, vocab, layers, experts, "
-                     "moe_intermediate, shared_intermediate)";
+                     "moe_intermediate, shared_intermediate, qk_nope_head_dim, qk_rope_head_dim, v_head_dim)";
             return false;
         }
         return emit(c, 's', (uint64_t)i);

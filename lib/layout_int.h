@@ -16,7 +16,7 @@ typedef struct tps_mark {
 } tps_mark;
 
 /* The model sizes by name, in tps_model_sizes field order. */
-#define TPS_NSIZES 10
+#define TPS_NSIZES 13
 extern const char *const tps_size_names[TPS_NSIZES];
 uint64_t *tps_size_slot(tps_model_sizes *s, int i);
 uint64_t tps_size_get(const tps_model_sizes *s, int i);
@@ -73,6 +73,7 @@ typedef struct tps_rule {
     tps_mark at;
     char *label;
     uint64_t matches;
+    tps_expr groups; /* grouped: the segments repeat this many times along dim (n == 0: once) */
 } tps_rule;
 
 typedef enum tps_hint_kind { TPS_HINT_NONE, TPS_HINT_TENSOR, TPS_HINT_COUNT, TPS_HINT_EXPR } tps_hint_kind;
@@ -93,7 +94,7 @@ enum {
     TPS_BF_PARALLEL_RESIDUAL, TPS_BF_CONV1D, TPS_BF_QKV_INTERLEAVED, TPS_BF_TOP_K,
     /* tps_moe_routing, by config.json's keys */
     TPS_BF_SCORING, TPS_BF_TOPK_METHOD, TPS_BF_NORM_TOPK, TPS_BF_SCALING, TPS_BF_N_GROUP, TPS_BF_TOPK_GROUP,
-    TPS_BF_FIRST_DENSE, TPS_BF_LAYER_FREQ, TPS_BF_SPARSE_STEP, TPS_BF_MLP_ONLY
+    TPS_BF_FIRST_DENSE, TPS_BF_LAYER_FREQ, TPS_BF_SPARSE_STEP, TPS_BF_MLP_ONLY, TPS_BF_QKV_GROUPED
 };
 
 /* A skip: entry: tensors the plan leaves out (non-persistent buffers such as RoPE's

@@ -103,6 +103,17 @@ tps_status tps_layout_partition(tps_layout *l, const char *name, tps_dtype dtype
                          (unsigned long long)seg->length);
         if (w > 0 && (size_t)w < sizeof sums - used) used += (size_t)w;
     }
+    if (r->groups.n) { /* grouped: the segments are one group's, repeated */
+        if ((st = eval_positive(l, &r->groups, ctx, "groups", &out->groups, err)) != TPS_OK) return st;
+        overflow |= !tps_mul_u64(sum, out->groups, &sum);
+        if (overflow || sum != shape[d])
+            return tps_fail(err, TPS_EINVALID,
+                            "%s: segments %s of each of %s = %llu groups add up to %s%llu, but dim %d of shape %s is %llu",
+                            ctx, sums, r->groups.text, (unsigned long long)out->groups, overflow ? "more than " : "",
+                            (unsigned long long)sum, d, shp, (unsigned long long)shape[d]);
+        if (out->groups == 1) out->groups = 0; /* one group is the plain rule (Falcon-7B's multi-query) */
+        return TPS_OK;
+    }
     if (overflow || sum != shape[d])
         return tps_fail(err, TPS_EINVALID, "%s: segments %s add up to %s%llu, but dim %d of shape %s is %llu", ctx,
                         sums, overflow ? "more than " : "", (unsigned long long)sum, d, shp,
@@ -156,6 +167,7 @@ void tps_layout_rule_missing_sizes(const tps_layout *l, size_t rule, char *buf, 
     const tps_rule *r = &l->rules[rule];
     add_missing(l, &r->unit, &mask);
     add_missing(l, &r->size, &mask);
+    add_missing(l, &r->groups, &mask);
     for (int s = 0; s < r->nseg; s++) {
         add_missing(l, &r->seg[s].size, &mask);
         add_missing(l, &r->seg[s].unit, &mask);

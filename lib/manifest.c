@@ -30,6 +30,10 @@ static void jw_partition(tps_jw *w, const tps_partition *p)
         tps_jw_u64(w, (uint64_t)p->dim);
         tps_jw_key(w, "pad");
         tps_jw_bool(w, p->pad);
+        if (p->groups > 1) { /* only grouped partitions say it: older manifests stay as they were */
+            tps_jw_key(w, "groups");
+            tps_jw_u64(w, p->groups);
+        }
         tps_jw_key(w, "segments");
         tps_jw_array_begin(w);
         for (int s = 0; s < p->nseg; s++) {
@@ -288,6 +292,10 @@ static tps_status load_partition(loader *L, const tps_json *pj, tps_partition *p
     if (dim >= TPS_MAX_DIMS) return bad(L, pj, "dim out of range", "");
     p->dim = (int)dim;
     TPS_CHECK(get_bool(L, pj, "pad", &p->pad));
+    if (tps_json_get(pj, "groups")) { /* optional: a grouped partition's group count, at least 2 */
+        TPS_CHECK(get_u64(L, pj, "groups", &p->groups));
+        if (p->groups < 2) return bad(L, tps_json_get(pj, "groups"), "must be at least 2", "groups");
+    }
     const tps_json *segs = field(L, pj, "segments", TPS_JSON_ARRAY, &st);
     NEED(segs);
     if (segs->u.array.n < 1 || segs->u.array.n > TPS_MAX_SEGMENTS) return bad(L, segs, "1 to 8 segments", "");

@@ -47,6 +47,9 @@ tps_status tps_partition_check(const tps_partition *p, const char *name, tps_dty
     return tps_partition_diagnose(p, name, dtype, ndim, shape, T, NULL, err);
 }
 
+/* The groups of a partition: 1 when it is not grouped. */
+static uint64_t groups_of(const tps_partition *p) { return p->groups > 1 ? p->groups : 1; }
+
 static tps_status diagnose(const tps_partition *p, const char *name, tps_dtype dtype, int ndim, const uint64_t *shape,
                           uint64_t T, tps_partition_issue *issue, tps_error *err)
 {
@@ -58,9 +61,9 @@ static tps_status diagnose(const tps_partition *p, const char *name, tps_dtype d
     if (p->nseg < 1 || p->nseg > TPS_MAX_SEGMENTS)
         return tps_fail(err, TPS_EINVALID, "tensor '%s': %d segments (1 to %d allowed)", name, p->nseg,
                         TPS_MAX_SEGMENTS);
-    if (p->pad && p->nseg != 1)
+    if (p->pad && (p->nseg != 1 || groups_of(p) > 1))
         return tps_fail(err, TPS_EINVALID, "tensor '%s': padding is only allowed for a single segment", name);
-    uint64_t total = 0;
+    uint64_t total = 0, G = groups_of(p);
     for (int s = 0; s < p->nseg; s++) {
         const tps_segment *g = &p->seg[s];
         if (!tps_add_u64(total, g->length, &total))
@@ -70,9 +73,32 @@ static tps_status diagnose(const tps_partition *p, const char *name, tps_dtype d
                             name, s, g->name[0] ? " (" : "", g->name, g->name[0] ? ")" : "",
                             (unsigned long long)g->length, (unsigned long long)g->unit);
     }
+    if (!tps_mul_u64(total, G, &total))
+        return tps_fail(err, TPS_EINVALID, "tensor '%s': segment lengths overflow", name);
     if (total != shape[p->dim])
-        return tps_fail(err, TPS_EINVALID, "tensor '%s': segments add up to %llu but dimension %d has %llu", name,
-                        (unsigned long long)total, p->dim, (unsigned long long)shape[p->dim]);
+        return tps_fail(err, TPS_EINVALID, "tensor '%s': segments add up to %llu%s but dimension %d has %llu", name,
+                        (unsigned long long)total, G > 1 ? " over their groups" : "", p->dim,
+                        (unsigned long long)shape[p->dim]);
+    /* A grouped tensor goes to the ranks a group at a time, or a group to T/G ranks that
+     * cut its segments among themselves (Ts ranks below; 1: whole groups, nothing to cut). */
+    uint64_t Ts = T;
+    if (G > 1) {
+        if (G % T == 0) {
+            Ts = 1;
+        } else if (T % G == 0) {
+            Ts = T / G;
+        } else {
+            set_issue(issue, TPS_ISSUE_INDIVISIBLE, p, -1, G, T);
+            if (issue) {
+                issue->groups = true;
+                issue->unit = p->seg[0].unit;
+            }
+            return tps_fail(err, TPS_EINVALID,
+                            "tensor '%s': %llu groups along dimension %d, which tp %llu neither divides nor is a "
+                            "multiple of",
+                            name, (unsigned long long)G, p->dim, (unsigned long long)T);
+        }
+    }
     /* Elements per index along dim: a cut must not fall inside a byte of a sub-byte type. */
     uint64_t inner = 1;
     for (int d = p->dim + 1; d < ndim; d++)
@@ -84,21 +110,37 @@ static tps_status diagnose(const tps_partition *p, const char *name, tps_dtype d
         uint64_t n = g->length / g->unit;
         const char *sn = g->name[0] ? g->name : "";
         if (n == 0) continue; /* an empty segment gives every rank nothing */
-        if (units_per_rank(n, T)) {
+        if (units_per_rank(n, Ts)) {
             /* fine */
-        } else if (n < T && T % n == 0 && g->may_replicate) {
+        } else if (n < Ts && Ts % n == 0 && g->may_replicate) {
             /* replicated units (GQA KV heads) */
         } else if (p->pad) {
             /* padded with zero units */
-        } else if (n < T && T % n == 0) {
-            set_issue(issue, TPS_ISSUE_NEEDS_REPLICA, p, s, n, T);
+        } else if (n < Ts && Ts % n == 0) {
+            set_issue(issue, TPS_ISSUE_NEEDS_REPLICA, p, s, n * G, T);
+            if (G > 1)
+                return tps_fail(err, TPS_EINVALID,
+                                "tensor '%s': segment %d%s%s%s has %llu units of %llu in each of %llu groups, fewer "
+                                "than the %llu ranks tp %llu puts on a group; allow replication (kv_replicate) if "
+                                "these are KV heads",
+                                name, s, *sn ? " (" : "", sn, *sn ? ")" : "", (unsigned long long)n,
+                                (unsigned long long)g->unit, (unsigned long long)G, (unsigned long long)Ts,
+                                (unsigned long long)T);
             return tps_fail(err, TPS_EINVALID,
                             "tensor '%s': segment %d%s%s%s has %llu units of %llu, fewer than tp %llu; "
                             "allow replication (kv_replicate) if these are KV heads",
                             name, s, *sn ? " (" : "", sn, *sn ? ")" : "", (unsigned long long)n,
                             (unsigned long long)g->unit, (unsigned long long)T);
         } else {
-            set_issue(issue, TPS_ISSUE_INDIVISIBLE, p, s, n, T);
+            set_issue(issue, TPS_ISSUE_INDIVISIBLE, p, s, n * G, T);
+            if (G > 1)
+                return tps_fail(err, TPS_EINVALID,
+                                "tensor '%s': segment %d%s%s%s has %llu units of %llu in each of %llu groups along "
+                                "dimension %d; tp %llu puts %llu ranks on a group, which neither divide %llu nor "
+                                "are a multiple of it",
+                                name, s, *sn ? " (" : "", sn, *sn ? ")" : "", (unsigned long long)n,
+                                (unsigned long long)g->unit, (unsigned long long)G, p->dim, (unsigned long long)T,
+                                (unsigned long long)Ts, (unsigned long long)n);
             /* Padding is the remedy only for a vocabulary; heads and MLP rows cannot be padded. */
             return tps_fail(err, TPS_EINVALID,
                             "tensor '%s': segment %d%s%s%s has %llu units of %llu along dimension %d, "
@@ -145,10 +187,9 @@ tps_status tps_partition_check_rule(const tps_partition *p, const char *name, tp
     return rule && *rule ? tps_fail(err, st, "%s; rule %s", e.msg, rule) : tps_fail(err, st, "%s", e.msg);
 }
 
-void tps_partition_slice(const tps_partition *p, uint64_t T, uint64_t r, tps_slice *out)
+/* Appends to out rank r's pieces of the segments for T ranks, the segments starting at base. */
+static void slice_segments(const tps_partition *p, uint64_t base, uint64_t T, uint64_t r, tps_slice *out)
 {
-    memset(out, 0, sizeof *out);
-    uint64_t base = 0; /* start of the current segment along dim */
     for (int s = 0; s < p->nseg; s++) {
         const tps_segment *g = &p->seg[s];
         uint64_t n = g->length / g->unit, first, count;
@@ -174,6 +215,26 @@ void tps_partition_slice(const tps_partition *p, uint64_t T, uint64_t r, tps_sli
             out->length += count * g->unit;
         }
         base += g->length;
+    }
+}
+
+void tps_partition_slice(const tps_partition *p, uint64_t T, uint64_t r, tps_slice *out)
+{
+    memset(out, 0, sizeof *out);
+    uint64_t G = groups_of(p);
+    if (G == 1) {
+        slice_segments(p, 0, T, r, out);
+    } else {
+        uint64_t glen = 0;
+        for (int s = 0; s < p->nseg; s++) glen += p->seg[s].length;
+        if (G % T == 0) { /* whole groups: one run */
+            out->npieces = 1;
+            out->piece[0].start = r * (G / T) * glen;
+            out->piece[0].len = out->length = (G / T) * glen;
+        } else { /* T / G ranks share group r / (T / G) */
+            uint64_t t = T / G;
+            slice_segments(p, (r / t) * glen, t, r % t, out);
+        }
     }
     out->length += out->pad;
 }
@@ -219,5 +280,8 @@ void tps_partition_describe(const tps_partition *p, char *buf, size_t bufsize)
             n += (size_t)snprintf(buf + (n < bufsize ? n : bufsize), n < bufsize ? bufsize - n : 0, " kv-replicable");
             break;
         }
+    if (p->groups > 1)
+        n += (size_t)snprintf(buf + (n < bufsize ? n : bufsize), n < bufsize ? bufsize - n : 0, " in %llu groups",
+                              (unsigned long long)p->groups);
     if (p->pad) snprintf(buf + (n < bufsize ? n : bufsize), n < bufsize ? bufsize - n : 0, " padded");
 }

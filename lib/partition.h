@@ -11,7 +11,18 @@
  *   otherwise, with pad (one segment)  n is padded with zero units to a multiple of T;
  *                                      the original length stays in the global shape
  *   otherwise                          an error naming the tensor, segment, n and T.
- * A rank's slice is its pieces of every segment in segment order, then its zero padding. */
+ * A rank's slice is its pieces of every segment in segment order, then its zero padding.
+ *
+ * Grouped (groups G > 1): the segments describe one group and repeat G times along dim,
+ * as Falcon-40B's query_key_value repeats [q heads of the group; k; v] per KV group.  A
+ * rank holds its groups in that same grouped layout:
+ *   G % T == 0                         rank r gets groups [r*G/T, (r+1)*G/T), whole
+ *   T % G == 0                         rank r gets group floor(r*G/T), and within it the
+ *                                      segments are cut for the T/G ranks sharing the
+ *                                      group by the rules above (rank r % (T/G) of T/G):
+ *                                      its q heads, the group's k and v replicated
+ *   otherwise                          an error naming the groups (or the segment).
+ * One group is the plain rule (Falcon-7B's multi-query [Q_r; K; V]). */
 #ifndef TPS_PARTITION_H
 #define TPS_PARTITION_H
 
@@ -36,6 +47,7 @@ typedef struct tps_partition {
     int nseg;
     tps_segment seg[TPS_MAX_SEGMENTS];
     bool pad; /* zero-pad a single segment's units up to a multiple of T */
+    uint64_t groups; /* 0 or 1: segments once; G > 1: the segments repeat G times (grouped) */
 } tps_partition;
 
 /* One rank's part of a split tensor along dim, in global coordinates of the unpadded
@@ -75,6 +87,7 @@ typedef struct tps_partition_issue {
     char seg_name[16];
     uint64_t units, unit; /* the segment's unit count and unit length */
     uint64_t T;
+    bool groups; /* units counts the groups of a grouped partition (KV groups) */
 } tps_partition_issue;
 
 /* tps_partition_check that also fills *issue (when not NULL) with the cause in numbers. */

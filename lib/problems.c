@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "checked.h"
+
 struct tps_fit_key {
     tps_partition part;
     uint64_t shape[TPS_MAX_DIMS];
@@ -233,6 +235,7 @@ tps_status tps_problems_finish(tps_problems *ps, tps_error *err)
         const tps_partition *p = &ps->parts[i].part;
         for (int s = 0; s < p->nseg && s < TPS_MAX_SEGMENTS && !p->pad; s++) {
             uint64_t n = p->seg[s].unit ? p->seg[s].length / p->seg[s].unit : 0;
+            if (p->groups > 1 && n && !tps_mul_u64(n, p->groups, &n)) n = TPS_FIT_MAX; /* every group's units */
             if (n && !p->seg[s].may_replicate && n < bound) bound = n;
         }
     }
@@ -282,10 +285,22 @@ static void units_text(const tps_partition_issue *is, const tps_model_sizes *s, 
 {
     uint64_t n = is->units, u = is->unit;
     *heads = false;
+    if (is->groups) {
+        tps_buf_printf(out, "%llu KV groups", (unsigned long long)n);
+        return;
+    }
     if (s && s->head_dim && u == s->head_dim && (n == s->heads || n == s->kv_heads)) {
         *heads = n == s->heads && n != s->kv_heads;
         tps_buf_printf(out, "%llu %s (head_dim %llu)", (unsigned long long)n,
                        n == s->heads ? "attention heads" : "KV heads", (unsigned long long)u);
+    } else if (s && s->heads && n == s->heads && s->v_head_dim &&
+               (u == s->qk_nope_head_dim + s->qk_rope_head_dim || u == s->qk_nope_head_dim + s->v_head_dim ||
+                u == s->v_head_dim)) {
+        /* multi-head latent attention: a head is q_b's qk_nope + qk_rope rows, kv_b's
+         * qk_nope + v rows, o_proj's v columns */
+        *heads = true;
+        tps_buf_printf(out, "%llu attention heads (%s %llu)", (unsigned long long)n,
+                       u == s->v_head_dim ? "v_head_dim" : "rows each", (unsigned long long)u);
     } else if (s && u == 1 && n && n == s->intermediate) {
         tps_buf_printf(out, "intermediate size %llu", (unsigned long long)n);
     } else if (s && u == 1 && n && n == s->moe_intermediate) {

@@ -13,6 +13,9 @@ typedef struct vdims {
     uint64_t rot; /* rotating dimensions of a head (even), 0 without RoPE */
     uint64_t window; /* this layer's sliding window (tps_block.sliding_window_pattern); 0: none */
     uint64_t sh_inter;
+    /* Multi-head latent attention (verify/mla.c): per-head widths and the latent ranks
+     * (qlora 0: a plain q_proj). */
+    uint64_t nope, rope_d, vhd, qlora, kvlora;
 } vdims;
 
 /* One layer's tensors as one party holds them; ex[e * TPS_ROLE_COUNT + role] for a routed
@@ -78,6 +81,12 @@ typedef struct vattn_map {
     uint64_t hn, q_first, kv_first, kv_n;
     uint64_t q_off, k_off, v_off, stride, o_off;
     const vqk_reduce *qk; /* a whole-projection q/k norm's collective (verify/qk_norm.c); NULL: all heads held */
+    /* A grouped fused qkv holding several groups (Falcon-40B, qkv_grouped): q heads come in
+     * runs of q_run, one run per group every q_gstride rows, the map's first head at place
+     * q_phase of its run (q head h at q_off + ((q_phase + h) / q_run) * q_gstride +
+     * ((q_phase + h) % q_run) * stride), and KV head j at k_off / v_off + j * kv_stride.
+     * q_run 0: q head h at q_off + h * stride, KV head j at k_off / v_off + j * stride. */
+    uint64_t q_run, q_phase, q_gstride, kv_stride;
 } vattn_map;
 
 /* Intermediate columns [i_first, i_first + i_n) of the held MLP tensors; a fused
@@ -103,6 +112,14 @@ int tps_vexpected_shape(const tps_block *b, const vdims *d, const vshare *s, tps
  * mlp selects the MLP-side roles, else the attention-side ones. */
 bool tps_vcheck_shapes(const tps_block *b, const vdims *d, const vshare *s, const vlayer *l, bool mlp, char *msg,
                    size_t msgsize);
+
+/* Multi-head latent attention (verify/mla.c): the attention sizes of layer l into d (heads,
+ * kv = heads, hd = q head width, rot and the MLA fields), and the shape of an attention role
+ * (the tps_vexpected_shape contract). */
+tps_status tps_vmla_resolve_dims(const tps_block *b, uint64_t layer, const vlayer *l, vdims *d, tps_error *err);
+int tps_vmla_expected_shape(const vdims *d, const vshare *s, tps_block_role role, uint64_t *shape);
+/* Whether an MLA q-path role may be absent (a model has q_proj or q_a/q_b, not both). */
+bool tps_vmla_role_optional(const tps_block *b, tps_block_role r);
 
 /* Which roles feed the MLP stage (the rest feed attention). */
 bool tps_vrole_is_mlp(tps_block_role r);

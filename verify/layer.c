@@ -50,7 +50,7 @@ bool tps_verify_role_routing(tps_block_role role)
 bool tps_vrole_is_mlp(tps_block_role r)
 {
     return r >= TPS_ROLE_MLP_NORM_W && r != TPS_ROLE_POST_ATTN_NORM_W && r != TPS_ROLE_Q_NORM_W &&
-           r != TPS_ROLE_K_NORM_W && r != TPS_ROLE_SINKS;
+           r != TPS_ROLE_K_NORM_W && r != TPS_ROLE_SINKS && !(r >= TPS_ROLE_Q_A_W && r <= TPS_ROLE_KV_B_W);
 }
 
 static bool vrole_is_bias(tps_block_role r)
@@ -58,7 +58,8 @@ static bool vrole_is_bias(tps_block_role r)
     switch (r) {
     case TPS_ROLE_ATTN_NORM_B: case TPS_ROLE_Q_B: case TPS_ROLE_K_B: case TPS_ROLE_V_B: case TPS_ROLE_QKV_B:
     case TPS_ROLE_O_B: case TPS_ROLE_MLP_NORM_B: case TPS_ROLE_GATE_B: case TPS_ROLE_UP_B: case TPS_ROLE_FC_B:
-    case TPS_ROLE_DOWN_B: case TPS_ROLE_ROUTER_LOGIT_B: case TPS_ROLE_EXPERTS_GATE_UP_B: case TPS_ROLE_EXPERTS_DOWN_B:
+    case TPS_ROLE_DOWN_B: case TPS_ROLE_Q_A_B: case TPS_ROLE_KV_A_B: case TPS_ROLE_ROUTER_LOGIT_B:
+    case TPS_ROLE_EXPERTS_GATE_UP_B: case TPS_ROLE_EXPERTS_DOWN_B:
         return true;
     default:
         return false;
@@ -113,15 +114,54 @@ char *tps_verify_layer_prefix(const tps_block *b, uint64_t layer)
     return take_string(&s);
 }
 
+/* A role template may offer alternatives, "{ln_mlp,post_attention_layernorm}.weight": the
+ * first one that has() finds is the tensor (one preset serves Falcon-7B's one shared norm,
+ * falcon-rw's two sequential ones and Falcon-40B's ln_attn / ln_mlp); when none is there,
+ * the first, so that a message names it.  name is replaced; false when out of memory. */
+static bool pick_alternative(char **name, bool (*has)(void *, const char *), void *ctx)
+{
+    char *open = strchr(*name, '{'), *close = open ? strchr(open, '}') : NULL;
+    if (!close) return true;
+    size_t pre = (size_t)(open - *name), post = strlen(close + 1);
+    char *first = NULL;
+    for (const char *a = open + 1; a <= close;) {
+        size_t alen = strcspn(a, ",}");
+        char *cand = malloc(pre + alen + post + 1);
+        if (!cand) {
+            free(first);
+            return false;
+        }
+        memcpy(cand, *name, pre);
+        memcpy(cand + pre, a, alen);
+        memcpy(cand + pre + alen, close + 1, post + 1);
+        if (has(ctx, cand)) {
+            free(first);
+            free(*name);
+            *name = cand;
+            return true;
+        }
+        if (first) free(cand);
+        else first = cand;
+        a += alen + 1;
+    }
+    free(*name);
+    *name = first;
+    return true;
+}
+
 static tps_status load_role(const tps_block *b, tps_block_role role, uint64_t layer, uint64_t expert,
                             const tps_vsource *src, tps_vt *out, tps_error *err)
 {
     bool oom;
     char *name = tps_verify_tensor_name(b, role, layer, expert, &oom);
+    if (name && !pick_alternative(&name, src->has, src->ctx)) {
+        free(name);
+        oom = true;
+    }
     if (oom) return tps_fail_oom(err, "a tensor name");
     if (!name) return TPS_OK;
     /* A bias role may name a tensor a checkpoint lacks (Llama vs Qwen2): absent. */
-    if (vrole_is_bias(role) && !src->has(src->ctx, name)) {
+    if ((vrole_is_bias(role) || tps_vmla_role_optional(b, role)) && !src->has(src->ctx, name)) {
         free(name);
         return TPS_OK;
     }
@@ -197,13 +237,36 @@ void tps_vshare_of(const vdims *d, uint64_t T, uint64_t r, vshare *s)
 static void attn_map(const tps_block *b, const vdims *d, const vshare *s, bool global, vattn_map *m)
 {
     uint64_t hd = d->hd;
+    memset(m, 0, sizeof *m);
     m->hn = s->q_n;
     m->q_first = s->q_first;
     m->kv_first = s->kv_first;
     m->kv_n = s->kv_n;
     m->o_off = global ? s->q_first * hd : 0;
     m->qk = NULL;
+    if (b->attention == TPS_ATTN_MLA) { /* verify/mla_tmpl.h: heads held from q_off on */
+        m->q_off = global ? s->q_first : 0;
+        m->o_off = m->q_off * d->vhd;
+        return;
+    }
     bool fused = b->role[TPS_ROLE_QKV_W] != NULL;
+    if (fused && b->qkv_grouped) {
+        /* [q heads of the group; k; v] per KV group: the whole model's groups, or the ones a
+         * rank holds (whole, or one with its share of the q heads).  One group held is
+         * [Q; K; V] below. */
+        uint64_t run = global ? d->heads / d->kv : s->q_n / s->kv_n, held = global ? d->kv : s->kv_n;
+        if (held > 1) {
+            uint64_t gs = (run + 2) * hd, g0 = global ? s->kv_first : 0;
+            m->stride = hd;
+            m->q_run = run;
+            m->q_gstride = m->kv_stride = gs;
+            m->q_phase = global ? s->q_first % run : 0;
+            m->q_off = global ? s->q_first / run * gs : 0;
+            m->k_off = g0 * gs + run * hd;
+            m->v_off = m->k_off + hd;
+            return;
+        }
+    }
     if (fused && b->qkv_interleaved) {
         m->stride = 3 * hd;
         m->q_off = global ? s->q_first * 3 * hd : 0;
@@ -253,6 +316,7 @@ int tps_vexpected_shape(const tps_block *b, const vdims *d, const vshare *s, tps
 {
     uint64_t H = d->hidden, hd = d->hd, out = 0, in = H;
     bool vec = false;
+    if (b->attention == TPS_ATTN_MLA && !tps_vrole_is_mlp(role)) return tps_vmla_expected_shape(d, s, role, shape);
     switch (role) {
     case TPS_ROLE_ATTN_NORM_W: case TPS_ROLE_ATTN_NORM_B: case TPS_ROLE_MLP_NORM_W: case TPS_ROLE_MLP_NORM_B:
     case TPS_ROLE_O_B: case TPS_ROLE_DOWN_B: case TPS_ROLE_POST_ATTN_NORM_W: case TPS_ROLE_POST_MLP_NORM_W:
@@ -465,11 +529,17 @@ tps_status tps_vtensor_check(tps_shardset *ss, const char *name, bool read_alrea
     return TPS_OK;
 }
 
+static bool shardset_has(void *ctx, const char *name);
+
 static tps_status check_role(const tps_block *b, tps_block_role role, uint64_t layer, uint64_t expert,
                              tps_shardset *ss, bool read_already, uint64_t *tensors, uint64_t *bytes, tps_error *err)
 {
     bool oom;
     char *name = tps_verify_tensor_name(b, role, layer, expert, &oom);
+    if (name && !pick_alternative(&name, shardset_has, ss)) {
+        free(name);
+        oom = true;
+    }
     if (oom) return tps_fail_oom(err, "a tensor name");
     /* not in the set: the ranks' load says so, or the role is unused */
     tps_status st = name ? tps_vtensor_check(ss, name, read_already, tensors, bytes, err) : TPS_OK;

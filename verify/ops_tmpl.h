@@ -208,9 +208,12 @@ cleanup:
     return st;
 }
 
+#include "mla_tmpl.h"
+
 tps_status F(tps_vattn)(const tps_block *b, const vdims *d, const vlayer *l, const vattn_map *m, size_t n,
                     const REAL *xn, bool add_bias, REAL *out, tps_error *err)
 {
+    if (b->attention == TPS_ATTN_MLA) return F(vmla)(b, d, l, m, n, xn, add_bias, out, err);
     tps_status st = TPS_OK;
     size_t hd = (size_t)d->hd, hn = (size_t)m->hn, kvn = (size_t)m->kv_n;
     size_t qld = hn * hd, kld = kvn * hd, group = (size_t)(d->heads / d->kv);
@@ -225,9 +228,17 @@ tps_status F(tps_vattn)(const tps_block *b, const vdims *d, const vlayer *l, con
     const tps_vt *qw = fw ? fw : vrole(l, TPS_ROLE_Q_W, 0, false), *qb = fw ? fb : vrole(l, TPS_ROLE_Q_B, 0, false);
     const tps_vt *kw = fw ? fw : vrole(l, TPS_ROLE_K_W, 0, false), *kb = fw ? fb : vrole(l, TPS_ROLE_K_B, 0, false);
     const tps_vt *vw = fw ? fw : vrole(l, TPS_ROLE_V_W, 0, false), *vb = fw ? fb : vrole(l, TPS_ROLE_V_B, 0, false);
-    TPS_CHECK(F(vheads)(b, d, qw, qb, n, xn, m->q_off, m->stride, hn, q, qld, sc, err));
-    TPS_CHECK(F(vheads)(b, d, kw, kb, n, xn, m->k_off, m->stride, kvn, k, kld, sc, err));
-    TPS_CHECK(F(vheads)(b, d, vw, vb, n, xn, m->v_off, m->stride, kvn, v, kld, sc, err));
+    /* q heads a run at a time: the map's runs of a grouped qkv, else one run of all of them */
+    for (size_t h = 0, run; h < hn; h += run) {
+        size_t at = m->q_run ? (size_t)((m->q_phase + h) % m->q_run) : 0;
+        run = m->q_run ? (size_t)m->q_run - at : hn;
+        if (run > hn - h) run = hn - h;
+        uint64_t off = m->q_run ? m->q_off + (m->q_phase + h) / m->q_run * m->q_gstride + at * m->stride : m->q_off;
+        TPS_CHECK(F(vheads)(b, d, qw, qb, n, xn, off, m->stride, run, q + h * hd, qld, sc, err));
+    }
+    uint64_t kvs = m->kv_stride ? m->kv_stride : m->stride;
+    TPS_CHECK(F(vheads)(b, d, kw, kb, n, xn, m->k_off, kvs, kvn, k, kld, sc, err));
+    TPS_CHECK(F(vheads)(b, d, vw, vb, n, xn, m->v_off, kvs, kvn, v, kld, sc, err));
     TPS_CHECK(F(tps_vqk_norm)(b, d, l, m, n, q, qld, k, kld, err));
     F(tps_vrope)(b, d, n, hn, q, qld);
     F(tps_vrope)(b, d, n, kvn, k, kld);

@@ -117,8 +117,10 @@ static tps_status resolve_dims(const tps_block *b, uint64_t layer, const vlayer 
     }
     if (b->sliding_window_pattern && (layer + 1) % b->sliding_window_pattern != 0) d->window = b->sliding_window;
     bool fused = vrole(l, TPS_ROLE_QKV_W, 0, false) != NULL;
+    tps_status st;
+    if (b->attention == TPS_ATTN_MLA && (st = tps_vmla_resolve_dims(b, layer, l, d, err)) != TPS_OK) return st;
     const char *missing = NULL;
-    if (!fused && !(vrole(l, TPS_ROLE_Q_W, 0, false) && vrole(l, TPS_ROLE_K_W, 0, false) &&
+    if (b->attention != TPS_ATTN_MLA && !fused && !(vrole(l, TPS_ROLE_Q_W, 0, false) && vrole(l, TPS_ROLE_K_W, 0, false) &&
                     vrole(l, TPS_ROLE_V_W, 0, false)))
         missing = "q/k/v projections (or a fused qkv_proj)";
     else if (!vrole(l, TPS_ROLE_O_W, 0, false)) missing = "o_proj";

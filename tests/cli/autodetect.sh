@@ -93,21 +93,27 @@ for case in mistral:llama:tiny-llama Qwen2:llama:tiny-qwen2 QWEN2:llama:tiny-qwe
         sed 's/^/#   /' "alias-$a.err" | head -5
     fi
 done
-presets=$(cd "$TPS_TOP/lib/presets" && ls -- *.yaml | sed 's/\.yaml$//' | LC_ALL=C sort | tr '
-' ' ' | sed 's/ $//; s/ /, /g')
-expect_exit 2 "unknown preset 'lama' (presets: $presets); did you mean 'llama'?" \
-    "an unknown --preset: exit 2 with a did-you-mean" "$TPSHARD" plan "$M/tiny-qwen2" --tp 2 --preset lama
-expect_exit 2 "Also accepted: mistral, qwen2, gpt_neox" "an unknown --preset lists the aliases too" \
+# The list grows with every family: it is every file of lib/presets, in name order.
+presets=$(cd "$TPS_TOP/lib/presets" && ls -- *.yaml | sed 's/\.yaml$//' | LC_ALL=C sort | tr '\n' ' ')
+expect_exit 2 "unknown preset 'mixtrl' (presets: $(echo $presets | sed 's/ /, /g'))" \
+    "an unknown --preset: exit 2 listing the presets" "$TPSHARD" plan "$M/tiny-qwen2" --tp 2 --preset mixtrl
+expect_exit 2 "; did you mean 'mixtral'?" \
+    "an unknown --preset: exit 2 with a did-you-mean" "$TPSHARD" plan "$M/tiny-qwen2" --tp 2 --preset mixtrl
+# Aliases follow their presets' order, so others join between these as families are added.
+expect_exit 2 ". Also accepted: " "an unknown --preset lists the aliases too" \
+    "$TPSHARD" plan "$M/tiny-qwen2" --tp 2 --preset t5
+expect_exit 2 "mistral, qwen2, gpt_neox, phi4" "the aliases listed are the llama, neox and phi3 presets'" \
     "$TPSHARD" plan "$M/tiny-qwen2" --tp 2 --preset t5
 check "layout --preset takes an alias and prints the preset's YAML" \
     sh -c '"$0" layout --preset Gpt-NeoX | cmp -s - "$1"' "$TPSHARD" "$TPS_TOP/lib/presets/neox.yaml"
 
 # layout --list: the architectures and aliases each preset serves, within 80 columns.
 "$TPSHARD" layout --list >list.out 2>&1
-if grep -q "architectures: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM" list.out &&
-    grep -q "aliases: mistral, qwen2" list.out && grep -q "architectures: GPTNeoXForCausalLM" list.out &&
-    grep -q "aliases: gpt_neox" list.out && grep -q "architectures: GPT2LMHeadModel" list.out &&
-    grep -q "architectures: Phi3ForCausalLM" list.out && grep -q "architectures: MixtralForCausalLM" list.out &&
+tr -s ' \n' '  ' <list.out >list.flat # the names as one line, wherever the wrapping fell
+if grep -q "architectures: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM" list.flat &&
+    grep -q "aliases: mistral, qwen2" list.flat && grep -q "architectures: GPTNeoXForCausalLM" list.flat &&
+    grep -q "aliases: gpt_neox" list.flat && grep -q "architectures: GPT2LMHeadModel" list.flat &&
+    grep -q "architectures: Phi3ForCausalLM" list.flat && grep -q "architectures: MixtralForCausalLM" list.flat &&
     ! awk 'length($0) > 80 {bad=1} END {exit !bad}' list.out; then
     ok "layout --list shows each preset's architectures and aliases, within 80 columns"
 else

@@ -13,7 +13,7 @@ same_sets() {
     for same_f in "$1"/*; do cmp -s "$same_f" "$2/$(basename "$same_f")" || return 1; done
 }
 
-for spec in qwen3:Qwen3ForCausalLM; do
+for spec in qwen3:Qwen3ForCausalLM olmo2:Olmo2ForCausalLM; do
     p=${spec%%:*} arch=${spec#*:}
     src="$M/tiny-$p"
     "$TPSHARD" split "$src/model.safetensors" --tp 2 -o "auto-$p" >/dev/null 2>"auto-$p.err"
@@ -54,6 +54,13 @@ wrong qwen3-q-norm-cut qwen3 2 "rank 0 holds model.layers.0.self_attn.q_norm.wei
     '  - match: model.layers.*.self_attn.q_norm.weight
     split: column'
 wrong qwen3-kv-unreplicated qwen3 4 "rank 0 holds model.layers.0.self_attn.k_proj.weight (k_proj) with shape [8, 64]" \
+    '  - match: "model.layers.*.self_attn.{k_proj,v_proj}.weight"
+    split: column'
+wrong olmo2-qk-norm-by-heads olmo2 2 "rank 0 holds model.layers.0.self_attn.q_norm.weight (q_norm) with shape [32] where the TP convention needs [64]" \
+    '  - match: "model.layers.*.self_attn.{q_norm,k_norm}.weight"
+    split: column
+    unit: head_dim'
+wrong olmo2-kv-unreplicated olmo2 8 "rank 0 holds model.layers.0.self_attn.k_proj.weight (k_proj) with shape [2, 64]" \
     '  - match: "model.layers.*.self_attn.{k_proj,v_proj}.weight"
     split: column'
 

@@ -69,6 +69,39 @@ for spec in llama:llama:8 gpt2:gpt2:4 neox:neox:4 mixtral:mixtral:8; do
     done
 done
 
+# The newer families' block features under MPI, every layer and the whole model: q/k norms
+# (Qwen3), post-block norms, soft-caps and windows (Gemma 2), a grouped fused QKV (Falcon-40B),
+# MLA with grouped sigmoid routing and shared experts (DeepSeek-V3).  The preset comes from
+# each fixture's config.json; the verdicts must equal the threads'.
+for model in qwen3 gemma2 falcon40 deepseek-v3; do
+    for tp in 2 4; do
+        out="$T/$model-$tp"
+        if ! "$TPSHARD" split "$M/tiny-$model" --tp "$tp" -o "$out" -q >"$T/.out" 2>&1; then
+            notok "$model tp $tp: split failed"
+            sed 's/^/#   /' "$T/.out" | head -5
+            continue
+        fi
+        "$TPSHARD" verify "$out" --json >"$T/threads.json" 2>"$T/threads.err"
+        trc=$?
+        mpi "$tp" verify "$out" --json >"$T/mpi.json" 2>"$T/mpi.err"
+        mrc=$?
+        mpi "$tp" verify "$out" --whole-model >"$T/mpi-whole.out" 2>&1
+        wrc=$?
+        verdicts "$T/threads.json" >"$T/threads.v" 2>&1
+        verdicts "$T/mpi.json" >"$T/mpi.v" 2>&1
+        if [ $trc -eq 0 ] && [ $mrc -eq 0 ] && [ $wrc -eq 0 ] && grep -q "^all True $tp mpi$" "$T/mpi.v" &&
+            [ "$(diff "$T/threads.v" "$T/mpi.v" | grep -c '^[<>] [0-9]')" -eq 0 ] &&
+            grep -q "whole model verified" "$T/mpi-whole.out"; then
+            ok "$model tp $tp: mpirun -np $tp passes every layer as the threads do, and the whole model"
+        else
+            notok "$model tp $tp: mpirun -np $tp passes every layer as the threads do, and the whole model"
+            echo "#   threads exit $trc, mpirun exit $mrc, whole-model exit $wrc"
+            diff "$T/threads.v" "$T/mpi.v" | sed 's/^/#   /' | head -10
+            sed 's/^/#   /' "$T/mpi.err" "$T/mpi-whole.out" | tail -10
+        fi
+    done
+done
+
 # Only rank 0 reports: one header, one summary, at tp 4.
 mpi 4 verify "$T/llama-4" >"$T/.out" 2>"$T/.err"
 rc=$?

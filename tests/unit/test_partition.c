@@ -203,6 +203,87 @@ TEST(rank_shapes)
     }
 }
 
+/* Falcon's grouped [q heads of the group; k; v] per KV group, against the heads model the
+ * issue states (not the segment rule): rank r of T holds q heads [r*H/T, (r+1)*H/T) and the
+ * KV groups [r*G/T, (r+1)*G/T) (or group floor(r*G/T) when T > G), laid out as the source
+ * lays out a group: the held q heads of each held group, then its k, then its v. */
+static size_t heads_model(uint64_t H, uint64_t G, uint64_t hd, uint64_t T, uint64_t r, uint64_t *rows)
+{
+    uint64_t qg = H / G, glen = (qg + 2) * hd, q0 = r * H / T, qn = H / T;
+    uint64_t g0 = r * G / T, gn = G >= T ? G / T : 1;
+    size_t n = 0;
+    for (uint64_t g = g0; g < g0 + gn; g++) {
+        for (uint64_t h = g * qg; h < (g + 1) * qg; h++)
+            if (h >= q0 && h < q0 + qn)
+                for (uint64_t i = 0; i < hd; i++) rows[n++] = g * glen + (h - g * qg) * hd + i;
+        for (uint64_t i = 0; i < 2 * hd; i++) rows[n++] = g * glen + qg * hd + i; /* k, then v */
+    }
+    return n;
+}
+
+static tps_partition grouped(uint64_t H, uint64_t G, uint64_t hd)
+{
+    tps_partition p = seg3(H / G * hd, hd, hd, hd, true);
+    p.dim = 0;
+    p.groups = G > 1 ? G : 0;
+    strcpy(p.seg[0].name, "q");
+    strcpy(p.seg[1].name, "k");
+    strcpy(p.seg[2].name, "v");
+    return p;
+}
+
+TEST(grouped_qkv_holds_whole_groups_or_a_share_of_one)
+{
+    const uint64_t H = 8, hd = 2;
+    for (uint64_t G = 1; G <= H; G *= 2)
+        for (uint64_t T = 1; T <= H; T *= 2) {
+            tps_partition p = grouped(H, G, hd);
+            uint64_t D = (H + 2 * G) * hd, shape[1] = {D};
+            tps_error err;
+            tps_error_clear(&err);
+            CHECK(tps_partition_check(&p, "qkv", TPS_DT_BF16, 1, shape, T, &err) == TPS_OK);
+            tps_spans sp;
+            CHECK(tps_spans_build(&p, TPS_DT_BF16, 1, shape, T, &sp, &err) == TPS_OK);
+            for (uint64_t r = 0; r < T; r++) {
+                uint64_t want[64], have[64], rs[1];
+                size_t nw = heads_model(H, G, hd, T, r, want), nh = 0;
+                for (size_t k = 0; k < sp.nspans; k++) /* the spans in global order, as the engine walks */
+                    for (uint32_t j = 0; j < sp.span[k].nowners; j++)
+                        if (sp.owner[sp.span[k].owner0 + j] == r) {
+                            uint64_t off = sp.owner_offset[sp.span[k].owner0 + j] / 2;
+                            for (uint64_t b = sp.span[k].begin / 2; b < sp.span[k].end / 2; b++)
+                                have[off + b - sp.span[k].begin / 2] = b;
+                            nh += (sp.span[k].end - sp.span[k].begin) / 2;
+                        }
+                tps_partition_rank_shape(&p, 1, shape, T, r, rs);
+                CHECK_EQ_U64(rs[0], nw);
+                CHECK_EQ_U64(nh, nw);
+                CHECK(memcmp(have, want, nw * sizeof *want) == 0);
+            }
+            tps_spans_release(&sp);
+        }
+}
+
+TEST(grouped_qkv_refusals_name_groups_and_heads)
+{
+    tps_error err;
+    tps_partition_issue is;
+    tps_partition p = grouped(12, 4, 2); /* 12 heads in 4 groups of 3 */
+    uint64_t shape[1] = {(12 + 8) * 2};
+    tps_error_clear(&err);
+    CHECK(tps_partition_diagnose(&p, "qkv", TPS_DT_BF16, 1, shape, 3, &is, &err) == TPS_EINVALID);
+    CHECK_CONTAINS(err.msg, "4 groups");
+    CHECK(is.groups && is.units == 4);
+    tps_error_clear(&err); /* 8 ranks: 2 to a group, which cannot share its 3 q heads */
+    CHECK(tps_partition_diagnose(&p, "qkv", TPS_DT_BF16, 1, shape, 8, &is, &err) == TPS_EINVALID);
+    CHECK_CONTAINS(err.msg, "segment 0 (q)");
+    CHECK(!is.groups && is.units == 12 && is.unit == 2);
+    tps_error_clear(&err);
+    CHECK(tps_partition_check(&p, "qkv", TPS_DT_BF16, 1, shape, 2, &err) == TPS_OK);
+    CHECK(tps_partition_check(&p, "qkv", TPS_DT_BF16, 1, shape, 4, &err) == TPS_OK);
+    CHECK(tps_partition_check(&p, "qkv", TPS_DT_BF16, 1, shape, 12, &err) == TPS_OK);
+}
+
 int main(void)
 {
     RUN(plain_split_matches_brute_force);
@@ -212,5 +293,7 @@ int main(void)
     RUN(indivisible_refused_and_tp_not_multiple_of_kv);
     RUN(sub_byte_cut_inside_a_byte_refused);
     RUN(rank_shapes);
+    RUN(grouped_qkv_holds_whole_groups_or_a_share_of_one);
+    RUN(grouped_qkv_refusals_name_groups_and_heads);
     return tps_test_done();
 }

@@ -1016,6 +1016,10 @@ static tps_status g_run(void *ctx, const tps_block *b, const vdims *d, size_t n,
     const char *missing = unsupported(b, d);
     if (missing)
         return gfail(err, TPS_EBACKEND, "the cuda backend does not compute %s yet; use --backend cpu", missing);
+    if (b->attention == TPS_ATTN_MLA)
+        return gfail(err, TPS_EBACKEND,
+                     "the cuda backend does not compute multi-head latent attention (DeepSeek-V2/V3) yet; use "
+                     "--backend cpu");
     if (tps_block_is_moe(b) && (b->shared_prefix || b->role[TPS_ROLE_SHARED_GATE_W] || b->role[TPS_ROLE_ROUTER_BIAS]))
         return gfail(err, TPS_EBACKEND, "the cuda backend does not compute %s yet; use --backend cpu",
                      b->role[TPS_ROLE_ROUTER_BIAS] ? "a router bias (e_score_correction_bias)" : "shared experts");
@@ -1023,6 +1027,12 @@ static tps_status g_run(void *ctx, const tps_block *b, const vdims *d, size_t n,
     if (b->role[TPS_ROLE_Q_NORM_W] || b->role[TPS_ROLE_K_NORM_W])
         return gfail(err, TPS_EBACKEND, "the cuda backend does not compute q_norm/k_norm (%s) yet; use --backend cpu",
                      b->qk_norm == TPS_QK_NORM_WHOLE ? "over the whole projection" : "per head");
+    /* The same on every rank and process (every rank holds as many groups), so all refuse. */
+    for (uint64_t i = 0; i < c->count; i++)
+        if (ranks[i].am.q_run)
+            return gfail(err, TPS_EBACKEND,
+                         "the cuda backend does not compute a grouped fused qkv holding several KV groups per rank "
+                         "(qkv_grouped, Falcon-40B style at tp below the group count) yet; use --backend cpu");
     for (uint64_t i = 0; i < c->count; i++) {
         grank *g = &c->r[i];
         g->job = &ranks[i];

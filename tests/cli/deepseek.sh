@@ -1,0 +1,64 @@
+#!/bin/sh
+# DeepSeek-V2/V3 (multi-head latent attention) on the tiny generated fixtures
+# (testdata/gen_deepseek.py), where the transformers comparison
+# (tests/interop/torch2_deepseek.py) cannot run: auto-detection, split at every legal tp,
+# check, verify of every layer and of the whole model, the refusal of a tp the heads do not allow, and wrong cuts
+# of kv_b_proj and q_b_proj that only verify sees.
+. "${TPS_TOP:-$(cd "$(dirname "$0")/../.." && pwd)}/tests/cli/lib.sh"
+M="$FIX/models"
+
+for case in tiny-deepseek-v3:deepseek_v3:DeepseekV3ForCausalLM tiny-deepseek-v2-lite:deepseek_v2:DeepseekV2ForCausalLM; do
+    f=${case%%:*} rest=${case#*:}
+    p=${rest%%:*} arch=${rest#*:}
+    for t in 1 2 4 8; do
+        "$TPSHARD" split "$M/$f/model.safetensors" --tp $t -o "$f-$t" >/dev/null 2>"$f-$t.err"
+        if [ $? -eq 0 ] && grep -qx "tpshard split: layout: preset $p, from $M/$f/config.json architectures $arch" "$f-$t.err"; then
+            ok "$f: split --tp $t chooses preset $p from config.json"
+        else
+            notok "$f: split --tp $t chooses preset $p from config.json"
+            sed 's/^/#   /' "$f-$t.err" | head -5
+            continue
+        fi
+        check "$f: check at tp $t" "$TPSHARD" check "$f-$t" -q
+        check "$f: verify --source --layer all (MLA attention; dense, routed and shared MLPs) at tp $t" \
+            "$TPSHARD" verify "$f-$t" --source "$M/$f/model.safetensors" --layer all -q
+        check "$f: verify --whole-model at tp $t" "$TPSHARD" verify "$f-$t" --whole-model -q
+    done
+done
+
+# Each rank holds its heads: q_b_proj 12 rows a head, kv_b_proj 16 ([k_nope_h; v_h]), o_proj
+# 8 columns; the a-projections whole.
+"$TPSHARD" inspect tiny-deepseek-v3-4 >inspect.out 2>&1
+check "tp 4: q_b_proj [24, 32], kv_b_proj [32, 16], o_proj [64, 16], kv_a_proj_with_mqa [20, 64] on each rank" \
+    sh -c 'grep -q "model.layers.0.self_attn.q_b_proj.weight.*24, 32" inspect.out &&
+           grep -q "model.layers.0.self_attn.kv_b_proj.weight.*32, 16" inspect.out &&
+           grep -q "model.layers.0.self_attn.o_proj.weight.*64, 16" inspect.out &&
+           grep -q "model.layers.0.self_attn.kv_a_proj_with_mqa.weight.*20, 64" inspect.out'
+
+expect_exit 3 "8 attention heads (rows each 12)" "tp 3 is refused in the model's words (8 attention heads)" \
+    "$TPSHARD" split "$M/tiny-deepseek-v3/model.safetensors" --tp 3 -o tp3
+expect_exit 3 "tp values that fit: 1, 2, 4, 8" "tp 16 is refused with the tp values that fit" \
+    "$TPSHARD" split "$M/tiny-deepseek-v3/model.safetensors" --tp 16 -o tp16
+check "--preset accepts deepseek-v3 and DeepSeek_V2" sh -c \
+    '"$0" layout --preset deepseek-v3 >/dev/null && "$0" layout --preset DeepSeek_V2 >/dev/null' "$TPSHARD"
+
+# Wrong cuts whose bytes are intact: kv_b_proj as if it were [K_nope_all; V_all] (two plain
+# segments), and q_b_proj's heads dealt round-robin.
+V3="$M/tiny-deepseek-v3"
+kvb='  - match: model.layers.*.self_attn.kv_b_proj.weight
+    split: column
+    segments: {k: heads*qk_nope_head_dim, v: heads*v_head_dim}'
+qb='  - match: model.layers.*.self_attn.q_b_proj.weight
+    split: column
+    segments:
+      - {name: a, size: heads/2*(qk_nope_head_dim+qk_rope_head_dim), unit: qk_nope_head_dim+qk_rope_head_dim}
+      - {name: b, size: heads/2*(qk_nope_head_dim+qk_rope_head_dim), unit: qk_nope_head_dim+qk_rope_head_dim}'
+for w in kvb qb; do
+    eval "rule=\$$w"
+    split_wrong "wrong-$w" deepseek_v3 "$V3" 2 "$rule" "wrong-$w" || continue
+    check "wrong $w cut: check passes (the bytes are intact)" "$TPSHARD" check "wrong-$w" -q
+    expect_exit 1 "" "wrong $w cut: verify --source --layer all exits 1" \
+        "$TPSHARD" verify "wrong-$w" --source "$V3/model.safetensors" --layer all -q
+    expect_exit 1 "" "wrong $w cut: verify --source --whole-model exits 1" \
+        "$TPSHARD" verify "wrong-$w" --source "$V3/model.safetensors" --whole-model -q
+done

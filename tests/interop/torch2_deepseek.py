@@ -1,0 +1,356 @@
+"""Truth from outside for DeepSeek-V2 / V3 (multi-head latent attention, shared and routed
+experts, dense first layers): Hugging Face transformers 4.57 (the torch-2 tier).
+
+Each case builds a tiny model with transformers' DeepseekV2Config / DeepseekV3Config (random
+weights, norms and biases included; nothing downloaded), saves it with save_pretrained,
+splits it with auto-detection (config.json's architectures) at every legal tp of 1, 2, 4, 8,
+and then:
+
+  * runs the whole model the tensor-parallel way in torch, fed only each rank's shard file:
+    vocabulary-parallel embedding summed over ranks; per layer each rank's MLA heads from its
+    q_b_proj (or q_proj) and kv_b_proj slices and the replicated q_a/kv_a projections and
+    norms, its o_proj partial sum; each rank's columns of the dense MLP, of the shared
+    experts and of every routed expert its tokens picked (routing from the replicated router
+    and e_score_correction_bias, the same on every rank), partial sums all-reduced (summed),
+    row-parallel biases added once; the final norm; the vocabulary-parallel lm_head gathered,
+    padding dropped.  The logits must equal transformers' forward within 1e-4 (float32);
+  * requires `tpshard check`, `tpshard verify SET --source SRC --layer all` and
+    `tpshard verify SET --whole-model` to exit 0, and verify's float64 reference of every
+    layer (MLA attention, dense MLP or routed and shared experts) to equal transformers'
+    decoder layer.
+
+Variants: V3 with q_lora_rank and with none (q_proj), rope_interleave false, yarn with
+mscale/mscale_all_dim, attention_bias; V2 with group_limited_greedy routing, V2-Lite
+(no q_lora_rank, greedy).
+
+The test can fail: two wrong layouts (kv_b_proj cut as two plain halves, i.e. all k_nope rows
+then all v rows where each head's rows interleave [k_nope_h; v_h]; q_b_proj's heads dealt
+round-robin) give shard sets whose bytes are intact (`tpshard check` passes) but whose
+forward differs from transformers' and which `tpshard verify` refuses (exit 1).
+"""
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+
+import torch
+
+import tap
+from tap import report, tpshard
+
+TPS = (1, 2, 4, 8)
+TOL = 1e-4
+
+BASE = dict(vocab_size=100, hidden_size=64, intermediate_size=96, moe_intermediate_size=32, num_hidden_layers=3,
+            num_attention_heads=8, num_key_value_heads=8, q_lora_rank=32, kv_lora_rank=16, qk_nope_head_dim=8,
+            qk_rope_head_dim=4, v_head_dim=8, n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1,
+            first_k_dense_replace=1, max_position_embeddings=64, rms_norm_eps=1e-6)
+V3 = dict(n_group=2, topk_group=1, routed_scaling_factor=2.5, norm_topk_prob=True)
+V2 = dict(n_group=2, topk_group=1, routed_scaling_factor=1.5, topk_method="group_limited_greedy")
+
+
+def cases():
+    from transformers import DeepseekV2Config, DeepseekV3Config
+    c3 = lambda **kw: DeepseekV3Config(**dict(dict(BASE, **V3), **kw))
+    c2 = lambda **kw: DeepseekV2Config(**dict(dict(BASE, **V2), **kw))
+    return [
+        ("v3", c3()),
+        ("v3-no-q-lora", c3(q_lora_rank=None, attention_bias=True)),
+        ("v3-rope-halves", c3(rope_interleave=False)),
+        ("v3-yarn", c3(rope_scaling={"rope_type": "yarn", "factor": 4.0, "mscale": 1.0, "mscale_all_dim": 0.8,
+                                     "original_max_position_embeddings": 16, "beta_fast": 32, "beta_slow": 1},
+                       max_position_embeddings=64)),
+        ("v2", c2()),
+        ("v2-lite", c2(q_lora_rank=None, topk_method="greedy", n_group=1, topk_group=1)),
+    ]
+
+
+def build(cfg, seed, path):
+    from transformers import AutoModelForCausalLM
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").float().eval()
+    with torch.no_grad():
+        for pname, p in model.named_parameters():
+            if pname.endswith("norm.weight"):
+                p.copy_(1 + 0.2 * torch.randn_like(p))
+            elif pname.endswith(".bias"):
+                p.copy_(0.2 * torch.randn_like(p))
+            else:
+                p.normal_(0, 1 / math.sqrt(p.shape[1]))
+        for pname, b in model.named_buffers():
+            if pname.endswith("e_score_correction_bias"):
+                b.copy_(0.1 * torch.randn_like(b))
+    model.save_pretrained(path, safe_serialization=True)
+    return model
+
+
+def legal_tps(cfg):
+    return [t for t in TPS if cfg.num_attention_heads % t == 0 and cfg.intermediate_size % t == 0
+            and cfg.moe_intermediate_size % t == 0]
+
+
+def load_ranks(outdir):
+    from safetensors import safe_open
+    ranks = {}
+    for f in sorted(os.listdir(outdir)):
+        if f.endswith(".safetensors"):
+            with safe_open(os.path.join(outdir, f), "pt") as s:
+                meta = s.metadata()
+                r, size = int(meta["tp_rank"]), int(meta["tp_size"])
+                ranks.setdefault(r, {}).update({k: s.get_tensor(k) for k in s.keys()})
+    assert sorted(ranks) == list(range(size))
+    return [ranks[r] for r in range(size)]
+
+
+def rms(x, w, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def rotate_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+
+def linear(x, R, name):
+    y = x @ R[name + ".weight"].T
+    b = R.get(name + ".bias")
+    return y if b is None else y + b
+
+
+def rope(cfg, x, pos):
+    """The rotation of the rope dims in the modeling file's own form: V2 multiplies complex
+    pairs (2i, 2i+1) by freqs_cis; V3 de-interleaves (rope_interleave) and rotates halves."""
+    if cfg.model_type == "deepseek_v2":
+        xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
+        return torch.view_as_real(xc * pos).flatten(-2)
+    cos, sin = pos
+    if cfg.rope_interleave:
+        x = x.view(*x.shape[:-1], -1, 2).transpose(-1, -2).reshape(x.shape)
+    return x * cos + rotate_half(x) * sin
+
+
+def route(cfg, R, p, hn):
+    """(top-k expert ids, weights) per token from the replicated router, as the modeling file."""
+    logits = hn @ R[p + "mlp.gate.weight"].T
+    E, G = cfg.n_routed_experts, cfg.n_group or 1
+    if cfg.model_type == "deepseek_v3":
+        scores = logits.sigmoid()
+        choice = scores + R[p + "mlp.gate.e_score_correction_bias"]
+        gs = choice.view(-1, G, E // G).topk(2, dim=-1)[0].sum(-1)
+    else:
+        scores = choice = logits.softmax(-1)
+        gs = choice.view(-1, G, E // G).max(-1).values if cfg.topk_method == "group_limited_greedy" else None
+    if gs is not None:
+        keep = torch.zeros_like(gs).scatter_(1, gs.topk(cfg.topk_group, dim=-1)[1], 1)
+        choice = choice.masked_fill(~keep.repeat_interleave(E // G, dim=1).bool(), 0.0)
+    idx = choice.topk(cfg.num_experts_per_tok, dim=-1)[1]
+    w = scores.gather(1, idx)
+    if cfg.model_type == "deepseek_v3" and cfg.norm_topk_prob:
+        w = w / (w.sum(-1, keepdim=True) + 1e-20)
+    return idx, w * cfg.routed_scaling_factor
+
+
+def swiglu(x, R, name):
+    return (torch.nn.functional.silu(linear(x, R, name + ".gate_proj")) * linear(x, R, name + ".up_proj")) \
+        @ R[name + ".down_proj.weight"].T
+
+
+def tp_forward(ranks, cfg, ids, pos):
+    """The whole model from the ranks' slices alone."""
+    n, H, eps = ids.shape[0], cfg.hidden_size, cfg.rms_norm_eps
+    nope, rd, vd = cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim
+    scale = (nope + rd) ** -0.5
+    rs = cfg.rope_scaling or {}
+    if rs.get("mscale_all_dim"):
+        m = 0.1 * rs["mscale_all_dim"] * math.log(rs["factor"]) + 1.0
+        scale *= m * m
+    rows = ranks[0]["model.embed_tokens.weight"].shape[0]
+    x = torch.zeros(n, H)
+    for r, R in enumerate(ranks):
+        local = ids - r * rows
+        hit = (local >= 0) & (local < rows)
+        x[hit] += R["model.embed_tokens.weight"][local[hit]]
+    causal = torch.full((n, n), float("-inf")).triu(1)
+    for layer in range(cfg.num_hidden_layers):
+        p = "model.layers.%d." % layer
+        a = p + "self_attn."
+        attn = torch.zeros(n, H)
+        for R in ranks:
+            xn = rms(x, R[p + "input_layernorm.weight"], eps)
+            if a + "q_proj.weight" in R:
+                q = linear(xn, R, a + "q_proj")
+            else:
+                q = linear(rms(linear(xn, R, a + "q_a_proj"), R[a + "q_a_layernorm.weight"], 1e-6), R, a + "q_b_proj")
+            q = q.view(n, -1, nope + rd).transpose(0, 1)
+            c = linear(xn, R, a + "kv_a_proj_with_mqa")
+            kv = linear(rms(c[:, :-rd], R[a + "kv_a_layernorm.weight"], 1e-6), R, a + "kv_b_proj")
+            kv = kv.view(n, -1, nope + vd).transpose(0, 1)
+            q_pe, k_pe = rope(cfg, q[..., nope:], pos), rope(cfg, c[None, :, -rd:], pos)
+            qq = torch.cat((q[..., :nope], q_pe), -1)
+            kk = torch.cat((kv[..., :nope], k_pe.expand(q.shape[0], n, rd)), -1)
+            w = torch.softmax(qq @ kk.transpose(1, 2) * scale + causal, dim=-1)
+            ctx = (w @ kv[..., nope:]).transpose(0, 1).reshape(n, -1)
+            attn += ctx @ R[a + "o_proj.weight"].T  # the all-reduce: a sum
+        if a + "o_proj.bias" in ranks[0]:
+            attn += ranks[0][a + "o_proj.bias"]
+        x = x + attn
+        mlp = torch.zeros(n, H)
+        for R in ranks:
+            hn = rms(x, R[p + "post_attention_layernorm.weight"], eps)
+            if layer < cfg.first_k_dense_replace:
+                mlp += swiglu(hn, R, p + "mlp")
+                continue
+            idx, wt = route(cfg, R, p, hn)
+            for e in range(cfg.n_routed_experts):
+                tok, slot = torch.where(idx == e)
+                if len(tok):
+                    mlp.index_add_(0, tok, swiglu(hn[tok], R, p + "mlp.experts.%d" % e) * wt[tok, slot, None])
+            mlp += swiglu(hn, R, p + "mlp.shared_experts")
+        x = x + mlp
+    x = rms(x, ranks[0]["model.norm.weight"], eps)
+    logits = torch.cat([x @ R["lm_head.weight"].T for R in ranks], dim=1)
+    return logits[:, :cfg.vocab_size]
+
+
+def positions(model, n):
+    rot = model.model.rotary_emb
+    out = rot(torch.zeros(1, n, 1), torch.arange(n)[None])
+    return out[0][None] if torch.is_tensor(out) else (out[0][0], out[1][0])
+
+
+def hf_logits(model, ids):
+    with torch.no_grad():
+        return model(ids[None]).logits[0]
+
+
+def verify_all(name, t, out, src):
+    """check, verify --source --layer all and verify --whole-model (reference from the shards)."""
+    for args in (("check", out, "-q"), ("verify", out, "--source", src, "--layer", "all", "-q"),
+                 ("verify", out, "--whole-model", "-q")):
+        v = tpshard(*args)
+        if v.returncode != 0:
+            return report(False, "%s: tpshard %s at tp %d exits 0" % (name, " ".join(map(str, args[2:])), t),
+                          "exit %d\n%s%s" % (v.returncode, v.stdout, v.stderr))
+    return True
+
+
+def check_reference(name, model, cfg, shards):
+    """verify's float64 reference of every layer (MLA attention; the dense MLP, or the routed
+    and shared experts) against transformers' own decoder layer in float64: checks verify's
+    q/kv paths, RoPE form, yarn, softmax scale and routing against the library (cos/sin come
+    from float32, and the routers compute in float32, hence 1e-5)."""
+    dump = os.path.join(os.path.dirname(shards), name + ".ref.json")
+    r = tpshard("verify", shards, "--layer", "all", "--tokens", 7, "--seed", 3, "--dump-reference", dump, "-q")
+    if r.returncode != 0:
+        return report(False, "%s: verify --dump-reference" % name, r.stdout + r.stderr)
+    m64 = type(model)(cfg).double().eval()
+    m64.load_state_dict(model.state_dict())
+    m64.double()
+    worst = 0.0
+    for L in json.load(open(dump))["layers"]:
+        x = torch.tensor(L["x"], dtype=torch.float64)
+        n = x.shape[0]
+        mask = torch.full((n, n), float("-inf"), dtype=torch.float64).triu(1)[None, None]
+        layer = m64.model.layers[L["layer"]]
+        pe = m64.model.rotary_emb(x[None], torch.arange(n)[None])
+        with torch.no_grad():
+            a = layer.self_attn(hidden_states=layer.input_layernorm(x[None]), attention_mask=mask,
+                                position_embeddings=pe, position_ids=torch.arange(n)[None])[0][0]
+            hn = layer.post_attention_layernorm(x + a)
+            if L["layer"] < cfg.first_k_dense_replace:
+                m = layer.mlp(hn)
+            else:  # transformers' router computes in float32 whatever the model's dtype
+                m = model.model.layers[L["layer"]].mlp(hn.float()[None])[0].double()
+        worst = max(worst, float((torch.tensor(L["attention"], dtype=torch.float64) - a).norm() / a.norm()),
+                    float((torch.tensor(L["mlp"], dtype=torch.float64) - m).norm() / m.norm()))
+    return report(worst < 1e-5, "%s: verify's float64 reference of every layer equals transformers' decoder layer "
+                  "(rel err %.2g)" % (name, worst))
+
+
+def wrong_layouts():
+    text = tpshard("layout", "--preset", "deepseek_v3").stdout
+    kvb = ('  - match: model.layers.*.self_attn.kv_b_proj.weight\n    split: column\n'
+           '    unit: qk_nope_head_dim+v_head_dim\n    size: heads*(qk_nope_head_dim+v_head_dim)\n')
+    qb = ('  - match: "model.layers.*.self_attn.{q_b_proj,q_proj}.weight"\n    split: column\n'
+          '    unit: qk_nope_head_dim+qk_rope_head_dim\n    size: heads*(qk_nope_head_dim+qk_rope_head_dim)\n')
+    if kvb not in text or qb not in text:
+        report(False, "the deepseek_v3 preset's kv_b_proj and q_b_proj rules are where this test replaces them", text)
+        return []
+    # kv_b as if it were [K_nope_all; V_all]: two plain segments, rank r the r-th piece of each.
+    kvb_plain = ('  - match: model.layers.*.self_attn.kv_b_proj.weight\n    split: column\n    segments:\n'
+                 '      - {name: k, size: heads*qk_nope_head_dim}\n      - {name: v, size: heads*v_head_dim}\n')
+    # q_b's heads in two halves: rank r of 2 gets heads r*2.. of each half, not its own heads.
+    qb_rr = ('  - match: "model.layers.*.self_attn.{q_b_proj,q_proj}.weight"\n    split: column\n    segments:\n'
+             '      - {name: a, size: heads/2*(qk_nope_head_dim+qk_rope_head_dim), unit: qk_nope_head_dim+qk_rope_head_dim}\n'
+             '      - {name: b, size: heads/2*(qk_nope_head_dim+qk_rope_head_dim), unit: qk_nope_head_dim+qk_rope_head_dim}\n')
+    return [("kv-b-plain", text.replace(kvb, kvb_plain), "kv_b_proj cut as [k_nope; v] blocks, not per head"),
+            ("q-b-round-robin", text.replace(qb, qb_rr), "q_b_proj heads dealt round-robin")]
+
+
+def main():
+    early = tap.transformers_tier("torch2_deepseek")
+    if early is not None:
+        return early
+    import transformers
+    try:
+        from transformers import DeepseekV3Config  # noqa: F401
+    except ImportError:
+        print("skip - torch2_deepseek: transformers %s has no DeepseekV3Config" % transformers.__version__)
+        return 0
+    torch.set_num_threads(2)
+    t0 = time.time()
+    ids = torch.tensor([3, 97, 41, 0, 99, 12, 64, 88, 5, 70, 23, 50, 96, 1, 33, 77])
+    with tempfile.TemporaryDirectory() as tmp:
+        for seed, (name, cfg) in enumerate(cases()):
+            src = os.path.join(tmp, name, "src")
+            model = build(cfg, seed, src)
+            want = hf_logits(model, ids)
+            pos = positions(model, len(ids))
+            detail, worst, done = [], 0.0, []
+            for t in legal_tps(cfg):
+                out = os.path.join(tmp, name, "tp%d" % t)
+                r = tpshard("split", src, "--tp", t, "-o", out)
+                if r.returncode != 0 or "preset deepseek_v" not in r.stderr:
+                    report(False, "%s: split --tp %d with auto-detection" % (name, t), r.stderr)
+                    continue
+                diff = float((tp_forward(load_ranks(out), cfg, ids, pos) - want).abs().max())
+                worst = max(worst, diff)
+                detail.append("tp %d: max abs logit difference %.3g" % (t, diff))
+                if verify_all(name, t, out, src):
+                    done.append(t)
+            report(done == legal_tps(cfg) and worst <= TOL,
+                   "%s: split, check and verify pass, and the torch TP forward from the shard files equals "
+                   "transformers' logits at tp %s (max abs difference %.2g <= %g)"
+                   % (name, ",".join(map(str, done)), worst, TOL), "\n".join(detail))
+            if done:
+                check_reference(name, model, cfg, os.path.join(tmp, name, "tp%d" % done[-1]))
+
+        from transformers import DeepseekV3Config
+        cfg = DeepseekV3Config(**dict(BASE, **V3))
+        src = os.path.join(tmp, "wrong", "src")
+        model = build(cfg, 99, src)
+        want = hf_logits(model, ids)
+        pos = positions(model, len(ids))
+        for wname, text, what in wrong_layouts():
+            lay = os.path.join(tmp, "wrong", wname + ".yaml")
+            open(lay, "w").write(text)
+            out = os.path.join(tmp, "wrong", wname)
+            r = tpshard("split", src, "--tp", 2, "--layout", lay, "-o", out, "-q")
+            if r.returncode != 0:
+                report(False, "wrong cut %s: split" % wname, r.stderr)
+                continue
+            c = tpshard("check", out, "-q")
+            diff = float((tp_forward(load_ranks(out), cfg, ids, pos) - want).abs().max())
+            v = tpshard("verify", out, "--source", src, "--layer", "all", "-q")
+            report(c.returncode == 0 and diff > 100 * TOL and v.returncode == 1,
+                   "wrong cut (%s) at tp 2: check passes, the torch forward differs from transformers' by %.2g, "
+                   "verify --source exits %d" % (what, diff, v.returncode),
+                   "check exit %d %s\nverify: %s%s" % (c.returncode, c.stderr, v.stdout, v.stderr))
+    print("# transformers %s, torch %s: %.1f s" % (transformers.__version__, torch.__version__, time.time() - t0))
+    return tap.status()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
