@@ -176,6 +176,25 @@ def main():
                "all and --whole-model pass (max abs difference %.2g <= %g)" % (",".join(map(str, done)), worst, TOL),
                "\n".join(detail))
 
+        # config.json's layer_types decide which layers slide, not the preset's alternation:
+        # a model whose first layer is the full one.
+        swapped = GptOssConfig(**dict(CFG, layer_types=["full_attention", "sliding_attention"]))
+        src2 = os.path.join(tmp, "swapped", "src")
+        model2 = build(swapped, 1, src2)
+        out2 = os.path.join(tmp, "swapped", "tp2")
+        dump = os.path.join(tmp, "swapped.json")
+        r = tpshard("split", src2, "--tp", 2, "-o", out2, "-q")
+        v = tpshard("verify", out2, "--whole-model", "--tokens", 12, "--dump-logits", dump, "-q") \
+            if r.returncode == 0 else r
+        if report(v.returncode == 0, "layer_types [full, sliding]: split and verify --whole-model exit 0",
+                  v.stdout + v.stderr):
+            d = json.load(open(dump))
+            with torch.no_grad():
+                hf = model2(input_ids=torch.tensor(d["tokens"])[None]).logits[0].double()
+            dr = float((torch.tensor(d["reference"], dtype=torch.float64) - hf).abs().max())
+            report(dr <= TOL, "layer_types [full, sliding]: verify's float64 logits follow config.json's layer types "
+                   "(max abs difference from transformers %.2g <= %g)" % (dr, TOL))
+
         text = tpshard("layout", "--preset", "gpt_oss").stdout
         gate_up = ('  - match: "model.layers.*.mlp.experts.{gate_up_proj,gate_up_proj_bias}"\n    split: dim\n'
                    '    dim: -1\n    unit: 2\n    size: 2*intermediate\n')
