@@ -29,7 +29,7 @@ static const tps_opt split_opts[] = {
     {"output", 'o', TPS_OPT_STRING, &o.out, "DIR", "output directory (absent or empty)"},
     {"dtype", 0, TPS_OPT_STRING, &o.dtype, "bf16|f16|f32", "convert floating tensors (nearest even)"},
     {"max-shard-size", 0, TPS_OPT_SIZE, &o.max_shard, "SIZE", "cut each rank into parts of at most SIZE"},
-    {"target", 0, TPS_OPT_STRING, &o.target, "tpshard|vllm|sglang", "lay the set out for a serving engine"},
+    {"target", 0, TPS_OPT_STRING, &o.target, "NAME", "tpshard (default), vllm or sglang: an engine's names"},
     {"name-template", 0, TPS_OPT_STRING, &o.name_template, "T", "file names with {rank}, {tp}, {part}"},
     {"only-rank", 0, TPS_OPT_STRING, &o.only, "R[,R...]", "write only these ranks (full manifest)"},
     {"force", 'f', TPS_OPT_FLAG, &o.force, NULL, "replace an earlier shard set (nothing else)"},
