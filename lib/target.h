@@ -1,5 +1,6 @@
 /* Targets: shard sets a serving engine loads as they are (vLLM's and SGLang's
- * load_format="sharded_state"; the specification is shared/reference/targets.md, Part 1).
+ * load_format="sharded_state": ShardedStateLoader in vLLM's sharded_state_loader.py looks
+ * every key up in its model's state dict, so the names and per-rank shapes must be its own).
  *
  * The partition still says which bytes each rank holds; a target says under which names the
  * rank files hold them.  It is data in the layout, beside the rules:

@@ -2,7 +2,7 @@
 
 Written from vLLM's source (vllm/model_executor/model_loader/sharded_state_loader.py,
 ShardedStateLoader.load_weights; the weight loaders of linear.py, vocab_parallel_embedding.py
-and fused_moe) and shared/reference/targets.md Part 1, not from tpshard's code:
+and fused_moe) and the design notes on vLLM's sharded_state, not from tpshard's code:
 
   * expected(): the per-rank state dict a vLLM model at tp T holds once it has loaded the
     Hugging Face checkpoint: QKVParallelLinear's [q_r; k_r; v_r] with KV heads shared by
