@@ -870,9 +870,10 @@ static tps_status parse_skip(pctx *c, const yaml_node_t *n)
 
 static tps_status parse_root(pctx *c, const yaml_node_t *root)
 {
+    /* targets: is read by lib/target.c when a serving engine's layout is asked for. */
     static const char *const allowed[] = {"name",  "description", "architectures", "aliases", "sizes", "infer",
-                                          "skip", "rules",       "default",       "block",   NULL};
-    enum { K_NAME, K_DESC, K_ARCH, K_ALIAS, K_SIZES, K_INFER, K_SKIP, K_RULES, K_DEFAULT, K_BLOCK, K_COUNT };
+                                          "skip", "rules",       "default",       "block",   "targets", NULL};
+    enum { K_NAME, K_DESC, K_ARCH, K_ALIAS, K_SIZES, K_INFER, K_SKIP, K_RULES, K_DEFAULT, K_BLOCK, K_TARGETS, K_COUNT };
     yaml_node_t *v[K_COUNT];
     tps_layout *l = c->l;
     tps_status st = map_fields(c, root, "the layout", allowed, v);
