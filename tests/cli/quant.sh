@@ -177,3 +177,82 @@ sed 's/"vocab_size"/"quantization_config": {"quant_method": "gptq", "bits": 4, "
 expect_exit 3 "Prequant BitsAndBytes models with tensor parallelism is not supported" \
     "bitsandbytes: refused with the engine's reason" "$TPSHARD" plan "$T/bnb" --tp 2
 expect_exit 3 "quant_method gptq" "gptq: refused naming the method" "$TPSHARD" plan "$T/gptq" --tp 2
+
+# The worked tables of reference/quant.md 1.4, 1.5 and 2.4 on header-only checkpoints (the
+# data a sparse hole; plan reads headers): Llama-3-8B (hidden 4096, 32 heads, 8 KV heads of
+# 128, intermediate 14336) and a Llama-2-7B shape (intermediate 11008 = 86 blocks of 128, 32
+# KV heads), FP8 block [128, 128] and compressed-tensors channel, two layers of each.
+header() { # DIR INTERMEDIATE KV SCHEME
+    mkdir -p "$1"
+    $PY - "$@" "$FIX" <<'PY'
+import json, struct, sys
+d, inter, kv, scheme = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+sys.path.insert(0, sys.argv[5])
+from gen_quant_fixtures import cdiv, fp8_block_config, ct_config
+h, heads, hd, vocab, layers = 4096, 32, 128, 128256, 2
+t = [("model.embed_tokens.weight", "BF16", [vocab, h]), ("model.norm.weight", "BF16", [h]),
+     ("lm_head.weight", "BF16", [vocab, h])]
+for i in range(layers):
+    p = "model.layers.%d." % i
+    t += [(p + "input_layernorm.weight", "BF16", [h]), (p + "post_attention_layernorm.weight", "BF16", [h])]
+    for name, shape in [("self_attn.q_proj", [heads * hd, h]), ("self_attn.k_proj", [kv * hd, h]),
+                        ("self_attn.v_proj", [kv * hd, h]), ("self_attn.o_proj", [h, heads * hd]),
+                        ("mlp.gate_proj", [inter, h]), ("mlp.up_proj", [inter, h]), ("mlp.down_proj", [h, inter])]:
+        t.append((p + name + ".weight", "F8_E4M3", shape))
+        if scheme == "block":
+            t.append((p + name + ".weight_scale_inv", "F32", [cdiv(shape[0], 128), cdiv(shape[1], 128)]))
+        else:
+            t.append((p + name + ".weight_scale", "BF16", [shape[0], 1]))
+header, off = {}, 0
+for name, dt, shape in sorted(t):
+    n = {"BF16": 2, "F32": 4, "F8_E4M3": 1}[dt]
+    for s in shape:
+        n *= s
+    header[name] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + n]}
+    off += n
+text = json.dumps(header, separators=(",", ":")).encode()
+text += b" " * (-len(text) % 8)
+with open(d + "/model.safetensors", "wb") as f:
+    f.write(struct.pack("<Q", len(text)) + text)
+    f.truncate(8 + len(text) + off)
+json.dump({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": h,
+           "num_attention_heads": heads, "num_key_value_heads": kv, "head_dim": hd, "intermediate_size": inter,
+           "vocab_size": vocab, "num_hidden_layers": layers,
+           "quantization_config": fp8_block_config((128, 128)) if scheme == "block" else ct_config("channel", False)},
+          open(d + "/config.json", "w"))
+PY
+}
+header "$T/l3-8b-fp8" 14336 8 block && header "$T/l2-7b-fp8" 11008 32 block &&
+    header "$T/l3-8b-ch" 14336 8 channel && header "$T/l2-7b-ch" 11008 32 channel ||
+    notok "generating the header-only checkpoints"
+expect_exit 3 "tp values that fit: 1, 2, 4, 8, 16" "Llama-3-8B FP8 block 128: tp 1, 2, 4, 8, 16 (quant.md 1.4)" \
+    "$TPSHARD" plan "$T/l3-8b-fp8" --tp 32
+expect_exit 3 "tp 4 gives each rank 2752, not a multiple of the quantization block 128" \
+    "intermediate 11008 FP8 block 128 at tp 4: 2752 rows a rank (quant.md 1.5)" "$TPSHARD" plan "$T/l2-7b-fp8" --tp 4
+grep -q "tp values that fit: 1, 2$" "$T/.err" && ok "intermediate 11008 FP8 block 128: only tp 1 and 2 fit" ||
+    { notok "intermediate 11008 FP8 block 128: only tp 1 and 2 fit"; tail -1 "$T/.err" | sed 's/^/#   /'; }
+check "intermediate 11008 FP8 block 128 at tp 2 fits (5504 = 43 blocks)" "$TPSHARD" plan "$T/l2-7b-fp8" --tp 2 -q
+check "intermediate 11008 compressed-tensors channel at tp 32 fits (no block constraint, quant.md 2.4)" \
+    "$TPSHARD" plan "$T/l2-7b-ch" --tp 32 -q
+check "Llama-3-8B compressed-tensors channel at tp 32 fits (KV heads replicated)" "$TPSHARD" plan "$T/l3-8b-ch" --tp 32 -q
+# Per-rank shapes of the 1.4 table: tp 8 k scale one row, down scale 14 columns; tp 16 the
+# KV head and its scale row are replicas; channel o_proj scale replicated whole.
+shape_of() { # SET TP TENSOR -> rank 0's shape
+    "$TPSHARD" plan "$1" --tp "$2" --json 2>/dev/null | $PY -c "
+import json, sys
+j = json.load(sys.stdin)
+print([t['rank_shapes'][0] for t in j['tensors'] if t['name'] == sys.argv[1]][0])" "$3"
+}
+for c in "l3-8b-fp8 8 model.layers.0.self_attn.k_proj.weight_scale_inv [1, 32]" \
+    "l3-8b-fp8 8 model.layers.0.mlp.down_proj.weight_scale_inv [32, 14]" \
+    "l3-8b-fp8 4 model.layers.0.mlp.gate_proj.weight_scale_inv [28, 32]" \
+    "l3-8b-fp8 16 model.layers.0.self_attn.v_proj.weight_scale_inv [1, 32]" \
+    "l3-8b-fp8 16 model.layers.0.self_attn.q_proj.weight_scale_inv [2, 32]" \
+    "l2-7b-fp8 2 model.layers.0.mlp.down_proj.weight_scale_inv [32, 43]" \
+    "l3-8b-ch 8 model.layers.0.self_attn.o_proj.weight_scale [4096, 1]" \
+    "l3-8b-ch 8 model.layers.0.self_attn.k_proj.weight_scale [128, 1]"; do
+    set -- $c
+    want=$(echo "$c" | cut -d' ' -f4-)
+    got=$(shape_of "$T/$1" "$2" "$3")
+    [ "$got" = "$want" ] && ok "$1 tp $2: $3 is $want on a rank" || notok "$1 tp $2: $3 is $want on a rank (got $got)"
+done
