@@ -1,6 +1,6 @@
 /* quantization_config to companion schemes (lib/quant.h), and a companion's partition from
  * its weight's.  The parameter classes each companion imitates are vLLM's
- * (vllm/model_executor/parameter.py; reference/quant.md section 0). */
+ * (their parameter.py: Block/Channel/PerTensor scale parameters). */
 #include "quant.h"
 
 #include <regex.h>
@@ -254,7 +254,7 @@ tps_status tps_quant_from_config(const tps_json *qc, const char *what, tps_quant
         return tps_fail(err, TPS_EINVALID, "%s: \"quantization_config\" must be an object", what);
     const char *m = str_of(qc, "quant_method");
     if (!m) return tps_fail(err, TPS_EINVALID, "%s: quantization_config has no \"quant_method\"", what);
-    /* quant.md section 5: the engines themselves refuse these under tensor parallelism. */
+    /* The engines themselves refuse these under tensor parallelism. */
     if (strcmp(m, "bitsandbytes") == 0)
         return tps_fail(err, TPS_EINVALID, "%s: quant_method bitsandbytes: a pre-quantized bitsandbytes checkpoint "
                         "cannot be split for tensor parallelism (its quant_state describes the whole flattened "

@@ -1,4 +1,4 @@
-/* Quantized checkpoints (README.md, "Quantized checkpoints"; reference/quant.md): what a
+/* Quantized checkpoints (FP8 block, channel and tensor scaled; the integer formats build on it): what a
  * config.json's quantization_config says about each linear, as data the partition algebra
  * applies.
  *
@@ -7,7 +7,7 @@
  * and for the integer formats packed words, zero points and group indices.  The layout's
  * rule for the logical name X.weight gives W's partition as for an unquantized model; each
  * companion's partition is derived from it by its dimension map, the way vLLM's parameter
- * classes narrow a checkpoint tensor at load (quant.md section 0):
+ * classes narrow a checkpoint tensor at load:
  *
  *   companion dim c  <->  W's dim wdim[c], one companion element per ratio[c] elements of
  *                         W there (FP8 block: bn / bk; a group size; a pack factor), or

@@ -1,7 +1,7 @@
 /* FP8 weights dequantized as they are loaded: each party (the reference from the source, a
  * rank from its own slices) multiplies its F8 weight by the scale it holds beside it, so a
  * scale on the wrong rank (right shape, wrong rows) gives that rank a wrong weight and the
- * layer's numbers show it.  Scales by shape (reference/quant.md sections 1 and 2): one
+ * layer's numbers show it.  Scales by shape (fine-grained FP8 and compressed-tensors): one
  * element per tensor; [out, 1] per output channel; [cdiv(out, bn), cdiv(in, bk)] per block,
  * with the block of config.json's quantization_config (tps_block.fp8_block). */
 #include <stdlib.h>

@@ -2,7 +2,7 @@
 # Quantized checkpoints (FP8 block [16, 16], compressed-tensors FP8 tensor and channel, a
 # block-scaled Mixtral) from testdata/gen_quant_fixtures.py, whose own quantizer is the
 # independent truth.  At every legal tp: each rank's tensors equal the slices computed here
-# from reference/quant.md's rules (scales cut with their weight's rows or columns in blocks,
+# from the engine's rules (vLLM's parameter classes: scales cut with their weight's rows or columns in blocks,
 # KV replicas with their scale rows, per-channel scales of row-parallel layers and every
 # per-tensor scalar replicated, lm_head unquantized and padded); check and verify pass.  A tp
 # that puts a rank boundary inside a block is refused with the legal list; scale rows cut
@@ -178,7 +178,7 @@ expect_exit 3 "Prequant BitsAndBytes models with tensor parallelism is not suppo
     "bitsandbytes: refused with the engine's reason" "$TPSHARD" plan "$T/bnb" --tp 2
 expect_exit 3 "quant_method gptq" "gptq: refused naming the method" "$TPSHARD" plan "$T/gptq" --tp 2
 
-# The worked tables of reference/quant.md 1.4, 1.5 and 2.4 on header-only checkpoints (the
+# The worked tables of the quantization spec (Llama-3-8B, intermediate 11008) on header-only checkpoints (the
 # data a sparse hole; plan reads headers): Llama-3-8B (hidden 4096, 32 heads, 8 KV heads of
 # 128, intermediate 14336) and a Llama-2-7B shape (intermediate 11008 = 86 blocks of 128, 32
 # KV heads), FP8 block [128, 128] and compressed-tensors channel, two layers of each.
