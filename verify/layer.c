@@ -166,6 +166,7 @@ static tps_status load_role(const tps_block *b, tps_block_role role, uint64_t la
         return TPS_OK;
     }
     tps_status st = src->load(src->ctx, name, out, err);
+    if (st == TPS_OK) st = tps_vdequant(b, src, out, err);
     if (st == TPS_OK && !tps_vdtype_supported(out->dtype))
         st = tps_fail(err, TPS_EINVALID, "%s: dtype %s; verify needs BF16, F16, F32, F64 or FP8 weights", name,
                       tps_dtype_name(out->dtype));
