@@ -127,8 +127,9 @@ tps_status tps_vdequant_int(const tps_vqint *p, const char *name, const tps_vt *
             } else {
                 q = word_at(qweight, (k / pf) * N + n) >> (p->bits * (k % pf)) & mask;
                 z = word_at(qzeros, gk * (N / pf) + n / pf) >> (p->bits * (n % pf)) & mask;
-                /* the kernels add the 1 back inside the field (a stored -1 reads as all ones) */
-                if (p->zero_minus_one) z = (z + 1) & mask;
+                /* The 1 goes back on after the mask, as AutoGPTQ's own forward and vLLM's
+                 * GPTQ kernel add it: a zero of 0, stored as -1, reads 16. */
+                if (p->zero_minus_one) z += 1;
             }
             double s;
             tps_dtype_to_f64(scales->dtype, scales->data, (size_t)(gk * N + n), &s);

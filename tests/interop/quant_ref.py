@@ -34,11 +34,12 @@ def unpack_rows(words, bits):
 
 def gptq_dequant(qweight, qzeros, scales, g_idx, bits=4, v2=False):
     """W [out, in] float64: (q[k, n] - z[g_idx[k], n]) * s[g_idx[k], n]; the v1 format stores
-    zero - 1 (AutoGPTQ pack), so 1 is added back, masked to the field as the kernels do."""
+    zero - 1 (AutoGPTQ pack), so 1 is added back to the masked field (a zero of 0, stored as
+    -1, reads 16, as AutoGPTQ's forward and vLLM's GPTQ kernel compute it)."""
     q = unpack_rows(qweight, bits)
     z = unpack_cols(qzeros, bits)
     if not v2:
-        z = (z + 1) & ((1 << bits) - 1)
+        z = z + 1
     g = np.asarray(g_idx, dtype=np.int64)
     s = scales.astype(np.float64)
     return ((q - z[g, :]) * s[g, :]).T
