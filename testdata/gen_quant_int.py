@@ -4,17 +4,19 @@ standard library only: gen_fixtures.py's seeded float weights, quantized and pac
 quantpack.py exactly as AutoGPTQ and AutoAWQ store them, in the families' real names.
 
   tiny-llama-gptq           Llama, 2 layers, hidden 128, 8 heads, 2 KV heads (head_dim 16),
-                            intermediate 256, vocab 256; GPTQ 4-bit, group 32, desc_act false,
-                            sym, checkpoint_format gptq (v1 zeros); legal tp 1, 2, 4 (o_proj's
-                            128 inputs make 4 groups)
-  tiny-llama-gptq-actorder  the same model with act-order (desc_act true, a permuted g_idx
-                            shared by q/k/v and by gate/up, as one Hessian orders them),
-                            asymmetric zeros, checkpoint_format gptq_v2
+                            intermediate 256, vocab 256; GPTQ 4-bit, group 16, desc_act false,
+                            sym, checkpoint_format gptq (v1 zeros); legal tp 1, 2, 4, 8
+                            (o_proj's 16 inputs a rank at tp 8 are one group)
+  tiny-llama-gptq-actorder  the same model with group 32 and act-order (desc_act true, a
+                            permuted g_idx shared by q/k/v and by gate/up, as one Hessian
+                            orders them), asymmetric zeros, checkpoint_format gptq_v2; legal
+                            tp 1, 2, 4 (o_proj's 16 inputs at tp 8 split a group of 32: refused
+                            even though act-order replicates the scales, as vLLM does)
   tiny-llama-awq            Llama with intermediate 192 (6 groups of 32: the shape of
                             intermediate 11008 = 86 groups of 128); AWQ GEMM 4-bit, group 32,
                             zero_point; legal tp 1, 2 (down_proj's 48 inputs at tp 4 split a group)
   tiny-mixtral-gptq         Mixtral, 4 experts (top 2) of intermediate 128, GPTQ act-order,
-                            group 32, v1 zeros; the router (block_sparse_moe.gate) left F16
+                            group 32, v1 zeros, legal tp 1, 2, 4; the router (block_sparse_moe.gate) left F16
                             as AutoGPTQ leaves it
 
 Unquantized tensors (embeddings, norms, router, lm_head) are F16.  Quantized linears hold
@@ -110,7 +112,7 @@ def build(fixture, arch, dims, method, group, desc_act, sym, v2, experts=0):
 
 
 FIXTURES = {
-    "tiny-llama-gptq": lambda f: build(f, "LlamaForCausalLM", (128, 8, 2, 16, 256, 256, 2), "gptq", 32,
+    "tiny-llama-gptq": lambda f: build(f, "LlamaForCausalLM", (128, 8, 2, 16, 256, 256, 2), "gptq", 16,
                                        desc_act=False, sym=True, v2=False),
     "tiny-llama-gptq-actorder": lambda f: build(f, "LlamaForCausalLM", (128, 8, 2, 16, 256, 256, 2), "gptq", 32,
                                                 desc_act=True, sym=False, v2=True),
