@@ -133,6 +133,17 @@
  * Units and sizes are in elements along dim: an attention split uses unit head_dim and
  * segment sizes such as heads*head_dim.
  *
+ * Quantized checkpoints (lib/quant.h): no rule is written per format.  config.json's
+ * quantization_config says which modules are quantized and how; the rule that matches a
+ * quantized linear's logical name MODULE.weight cuts its weight, and each companion tensor
+ * (weight_scale_inv, weight_scale, input_scale, output_scale; qweight, qzeros, scales,
+ * g_idx for the integer formats) gets the partition that rule's generates through the
+ * companion's dimension map (which dim of the companion is which dim of the weight, and
+ * the ratio: block, group or pack factor) or is replicated where vLLM's parameter class
+ * replicates it.  The weight's partition carries the quantization block, refusing a tp that
+ * puts a rank boundary inside a block.  A rule whose glob names a companion's suffix
+ * ("*.weight_scale_inv") is that companion's own rule and wins (hand-written layouts).
+ *
  * Vocabulary-parallel embeddings: presets cut the embedding and the output projection along
  * dim 0 (vocabulary rows) with pad: true, as Megatron and vLLM cut them, so neither needs the
  * vocabulary to divide T; the padding is minimal (to a multiple of T, as TensorRT-LLM pads,
@@ -148,6 +159,7 @@
 #include "checked.h"
 #include "layout_int.h"
 #include "presets.h"
+#include "quant.h"
 
 /* Layout files are hand-written text; anything near this is not one. */
 #define LAYOUT_MAX_BYTES (16u << 20)
@@ -1051,6 +1063,7 @@ tps_status tps_layout_load_preset(const char *preset, tps_layout **out, tps_erro
 void tps_layout_free(tps_layout *l)
 {
     if (!l) return;
+    tps_quant_free(l->quant);
     for (int i = 0; i < TPS_NSIZES; i++) {
         free(l->hints[i].glob);
         tps_expr_release(&l->hints[i].unit);

@@ -61,6 +61,19 @@ const tps_model_sizes *tps_layout_sizes(const tps_layout *l);
 tps_status tps_layout_partition(tps_layout *l, const char *name, tps_dtype dtype, int ndim,
                                 const uint64_t *shape, tps_partition *out, size_t *rule, tps_error *err);
 
+/* tps_layout_partition for tensor x of checkpoint ix, quantization included: a companion
+ * of a quantized linear (lib/quant.h) takes the partition derived from the rule of its
+ * logical weight MODULE.weight (whose shape the primary companion in ix gives), unless a
+ * rule written for it (its glob names the companion's suffix) comes first; everything else
+ * is tps_layout_partition.  *follows (may be NULL) says that the partition is a companion's
+ * that fits every tp its primary companion fits (lib/quant.h): a refusal of it repeats the
+ * primary's and is no cause of its own. */
+tps_status tps_layout_partition_tensor(tps_layout *l, const tps_index *ix, const tps_tensor *x, tps_partition *out,
+                                       size_t *rule, bool *follows, tps_error *err);
+
+/* config.json's quantization_config as read (lib/quant.h), or NULL when not quantized. */
+const struct tps_quant *tps_layout_quant(const tps_layout *l);
+
 size_t tps_layout_rule_count(const tps_layout *l);
 /* "model.layers.*.self_attn.q_proj.weight (llama.yaml:12:5)" */
 const char *tps_layout_rule_label(const tps_layout *l, size_t rule);

@@ -13,6 +13,7 @@
 #include "checked.h"
 #include "json.h"
 #include "layout_int.h"
+#include "quant.h"
 
 /* A config.json is a few kilobytes; refuse to slurp anything that cannot be one. */
 #define CONFIG_MAX_BYTES (16u << 20)
@@ -93,10 +94,13 @@ static const char *const falcon_keys[] = {"model_type", "multi_query", "new_deco
 /* Gemma 3; read by apply_gemma3_keys. */
 static const char *const gemma3_keys[] = {"rope_local_base_freq", "layer_types", "sliding_window_pattern", NULL};
 
+/* lib/quant.h; read in tps_layout_apply_config_text. */
+static const char *const quant_keys[] = {"quantization_config", NULL};
+
 static const char *const *const block_key_lists[] = {eps_keys, theta_keys, pct_keys, topk_keys, act_keys,
                                                       parallel_residual_keys, rope_scaling_keys, gemma_keys, moe_keys,
                                                       falcon_keys, rope_interleave_keys,
-                                                      gemma3_keys};
+                                                      gemma3_keys, quant_keys};
 
 /* The first of keys present with a non-null value; NULL when none is. */
 static const tps_json *first_key(const tps_json *root, const char *const *keys, const char **which)
@@ -372,6 +376,19 @@ static tps_status apply_config(tps_layout *l, const char *path, const tps_json *
     return tps_rope_scaling_from_config(root, path, &l->cfg.rope_scaling, err);
 }
 
+/* quantization_config: at the top level, or in a multimodal config's text_config. */
+static tps_status apply_quant_config(tps_layout *l, const char *what, const tps_json *root, tps_error *err)
+{
+    const tps_json *qc = tps_json_get(root, quant_keys[0]);
+    if (!qc) qc = tps_json_get(text_root(root), quant_keys[0]);
+    tps_quant *q = NULL;
+    tps_status st = tps_quant_from_config(qc, what, &q, err);
+    if (st != TPS_OK) return st;
+    tps_quant_free(l->quant);
+    l->quant = q;
+    return TPS_OK;
+}
+
 /* Copies the keys tpshard reads (those present) from root into one compact JSON object. */
 static tps_status keep_known_keys(const tps_json *root, const char *what, char **out, tps_error *err)
 {
@@ -405,6 +422,7 @@ tps_status tps_layout_apply_config_text(tps_layout *l, const char *text, size_t 
     if (kept) *kept = NULL;
     TPS_CHECK(tps_json_parse(text, len, what, &doc, err));
     TPS_CHECK(apply_config(l, what, text_root(tps_json_root(doc)), err));
+    TPS_CHECK(apply_quant_config(l, what, tps_json_root(doc), err));
     tps_layout_sync_block(l);
     if (kept) TPS_CHECK(keep_known_keys(text_root(tps_json_root(doc)), what, kept, err));
 cleanup:

@@ -34,6 +34,10 @@ static void jw_partition(tps_jw *w, const tps_partition *p)
             tps_jw_key(w, "groups");
             tps_jw_u64(w, p->groups);
         }
+        if (p->block > 1) { /* a quantized tensor's block (lib/quant.h): only those say it */
+            tps_jw_key(w, "block");
+            tps_jw_u64(w, p->block);
+        }
         tps_jw_key(w, "segments");
         tps_jw_array_begin(w);
         for (int s = 0; s < p->nseg; s++) {
@@ -295,6 +299,10 @@ static tps_status load_partition(loader *L, const tps_json *pj, tps_partition *p
     if (tps_json_get(pj, "groups")) { /* optional: a grouped partition's group count, at least 2 */
         TPS_CHECK(get_u64(L, pj, "groups", &p->groups));
         if (p->groups < 2) return bad(L, tps_json_get(pj, "groups"), "must be at least 2", "groups");
+    }
+    if (tps_json_get(pj, "block")) { /* optional: a quantization block, at least 2 */
+        TPS_CHECK(get_u64(L, pj, "block", &p->block));
+        if (p->block < 2) return bad(L, tps_json_get(pj, "block"), "must be at least 2", "block");
     }
     const tps_json *segs = field(L, pj, "segments", TPS_JSON_ARRAY, &st);
     NEED(segs);

@@ -151,6 +151,23 @@ static tps_status diagnose(const tps_partition *p, const char *name, tps_dtype d
                                 ? "; a vocabulary dimension can be padded (pad: true)"
                                 : "");
         }
+        if (p->block > 1 && T > 1 && Ts > 1 && !p->pad) {
+            uint64_t local = units_per_rank(n, Ts) ? (n / Ts) * g->unit : g->unit;
+            if (local % p->block != 0) {
+                set_issue(issue, TPS_ISSUE_BLOCK, p, s, n * G, T);
+                if (issue) {
+                    issue->local = local;
+                    issue->block = p->block;
+                }
+                return tps_fail(err, TPS_EINVALID,
+                                "tensor '%s': segment %d%s%s%s: tp %llu gives each rank %llu of its %llu elements "
+                                "along dimension %d, not a multiple of the quantization block %llu (a rank would "
+                                "start or end inside a block)",
+                                name, s, *sn ? " (" : "", sn, *sn ? ")" : "", (unsigned long long)T,
+                                (unsigned long long)local, (unsigned long long)g->length, p->dim,
+                                (unsigned long long)p->block);
+            }
+        }
         uint64_t ubits;
         if (!tps_mul_u64(g->unit, inner, &ubits) || !tps_mul_u64(ubits, bits, &ubits))
             return tps_fail(err, TPS_EINVALID, "tensor '%s': unit size overflows", name);
@@ -283,5 +300,8 @@ void tps_partition_describe(const tps_partition *p, char *buf, size_t bufsize)
     if (p->groups > 1)
         n += (size_t)snprintf(buf + (n < bufsize ? n : bufsize), n < bufsize ? bufsize - n : 0, " in %llu groups",
                               (unsigned long long)p->groups);
+    if (p->block > 1)
+        n += (size_t)snprintf(buf + (n < bufsize ? n : bufsize), n < bufsize ? bufsize - n : 0, " block %llu",
+                              (unsigned long long)p->block);
     if (p->pad) snprintf(buf + (n < bufsize ? n : bufsize), n < bufsize ? bufsize - n : 0, " padded");
 }

@@ -48,6 +48,12 @@ typedef struct tps_partition {
     tps_segment seg[TPS_MAX_SEGMENTS];
     bool pad; /* zero-pad a single segment's units up to a multiple of T */
     uint64_t groups; /* 0 or 1: segments once; G > 1: the segments repeat G times (grouped) */
+    /* 0 or 1: none.  Else a quantization block along dim (an FP8 block, a GPTQ/AWQ group, a
+     * packed word; lib/quant.h): at T > 1 each rank's piece of every segment must be a
+     * multiple of it, or the cut falls inside a block the engine refuses to split.  Not a
+     * unit: units decide which heads a rank holds (a 64-row KV head stays one head under a
+     * 128-row block, and its replica is then refused, not widened to two heads). */
+    uint64_t block;
 } tps_partition;
 
 /* One rank's part of a split tensor along dim, in global coordinates of the unpadded
@@ -78,7 +84,8 @@ typedef enum tps_issue_kind {
     TPS_ISSUE_MALFORMED,     /* the partition does not describe the tensor, whatever T */
     TPS_ISSUE_INDIVISIBLE,   /* T neither divides the segment's units nor is a multiple of them */
     TPS_ISSUE_NEEDS_REPLICA, /* fewer units than T, T a multiple of them, but no may_replicate */
-    TPS_ISSUE_SUBBYTE        /* a cut would fall inside a byte */
+    TPS_ISSUE_SUBBYTE,       /* a cut would fall inside a byte */
+    TPS_ISSUE_BLOCK          /* a rank's piece (local) is not a multiple of the quantization block */
 } tps_issue_kind;
 
 typedef struct tps_partition_issue {
@@ -88,6 +95,7 @@ typedef struct tps_partition_issue {
     uint64_t units, unit; /* the segment's unit count and unit length */
     uint64_t T;
     bool groups; /* units counts the groups of a grouped partition (KV groups) */
+    uint64_t local, block; /* TPS_ISSUE_BLOCK: a rank's piece of the segment, the block */
 } tps_partition_issue;
 
 /* tps_partition_check that also fills *issue (when not NULL) with the cause in numbers. */

@@ -80,7 +80,8 @@ tps_status tps_plan_build_grouped(const tps_index *ix, tps_layout *l, const char
         size_t rule = SIZE_MAX;
         tps_partition_issue issue = {0};
         const char *label = NULL;
-        tps_status ts = tps_layout_partition(l, x->name, x->dtype, x->ndim, x->shape, &t->part, &rule, &e);
+        bool follows = false;
+        tps_status ts = tps_layout_partition_tensor(l, ix, x, &t->part, &rule, &follows, &e);
         if (ts == TPS_OK) {
             label = tps_layout_rule_label(l, rule);
             tps_problems_consider(problems, &t->part, x->dtype, x->ndim, x->shape);
@@ -96,6 +97,7 @@ tps_status tps_plan_build_grouped(const tps_index *ix, tps_layout *l, const char
                 goto cleanup;
             }
             if (first == TPS_OK) first = ts;
+            if (follows && label) continue; /* its quantized weight's refusal says it */
             char missing[128] = "";
             tps_problem_kind kind = TPS_PROBLEM_TP;
             if (rule == SIZE_MAX) {

@@ -52,6 +52,7 @@ static const char *issue_name(tps_issue_kind k)
     case TPS_ISSUE_NEEDS_REPLICA: return "needs_replication";
     case TPS_ISSUE_SUBBYTE: return "cut_inside_byte";
     case TPS_ISSUE_MALFORMED: return "malformed";
+    case TPS_ISSUE_BLOCK: return "inside_quantization_block";
     default: return "none";
     }
 }
@@ -125,8 +126,8 @@ static char *make_key(tps_problem_kind kind, const char *tensor, const char *rul
     tps_buf b = TPS_BUF_INIT;
     tps_buf_printf(&b, "%d|%s|", (int)kind, rule ? rule : "");
     if (kind == TPS_PROBLEM_TP && is) {
-        tps_buf_printf(&b, "%d|%d|%d|%s|%llu|%llu", (int)is->kind, is->seg, is->dim, is->seg_name,
-                       (unsigned long long)is->units, (unsigned long long)is->unit);
+        tps_buf_printf(&b, "%d|%d|%d|%s|%llu|%llu|%llu", (int)is->kind, is->seg, is->dim, is->seg_name,
+                       (unsigned long long)is->units, (unsigned long long)is->unit, (unsigned long long)is->block);
         if (is->kind == TPS_ISSUE_SUBBYTE || is->kind == TPS_ISSUE_MALFORMED) kind = TPS_PROBLEM_OTHER;
     } else if (kind == TPS_PROBLEM_SIZES) {
         tps_buf_puts(&b, missing ? missing : "");
@@ -338,6 +339,16 @@ void tps_problem_line(const tps_problem *g, const tps_model_sizes *sizes, tps_bu
             tps_buf_printf(out, ": fewer than tp %llu", (unsigned long long)is->T);
             if (!heads) tps_buf_puts(out, " (allow replication, kv_replicate, if these are KV heads)");
         }
+    } else if (g->kind == TPS_PROBLEM_TP && is->kind == TPS_ISSUE_BLOCK) {
+        /* The engine's own refusal (vLLM validate_fp8_block_shape; the GPTQ/AWQ group and
+         * pack checks): a rank would start or end inside a quantization block. */
+        bool heads = false;
+        if (is->seg_name[0]) tps_buf_printf(out, "segment %s: ", is->seg_name);
+        units_text(is, sizes, out, &heads);
+        tps_buf_printf(out, " along dimension %d: tp %llu gives each rank %llu, not a multiple of the quantization "
+                       "block %llu (the engine refuses a block split across ranks)",
+                       is->dim, (unsigned long long)is->T, (unsigned long long)is->local,
+                       (unsigned long long)is->block);
     } else if (g->kind == TPS_PROBLEM_NO_RULE) {
         /* One tensor: the layout's own words say it best; more: one line for all of them. */
         if (g->count == 1) {
@@ -407,6 +418,12 @@ void tps_problems_json(const tps_problems *ps, const tps_model_sizes *sizes, tps
         tps_jw_key(w, "message");
         text = tps_buf_cstr(&line);
         tps_jw_string(w, text ? text : "");
+        if (g->kind == TPS_PROBLEM_TP && g->issue.kind == TPS_ISSUE_BLOCK) {
+            tps_jw_key(w, "local_size");
+            tps_jw_u64(w, g->issue.local);
+            tps_jw_key(w, "block");
+            tps_jw_u64(w, g->issue.block);
+        }
         if (g->kind == TPS_PROBLEM_TP) {
             tps_jw_key(w, "issue");
             tps_jw_string(w, issue_name(g->issue.kind));
