@@ -125,17 +125,23 @@ def main():
                 hcfg = LlamaConfig(**{k: v for k, v in cfg.items() if k != "quantization_config"})
                 model = LlamaForCausalLM(hcfg).float().eval()
                 sd = rank_dequant(R, np, full, cfg, qc, 0, 1)
-                missing = model.load_state_dict(sd, strict=True)
+                model.load_state_dict(sd, strict=True)
                 want = L.hf_logits(model, ids)
                 cos, sin = L.rotary(model, len(ids))
             for T in CANDIDATES:
+                os.makedirs(os.path.join(tmp, fx), exist_ok=True)
                 out = os.path.join(tmp, fx, "tp%d" % T)
                 r = tpshard("split", src, "--tp", T, "-o", out, "-q")
                 if T not in legal:
-                    report(r.returncode == 3 and str(qc["group_size"]) in r.stderr and
-                           ", ".join(map(str, legal)) in r.stderr,
-                           "%s tp %d: refused (exit 3) naming the group size %d and the tps that work (%s)"
-                           % (fx, T, qc["group_size"], ", ".join(map(str, legal))),
+                    # refused by the quantization alone (the heads and sizes divide): the cause
+                    # is a rank's piece inside a group or packed word
+                    by_quant = T in R.legal_tps(qc["quant_method"], 1, cfg["hidden_size"], cfg["num_attention_heads"],
+                                                cfg["num_key_value_heads"], hd, cfg["intermediate_size"], pf=1,
+                                                candidates=CANDIDATES)
+                    report(r.returncode == 3 and (not by_quant or "quantization block" in r.stderr) and
+                           "tp values that fit: " + ", ".join(map(str, legal)) in r.stderr,
+                           "%s tp %d: refused (exit 3)%s, listing the tps that work (%s)"
+                           % (fx, T, " naming the quantization block" if by_quant else "", ", ".join(map(str, legal))),
                            "exit %d\n%s" % (r.returncode, r.stderr))
                     continue
                 if not report(r.returncode == 0, "%s tp %d: split (preset from config.json)" % (fx, T), r.stderr):
@@ -167,11 +173,11 @@ def main():
                            "transformers' logits of the dequantized model (max abs %.2g)" % (fx, T, diff))
             # merge and reshard
             top = max(legal)
-            m = os.path.join(tmp, fx, "merged")
+            m = os.path.join(tmp, fx, "merged.safetensors")
             r = tpshard("merge", os.path.join(tmp, fx, "tp%d" % top), "-o", m, "-q")
             ok = r.returncode == 0
             if ok:
-                got = load_file(os.path.join(m, [f for f in os.listdir(m) if f.endswith(".safetensors")][0]))
+                got = load_file(m)
                 ok = sorted(got) == sorted(full) and all(got[k].dtype == full[k].dtype and
                                                          np.array_equal(got[k], full[k]) for k in full)
             report(ok, "%s: merge of the tp %d set gives back every tensor bit for bit" % (fx, top), r.stderr)
