@@ -1,6 +1,7 @@
 /* GPTQ / AWQ dequantization for verify (verify/dequant_int.h says the layouts). */
 #include "dequant_int.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -149,4 +150,37 @@ tps_status tps_vdequant_int(const tps_vqint *p, const char *name, const tps_vt *
     out->shape[1] = K;
     out->nelem = n64;
     return TPS_OK;
+}
+
+tps_status tps_vload_int(const tps_vsource *src, const char *name, tps_vt *out, bool *done, tps_error *err)
+{
+    *done = false;
+    size_t n = strlen(name);
+    if (n < 7 || strcmp(name + n - 7, ".weight") != 0 || src->has(src->ctx, name)) return TPS_OK;
+    static const char *const part[4] = {"qweight", "qzeros", "scales", "g_idx"};
+    char nm[4][1100];
+    for (int i = 0; i < 4; i++) snprintf(nm[i], sizeof nm[i], "%.*s.%s", (int)(n - 7), name, part[i]);
+    if (!src->has(src->ctx, nm[0])) return TPS_OK;
+    tps_vt t[4];
+    memset(t, 0, sizeof t);
+    bool gptq = src->has(src->ctx, nm[3]);
+    tps_status st = TPS_OK;
+    for (int i = 0; i < (gptq ? 4 : 3) && st == TPS_OK; i++) st = src->load(src->ctx, nm[i], &t[i], err);
+    if (st == TPS_OK) {
+        tps_vqint p = {gptq ? TPS_VQINT_GPTQ : TPS_VQINT_AWQ, 4, -1, gptq};
+        /* qzeros pack the output columns the scales hold one by one: their ratio is the pack
+         * factor (g_idx could mislead: it is the one a wrong cut replicates) */
+        if (gptq && t[1].ndim == 2 && t[2].ndim == 2 && t[1].shape[1] && t[2].shape[1] % t[1].shape[1] == 0) {
+            uint64_t pf = t[2].shape[1] / t[1].shape[1];
+            p.bits = pf && 32 % pf == 0 ? (unsigned)(32 / pf) : 0;
+        }
+        if (!gptq && t[0].ndim == 2 && t[2].ndim == 2 && t[2].shape[0] && t[0].shape[0] % t[2].shape[0] == 0)
+            p.group = (int64_t)(t[0].shape[0] / t[2].shape[0]);
+        else if (!gptq)
+            p.group = (int64_t)(t[0].shape[0] ? t[0].shape[0] : 1); /* refused below, naming the scales */
+        st = tps_vdequant_int(&p, name, &t[0], &t[1], &t[2], gptq ? &t[3] : NULL, out, err);
+    }
+    for (int i = 0; i < 4; i++) tps_vt_release(&t[i]);
+    if (st == TPS_OK) *done = true;
+    return st;
 }

@@ -42,4 +42,12 @@ typedef struct tps_vqint {
 tps_status tps_vdequant_int(const tps_vqint *p, const char *name, const tps_vt *qweight, const tps_vt *qzeros,
                             const tps_vt *scales, const tps_vt *g_idx, tps_vt *out, tps_error *err);
 
+/* When src holds MODULE.qweight in place of name = MODULE.weight (a GPTQ or AWQ linear), loads
+ * its companions and dequantizes them into out (*done true); else leaves out alone (*done
+ * false).  The format is read off the tensors: a g_idx makes it GPTQ (bits from the ratio of
+ * the scales' columns to the qzeros' words, v1 zeros, AutoGPTQ's default: a gptq_v2 set reads every
+ * zero one higher on both sides of the comparison alike), none AWQ GEMM 4-bit with
+ * groups of input rows / scale rows. */
+tps_status tps_vload_int(const tps_vsource *src, const char *name, tps_vt *out, bool *done, tps_error *err);
+
 #endif
