@@ -2,6 +2,8 @@
  * a shard-set directory, what its manifest says. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 #include "commands.h"
@@ -9,6 +11,7 @@
 #include "layout_args.h"
 #include "lib/buf.h"
 #include "lib/json.h"
+#include "lib/layout.h"
 #include "lib/manifest.h"
 
 static const tps_opt inspect_opts[] = {
@@ -134,6 +137,12 @@ static int inspect_shard_set(const char *dir)
     printf("  made by %s with layout %s from %s (%s, %llu bytes)\n", m->tool, m->layout_name, m->source.path,
            m->source.format, (unsigned long long)m->source.bytes);
     if (m->config_path) printf("  config keys recorded from %s\n", m->config_path);
+    char *quant = NULL;
+    if (m->config_keys &&
+        tps_layout_quant_summary(m->config_keys, strlen(m->config_keys), TPS_MANIFEST_NAME, &quant, &err) == TPS_OK &&
+        quant)
+        printf("  quantization: %s\n", quant);
+    free(quant);
     if (!tps_manifest_holds_all(m)) {
         char held[256];
         tps_manifest_held_str(m, held, sizeof held);
@@ -169,8 +178,19 @@ static int run_inspect(char **args, int nargs)
         params += t->nelem;
         bytes += t->nbytes;
     }
-    if (tps_common.json) emit_json(ix, dt_bytes, dt_params, params, bytes);
-    else print_human(ix, dt_bytes, dt_params, params, bytes);
+    if (tps_common.json) {
+        emit_json(ix, dt_bytes, dt_params, params, bytes);
+    } else {
+        print_human(ix, dt_bytes, dt_params, params, bytes);
+        /* The scheme config.json beside the checkpoint declares (what split will follow). */
+        char cfg[4200], *quant = NULL;
+        struct stat sb;
+        const char *slash = strrchr(args[0], '/');
+        if (stat(args[0], &sb) == 0 && S_ISDIR(sb.st_mode)) snprintf(cfg, sizeof cfg, "%s/config.json", args[0]);
+        else snprintf(cfg, sizeof cfg, "%.*sconfig.json", slash ? (int)(slash - args[0] + 1) : 0, args[0]);
+        if (tps_layout_quant_summary(NULL, 0, cfg, &quant, &err) == TPS_OK && quant) printf("quantization: %s\n", quant);
+        free(quant);
+    }
     tps_index_free(ix);
     return 0;
 }

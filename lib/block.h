@@ -194,6 +194,9 @@ typedef struct tps_block {
      * sliding_window_pattern decides.  Owned by the layout. */
     double rope_local_theta;
     char *layer_types;
+    /* A block-scaled FP8 checkpoint's [bn, bk] (config.json's quantization_config, lib/quant.h):
+     * how verify dequantizes a weight with its weight_scale_inv; 0: not block-scaled. */
+    uint64_t fp8_block[2];
 } tps_block;
 
 /* Whether the block's MLP is a mixture of experts (it names a router). */

@@ -71,6 +71,12 @@ tps_status tps_layout_partition(tps_layout *l, const char *name, tps_dtype dtype
 tps_status tps_layout_partition_tensor(tps_layout *l, const tps_index *ix, const tps_tensor *x, tps_partition *out,
                                        size_t *rule, bool *follows, tps_error *err);
 
+/* One line describing the quantization_config of a config.json (text of len bytes, or with
+ * text NULL the file at path; a missing file is no quantization): *out (malloc'd) is
+ * "fp8 (block [128, 128]); not quantized: lm_head", or the reason tpshard refuses it, or
+ * NULL when the model is not quantized. */
+tps_status tps_layout_quant_summary(const char *text, size_t len, const char *path, char **out, tps_error *err);
+
 /* config.json's quantization_config as read (lib/quant.h), or NULL when not quantized. */
 const struct tps_quant *tps_layout_quant(const tps_layout *l);
 

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "json.h"
 #include "layout_int.h"
 #include "quant.h"
 
@@ -69,4 +70,34 @@ tps_status tps_layout_partition_tensor(tps_layout *l, const tps_index *ix, const
     if ((st = tps_layout_partition(l, wname, TPS_DT_BF16, 2, wshape, &wpart, rule, err)) != TPS_OK) return st;
     if (follows) *follows = !s->comp[c].primary;
     return tps_quant_derive(s, c, &wpart, wshape, x->name, x->ndim, x->shape, out, err);
+}
+
+tps_status tps_layout_quant_summary(const char *text, size_t len, const char *path, char **out, tps_error *err)
+{
+    *out = NULL;
+    char *owned = NULL;
+    tps_status st;
+    if (!text) {
+        st = tps_read_config_file(path, &owned, &len, err);
+        if (st == TPS_EINVALID) return TPS_OK; /* no config.json: nothing says it is quantized */
+        if (st != TPS_OK) return st;
+        text = owned;
+    }
+    tps_json_doc *doc = NULL;
+    tps_quant *q = NULL;
+    st = tps_json_parse(text, len, path, &doc, err);
+    if (st == TPS_OK) {
+        const tps_json *root = tps_json_root(doc), *qc = tps_json_get(root, "quantization_config");
+        const tps_json *tc = tps_json_get(root, "text_config");
+        if (!qc && tc) qc = tps_json_get(tc, "quantization_config");
+        tps_error why;
+        tps_error_clear(&why);
+        if (tps_quant_from_config(qc, path, &q, &why) != TPS_OK) *out = strdup(why.msg);
+        else if (q) *out = strdup(tps_quant_describe(q));
+        if ((q || qc) && !*out) st = tps_fail_oom(err, "describing the quantization");
+    }
+    tps_quant_free(q);
+    tps_json_doc_free(doc);
+    free(owned);
+    return st;
 }

@@ -53,6 +53,15 @@ void tps_quant_free(tps_quant *q)
 
 const char *tps_quant_describe(const tps_quant *q) { return q ? q->desc : ""; }
 
+void tps_quant_block(const tps_quant *q, uint64_t *block)
+{
+    block[0] = block[1] = 0;
+    for (size_t i = 0; q && i < q->ngroups && !block[0]; i++) {
+        block[0] = q->groups[i].s.block[0];
+        block[1] = q->groups[i].s.block[1];
+    }
+}
+
 /* A list of strings (or null / absent: none) into patterns. */
 static tps_status patterns(const tps_json *v, const char *what, const char *key, qpattern **out, size_t *n,
                            tps_error *err)

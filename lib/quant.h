@@ -66,6 +66,10 @@ typedef struct tps_quant tps_quant;
 tps_status tps_quant_from_config(const tps_json *qc, const char *what, tps_quant **out, tps_error *err);
 void tps_quant_free(tps_quant *q);
 
+/* The FP8 block [bn, bk] of the first block-scaled scheme into block ({0, 0}: none; q may
+ * be NULL). */
+void tps_quant_block(const tps_quant *q, uint64_t *block);
+
 /* One line: "fp8 block [128, 128], ignore lm_head". */
 const char *tps_quant_describe(const tps_quant *q);
 

@@ -272,6 +272,13 @@ int tps_vexperts_fused_shape(const vdims *d, const vshare *s, tps_block_role rol
  * table empty: the shape check (tps_vcheck_shapes) reports them. */
 tps_status tps_vexperts_unfuse(vlayer *l, tps_error *err);
 
+/* ---- quantized weights (verify/dequant.c) ---- */
+
+/* When w is an FP8 weight with a scale beside it in src (NAME_scale_inv, NAME_scale),
+ * replaces its data with the dequantized values in F32 (weight times its tensor, channel or
+ * block scale; the block from b->fp8_block); otherwise leaves it as it is. */
+tps_status tps_vdequant(const tps_block *b, const tps_vsource *src, tps_vt *w, tps_error *err);
+
 /* ---- backends (verify/backend.c) ---- */
 
 /* fn on the ranks this process runs: every rank on threads (cpu and cuda in one process;
