@@ -10,6 +10,7 @@
 
 #include "checked.h"
 #include "index.h"
+#include "quant_int.h"
 
 typedef struct qpattern {
     char *text;
@@ -246,6 +247,22 @@ static tps_status parse_ct(tps_quant *q, const tps_json *qc, const char *what, t
     return TPS_OK;
 }
 
+/* quant_method "gptq" / "awq" (lib/quant_int.h); modules_to_not_convert as transformers
+ * reads it. */
+static tps_status parse_int(tps_quant *q, const tps_json *qc, bool awq, const char *what, tps_error *err)
+{
+    tps_status st;
+    if ((st = new_groups(q, 1, err)) != TPS_OK) return st;
+    q->ngroups = 1;
+    if ((st = tps_quant_int_scheme(qc, awq, what, &q->groups[0].s, err)) != TPS_OK) return st;
+    if ((st = patterns(tps_json_get(qc, "modules_to_not_convert"), what, "modules_to_not_convert", &q->ignore,
+                       &q->nignore, err)) != TPS_OK)
+        return st;
+    q->ignore_substring = true;
+    snprintf(q->desc, sizeof q->desc, "%s", q->groups[0].s.name);
+    return TPS_OK;
+}
+
 tps_status tps_quant_from_config(const tps_json *qc, const char *what, tps_quant **out, tps_error *err)
 {
     *out = NULL;
@@ -263,9 +280,6 @@ tps_status tps_quant_from_config(const tps_json *qc, const char *what, tps_quant
     if (strcmp(m, "gguf") == 0)
         return tps_fail(err, TPS_EINVALID, "%s: quant_method gguf: GGUF is one file the engine reads whole and cuts "
                         "itself; no engine loads per-rank GGUF files, so there is nothing to pre-shard", what);
-    if (strcmp(m, "gptq") == 0 || strcmp(m, "awq") == 0)
-        return tps_fail(err, TPS_EINVALID, "%s: quant_method %s: tpshard does not split %s checkpoints yet "
-                        "(FP8 block, FP8 per-tensor and compressed-tensors FP8 it does)", what, m, m);
     tps_quant *q = calloc(1, sizeof *q);
     if (!q) return tps_fail_oom(err, "quantization_config");
     tps_status st;
@@ -273,9 +287,11 @@ tps_status tps_quant_from_config(const tps_json *qc, const char *what, tps_quant
         st = parse_fp8(q, qc, what, err);
     } else if (strcmp(m, "compressed-tensors") == 0) {
         st = parse_ct(q, qc, what, err);
+    } else if (strcmp(m, "gptq") == 0 || strcmp(m, "awq") == 0) {
+        st = parse_int(q, qc, m[0] == 'a', what, err);
     } else {
         st = tps_fail(err, TPS_EINVALID, "%s: quant_method \"%s\" is not a quantization tpshard knows how to split "
-                      "(fp8, compressed-tensors)", what, m);
+                      "(fp8, compressed-tensors, gptq, awq)", what, m);
     }
     if (st != TPS_OK) {
         tps_quant_free(q);

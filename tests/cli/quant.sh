@@ -172,11 +172,11 @@ mkdir -p "$T/bnb" "$T/gptq"
 cp "$M/tiny-llama/model.safetensors" "$T/bnb/" && cp "$M/tiny-llama/model.safetensors" "$T/gptq/"
 sed 's/"vocab_size"/"quantization_config": {"quant_method": "bitsandbytes", "load_in_4bit": true}, "vocab_size"/' \
     "$M/tiny-llama/config.json" >"$T/bnb/config.json"
-sed 's/"vocab_size"/"quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 128}, "vocab_size"/' \
+sed 's/"vocab_size"/"quantization_config": {"quant_method": "gptq", "bits": 3, "group_size": 128}, "vocab_size"/' \
     "$M/tiny-llama/config.json" >"$T/gptq/config.json"
 expect_exit 3 "Prequant BitsAndBytes models with tensor parallelism is not supported" \
     "bitsandbytes: refused with the engine's reason" "$TPSHARD" plan "$T/bnb" --tp 2
-expect_exit 3 "quant_method gptq" "gptq: refused naming the method" "$TPSHARD" plan "$T/gptq" --tp 2
+expect_exit 3 "3-bit packs 32 values into 3 words" "gptq 3-bit: refused with the reason" "$TPSHARD" plan "$T/gptq" --tp 2
 
 # The worked tables of the quantization spec (Llama-3-8B, intermediate 11008) on header-only checkpoints (the
 # data a sparse hole; plan reads headers): Llama-3-8B (hidden 4096, 32 heads, 8 KV heads of

@@ -1,0 +1,150 @@
+#!/bin/sh
+# GPTQ and AWQ fixtures (testdata/gen_quant_int.py): split with the preset from config.json,
+# check and verify (dequantized) at every legal tp, the refused tps listed, and scale rows on
+# the wrong rank (right shapes, intact bytes) caught by verify (exit 1) while check passes.
+# The per-rank pieces against the engine's rules, the torch forward, merge and reshard:
+# tests/interop/test_quant_int.py.
+. "$TPS_TOP/tests/cli/lib.sh"
+M="$FIX/models"
+
+for fx in "tiny-llama-gptq 1 2 4 8" "tiny-llama-gptq-actorder 1 2 4" "tiny-llama-awq 1 2" "tiny-mixtral-gptq 1 2 4"; do
+    set -- $fx
+    fxn=$1
+    shift
+    legal=$(echo "$@" | sed 's/ /, /g')
+    for tp in "$@"; do
+        out="$T/$fxn-$tp"
+        check "$fxn tp $tp: split" "$TPSHARD" split "$M/$fxn" --tp "$tp" -o "$out" -q || continue
+        check "$fxn tp $tp: check passes" "$TPSHARD" check "$out" -q
+        check "$fxn tp $tp: verify --source --layer all passes (dequantized)" \
+            "$TPSHARD" verify "$out" --source "$M/$fxn" --layer all -q
+        check "$fxn tp $tp: verify --whole-model passes" "$TPSHARD" verify "$out" --whole-model -q
+    done
+    expect_exit 3 "tp values that fit: $legal" "$fxn tp 16: refused, listing $legal" \
+        "$TPSHARD" plan "$M/$fxn" --tp 16
+done
+
+# intermediate 192 in groups of 32 (the shape of 11008 in groups of 128): tp 4 leaves 48 input
+# rows of down_proj a rank, inside a group.
+expect_exit 3 "gives each rank 48, not a multiple of the quantization block 32" \
+    "awq tp 4: down_proj refused naming the local size and the group" "$TPSHARD" plan "$M/tiny-llama-awq" --tp 4
+
+# Wrong cuts whose bytes are intact: down_proj's group rows dealt as two interleaved halves
+# (rank 0 holds groups 0-3 and 8-11 where it needs 0-7), q_proj's scale columns likewise, AWQ's
+# q_proj qzeros words likewise.
+down_scales='  - match: model.layers.*.mlp.down_proj.scales
+    split: dim
+    dim: 0
+    segments:
+      - {name: a, size: intermediate/32}
+      - {name: b, size: intermediate/32}'
+q_scales='  - match: model.layers.*.self_attn.q_proj.scales
+    split: dim
+    dim: 1
+    segments:
+      - {name: a, size: hidden/2}
+      - {name: b, size: hidden/2}'
+for w in down_scales q_scales; do
+    eval "rule=\$$w"
+    split_wrong "gptq-$w" llama "$M/tiny-llama-gptq" 2 "$rule" "$T/wrong-$w" || continue
+    check "gptq $w: check passes (the bytes are what the manifest says)" "$TPSHARD" check "$T/wrong-$w" -q
+    expect_exit 1 "" "gptq $w: verify --layer all --source exits 1" \
+        "$TPSHARD" verify "$T/wrong-$w" --source "$M/tiny-llama-gptq" --layer all
+done
+awq_zeros='  - match: model.layers.*.self_attn.q_proj.qzeros
+    split: dim
+    dim: 1
+    segments:
+      - {name: a, size: hidden/16}
+      - {name: b, size: hidden/16}'
+if split_wrong "awq-zeros" llama "$M/tiny-llama-awq" 2 "$awq_zeros" "$T/wrong-awq-zeros"; then
+    check "awq zeros halves: check passes" "$TPSHARD" check "$T/wrong-awq-zeros" -q
+    expect_exit 1 "" "awq zeros halves: verify --layer all --source exits 1" \
+        "$TPSHARD" verify "$T/wrong-awq-zeros" --source "$M/tiny-llama-awq" --layer all
+fi
+# Act-order: o_proj's g_idx whole on every rank instead of cut with the input rows: the rank's
+# pieces do not fit together, and verify names the tensor.
+gidx_rep='  - match: model.layers.*.self_attn.o_proj.g_idx
+    split: replicate'
+if split_wrong "actorder-gidx" llama "$M/tiny-llama-gptq-actorder" 2 "$gidx_rep" "$T/wrong-gidx"; then
+    expect_exit 1 "o_proj.g_idx" "act-order g_idx replicated on a row layer: verify exits 1 naming it" \
+        "$TPSHARD" verify "$T/wrong-gidx" --source "$M/tiny-llama-gptq-actorder" --layer all
+fi
+
+# The worked tables of the quantization spec (3.4, 3.5, 4.4, 4.5) on header-only checkpoints
+# (the data a sparse hole; plan reads headers): Llama-3-8B (hidden 4096, 32 heads, 8 KV heads
+# of 128, intermediate 14336) and the Llama-2-7B shape (intermediate 11008 = 86 groups of 128,
+# 32 KV heads), 4-bit group 128, two layers each.
+qheader() { # DIR INTERMEDIATE KV METHOD DESC_ACT
+    mkdir -p "$1"
+    python3 - "$@" <<'PY'
+import json, struct, sys
+d, inter, kv, method, act = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5] == "1"
+h, heads, hd, vocab, layers, g = 4096, 32, 128, 128256, 2, 128
+t = [("model.embed_tokens.weight", "F16", [vocab, h]), ("model.norm.weight", "F16", [h]),
+     ("lm_head.weight", "F16", [vocab, h])]
+for i in range(layers):
+    p = "model.layers.%d." % i
+    t += [(p + "input_layernorm.weight", "F16", [h]), (p + "post_attention_layernorm.weight", "F16", [h])]
+    for name, out, inp in [("self_attn.q_proj", heads * hd, h), ("self_attn.k_proj", kv * hd, h),
+                           ("self_attn.v_proj", kv * hd, h), ("self_attn.o_proj", h, heads * hd),
+                           ("mlp.gate_proj", inter, h), ("mlp.up_proj", inter, h), ("mlp.down_proj", h, inter)]:
+        G = -(-inp // g)
+        if method == "gptq":
+            t += [(p + name + ".qweight", "I32", [inp // 8, out]), (p + name + ".g_idx", "I32", [inp])]
+        else:
+            t.append((p + name + ".qweight", "I32", [inp, out // 8]))
+        t += [(p + name + ".qzeros", "I32", [G, out // 8]), (p + name + ".scales", "F16", [G, out])]
+header, off = {}, 0
+for name, dt, shape in sorted(t):
+    n = {"F16": 2, "I32": 4}[dt]
+    for s in shape:
+        n *= s
+    header[name] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + n]}
+    off += n
+text = json.dumps(header, separators=(",", ":")).encode()
+text += b" " * (-len(text) % 8)
+with open(d + "/model.safetensors", "wb") as f:
+    f.write(struct.pack("<Q", len(text)) + text)
+    f.truncate(8 + len(text) + off)
+qc = {"quant_method": method, "bits": 4, "group_size": g}
+qc.update({"desc_act": act, "sym": True} if method == "gptq" else {"zero_point": True, "version": "gemm"})
+json.dump({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": h,
+           "num_attention_heads": heads, "num_key_value_heads": kv, "head_dim": hd, "intermediate_size": inter,
+           "vocab_size": vocab, "num_hidden_layers": layers, "quantization_config": qc}, open(d + "/config.json", "w"))
+PY
+}
+qheader "$T/l3-gptq" 14336 8 gptq 0 && qheader "$T/l3-gptq-act" 14336 8 gptq 1 && qheader "$T/l3-awq" 14336 8 awq 0 &&
+    qheader "$T/l2-gptq" 11008 32 gptq 0 && qheader "$T/l2-awq" 11008 32 awq 0 ||
+    notok "generating the header-only GPTQ/AWQ checkpoints"
+for s in l3-gptq l3-gptq-act l3-awq; do
+    expect_exit 3 "tp values that fit: 1, 2, 4, 8, 16" "Llama-3-8B $s g 128: tp 1, 2, 4, 8, 16" "$TPSHARD" plan "$T/$s" --tp 32
+done
+for s in l2-gptq l2-awq; do
+    expect_exit 3 "tp values that fit: 1, 2" "intermediate 11008 $s g 128: only tp 1 and 2 fit" "$TPSHARD" plan "$T/$s" --tp 4
+done
+grep -q "down_proj" "$T/.err" && ok "intermediate 11008 awq at tp 4: the refusal names down_proj" ||
+    notok "intermediate 11008 awq at tp 4: the refusal names down_proj"
+qshape() { # SET TP TENSOR -> rank 0's shape
+    "$TPSHARD" plan "$1" --tp "$2" --json 2>/dev/null | python3 -c "
+import json, sys
+j = json.load(sys.stdin)
+print([t['rank_shapes'][0] for t in j['tensors'] if t['name'] == sys.argv[1]][0])" "$3"
+}
+L=model.layers.0
+for c in "l3-gptq 4 $L.self_attn.q_proj.qweight [512, 1024]" "l3-gptq 4 $L.self_attn.q_proj.qzeros [32, 128]" \
+    "l3-gptq 4 $L.self_attn.k_proj.scales [32, 256]" "l3-gptq 8 $L.mlp.gate_proj.qzeros [32, 224]" \
+    "l3-gptq 4 $L.mlp.up_proj.g_idx [4096]" "l3-gptq 4 $L.self_attn.o_proj.qweight [128, 4096]" \
+    "l3-gptq 4 $L.self_attn.o_proj.g_idx [1024]" "l3-gptq 4 $L.self_attn.o_proj.scales [8, 4096]" \
+    "l3-gptq 8 $L.mlp.down_proj.qweight [224, 4096]" "l3-gptq 8 $L.mlp.down_proj.qzeros [14, 512]" \
+    "l3-gptq-act 4 $L.self_attn.o_proj.scales [32, 4096]" "l3-gptq-act 4 $L.mlp.down_proj.qzeros [112, 512]" \
+    "l3-gptq-act 4 $L.mlp.down_proj.g_idx [3584]" \
+    "l3-awq 4 $L.self_attn.q_proj.qweight [4096, 128]" "l3-awq 8 $L.self_attn.k_proj.qzeros [32, 16]" \
+    "l3-awq 4 $L.mlp.gate_proj.scales [32, 3584]" "l3-awq 4 $L.self_attn.o_proj.qweight [1024, 512]" \
+    "l3-awq 8 $L.mlp.down_proj.scales [14, 4096]" "l2-gptq 2 $L.mlp.down_proj.qweight [688, 4096]" \
+    "l2-awq 2 $L.mlp.down_proj.qzeros [43, 512]"; do
+    set -- $c
+    want=$(echo "$c" | cut -d' ' -f4-)
+    got=$(qshape "$T/$1" "$2" "$3")
+    [ "$got" = "$want" ] && ok "$1 tp $2: $3 is $want on a rank" || notok "$1 tp $2: $3 is $want on a rank (got $got)"
+done
