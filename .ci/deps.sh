@@ -48,4 +48,6 @@ if [ "$what" = test ]; then
     fuzzer_links || echo "deps: warning: clang cannot link -fsanitize=fuzzer,address,undefined; make fuzz will fail"
     sh "$(dirname "$0")/../tests/interop/setup.sh"
     sh "$(dirname "$0")/../tests/interop/setup_torch2.sh"
+    # The GPTQ/AWQ producers' own pack and dequantize code (two files; needs the torch-2 venv).
+    [ "${TPS_TORCH2:-1}" = 0 ] || sh "$(dirname "$0")/../tests/interop/setup_quant_refs.sh"
 fi
