@@ -86,10 +86,17 @@ def attention(ranks, cfg, x, p, cos, sin, causal):
     return attn
 
 
-def tp_forward(ranks, cfg, ids, cos, sin):
+def dense_mlp(mlp, R, cfg, hn, layer, p):
+    """Adds a rank's SwiGLU partial sum (its gate/up columns, down_proj rows) to mlp."""
+    a = torch.nn.functional.silu(linear(hn, R, p + "mlp.gate_proj")) * linear(hn, R, p + "mlp.up_proj")
+    mlp += a @ R[p + "mlp.down_proj.weight"].T
+
+
+def tp_forward(ranks, cfg, ids, cos, sin, rank_mlp=dense_mlp):
     """The whole model from the ranks' slices alone.  A rank's q/k/v slices hold its query
     heads and the KV heads they read (the TP convention: local query head j reads local KV
-    head j * kv_local // q_local); its gate/up/down slices the same intermediate columns."""
+    head j * kv_local // q_local); its gate/up/down slices the same intermediate columns
+    (rank_mlp(mlp, R, cfg, hn, layer, p) adds each rank's MLP partial sum)."""
     n, H = ids.shape[0], cfg.hidden_size
     eps = cfg.rms_norm_eps
     x = vocab_embed(ranks, "model.embed_tokens.weight", ids, H)
@@ -99,9 +106,7 @@ def tp_forward(ranks, cfg, ids, cos, sin):
         x = x + attention(ranks, cfg, x, p, cos, sin, causal)
         mlp = torch.zeros(n, H)
         for R in ranks:
-            hn = rms(x, R[p + "post_attention_layernorm.weight"], eps)
-            a = torch.nn.functional.silu(linear(hn, R, p + "mlp.gate_proj")) * linear(hn, R, p + "mlp.up_proj")
-            mlp += a @ R[p + "mlp.down_proj.weight"].T
+            rank_mlp(mlp, R, cfg, rms(x, R[p + "post_attention_layernorm.weight"], eps), layer, p)
         if p + "mlp.down_proj.bias" in ranks[0]:
             mlp += ranks[0][p + "mlp.down_proj.bias"]
         x = x + mlp

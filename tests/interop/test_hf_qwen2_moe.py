@@ -30,8 +30,8 @@ import torch
 warnings.filterwarnings("ignore", message="nn.functional.sigmoid is deprecated")
 
 import hf_tier as hf  # noqa: E402
-from hf_tier import IDS, TPS, causal_mask, gather_logits, report, rms, rotary, tpshard, vocab_embed  # noqa: E402
-from test_hf_llama_family import attention  # noqa: E402
+from hf_tier import IDS, TPS, report, rotary, tpshard  # noqa: E402
+from test_hf_llama_family import tp_forward as llama_forward  # noqa: E402
 
 BASE = dict(vocab_size=100, hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
             shared_expert_intermediate_size=48, num_hidden_layers=3, num_attention_heads=8, num_key_value_heads=2,
@@ -66,34 +66,26 @@ def route(cfg, x, router):
     return torch.zeros_like(probs).scatter(1, idx, w)
 
 
+def moe_mlp(mlp, R, cfg, hn, layer, p):
+    """Adds a rank's MLP partial sum: a dense layer's SwiGLU, or in a MoE layer each chosen
+    expert's on the rank's columns, weighted, and the shared expert scaled by its gate."""
+    if not is_moe(cfg, layer):
+        mlp += swiglu(hn, R, p + "mlp.")
+        return
+    wts = route(cfg, hn, R[p + "mlp.gate.weight"])
+    for e in range(cfg.num_experts):
+        sel = wts[:, e] > 0
+        if sel.any():
+            mlp[sel] += wts[sel, e, None] * swiglu(hn[sel], R, p + "mlp.experts.%d." % e)
+    if p + "mlp.shared_expert_gate.weight" in R:  # Qwen3-MoE has no shared expert
+        gate = torch.sigmoid(hn @ R[p + "mlp.shared_expert_gate.weight"].T)
+        mlp += gate * swiglu(hn, R, p + "mlp.shared_expert.")
+
+
 def tp_forward(ranks, cfg, ids, cos, sin):
-    """The whole model from the ranks' slices alone: Llama's attention (Qwen3-MoE's with its
-    q/k norms), and in a MoE layer each rank's routed and shared experts on its columns."""
-    n, H = ids.shape[0], cfg.hidden_size
-    eps = cfg.rms_norm_eps
-    x = vocab_embed(ranks, "model.embed_tokens.weight", ids, H)
-    causal = causal_mask(n)
-    for layer in range(cfg.num_hidden_layers):
-        p = "model.layers.%d." % layer
-        x = x + attention(ranks, cfg, x, p, cos, sin, causal)
-        mlp = torch.zeros(n, H)
-        for R in ranks:
-            hn = rms(x, R[p + "post_attention_layernorm.weight"], eps)
-            if not is_moe(cfg, layer):
-                mlp += swiglu(hn, R, p + "mlp.")
-                continue
-            wts = route(cfg, hn, R[p + "mlp.gate.weight"])
-            for e in range(cfg.num_experts):
-                sel = wts[:, e] > 0
-                if sel.any():
-                    mlp[sel] += wts[sel, e, None] * swiglu(hn[sel], R, p + "mlp.experts.%d." % e)
-            if p + "mlp.shared_expert_gate.weight" in R:  # Qwen3-MoE has no shared expert
-                gate = torch.sigmoid(hn @ R[p + "mlp.shared_expert_gate.weight"].T)
-                mlp += gate * swiglu(hn, R, p + "mlp.shared_expert.")
-        x = x + mlp
-    x = rms(x, ranks[0]["model.norm.weight"], eps)
-    head = "lm_head.weight" if "lm_head.weight" in ranks[0] else "model.embed_tokens.weight"
-    return gather_logits(ranks, x, head, cfg.vocab_size)
+    """The whole model from the ranks' slices alone: Llama's (Qwen3-MoE's attention with its
+    q/k norms), each rank's MLP by moe_mlp."""
+    return llama_forward(ranks, cfg, ids, cos, sin, rank_mlp=moe_mlp)
 
 
 # What the MoE tests claim for each case: every tp of TPS goes through.
