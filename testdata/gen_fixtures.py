@@ -108,7 +108,7 @@ def write_fixture(out, fixture, shapes, config, dtype):
 
 def write_fixtures(fixtures, default):
     """Every fixture of {name: make} (make() giving shapes, config, dtype) under the folder the
-    command line names, else testdata/DEFAULT; that folder."""
+    command line names, else the folder `default` beside this script; that folder."""
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), default)
     for fixture, make in fixtures.items():
         write_fixture(out, fixture, *make())
