@@ -16,6 +16,7 @@ static struct {
     const char *only;
     const char *name_template;
     const char *dtype;
+    const char *target;
     uint64_t max_shard;
     bool force, dry_run;
 } o;
@@ -28,6 +29,7 @@ static const tps_opt split_opts[] = {
     {"output", 'o', TPS_OPT_STRING, &o.out, "DIR", "output directory (absent or empty)"},
     {"dtype", 0, TPS_OPT_STRING, &o.dtype, "bf16|f16|f32", "convert floating tensors (nearest even)"},
     {"max-shard-size", 0, TPS_OPT_SIZE, &o.max_shard, "SIZE", "cut each rank into parts of at most SIZE"},
+    {"target", 0, TPS_OPT_STRING, &o.target, "NAME", "tpshard (default), vllm or sglang: an engine's names"},
     {"name-template", 0, TPS_OPT_STRING, &o.name_template, "T", "file names with {rank}, {tp}, {part}"},
     {"only-rank", 0, TPS_OPT_STRING, &o.only, "R[,R...]", "write only these ranks (full manifest)"},
     {"force", 'f', TPS_OPT_FLAG, &o.force, NULL, "replace an earlier shard set (nothing else)"},
@@ -67,6 +69,7 @@ static int run_split(char **args, int nargs)
     int rc = tps_cli_plan("split", src, &o.la, &ix, &l, &m);
     if (rc) goto done;
     source.ix = ix;
+    if (o.target && (rc = tps_cli_apply_target("split", o.target, m)) != 0) goto done;
     if (!(source.tensor = calloc(m->ntensors + 1, sizeof *source.tensor))) {
         tps_fail_oom(&err, "planning");
         rc = tps_cli_report("split", &err);
@@ -82,7 +85,10 @@ static int run_split(char **args, int nargs)
     tps_progress_state ps;
     tps_write_opts wo = tps_cli_write_opts(o.out, o.force, inputs, o.only, o.name_template, o.max_shard, &ps);
     wo.dry_run = o.dry_run;
+    char *side = NULL;
+    if (m->target) tps_cli_target_write_opts(&wo, src, o.max_shard, &side);
     rc = cv ? tps_cli_write("split", m, tps_convert_read, cv, &wo) : tps_cli_write("split", m, read_source, &source, &wo);
+    free(side);
     if (rc) goto done;
     if (o.dry_run) {
         if (!tps_common.quiet) tps_cli_print_plan(m, false);
@@ -109,9 +115,12 @@ const tps_cmd tps_cmd_split = {
                "architectures (then model_type), and stderr says which.\n"
                "File names: default " TPS_DEFAULT_NAME_TEMPLATE ", or with\n"
                "--max-shard-size " TPS_DEFAULT_PART_TEMPLATE " plus a per-rank index\n"
-               TPS_RANK_INDEX_TEMPLATE ".  Serving stacks' names:\n"
-               "  vLLM:          --name-template model-rank-{rank}-part-{part}.safetensors\n"
-               "  TensorRT-LLM:  --name-template rank{rank}.safetensors\n",
+               TPS_RANK_INDEX_TEMPLATE ".\n"
+               "--target vllm (or sglang) writes what the engine's load_format=sharded_state\n"
+               "loads as it is: its parameter names (fused qkv_proj, gate_up_proj, MoE w13/w2),\n"
+               "its vocabulary padding (a multiple of 64, then divided by tp), tied weights once,\n"
+               "files " TPS_DEFAULT_PART_TEMPLATE " in parts of at most\n"
+               "--max-shard-size (default 5GiB), and the source's config.json and tokenizer files.\n",
     .opts = split_opts,
     .min_args = 1,
     .max_args = 1,

@@ -1,5 +1,11 @@
 #include "output_args.h"
 
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "lib/target.h"
+
 #include "cli.h"
 #include "formats/safetensors.h"
 
@@ -29,4 +35,32 @@ int tps_cli_write(const char *verb, tps_manifest *m, tps_global_read_fn read, vo
     tps_write_set(m, read, ctx, o, &err);
     tps_progress_end(ps);
     return tps_cli_report(verb, &err);
+}
+
+int tps_cli_apply_target(const char *verb, const char *name, tps_manifest *m)
+{
+    tps_error err;
+    tps_error_clear(&err);
+    tps_target *t = NULL;
+    if (tps_target_load(m->layout_text, m->layout_name, name, &t, &err) == TPS_OK) {
+        if (t) tps_target_apply(t, m, &err);
+        else tps_target_clear(m);
+    }
+    tps_target_free(t);
+    return tps_cli_report(verb, &err);
+}
+
+void tps_cli_target_write_opts(tps_write_opts *wo, const char *src, uint64_t max_part_bytes, char **side)
+{
+    struct stat sb;
+    *side = NULL;
+    if (stat(src, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        *side = strdup(src);
+    } else {
+        const char *slash = strrchr(src, '/');
+        *side = slash ? strndup(src, (size_t)(slash - src + (slash == src))) : strdup(".");
+    }
+    wo->side_files = *side;
+    wo->cut.max_part_bytes = max_part_bytes ? max_part_bytes : 5ull << 30;
+    if (!wo->cut.name_template) wo->cut.name_template = TPS_DEFAULT_PART_TEMPLATE;
 }

@@ -30,6 +30,9 @@ static const char *const role_names[TPS_ROLE_COUNT] = {
     [TPS_ROLE_KV_A_NORM_W] = "kv_a_norm",     [TPS_ROLE_KV_B_W] = "kv_b_proj",
     [TPS_ROLE_SHARED_GATE_W] = "shared_expert_gate", [TPS_ROLE_ROUTER_BIAS] = "router_bias",
     [TPS_ROLE_Q_NORM_W] = "q_norm",           [TPS_ROLE_K_NORM_W] = "k_norm",
+    [TPS_ROLE_SINKS] = "sinks",               [TPS_ROLE_ROUTER_LOGIT_B] = "router_logit_bias",
+    [TPS_ROLE_EXPERTS_GATE_UP_W] = "experts_gate_up", [TPS_ROLE_EXPERTS_GATE_UP_B] = "experts_gate_up_bias",
+    [TPS_ROLE_EXPERTS_DOWN_W] = "experts_down", [TPS_ROLE_EXPERTS_DOWN_B] = "experts_down_bias",
 };
 
 static const char *const model_role_names[TPS_MROLE_COUNT] = {
@@ -40,7 +43,7 @@ static const char *const model_role_names[TPS_MROLE_COUNT] = {
 
 static const char *const norm_names[] = {"rms", "layer", "rms_offset"};
 static const char *const rope_scaling_names[] = {"default", "linear", "dynamic", "llama3", "yarn"};
-static const char *const act_names[] = {"silu", "gelu_tanh", "gelu_erf"};
+static const char *const act_names[] = {"silu", "gelu_tanh", "gelu_erf", "swiglu_oai"};
 static const char *const rope_names[] = {"none", "half", "interleaved"};
 static const char *const attn_names[] = {"mha", "mla"};
 static const char *const moe_scoring_names[] = {"softmax", "sigmoid"};
@@ -190,6 +193,10 @@ tps_status tps_rope_scaling_from_config(const tps_json *root, const char *path, 
             (st = scaling_number(rs, path, type, "original_max_position_embeddings", false, 0, 1e12,
                                  &out->original_max_pos, err)))
             return st;
+        const tps_json *tr = tps_json_get(rs, "truncate"); /* transformers 4.57; absent: true */
+        if (tr && tr->type != TPS_JSON_NULL && tr->type != TPS_JSON_BOOL)
+            return tps_fail(err, TPS_EINVALID, "%s: rope_scaling \"truncate\" must be true or false", path);
+        out->yarn_no_truncate = tr && tr->type == TPS_JSON_BOOL && !tr->u.boolean;
         /* the correction range needs a context length, as dynamic's growth does */
         /* fall through */
     case TPS_ROPE_SCALING_DYNAMIC:

@@ -46,6 +46,16 @@ typedef enum tps_block_role {
                                     /* the shared expert's output scaled by sigmoid(x . w) */
     TPS_ROLE_ROUTER_BIAS,           /* DeepSeek-V3 e_score_correction_bias [experts], replicated */
     TPS_ROLE_Q_NORM_W, TPS_ROLE_K_NORM_W, /* RMSNorm of q and of k before RoPE (qk_norm: over what); replicated */
+    /* GPT-OSS.  sinks [heads]: a per-head logit joined to each softmax and dropped, cut with
+     * the q heads.  router_logit_bias [experts]: the router Linear's bias, added to the
+     * logits (it chooses and weighs, unlike router_bias), replicated.  The experts_* roles
+     * hold every expert of the layer in one tensor, [in, out] per expert: experts_gate_up
+     * [experts, hidden, 2 inter] with gate at even and up at odd columns, its bias
+     * [experts, 2 inter] (cut by pairs of columns), experts_down [experts, inter, hidden]
+     * (cut along inter) and experts_down_bias [experts, hidden] (replicated: weighted by the
+     * routing and added once, after the all-reduce). */
+    TPS_ROLE_SINKS, TPS_ROLE_ROUTER_LOGIT_B,
+    TPS_ROLE_EXPERTS_GATE_UP_W, TPS_ROLE_EXPERTS_GATE_UP_B, TPS_ROLE_EXPERTS_DOWN_W, TPS_ROLE_EXPERTS_DOWN_B,
     TPS_ROLE_COUNT
 } tps_block_role;
 
@@ -62,6 +72,9 @@ typedef enum tps_block_model_role {
     TPS_MROLE_COUNT
 } tps_block_model_role;
 
+/* rms_offset: Gemma's RMSNorm, x / rms(x) * (1 + w) (transformers' GemmaRMSNorm computes it in
+ * float32, weight included, where Llama's scales after casting back). */
+typedef enum tps_norm_kind { TPS_NORM_RMS, TPS_NORM_LAYER, TPS_NORM_RMS_OFFSET } tps_norm_kind;
 /* The attention of a block: Llama/GPT-style multi-head (the kind says which), or DeepSeek's
  * multi-head latent attention (verify/mla_tmpl.h), whatever the MLP is. */
 typedef enum tps_attn_kind { TPS_ATTN_MHA, TPS_ATTN_MLA } tps_attn_kind;
@@ -71,10 +84,9 @@ typedef enum tps_attn_kind { TPS_ATTN_MHA, TPS_ATTN_MLA } tps_attn_kind;
  * ranks, so the norm needs a collective (vLLM's Olmo2Attention all-gathers q and k). */
 typedef enum tps_qk_norm_kind { TPS_QK_NORM_PER_HEAD, TPS_QK_NORM_WHOLE } tps_qk_norm_kind;
 
-/* rms_offset: Gemma's RMSNorm, x / rms(x) * (1 + w) (transformers' GemmaRMSNorm computes it in
- * float32, weight included, where Llama's scales after casting back). */
-typedef enum tps_norm_kind { TPS_NORM_RMS, TPS_NORM_LAYER, TPS_NORM_RMS_OFFSET } tps_norm_kind;
-typedef enum tps_act_kind { TPS_ACT_SILU, TPS_ACT_GELU_TANH, TPS_ACT_GELU_ERF } tps_act_kind;
+/* swiglu_oai (GPT-OSS, gated MLPs only): gate clamped to at most 7, up to [-7, 7],
+ * (up + 1) * gate * sigmoid(1.702 gate); transformers' GptOssExperts, vLLM's swigluoai. */
+typedef enum tps_act_kind { TPS_ACT_SILU, TPS_ACT_GELU_TANH, TPS_ACT_GELU_ERF, TPS_ACT_SWIGLU_OAI } tps_act_kind;
 typedef enum tps_rope_style {
     TPS_ROPE_NONE,
     TPS_ROPE_HALF,       /* rotate_half: pairs (i, i + rot/2), HF Llama/NeoX */
@@ -100,6 +112,8 @@ typedef struct tps_rope_scaling {
     double original_max_pos;                  /* llama3 (required), yarn (optional) */
     double beta_fast, beta_slow;              /* yarn (defaults 32, 1) */
     double attention_factor;                  /* yarn (default 0.1 ln(factor) + 1) */
+    bool yarn_no_truncate;                    /* yarn "truncate": false (transformers 4.57, GPT-OSS):
+                                                 the correction range is not rounded outwards */
     double max_pos;                           /* config.json max_position_embeddings; 0: unknown */
     char other[24];                           /* TPS_ROPE_SCALING_OTHER's rope_type */
     double mscale, mscale_all_dim;            /* DeepSeek's yarn (transformers 4.57); 0: absent */

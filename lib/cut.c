@@ -12,6 +12,7 @@
 #include "prefetch.h"
 #include "hf_index.h"
 #include "spans.h"
+#include "target.h"
 
 /* Chunks of 1 MiB, 8 in flight: few syscalls, slices of dimension-0 cuts still written
  * straight from the chunk, chunks still in the shared cache when the consumer writes them
@@ -257,6 +258,7 @@ static tps_status open_part(tps_manifest *m, uint64_t r, rank_out *ro, size_t p,
         tps_partition_rank_shape(&t->part, t->ndim, t->shape, m->tp, r, shapes + k * TPS_MAX_DIMS);
         e[k] = (tps_sink_tensor){t->name, t->dtype, t->ndim, shapes + k * TPS_MAX_DIMS};
     }
+    if (m->target) n = tps_target_file_tensors(m, i0, n, r, e, shapes); /* fused runs: one tensor each */
     if (ro->write) {
         path = tps_outdir_path(od, m->files[ro->file0 + p].name);
         if (!path) {
@@ -309,7 +311,8 @@ static tps_status plan_parts(const tps_manifest *m, uint64_t r, uint64_t max, ra
         goto cleanup;
     }
     for (size_t i = 0; max && i < m->ntensors; i++) TPS_CHECK(tps_manifest_rank_bytes(m, i, r, &bytes[i], err));
-    tps_parts_greedy(bytes, m->ntensors, max, ro->first, &ro->nparts);
+    if (m->target) TPS_CHECK(tps_target_parts(m, bytes, max, ro->first, &ro->nparts, err));
+    else tps_parts_greedy(bytes, m->ntensors, max, ro->first, &ro->nparts);
 cleanup:
     free(bytes);
     return st;
@@ -336,7 +339,7 @@ static tps_status refuse_collisions(const tps_manifest *m, const tps_cut_opts *o
     /* A rank index name is TPS_RANK_INDEX_TEMPLATE with two numbers of at most 5 digits
      * (tp <= TPS_MAX_TP): under 64 bytes, so 4 MiB at the largest tp. */
     enum { INDEX_NAME_MAX = 64 };
-    bool rank_indexes = o->max_part_bytes && !o->checkpoint;
+    bool rank_indexes = o->max_part_bytes && !o->checkpoint && !m->target;
     size_t n = m->nfiles + 1 + (rank_indexes ? m->tp : 0);
     char **names = calloc(n, sizeof *names);
     char *index_names = rank_indexes ? calloc(m->tp, INDEX_NAME_MAX) : NULL;
@@ -479,7 +482,7 @@ tps_status tps_cut(tps_manifest *m, const tps_cut_files *files, tps_global_read_
         if (!o->max_part_bytes || !outs[r].write) continue;
         if (o->checkpoint) {
             if (outs[r].nparts > 1) TPS_CHECK(checkpoint_index_write(m, &outs[r], od, err));
-        } else {
+        } else if (!m->target) { /* an engine finds its parts by glob; an index would name source tensors */
             TPS_CHECK(tps_rank_index_write(m, r, outs[r].first, outs[r].file0, od, err));
         }
     }

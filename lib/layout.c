@@ -65,7 +65,11 @@
  *                                    mlp_norm_bias gate_proj up_proj gate_up_proj fc fc_bias
  *                                    down_proj down_bias router post_attn_norm
  *                                    post_mlp_norm shared_expert_gate router_bias q_norm
- *                                    k_norm.  A bias role may name a
+ *                                    k_norm sinks router_logit_bias experts_gate_up
+ *                                    experts_gate_up_bias experts_down experts_down_bias
+ *                                    (lib/block.h; the experts_* roles hold every expert
+ *                                    of a layer, GPT-OSS, and replace the per-expert MLP
+ *                                    roles and expert_prefix).  A bias role may name a
  *                                    tensor a checkpoint lacks (Llama vs Qwen2 q/k/v bias);
  *                                    the verification pass treats it as absent.
  *                                    post_attn_norm / post_mlp_norm normalize a block's
@@ -81,7 +85,7 @@
  *                                    head widths from the sizes qk_nope_head_dim,
  *                                    qk_rope_head_dim, v_head_dim; RoPE interleaved unless
  *                                    config.json's rope_interleave is false
- *     act: silu | gelu_tanh | gelu_erf
+ *     act: silu | gelu_tanh | gelu_erf | swiglu_oai   (swiglu_oai: GPT-OSS's clamped gated form)
  *     rope: none | half | interleaved              rope_theta: FLOAT
  *     rotary_pct: FLOAT (0 < x <= 1) parallel_residual / conv1d / qkv_interleaved: BOOL
  *     qkv_grouped: BOOL              the fused qkv_proj is per KV group [q heads of the
@@ -588,9 +592,10 @@ static bool has_role(const tps_block *b, tps_block_role r) { return b->role[r] !
 static tps_status check_block_roles(pctx *c, const yaml_node_t *n, const tps_block *b)
 {
     static const tps_block_role common[] = {TPS_ROLE_ATTN_NORM_W, TPS_ROLE_O_W, TPS_ROLE_MLP_NORM_W, TPS_ROLE_DOWN_W};
-    /* A stage normalized only after its block (OLMo 2) has no pre-norm. */
+    /* A stage normalized only after its block (OLMo 2) has no pre-norm; fused experts
+     * (GPT-OSS) hold the down projections in experts_down. */
     static const tps_block_role instead[] = {TPS_ROLE_POST_ATTN_NORM_W, TPS_ROLE_COUNT, TPS_ROLE_POST_MLP_NORM_W,
-                                             TPS_ROLE_COUNT};
+                                             TPS_ROLE_EXPERTS_DOWN_W};
     for (size_t i = 0; i < sizeof common / sizeof common[0]; i++)
         if (!has_role(b, common[i]) && !(instead[i] != TPS_ROLE_COUNT && has_role(b, instead[i])))
             return fail_at(c, n, "block of kind %s needs role %s", tps_block_kind_name(b->kind),
@@ -615,6 +620,19 @@ static tps_status check_block_roles(pctx *c, const yaml_node_t *n, const tps_blo
     if (!separate_qkv && !has_role(b, TPS_ROLE_QKV_W))
         return fail_at(c, n, "block of kind %s needs roles q_proj, k_proj and v_proj, or qkv_proj",
                        tps_block_kind_name(b->kind));
+    bool fused_experts = has_role(b, TPS_ROLE_EXPERTS_GATE_UP_W) || has_role(b, TPS_ROLE_EXPERTS_DOWN_W) ||
+                         has_role(b, TPS_ROLE_EXPERTS_GATE_UP_B) || has_role(b, TPS_ROLE_EXPERTS_DOWN_B);
+    if (fused_experts) {
+        if (!has_role(b, TPS_ROLE_EXPERTS_GATE_UP_W) || !has_role(b, TPS_ROLE_EXPERTS_DOWN_W) ||
+            !has_role(b, TPS_ROLE_ROUTER_W))
+            return fail_at(c, n, "a block with fused experts needs roles experts_gate_up, experts_down and router");
+        if (has_role(b, TPS_ROLE_GATE_W) || has_role(b, TPS_ROLE_UP_W) || has_role(b, TPS_ROLE_GATE_UP_W) ||
+            has_role(b, TPS_ROLE_FC_W) || has_role(b, TPS_ROLE_DOWN_W) || b->expert_prefix || b->dense_prefix ||
+            b->shared_prefix)
+            return fail_at(c, n, "fused experts (experts_*) leave out the per-expert MLP roles, expert_prefix, "
+                                 "dense_prefix and shared_prefix");
+        return TPS_OK;
+    }
     if (b->kind == TPS_BLOCK_MIXTRAL || has_role(b, TPS_ROLE_ROUTER_W)) {
         if (!has_role(b, TPS_ROLE_GATE_W) || !has_role(b, TPS_ROLE_UP_W) || !has_role(b, TPS_ROLE_ROUTER_W))
             return fail_at(c, n, "a mixture-of-experts block needs roles gate_proj, up_proj and router");
@@ -852,9 +870,10 @@ static tps_status parse_skip(pctx *c, const yaml_node_t *n)
 
 static tps_status parse_root(pctx *c, const yaml_node_t *root)
 {
+    /* targets: is read by lib/target.c when a serving engine's layout is asked for. */
     static const char *const allowed[] = {"name",  "description", "architectures", "aliases", "sizes", "infer",
-                                          "skip", "rules",       "default",       "block",   NULL};
-    enum { K_NAME, K_DESC, K_ARCH, K_ALIAS, K_SIZES, K_INFER, K_SKIP, K_RULES, K_DEFAULT, K_BLOCK, K_COUNT };
+                                          "skip", "rules",       "default",       "block",   "targets", NULL};
+    enum { K_NAME, K_DESC, K_ARCH, K_ALIAS, K_SIZES, K_INFER, K_SKIP, K_RULES, K_DEFAULT, K_BLOCK, K_TARGETS, K_COUNT };
     yaml_node_t *v[K_COUNT];
     tps_layout *l = c->l;
     tps_status st = map_fields(c, root, "the layout", allowed, v);

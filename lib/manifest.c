@@ -12,6 +12,7 @@
 #include "checked.h"
 #include "json.h"
 #include "layout.h" /* tps_glob_match, for "skipped" */
+#include "target.h"
 
 static void jw_crc(tps_jw *w, uint32_t crc)
 {
@@ -30,6 +31,10 @@ static void jw_partition(tps_jw *w, const tps_partition *p)
         tps_jw_u64(w, (uint64_t)p->dim);
         tps_jw_key(w, "pad");
         tps_jw_bool(w, p->pad);
+        if (p->pad && p->pad_multiple) { /* only a serving engine's padding says it */
+            tps_jw_key(w, "pad_multiple");
+            tps_jw_u64(w, p->pad_multiple);
+        }
         if (p->groups > 1) { /* only grouped partitions say it: older manifests stay as they were */
             tps_jw_key(w, "groups");
             tps_jw_u64(w, p->groups);
@@ -88,6 +93,10 @@ tps_status tps_manifest_to_json(const tps_manifest *m, tps_buf *buf, tps_error *
         for (uint64_t r = 0; r < m->tp; r++)
             if (m->held[r]) tps_jw_u64(&w, r);
         tps_jw_array_end(&w);
+    }
+    if (m->target) { /* only a serving engine's set says it: tpshard's own stay as they were */
+        tps_jw_key(&w, "target");
+        tps_jw_string(&w, m->target);
     }
     tps_jw_key(&w, "layout");
     tps_jw_object_begin(&w);
@@ -166,6 +175,14 @@ tps_status tps_manifest_to_json(const tps_manifest *m, tps_buf *buf, tps_error *
         tps_jw_string(&w, t->rule ? t->rule : "");
         tps_jw_key(&w, "partition");
         jw_partition(&w, &t->part);
+        if (t->target_name) {
+            tps_jw_key(&w, "target_name");
+            tps_jw_string(&w, t->target_name);
+            if (t->target_stack) {
+                tps_jw_key(&w, "target_stack");
+                tps_jw_u64(&w, t->target_stack);
+            }
+        }
         tps_jw_key(&w, "rank_shapes");
         tps_jw_array_begin(&w);
         for (uint64_t r = 0; r < m->tp; r++) {
@@ -292,6 +309,11 @@ static tps_status load_partition(loader *L, const tps_json *pj, tps_partition *p
     if (dim >= TPS_MAX_DIMS) return bad(L, pj, "dim out of range", "");
     p->dim = (int)dim;
     TPS_CHECK(get_bool(L, pj, "pad", &p->pad));
+    if (tps_json_get(pj, "pad_multiple")) { /* optional: a serving engine's vocabulary quantum */
+        TPS_CHECK(get_u64(L, pj, "pad_multiple", &p->pad_multiple));
+        if (!p->pad || p->pad_multiple < 1 || p->pad_multiple > (1u << 20))
+            return bad(L, tps_json_get(pj, "pad_multiple"), "must be 1 to 1048576, with pad", "pad_multiple");
+    }
     if (tps_json_get(pj, "groups")) { /* optional: a grouped partition's group count, at least 2 */
         TPS_CHECK(get_u64(L, pj, "groups", &p->groups));
         if (p->groups < 2) return bad(L, tps_json_get(pj, "groups"), "must be at least 2", "groups");
@@ -337,6 +359,11 @@ static tps_status load_tensor(loader *L, const tps_json *tj, uint64_t tp, tps_ma
     v = field(L, tj, "partition", TPS_JSON_OBJECT, &st);
     NEED(v);
     TPS_CHECK(load_partition(L, v, &t->part));
+    if (tps_json_get(tj, "target_name")) { /* optional: a serving engine's name (lib/target.h) */
+        NEED(v = field(L, tj, "target_name", TPS_JSON_STRING, &st));
+        NEED(t->target_name = dup_json_string(L, v, &st));
+        if (tps_json_get(tj, "target_stack")) TPS_CHECK(get_u64(L, tj, "target_stack", &t->target_stack));
+    }
     uint64_t nelem, nbytes;
     char what[2600];
     snprintf(what, sizeof what, "%.2000s: tensor '%.400s'", L->path, t->name);
@@ -463,6 +490,10 @@ static tps_status load_doc(loader *L, const tps_json *root, tps_manifest *m)
     TPS_CHECK(get_u64(L, root, "tp", &m->tp));
     if (m->tp < 1 || m->tp > TPS_MAX_TP) return bad(L, tps_json_get(root, "tp"), "must be 1 to 65536", "tp");
     TPS_CHECK(load_held(L, root, m));
+    if (tps_json_get(root, "target")) { /* optional: absent for tpshard's own sets */
+        NEED(v = field(L, root, "target", TPS_JSON_STRING, &st));
+        NEED(m->target = dup_json_string(L, v, &st));
+    }
     v = field(L, root, "tool", TPS_JSON_STRING, &st);
     NEED(v);
     NEED(m->tool = dup_json_string(L, v, &st));
@@ -542,6 +573,7 @@ static tps_status load_doc(loader *L, const tps_json *root, tps_manifest *m)
         TPS_CHECK(load_tensor(L, tensors->u.array.items[i], m->tp, &m->tensors[i]));
     }
     TPS_CHECK(tps_manifest_index(m, L->path, L->err));
+    TPS_CHECK(tps_target_check_manifest(m, L->path, L->err));
 cleanup:
     return st;
 }
@@ -682,7 +714,9 @@ void tps_manifest_free(tps_manifest *m)
     for (size_t i = 0; i < m->ntensors; i++) {
         free(m->tensors[i].name);
         free(m->tensors[i].rule);
+        free(m->tensors[i].target_name);
     }
+    free(m->target);
     for (size_t i = 0; i < m->nfiles; i++) free(m->files[i].name);
     for (size_t i = 0; i < m->source.nfiles; i++) free(m->source.files[i].name);
     free(m->source.files);

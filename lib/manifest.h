@@ -33,6 +33,13 @@ typedef struct tps_manifest_tensor {
     uint64_t nbytes; /* global, unpadded */
     uint32_t crc;    /* CRC-32 of the global tensor's bytes */
     char *rule;      /* label of the layout rule that cut it */
+    /* A serving engine's target (lib/target.h): the name rank files hold this tensor's slice
+     * under (NULL: its own name).  Consecutive tensors with the same target_name are one
+     * tensor in the files, their rank slices concatenated along dimension 0 in manifest
+     * order; with target_stack S > 0 they form S equal groups, each concatenated so, stacked
+     * along a new leading dimension (MoE experts: [E, 2I/T, H]). */
+    char *target_name;
+    uint64_t target_stack;
 } tps_manifest_tensor;
 
 typedef struct tps_manifest_file {
@@ -70,6 +77,7 @@ typedef struct tps_manifest {
     char *layout_text;   /* the YAML the set was cut with */
     char *config_path;   /* the config.json the sizes came from, as given; NULL when none */
     char *config_keys;   /* the keys of it tpshard reads, a compact JSON object; NULL when none */
+    char *target;        /* the engine the rank files are laid out for ("vllm", "sglang"); NULL: tpshard */
     tps_source_info source;
     tps_manifest_skip *skipped; /* "skipped": the skip: entries that matched, in layout order */
     size_t nskipped;

@@ -110,7 +110,20 @@ static tps_status diagnose(const tps_partition *p, const char *name, tps_dtype d
         uint64_t n = g->length / g->unit;
         const char *sn = g->name[0] ? g->name : "";
         if (n == 0) continue; /* an empty segment gives every rank nothing */
-        if (units_per_rank(n, Ts)) {
+        if (p->pad && p->pad_multiple) {
+            uint64_t padded;
+            if (!tps_add_u64(n, p->pad_multiple - 1, &padded) ||
+                !tps_mul_u64(padded / p->pad_multiple, p->pad_multiple, &padded))
+                return tps_fail(err, TPS_EINVALID, "tensor '%s': padded length overflows", name);
+            if (padded % Ts != 0) {
+                set_issue(issue, TPS_ISSUE_INDIVISIBLE, p, s, padded, T);
+                return tps_fail(err, TPS_EINVALID,
+                                "tensor '%s': the engine pads %llu rows to a multiple of %llu (%llu), which tp %llu "
+                                "does not divide",
+                                name, (unsigned long long)n, (unsigned long long)p->pad_multiple,
+                                (unsigned long long)padded, (unsigned long long)T);
+            }
+        } else if (units_per_rank(n, Ts)) {
             /* fine */
         } else if (n < Ts && Ts % n == 0 && g->may_replicate) {
             /* replicated units (GQA KV heads) */
@@ -195,6 +208,11 @@ static void slice_segments(const tps_partition *p, uint64_t base, uint64_t T, ui
         uint64_t n = g->length / g->unit, first, count;
         if (n == 0) {
             continue;
+        } else if (p->pad && p->pad_multiple) { /* the engine's padding: P = padded / T rows each */
+            uint64_t per = (n + p->pad_multiple - 1) / p->pad_multiple * p->pad_multiple / T;
+            first = r * per;
+            count = first >= n ? 0 : (n - first < per ? n - first : per);
+            out->pad += (per - count) * g->unit;
         } else if (n % T == 0) {
             first = r * (n / T);
             count = n / T;
@@ -283,5 +301,8 @@ void tps_partition_describe(const tps_partition *p, char *buf, size_t bufsize)
     if (p->groups > 1)
         n += (size_t)snprintf(buf + (n < bufsize ? n : bufsize), n < bufsize ? bufsize - n : 0, " in %llu groups",
                               (unsigned long long)p->groups);
-    if (p->pad) snprintf(buf + (n < bufsize ? n : bufsize), n < bufsize ? bufsize - n : 0, " padded");
+    if (p->pad && p->pad_multiple)
+        snprintf(buf + (n < bufsize ? n : bufsize), n < bufsize ? bufsize - n : 0, " padded to a multiple of %llu",
+                 (unsigned long long)p->pad_multiple);
+    else if (p->pad) snprintf(buf + (n < bufsize ? n : bufsize), n < bufsize ? bufsize - n : 0, " padded");
 }

@@ -48,6 +48,11 @@ typedef struct tps_partition {
     tps_segment seg[TPS_MAX_SEGMENTS];
     bool pad; /* zero-pad a single segment's units up to a multiple of T */
     uint64_t groups; /* 0 or 1: segments once; G > 1: the segments repeat G times (grouped) */
+    /* With pad: 0 pads to a multiple of T (tpshard's own sets).  Q > 0 pads as a serving
+     * engine pads its vocabulary (vLLM/SGLang: 64): always to a multiple of Q, even when T
+     * divides the length, and that padded length must divide by T; rank r holds padded units
+     * [r*P, (r+1)*P), P = padded/T, so the zeros sit at the global end. */
+    uint64_t pad_multiple;
 } tps_partition;
 
 /* One rank's part of a split tensor along dim, in global coordinates of the unpadded

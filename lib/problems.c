@@ -311,6 +311,11 @@ static void units_text(const tps_partition_issue *is, const tps_model_sizes *s, 
         tps_buf_printf(out, "vocabulary %llu", (unsigned long long)n);
     } else if (s && u == 1 && n && n == s->hidden) {
         tps_buf_printf(out, "hidden size %llu", (unsigned long long)n);
+    } else if (s && u == 1 && n && n == s->heads) { /* a per-head vector: GPT-OSS's sinks */
+        *heads = n != s->kv_heads;
+        tps_buf_printf(out, "%llu attention heads (one element each)", (unsigned long long)n);
+    } else if (s && u == 2 && n && n == s->intermediate) { /* GPT-OSS's interleaved gate_up */
+        tps_buf_printf(out, "intermediate size %llu ((gate, up) pairs)", (unsigned long long)n);
     } else {
         tps_buf_printf(out, "%llu units of %llu", (unsigned long long)n, (unsigned long long)u);
     }

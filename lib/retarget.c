@@ -32,11 +32,12 @@ tps_status tps_manifest_retarget(const tps_manifest *src, uint64_t tp, tps_manif
                         .layout_text = strdup(src->layout_text),
                         .config_path = src->config_path ? strdup(src->config_path) : NULL,
                         .config_keys = src->config_keys ? strdup(src->config_keys) : NULL,
+                        .target = src->target ? strdup(src->target) : NULL,
                         .source = {strdup(src->source.path), strdup(src->source.format), src->source.bytes, 0, NULL},
                         .tensors = calloc(src->ntensors + 1, sizeof *m->tensors)};
     m->source.files = calloc(src->source.nfiles + 1, sizeof *m->source.files);
     if (!m->tool || !m->layout_name || !m->layout_text || !m->source.path || !m->source.format || !m->tensors ||
-        !m->source.files || !m->config_path != !src->config_path || !m->config_keys != !src->config_keys) {
+        !m->source.files || !m->config_path != !src->config_path || !m->config_keys != !src->config_keys || !m->target != !src->target) {
         st = tps_fail_oom(err, "resharding");
         goto cleanup;
     }
@@ -77,8 +78,9 @@ tps_status tps_manifest_retarget(const tps_manifest *src, uint64_t tp, tps_manif
         *t = *s;
         t->name = strdup(s->name);
         t->rule = strdup(s->rule);
+        t->target_name = s->target_name ? strdup(s->target_name) : NULL;
         t->crc = 0;
-        if (!t->name || !t->rule) {
+        if (!t->name || !t->rule || !t->target_name != !s->target_name) {
             st = tps_fail_oom(err, "resharding");
             goto cleanup;
         }

@@ -11,6 +11,7 @@
 #include "iocache.h"
 #include "manifest.h"
 #include "spans.h"
+#include "target.h"
 
 tps_status tps_shardset_open_with(const char *dir, tps_file_reader_fn add_file, tps_shardset **out, tps_error *err)
 {
@@ -99,6 +100,11 @@ tps_status tps_shardset_open_rank(tps_shardset *ss, uint64_t r, const tps_index 
         }
         if (!ix) TPS_CHECK(tps_index_new(path, "safetensors", &ix, err));
         TPS_CHECK(ss->add_file(ix, path, err));
+    }
+    if (ss->m->target && ix) { /* fused tensors: each member a byte range of its fused tensor */
+        tps_index *files = ix;
+        ix = NULL;
+        TPS_CHECK(tps_target_member_index(ss->m, r, files, &ix, err));
     }
     TPS_CHECK(check_rank(ss, r, ix, err));
     ss->rank[r] = ix;

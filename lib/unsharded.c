@@ -20,6 +20,8 @@ tps_status tps_manifest_unsharded(const tps_manifest *src, tps_manifest **out, t
         t->part = (tps_partition){.replicated = true};
         t->name = strdup(s->name);
         t->rule = NULL;
+        t->target_name = NULL; /* a checkpoint: the source's names, fusions undone */
+        t->target_stack = 0;
         m->ntensors = i + 1;
         if (!t->name) {
             tps_manifest_free(m);

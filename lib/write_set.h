@@ -32,6 +32,8 @@ typedef struct tps_write_opts {
     const char *only_ranks;     /* NULL: every rank; else the ranks this run writes */
     bool dry_run;               /* steps 1-3 only: check everything, write nothing */
     tps_cut_opts cut;           /* the engine's options; its write_rank is set from only_ranks */
+    const char *side_files;     /* NULL, or a directory whose non-weight files (config.json, tokenizer)
+                                   the output gets a copy of (lib/target.h): a serving engine's set */
 } tps_write_opts;
 
 /* Refuses a tp of 0 or above TPS_MAX_TP (TPS_EARG), naming what (e.g. "--tp"). */

@@ -105,7 +105,7 @@ void tps_vmlp_map_global(const vdims *d, const vshare *s, vmlp_map *m);
 void tps_vmlp_map_local(const vdims *d, const vshare *s, vmlp_map *m);
 
 /* The shape the held tensor of `role` must have for a share (the whole model: T = 1).
- * Returns the number of dimensions, 0 when the role has no fixed shape. */
+ * Returns the number of dimensions (at most 3), 0 when the role has no fixed shape. */
 int tps_vexpected_shape(const tps_block *b, const vdims *d, const vshare *s, tps_block_role role, uint64_t *shape);
 
 /* Checks every present tensor of l against tps_vexpected_shape; on a difference, writes a
@@ -135,6 +135,10 @@ bool tps_vrole_is_mlp(tps_block_role r);
                            size_t n, const REAL *xn, bool add_bias, REAL *out, tps_error *err);         \
     tps_status tps_vmlp_##SFX(const tps_block *b, const vdims *d, const vlayer *l, const vmlp_map *m,        \
                           size_t n, const REAL *xn, bool add_bias, REAL *out, tps_error *err);          \
+    /* The MLP's row-parallel biases, added once after the all-reduce: down_proj's, and         \
+     * GPT-OSS's expert down biases weighted by the routing of xn (the MLP's input). */          \
+    tps_status tps_vmlp_out_bias_##SFX(const tps_block *b, const vdims *d, const vlayer *l, size_t n,   \
+                                       const REAL *xn, REAL *out, tps_error *err);               \
     void tps_vadd_vec_##SFX(const tps_vt *v, size_t n, size_t dim, REAL *y);                               \
     /* Rotates heads in place: x[t, h * hd ..] for h < nh at position t (row stride ldx). */            \
     void tps_vrope_##SFX(const tps_block *b, const vdims *d, size_t n, size_t nh, REAL *x, size_t ldx);   \
@@ -252,6 +256,21 @@ static inline uint64_t tps_vsplitmix64(uint64_t *s)
 
 VNORMS_DECLARE(double, f64)
 VNORMS_DECLARE(float, f32)
+
+/* ---- experts fused into whole-layer tensors (GPT-OSS; verify/fused_experts.c) ---- */
+
+/* Whether role is one of the experts_* roles (lib/block.h). */
+bool tps_vrole_fused_experts(tps_block_role role);
+
+/* The shape a share holds of a fused experts_* role (returns 3 or 2). */
+int tps_vexperts_fused_shape(const vdims *d, const vshare *s, tps_block_role role, uint64_t *shape);
+
+/* When l holds the fused experts_* tensors, fills its per-expert table l->ex (allocated by
+ * tps_vlayer_load, l->nex experts) with each expert's gate_proj, up_proj [inter, hidden],
+ * their biases, down_proj [hidden, inter] and its down bias, so the MoE math runs as for
+ * per-expert checkpoints.  Tensors whose shapes do not fit together are left fused and the
+ * table empty: the shape check (tps_vcheck_shapes) reports them. */
+tps_status tps_vexperts_unfuse(vlayer *l, tps_error *err);
 
 /* ---- backends (verify/backend.c) ---- */
 

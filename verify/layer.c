@@ -43,13 +43,14 @@ bool tps_verify_role_per_expert(const tps_block *b, tps_block_role role)
 
 bool tps_verify_role_routing(tps_block_role role)
 {
-    return role == TPS_ROLE_ROUTER_W || role == TPS_ROLE_ROUTER_BIAS || role == TPS_ROLE_SHARED_GATE_W;
+    return role == TPS_ROLE_ROUTER_W || role == TPS_ROLE_ROUTER_BIAS || role == TPS_ROLE_SHARED_GATE_W ||
+           role == TPS_ROLE_ROUTER_LOGIT_B || tps_vrole_fused_experts(role);
 }
 
 bool tps_vrole_is_mlp(tps_block_role r)
 {
     return r >= TPS_ROLE_MLP_NORM_W && r != TPS_ROLE_POST_ATTN_NORM_W && r != TPS_ROLE_Q_NORM_W &&
-           r != TPS_ROLE_K_NORM_W && !(r >= TPS_ROLE_Q_A_W && r <= TPS_ROLE_KV_B_W);
+           r != TPS_ROLE_K_NORM_W && r != TPS_ROLE_SINKS && !(r >= TPS_ROLE_Q_A_W && r <= TPS_ROLE_KV_B_W);
 }
 
 static bool vrole_is_bias(tps_block_role r)
@@ -57,7 +58,8 @@ static bool vrole_is_bias(tps_block_role r)
     switch (r) {
     case TPS_ROLE_ATTN_NORM_B: case TPS_ROLE_Q_B: case TPS_ROLE_K_B: case TPS_ROLE_V_B: case TPS_ROLE_QKV_B:
     case TPS_ROLE_O_B: case TPS_ROLE_MLP_NORM_B: case TPS_ROLE_GATE_B: case TPS_ROLE_UP_B: case TPS_ROLE_FC_B:
-    case TPS_ROLE_DOWN_B: case TPS_ROLE_Q_A_B: case TPS_ROLE_KV_A_B:
+    case TPS_ROLE_DOWN_B: case TPS_ROLE_Q_A_B: case TPS_ROLE_KV_A_B: case TPS_ROLE_ROUTER_LOGIT_B:
+    case TPS_ROLE_EXPERTS_GATE_UP_B: case TPS_ROLE_EXPERTS_DOWN_B:
         return true;
     default:
         return false;
@@ -209,6 +211,7 @@ tps_status tps_vlayer_load(const tps_block *b, uint64_t layer, uint64_t experts,
         for (int r = 0; r < TPS_ROLE_COUNT; r++)
             if (tps_verify_role_per_expert(b, (tps_block_role)r))
                 TPS_CHECK(load_role(b, (tps_block_role)r, layer, e, src, &out->ex[e * TPS_ROLE_COUNT + r], err));
+    TPS_CHECK(tps_vexperts_unfuse(out, err));
 cleanup:
     if (st != TPS_OK) tps_vlayer_release(out);
     return st;
@@ -342,6 +345,15 @@ int tps_vexpected_shape(const tps_block *b, const vdims *d, const vshare *s, tps
     case TPS_ROLE_Q_NORM_W: case TPS_ROLE_K_NORM_W: /* replicated whole on every rank */
         shape[0] = b->qk_norm == TPS_QK_NORM_PER_HEAD ? hd : role == TPS_ROLE_Q_NORM_W ? d->heads * hd : d->kv * hd;
         return 1;
+    case TPS_ROLE_SINKS: /* cut with the q heads */
+        shape[0] = s->q_n;
+        return 1;
+    case TPS_ROLE_ROUTER_LOGIT_B:
+        shape[0] = d->experts;
+        return 1;
+    case TPS_ROLE_EXPERTS_GATE_UP_W: case TPS_ROLE_EXPERTS_GATE_UP_B: case TPS_ROLE_EXPERTS_DOWN_W:
+    case TPS_ROLE_EXPERTS_DOWN_B:
+        return tps_vexperts_fused_shape(d, s, role, shape);
     default: return 0;
     }
     if (vec) {
@@ -356,10 +368,12 @@ int tps_vexpected_shape(const tps_block *b, const vdims *d, const vshare *s, tps
 static bool check_one(const tps_block *b, const vdims *d, const vshare *s, const tps_vt *t, tps_block_role role,
                       char *msg, size_t msgsize)
 {
-    uint64_t want[2];
+    uint64_t want[3];
     int nd = tps_vexpected_shape(b, d, s, role, want);
     if (!t->data || nd == 0) return true;
-    if (t->ndim == nd && t->shape[0] == want[0] && (nd == 1 || t->shape[1] == want[1])) return true;
+    bool same = t->ndim == nd;
+    for (int i = 0; same && i < nd; i++) same = t->shape[i] == want[i];
+    if (same) return true;
     char have_s[128], want_s[64];
     tps_shape_str(t->shape, t->ndim, have_s, sizeof have_s);
     tps_shape_str(want, nd, want_s, sizeof want_s);
@@ -370,7 +384,8 @@ static bool check_one(const tps_block *b, const vdims *d, const vshare *s, const
              (unsigned long long)(s->q_first + s->q_n - 1), (unsigned long long)s->kv_first,
              (unsigned long long)(s->kv_first + s->kv_n - 1), (unsigned long long)s->i_first,
              (unsigned long long)(s->i_first + s->i_n - 1),
-             role == TPS_ROLE_O_B || role == TPS_ROLE_DOWN_B ? "; a row-parallel bias is replicated" : "");
+             role == TPS_ROLE_O_B || role == TPS_ROLE_DOWN_B || role == TPS_ROLE_EXPERTS_DOWN_B
+                 ? "; a row-parallel bias is replicated" : "");
     return false;
 }
 

@@ -178,8 +178,18 @@ static REAL F(vact)(tps_act_kind k, REAL v)
     case TPS_ACT_GELU_TANH:
         return (REAL)(0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))));
     case TPS_ACT_GELU_ERF: return (REAL)(0.5 * x * (1.0 + erf(x * 0.7071067811865476)));
+    case TPS_ACT_SWIGLU_OAI: break; /* gated: vgated */
     }
     return v;
+}
+
+/* A gated MLP's act(gate) * up; swiglu_oai's constants are transformers' GptOssExperts
+ * (alpha 1.702, limit 7), which config.json does not carry. */
+static REAL F(vgated)(tps_act_kind k, REAL g, REAL u)
+{
+    if (k != TPS_ACT_SWIGLU_OAI) return F(vact)(k, g) * u;
+    double gc = fmin((double)g, 7.0), uc = fmax(fmin((double)u, 7.0), -7.0);
+    return (REAL)((uc + 1.0) * gc / (1.0 + exp(-1.702 * gc)));
 }
 
 /* Projects heads h < cnt of width hd from W's output rows off + h * stride into
@@ -245,8 +255,13 @@ tps_status F(tps_vattn)(const tps_block *b, const vdims *d, const vlayer *l, con
      * layers) limited to the last d->window positions. */
     double qpas = b->query_pre_attn_scalar > 0 ? b->query_pre_attn_scalar : (double)hd, cap = b->attn_softcap;
     REAL scale = (REAL)(1.0 / sqrt(qpas));
+    /* GPT-OSS: each head's sink logit joins the softmax and is dropped.  Sinks are cut with
+     * the heads, as o_proj's input columns are: head h's sits at o_off / hd + h. */
+    const tps_vt *sinks = vrole(l, TPS_ROLE_SINKS, 0, false);
     for (size_t h = 0; h < hn; h++) {
         uint64_t j = (m->q_first + h) / group - m->kv_first; /* the map holds this KV head */
+        REAL sink = 0;
+        if (sinks) F(vrow)(sinks, m->o_off / hd + h, 1, &sink);
         for (size_t t = 0; t < n; t++) {
             const REAL *qt = q + t * qld + h * hd;
             REAL mx = 0, sum = 0, *ct = ctx + t * qld + h * hd;
@@ -259,6 +274,8 @@ tps_status F(tps_vattn)(const tps_block *b, const vdims *d, const vlayer *l, con
                 if (cap > 0) sc[s] = (REAL)(cap * tanh((double)sc[s] / cap));
                 if (s == s0 || sc[s] > mx) mx = sc[s];
             }
+            if (sinks && sink > mx) mx = sink;
+            if (sinks) sum += (REAL)exp((double)(sink - mx));
             for (size_t s = s0; s <= t; s++) {
                 sc[s] = (REAL)exp((double)(sc[s] - mx));
                 sum += sc[s];
@@ -307,7 +324,7 @@ static tps_status F(vdense)(const tps_block *b, const vdims *d, const tps_vt *rt
         TPS_CHECK(F(vlinear)(uw, b->conv1d, n, xn, H, 0, d->hidden, up0, up0 + in, u, in, err));
         if (gb) F(vadd_range)(gb, m->i_first, n, in, g, in, sc);
         if (ub) F(vadd_range)(ub, m->i_first, n, in, u, in, sc);
-        for (size_t i = 0; i < n * in; i++) g[i] = F(vact)(b->act, g[i]) * u[i];
+        for (size_t i = 0; i < n * in; i++) g[i] = F(vgated)(b->act, g[i], u[i]);
     } else {
         const tps_vt *fw = vget(rt, TPS_ROLE_FC_W), *fb = vget(rt, TPS_ROLE_FC_B);
         TPS_CHECK(F(vlinear)(fw, b->conv1d, n, xn, H, 0, d->hidden, m->i_first, m->i_first + in, g, in, err));
@@ -327,30 +344,55 @@ cleanup:
  * each expert runs on the tokens routed to it and its output is added with the token's
  * weight; the shared expert, when there is one, runs on every token, scaled by
  * sigmoid(x . shared_expert_gate) where that gate exists (Qwen2-MoE). */
-static tps_status F(vmoe)(const tps_block *b, const vdims *d, const vlayer *l, const vmlp_map *m, size_t n,
-                          const REAL *xn, REAL *out, tps_error *err)
+/* The router's choice for n tokens (verify/moe_route.h): sel[t * E + e] and the weights
+ * wt (n * E each, zeroed here).  logit: n * E of scratch. */
+static tps_status F(vroute)(const tps_block *b, const vdims *d, const vlayer *l, size_t n, const REAL *xn,
+                            REAL *logit, unsigned char *sel, double *wt, tps_error *err)
 {
     tps_status st = TPS_OK;
     size_t E = (size_t)d->experts, H = (size_t)d->hidden, K = (size_t)d->top_k;
-    REAL *logit = malloc((n * E + 1) * sizeof *logit), *xg = malloc((n * H + 1) * sizeof *xg);
-    REAL *yg = malloc((n * H + 1) * sizeof *yg);
-    double *ld = malloc((n * E + 1) * sizeof *ld), *wt = calloc(n * E + 1, sizeof *wt);
-    double *bias = malloc((E + 1) * sizeof *bias), *cs = malloc((E + 1) * sizeof *cs);
-    unsigned char *sel = calloc(n * E + 1, 1);
-    size_t *tok = malloc((n + 1) * sizeof *tok);
-    const tps_vt *rb = vrole(l, TPS_ROLE_ROUTER_BIAS, 0, false);
+    double *ld = malloc((n * E + 1) * sizeof *ld), *bias = malloc((E + 1) * sizeof *bias);
+    double *cs = malloc((E + 1) * sizeof *cs);
+    REAL *lbv = malloc((E + 1) * sizeof *lbv);
+    const tps_vt *rb = vrole(l, TPS_ROLE_ROUTER_BIAS, 0, false), *lb = vrole(l, TPS_ROLE_ROUTER_LOGIT_B, 0, false);
     vmoe_cfg rc = vmoe_cfg_of(b);
-    if (!logit || !xg || !yg || !ld || !wt || !bias || !cs || !sel || !tok) {
+    if (!ld || !bias || !cs || !lbv) {
         st = tps_fail_oom(err, "MoE buffers");
         goto cleanup;
     }
+    memset(sel, 0, n * E);
+    memset(wt, 0, n * E * sizeof *wt);
     TPS_CHECK(F(vlinear)(vrole(l, TPS_ROLE_ROUTER_W, 0, false), false, n, xn, H, 0, d->hidden, 0, E, logit, E, err));
+    if (lb) F(vadd_range)(lb, 0, n, E, logit, E, lbv); /* GPT-OSS: the router Linear's bias */
     for (size_t i = 0; i < n * E; i++) ld[i] = (double)logit[i];
     if (rb) {
         F(vrow)(rb, 0, E, logit); /* the logits are in ld already: logit is free */
         for (size_t i = 0; i < E; i++) bias[i] = (double)logit[i];
     }
     vmoe_route(&rc, n, E, K, ld, rb ? bias : NULL, sel, wt, cs);
+cleanup:
+    free(ld);
+    free(bias);
+    free(cs);
+    free(lbv);
+    return st;
+}
+
+static tps_status F(vmoe)(const tps_block *b, const vdims *d, const vlayer *l, const vmlp_map *m, size_t n,
+                          const REAL *xn, REAL *out, tps_error *err)
+{
+    tps_status st = TPS_OK;
+    size_t E = (size_t)d->experts, H = (size_t)d->hidden;
+    REAL *logit = malloc((n * E + 1) * sizeof *logit), *xg = malloc((n * H + 1) * sizeof *xg);
+    REAL *yg = malloc((n * H + 1) * sizeof *yg);
+    double *wt = calloc(n * E + 1, sizeof *wt);
+    unsigned char *sel = calloc(n * E + 1, 1);
+    size_t *tok = malloc((n + 1) * sizeof *tok);
+    if (!logit || !xg || !yg || !wt || !sel || !tok) {
+        st = tps_fail_oom(err, "MoE buffers");
+        goto cleanup;
+    }
+    TPS_CHECK(F(vroute)(b, d, l, n, xn, logit, sel, wt, err));
     memset(out, 0, n * H * sizeof *out);
     for (size_t e = 0; e < E; e++) {
         size_t ng = 0;
@@ -380,12 +422,43 @@ cleanup:
     free(logit);
     free(xg);
     free(yg);
-    free(ld);
     free(wt);
-    free(bias);
-    free(cs);
     free(sel);
     free(tok);
+    return st;
+}
+
+tps_status F(tps_vmlp_out_bias)(const tps_block *b, const vdims *d, const vlayer *l, size_t n, const REAL *xn,
+                                REAL *out, tps_error *err)
+{
+    tps_status st = TPS_OK;
+    size_t E = (size_t)d->experts, H = (size_t)d->hidden;
+    const tps_vt *db = vrole(l, TPS_ROLE_DOWN_B, 0, false);
+    if (db) F(tps_vadd_vec)(db, n, H, out);
+    bool expert_bias = false;
+    for (size_t e = 0; e < E && !expert_bias; e++) expert_bias = vget(&l->ex[e * TPS_ROLE_COUNT], TPS_ROLE_DOWN_B);
+    if (!expert_bias) return TPS_OK;
+    REAL *logit = malloc((n * E + H + 1) * sizeof *logit);
+    double *wt = malloc((n * E + 1) * sizeof *wt);
+    unsigned char *sel = malloc(n * E + 1);
+    if (!logit || !wt || !sel) {
+        st = tps_fail_oom(err, "MoE buffers");
+        goto cleanup;
+    }
+    TPS_CHECK(F(vroute)(b, d, l, n, xn, logit, sel, wt, err));
+    REAL *row = logit + n * E;
+    for (size_t e = 0; e < E; e++) {
+        const tps_vt *eb = vget(&l->ex[e * TPS_ROLE_COUNT], TPS_ROLE_DOWN_B);
+        if (!eb) continue;
+        F(vrow)(eb, 0, H, row);
+        for (size_t t = 0; t < n; t++)
+            if (sel[t * E + e])
+                for (size_t i = 0; i < H; i++) out[t * H + i] += (REAL)wt[t * E + e] * row[i];
+    }
+cleanup:
+    free(logit);
+    free(wt);
+    free(sel);
     return st;
 }
 
@@ -393,8 +466,7 @@ tps_status F(tps_vmlp)(const tps_block *b, const vdims *d, const vlayer *l, cons
                    const REAL *xn, bool add_bias, REAL *out, tps_error *err)
 {
     tps_status st = d->experts ? F(vmoe)(b, d, l, m, n, xn, out, err) : F(vdense)(b, d, l->t, m, n, xn, out, err);
-    const tps_vt *db = vrole(l, TPS_ROLE_DOWN_B, 0, false);
-    if (st == TPS_OK && add_bias && db) F(tps_vadd_vec)(db, n, (size_t)d->hidden, out);
+    if (st == TPS_OK && add_bias) st = F(tps_vmlp_out_bias)(b, d, l, n, xn, out, err);
     return st;
 }
 

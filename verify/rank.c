@@ -183,9 +183,12 @@ static void rank_body(rank_job *j, bool *elsewhere)
             j->st = cst;
             goto cleanup;
         }
-        /* A row-parallel bias is added once, after the sum, by each rank to its copy. */
-        const tps_vt *bias = vrole(&l, stage == TPS_VSTAGE_ATTN ? TPS_ROLE_O_B : TPS_ROLE_DOWN_B, 0, false);
-        if (bias && !o->bad[stage]) tps_vadd_vec_f32(bias, j->n, (size_t)d->hidden, o->out[stage]);
+        /* A row-parallel bias is added once, after the sum, by each rank to its copy (scratch
+         * still holds the stage's normalized input, which routes GPT-OSS's expert biases). */
+        const tps_vt *bias = vrole(&l, TPS_ROLE_O_B, 0, false);
+        if (stage == TPS_VSTAGE_ATTN && bias && !o->bad[stage]) tps_vadd_vec_f32(bias, j->n, (size_t)d->hidden, o->out[stage]);
+        if (stage == TPS_VSTAGE_MLP && !o->bad[stage] && j->st == TPS_OK)
+            j->st = tps_vmlp_out_bias_f32(j->b, d, &l, j->n, scratch, o->out[stage], &j->err);
         if (!o->bad[stage]) tps_vpost_norm_f32(j->b, d, &l, stage, j->n, o->out[stage]); /* Gemma 2: replicated */
     }
 cleanup:

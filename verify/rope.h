@@ -13,7 +13,9 @@
  *            ramp between; the range is [floor(c(beta_fast)), ceil(c(beta_slow))] clamped to
  *            [0, rot - 1] with c(r) = rot ln(L / (2 pi r)) / (2 ln theta), L the rope_scaling's
  *            original_max_position_embeddings, else max_position_embeddings (the one 4.46
- *            reads); cos and sin are multiplied by attention_factor.
+ *            reads); cos and sin are multiplied by attention_factor.  With rope_scaling's
+ *            "truncate": false (transformers 4.57's option, GPT-OSS) the range is not
+ *            rounded: [c(beta_fast), c(beta_slow)], clamped alike.
  * A type verify does not model (TPS_ROPE_SCALING_OTHER) gets the default frequencies: the
  * reference and the ranks still rotate alike, so the check of the cut stands. */
 #ifndef TPS_VERIFY_ROPE_H
@@ -57,8 +59,8 @@ TPS_VROPE_FN double vrope_inv_freq(const tps_rope_scaling *s, double theta, size
     }
     case TPS_ROPE_SCALING_YARN: {
         double L = s->original_max_pos > 0 ? s->original_max_pos : s->max_pos;
-        double lo = floor(vrope_yarn_dim(s->beta_fast, dim, L, theta));
-        double hi = ceil(vrope_yarn_dim(s->beta_slow, dim, L, theta));
+        double lo = vrope_yarn_dim(s->beta_fast, dim, L, theta), hi = vrope_yarn_dim(s->beta_slow, dim, L, theta);
+        if (!s->yarn_no_truncate) lo = floor(lo), hi = ceil(hi);
         if (lo < 0) lo = 0;
         if (hi > dim - 1) hi = dim - 1;
         if (lo == hi) hi += 0.001; /* as transformers: no zero-width ramp */

@@ -87,9 +87,10 @@ done
 
 # The newer families' block features under MPI, every layer and the whole model: q/k norms
 # (Qwen3), post-block norms, soft-caps and windows (Gemma 2), a grouped fused QKV (Falcon-40B),
-# MLA with grouped sigmoid routing and shared experts (DeepSeek-V3).  The preset comes from
-# each fixture's config.json; the verdicts must equal the threads'.
-for model in qwen3 gemma2 falcon40 deepseek-v3; do
+# MLA with grouped sigmoid routing and shared experts (DeepSeek-V3), attention sinks and fused
+# biased experts whose down biases are routed after the all-reduce (GPT-OSS).  The preset
+# comes from each fixture's config.json; the verdicts must equal the threads'.
+for model in qwen3 gemma2 falcon40 deepseek-v3 gpt-oss; do
     for tp in 2 4; do
         mpi_as_threads "$model" "$tp" whole
     done

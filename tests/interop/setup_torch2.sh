@@ -2,7 +2,7 @@
 # Installs the torch-2 interop tier: PyPI's torch 2.5.1 and transformers 4.57.6 in their own
 # venv (build/venv-torch2, no system site packages: Debian's torch 1.13 must not shadow it).
 # transformers 4.48 and later need torch 2, and only they have Qwen3, Qwen3-MoE, Gemma 3,
-# DeepSeek-V2/V3, OLMo 2 and GPT-OSS (../shared/reference/python-tiers.md).  The CPU is all
+# DeepSeek-V2/V3, OLMo 2 and GPT-OSS (measured: 4.46/4.47 are the last on torch 1.13).  The CPU is all
 # the tests use; PyPI's manylinux torch wheel still pulls NVIDIA's CUDA runtime wheels (about
 # 5 GB, 2 minutes).  Installs only what is missing and says what it does.
 #   TPS_TORCH2=0 sh tests/interop/setup_torch2.sh    does nothing (the tier then skips, saying so)

@@ -1006,6 +1006,10 @@ static const char *unsupported(const tps_block *b, const vdims *d)
     if (b->query_pre_attn_scalar > 0) return "query_pre_attn_scalar";
     if (d->window) return "sliding-window attention";
     if (d->local && b->rope_local_theta > 0) return "the local layers' RoPE base (rope_local_base_freq)";
+    if (b->role[TPS_ROLE_SINKS]) return "attention sinks";
+    if (b->role[TPS_ROLE_EXPERTS_GATE_UP_W] || b->role[TPS_ROLE_EXPERTS_DOWN_W]) return "fused expert tensors (experts_*)";
+    if (b->role[TPS_ROLE_ROUTER_LOGIT_B]) return "a router logit bias";
+    if (b->act == TPS_ACT_SWIGLU_OAI) return "the swiglu_oai activation";
     return NULL;
 }
 

@@ -1,0 +1,752 @@
+#include "target.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <yaml.h>
+
+#include "checked.h"
+#include "hf_index.h"
+#include "presets.h"
+
+#define MAX_CAPS 8
+#define MAX_FROM 8
+#define NAME_MAX_LEN 1024
+
+typedef struct tentry {
+    char *from[MAX_FROM];
+    size_t nfrom;
+    char *into;
+    bool stack, tied;
+    size_t line;
+} tentry;
+
+struct tps_target {
+    char *name;
+    char *source; /* what messages call the layout */
+    uint64_t vocab_multiple;
+    tentry *e;
+    size_t n;
+};
+
+void tps_target_free(tps_target *t)
+{
+    if (!t) return;
+    for (size_t i = 0; i < t->n; i++) {
+        for (size_t j = 0; j < t->e[i].nfrom; j++) free(t->e[i].from[j]);
+        free(t->e[i].into);
+    }
+    free(t->e);
+    free(t->name);
+    free(t->source);
+    free(t);
+}
+
+/* ---- names with captures ---- */
+
+typedef struct caps {
+    int n;
+    const char *s[MAX_CAPS];
+    size_t len[MAX_CAPS];
+} caps;
+
+/* '*' a non-empty dot-free run, '{a,b}' one alternative; each is a capture. */
+static bool match(const char *p, const char *s, caps *c)
+{
+    if (!*p) return !*s;
+    if (*p == '*' || *p == '{') {
+        int k = c->n;
+        if (k >= MAX_CAPS) return false;
+        c->n = k + 1;
+        if (*p == '*') {
+            for (size_t l = 1; s[l - 1] && s[l - 1] != '.'; l++) {
+                c->s[k] = s;
+                c->len[k] = l;
+                if (match(p + 1, s + l, c)) return true;
+            }
+        } else {
+            const char *close = strchr(p, '}');
+            for (const char *a = p + 1; close && a <= close;) {
+                const char *end = a;
+                while (end < close && *end != ',') end++;
+                size_t l = (size_t)(end - a);
+                c->s[k] = s;
+                c->len[k] = l;
+                if (strncmp(s, a, l) == 0 && match(close + 1, s + l, c)) return true;
+                a = end + 1;
+            }
+        }
+        c->n = k;
+        return false;
+    }
+    return *p == *s && match(p + 1, s + 1, c);
+}
+
+static int wildcards(const char *p)
+{
+    int n = 0;
+    for (; *p; p++)
+        if (*p == '*' || *p == '{') n++;
+    return n;
+}
+
+/* p with its wildcards replaced by the first ncap captures; false when too long. */
+static bool subst(const char *p, const caps *c, int ncap, char *out, size_t size)
+{
+    size_t n = 0;
+    int k = 0;
+    while (*p) {
+        const char *piece = p;
+        size_t len = 1;
+        if (*p == '*' || *p == '{') {
+            if (k >= ncap) return false;
+            piece = c->s[k];
+            len = c->len[k++];
+            p = *p == '{' ? strchr(p, '}') + 1 : p + 1;
+        } else {
+            p++;
+        }
+        if (n + len + 1 > size) return false;
+        memcpy(out + n, piece, len);
+        n += len;
+    }
+    out[n] = '\0';
+    return true;
+}
+
+/* ---- the targets: section ---- */
+
+typedef struct yctx {
+    yaml_document_t *doc;
+    const char *source;
+    tps_error *err;
+} yctx;
+
+static const char *yscalar(const yaml_node_t *n)
+{
+    return n && n->type == YAML_SCALAR_NODE ? (const char *)n->data.scalar.value : NULL;
+}
+
+static yaml_node_t *ykey(yaml_document_t *doc, const yaml_node_t *map, const char *key)
+{
+    if (!map || map->type != YAML_MAPPING_NODE) return NULL;
+    for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++) {
+        const char *k = yscalar(yaml_document_get_node(doc, p->key));
+        if (k && strcmp(k, key) == 0) return yaml_document_get_node(doc, p->value);
+    }
+    return NULL;
+}
+
+static tps_status ybad(yctx *c, const yaml_node_t *n, const char *msg)
+{
+    return tps_fail(c->err, TPS_EINVALID, "%s:%zu:%zu: targets: %s", c->source, n ? n->start_mark.line + 1 : 0,
+                    n ? n->start_mark.column + 1 : 0, msg);
+}
+
+static bool ytrue(const yaml_node_t *n)
+{
+    const char *s = yscalar(n);
+    return s && strcmp(s, "true") == 0;
+}
+
+static tps_status parse_entry(yctx *c, const yaml_node_t *en, tentry *e)
+{
+    static const char *const allowed[] = {"into", "from", "stack", "tied", NULL};
+    if (en->type != YAML_MAPPING_NODE) return ybad(c, en, "each tensors: entry is a mapping with into and from");
+    for (yaml_node_pair_t *p = en->data.mapping.pairs.start; p < en->data.mapping.pairs.top; p++) {
+        const char *k = yscalar(yaml_document_get_node(c->doc, p->key));
+        bool ok = false;
+        for (size_t i = 0; k && allowed[i]; i++) ok = ok || strcmp(k, allowed[i]) == 0;
+        if (!ok) return ybad(c, yaml_document_get_node(c->doc, p->key), "unknown key (into, from, stack, tied)");
+    }
+    e->line = en->start_mark.line + 1;
+    const char *into = yscalar(ykey(c->doc, en, "into"));
+    yaml_node_t *from = ykey(c->doc, en, "from");
+    if (!into || !from) return ybad(c, en, "an entry needs into (a name) and from (a name or a list)");
+    e->stack = ytrue(ykey(c->doc, en, "stack"));
+    e->tied = ytrue(ykey(c->doc, en, "tied"));
+    if (!(e->into = strdup(into))) return tps_fail_oom(c->err, "reading a target");
+    if (from->type == YAML_SCALAR_NODE) {
+        if (!(e->from[e->nfrom++] = strdup(yscalar(from)))) return tps_fail_oom(c->err, "reading a target");
+    } else if (from->type == YAML_SEQUENCE_NODE) {
+        for (yaml_node_item_t *it = from->data.sequence.items.start; it < from->data.sequence.items.top; it++) {
+            const char *s = yscalar(yaml_document_get_node(c->doc, *it));
+            if (!s) return ybad(c, from, "from lists names");
+            if (e->nfrom == MAX_FROM) return ybad(c, from, "at most 8 names in from");
+            if (!(e->from[e->nfrom++] = strdup(s))) return tps_fail_oom(c->err, "reading a target");
+        }
+    } else {
+        return ybad(c, from, "from is a name or a list of names");
+    }
+    if (e->nfrom == 0) return ybad(c, from, "from is empty");
+    int w = wildcards(e->from[0]);
+    if (w > MAX_CAPS) return ybad(c, from, "at most 8 wildcards in a name");
+    for (size_t j = 1; j < e->nfrom; j++)
+        if (wildcards(e->from[j]) != w) return ybad(c, from, "every name of from needs as many wildcards as the first");
+    if (e->stack && w < 1) return ybad(c, en, "stack: true needs a wildcard in from for the expert");
+    if (wildcards(e->into) != w - (e->stack ? 1 : 0))
+        return ybad(c, en, e->stack ? "into needs one wildcard fewer than from (the last counts the stack)"
+                                    : "into needs as many wildcards as from");
+    return TPS_OK;
+}
+
+/* The mapping node of target name in a parsed layout, following one alias ("sglang: vllm"). */
+static yaml_node_t *find_target(yaml_document_t *doc, const char *name)
+{
+    yaml_node_t *targets = ykey(doc, yaml_document_get_root_node(doc), "targets");
+    yaml_node_t *t = ykey(doc, targets, name);
+    const char *alias = yscalar(t);
+    if (alias) t = ykey(doc, targets, alias);
+    return t && t->type == YAML_MAPPING_NODE ? t : NULL;
+}
+
+static bool text_has_target(const char *text, const char *name)
+{
+    yaml_parser_t p;
+    yaml_document_t doc;
+    if (!yaml_parser_initialize(&p)) return false;
+    yaml_parser_set_input_string(&p, (const unsigned char *)text, strlen(text));
+    bool ok = false;
+    if (yaml_parser_load(&p, &doc)) {
+        ok = find_target(&doc, name) != NULL;
+        yaml_document_delete(&doc);
+    }
+    yaml_parser_delete(&p);
+    return ok;
+}
+
+tps_status tps_target_load(const char *layout_text, const char *layout_name, const char *name, tps_target **out,
+                           tps_error *err)
+{
+    *out = NULL;
+    if (strcmp(name, "tpshard") == 0) return TPS_OK;
+    if (strcmp(name, "vllm") != 0 && strcmp(name, "sglang") != 0)
+        return tps_fail(err, TPS_EARG, "--target '%s': expected tpshard, vllm or sglang", name);
+    yaml_parser_t p;
+    yaml_document_t doc;
+    bool doc_ok = false;
+    tps_status st = TPS_OK;
+    tps_target *t = calloc(1, sizeof *t);
+    if (!t || !yaml_parser_initialize(&p)) {
+        free(t);
+        return tps_fail_oom(err, "reading a target");
+    }
+    yaml_parser_set_input_string(&p, (const unsigned char *)layout_text, strlen(layout_text));
+    if (!yaml_parser_load(&p, &doc)) {
+        st = tps_fail(err, TPS_EINVALID, "%s: the layout is not valid YAML", layout_name);
+        goto cleanup;
+    }
+    doc_ok = true;
+    yctx c = {&doc, layout_name, err};
+    yaml_node_t *tn = find_target(&doc, name);
+    if (!tn) {
+        char have[1024] = "";
+        size_t k = 0;
+        for (const tps_preset *pr = tps_presets; pr->name; pr++)
+            if (text_has_target(pr->yaml, name) && k < sizeof have)
+                k += (size_t)snprintf(have + k, sizeof have - k, "%s%s", k ? ", " : "", pr->name);
+        st = tps_fail(err, TPS_EINVALID, "%s has no mapping for --target %s; the presets with one: %s", layout_name,
+                      name, k ? have : "(none)");
+        goto cleanup;
+    }
+    if (!(t->name = strdup(name)) || !(t->source = strdup(layout_name))) {
+        st = tps_fail_oom(err, "reading a target");
+        goto cleanup;
+    }
+    for (yaml_node_pair_t *pp = tn->data.mapping.pairs.start; pp < tn->data.mapping.pairs.top; pp++) {
+        yaml_node_t *k = yaml_document_get_node(&doc, pp->key), *v = yaml_document_get_node(&doc, pp->value);
+        const char *ks = yscalar(k);
+        if (ks && strcmp(ks, "vocab_multiple") == 0) {
+            const char *s = yscalar(v);
+            char *end;
+            unsigned long long q = s ? strtoull(s, &end, 10) : 0;
+            if (!s || *end || q < 1 || q > (1u << 20)) {
+                st = ybad(&c, v, "vocab_multiple is a number from 1 to 1048576");
+                goto cleanup;
+            }
+            t->vocab_multiple = q;
+        } else if (ks && strcmp(ks, "tensors") == 0) {
+            if (v->type != YAML_SEQUENCE_NODE) {
+                st = ybad(&c, v, "tensors is a list of {into, from}");
+                goto cleanup;
+            }
+            size_t n = (size_t)(v->data.sequence.items.top - v->data.sequence.items.start);
+            if (!(t->e = calloc(n + 1, sizeof *t->e))) {
+                st = tps_fail_oom(err, "reading a target");
+                goto cleanup;
+            }
+            for (size_t i = 0; i < n; i++) {
+                t->n = i + 1;
+                TPS_CHECK(parse_entry(&c, yaml_document_get_node(&doc, v->data.sequence.items.start[i]), &t->e[i]));
+            }
+        } else {
+            st = ybad(&c, k, "unknown key (vocab_multiple, tensors)");
+            goto cleanup;
+        }
+    }
+    *out = t;
+    t = NULL;
+cleanup:
+    if (doc_ok) yaml_document_delete(&doc);
+    yaml_parser_delete(&p);
+    tps_target_free(t);
+    return st;
+}
+
+/* ---- runs of members ---- */
+
+static size_t run_end(const tps_manifest *m, size_t i)
+{
+    const char *n = m->tensors[i].target_name;
+    size_t j = i + 1;
+    while (n && j < m->ntensors && m->tensors[j].target_name && strcmp(m->tensors[j].target_name, n) == 0) j++;
+    return j;
+}
+
+/* The shape rank r's files give run [i, j). */
+static tps_status run_shape(const tps_manifest *m, size_t i, size_t j, uint64_t r, uint64_t *out, int *nd,
+                            tps_error *err)
+{
+    const tps_manifest_tensor *h = &m->tensors[i];
+    uint64_t S = h->target_stack ? h->target_stack : 1;
+    if ((j - i) % S != 0)
+        return tps_fail(err, TPS_EINVALID, "target tensor '%s': %zu members do not make %llu equal groups",
+                        h->target_name, j - i, (unsigned long long)S);
+    size_t per = (j - i) / S;
+    uint64_t base[TPS_MAX_DIMS] = {0};
+    int bnd = 0;
+    for (uint64_t s = 0; s < S; s++) {
+        uint64_t g[TPS_MAX_DIMS] = {0};
+        int gnd = 0;
+        for (size_t k = 0; k < per; k++) {
+            const tps_manifest_tensor *t = &m->tensors[i + s * per + k];
+            uint64_t rs[TPS_MAX_DIMS];
+            tps_partition_rank_shape(&t->part, t->ndim, t->shape, m->tp, r, rs);
+            if (t->dtype != h->dtype || t->target_stack != h->target_stack || t->ndim < 1 ||
+                (k && (t->ndim != gnd || memcmp(rs + 1, g + 1, sizeof *rs * (size_t)(gnd - 1)))))
+                return tps_fail(err, TPS_EINVALID,
+                                "target tensor '%s': '%s' does not concatenate with '%s' along dimension 0 "
+                                "(dtype, stack or trailing dimensions differ)",
+                                h->target_name, t->name, m->tensors[i].name);
+            if (!k) {
+                memcpy(g, rs, sizeof *rs * (size_t)t->ndim);
+                gnd = t->ndim;
+            } else {
+                g[0] += rs[0];
+            }
+        }
+        if (s && (gnd != bnd || memcmp(g, base, sizeof *g * (size_t)gnd)))
+            return tps_fail(err, TPS_EINVALID, "target tensor '%s': its stacked groups differ in shape",
+                            h->target_name);
+        memcpy(base, g, sizeof g);
+        bnd = gnd;
+    }
+    if (h->target_stack) {
+        if (bnd + 1 > TPS_MAX_DIMS)
+            return tps_fail(err, TPS_EINVALID, "target tensor '%s': too many dimensions", h->target_name);
+        out[0] = S;
+        memcpy(out + 1, base, sizeof *base * (size_t)bnd);
+        *nd = bnd + 1;
+    } else {
+        memcpy(out, base, sizeof *base * (size_t)bnd);
+        *nd = bnd;
+    }
+    return TPS_OK;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+tps_status tps_target_check_manifest(const tps_manifest *m, const char *what, tps_error *err)
+{
+    size_t nruns = 0;
+    for (size_t i = 0; i < m->ntensors; i++)
+        if (m->tensors[i].target_name) nruns++;
+    if (!nruns) return TPS_OK;
+    if (!m->target)
+        return tps_fail(err, TPS_EINVALID, "%s: tensors carry target names but the manifest names no target", what);
+    char **names = calloc(nruns, sizeof *names);
+    if (!names) return tps_fail_oom(err, "loading the manifest");
+    tps_status st = TPS_OK;
+    size_t k = 0;
+    for (size_t i = 0; i < m->ntensors;) {
+        const tps_manifest_tensor *t = &m->tensors[i];
+        if (!t->target_name) {
+            i++;
+            continue;
+        }
+        size_t j = run_end(m, i);
+        const tps_manifest_tensor *same = tps_manifest_find(m, t->target_name);
+        if (same && (same < t || same >= m->tensors + j)) {
+            st = tps_fail(err, TPS_EINVALID, "%s: target name '%s' is also a tensor's own name", what,
+                          t->target_name);
+            goto cleanup;
+        }
+        for (uint64_t r = 0; r < m->tp; r++) {
+            uint64_t shape[TPS_MAX_DIMS];
+            int nd;
+            tps_error e;
+            tps_error_clear(&e);
+            if (run_shape(m, i, j, r, shape, &nd, &e)) {
+                st = tps_fail(err, TPS_EINVALID, "%s: %s", what, e.msg);
+                goto cleanup;
+            }
+            if (!t->part.pad || t->part.replicated) break; /* only padding makes ranks differ */
+        }
+        names[k++] = t->target_name;
+        i = j;
+    }
+    qsort(names, k, sizeof *names, cmp_str);
+    for (size_t i = 1; i < k; i++)
+        if (strcmp(names[i - 1], names[i]) == 0) {
+            st = tps_fail(err, TPS_EINVALID, "%s: target tensor '%s' is split into runs that are not consecutive",
+                          what, names[i]);
+            goto cleanup;
+        }
+cleanup:
+    free(names);
+    return st;
+}
+
+/* ---- laying a manifest out for a target ---- */
+
+void tps_target_clear(tps_manifest *m)
+{
+    for (size_t i = 0; i < m->ntensors; i++) {
+        free(m->tensors[i].target_name);
+        m->tensors[i].target_name = NULL;
+        m->tensors[i].target_stack = 0;
+        m->tensors[i].part.pad_multiple = 0;
+    }
+    free(m->target);
+    m->target = NULL;
+}
+
+/* The tp values (up to 1024) at which every partition of m holds: for a refusal. */
+static void working_tps(const tps_manifest *m, char *out, size_t size)
+{
+    size_t n = 0;
+    out[0] = '\0';
+    for (uint64_t T = 1; T <= 1024 && n + 8 < size; T++) {
+        bool ok = true;
+        for (size_t i = 0; ok && i < m->ntensors; i++) {
+            const tps_manifest_tensor *t = &m->tensors[i];
+            tps_error e;
+            ok = tps_partition_check(&t->part, t->name, t->dtype, t->ndim, t->shape, T, &e) == TPS_OK;
+        }
+        if (ok) n += (size_t)snprintf(out + n, size - n, "%s%llu", n ? ", " : "", (unsigned long long)T);
+    }
+    if (!n) snprintf(out, size, "none up to 1024");
+}
+
+tps_status tps_target_apply(const tps_target *t, tps_manifest *m, tps_error *err)
+{
+    tps_status st = TPS_OK;
+    size_t N = m->ntensors;
+    size_t *group = calloc(N + 1, sizeof *group); /* 1 + the group's first member in mem, or 0 */
+    size_t *mem = calloc(N + 1, sizeof *mem);     /* members, group after group */
+    size_t *gend = calloc(N + 1, sizeof *gend);   /* per group start in mem: its end */
+    bool *done = calloc(N + 1, sizeof *done);
+    tps_manifest_tensor *order = calloc(N + 1, sizeof *order);
+    size_t nmem = 0;
+    if (!group || !mem || !gend || !done || !order) {
+        st = tps_fail_oom(err, "laying out the target");
+        goto cleanup;
+    }
+    tps_target_clear(m);
+    for (size_t i = 0; i < N; i++)
+        if (m->tensors[i].part.pad && !m->tensors[i].part.replicated) m->tensors[i].part.pad_multiple = t->vocab_multiple;
+    for (size_t i = 0; i < N; i++) {
+        tps_manifest_tensor *x = &m->tensors[i];
+        if (!x->part.pad || x->part.replicated || !t->vocab_multiple) continue;
+        tps_error e;
+        tps_error_clear(&e);
+        if (tps_partition_check(&x->part, x->name, x->dtype, x->ndim, x->shape, m->tp, &e)) {
+            char tps[512];
+            working_tps(m, tps, sizeof tps);
+            st = tps_fail(err, TPS_EINVALID,
+                          "--target %s at tp %llu: %s (vLLM and SGLang pad the vocabulary to a multiple of %llu, "
+                          "then divide it by tp); tp values that work: %s",
+                          t->name, (unsigned long long)m->tp, e.msg, (unsigned long long)t->vocab_multiple, tps);
+            goto cleanup;
+        }
+    }
+    for (size_t ei = 0; ei < t->n; ei++) {
+        const tentry *E = &t->e[ei];
+        int ncap = wildcards(E->from[0]);
+        for (size_t i = 0; i < N; i++) {
+            caps c = {0};
+            if (group[i] || !match(E->from[0], m->tensors[i].name, &c) || c.n != ncap) continue;
+            char num[24], name[NAME_MAX_LEN], into[NAME_MAX_LEN];
+            uint64_t S = 1;
+            if (E->stack) {
+                if (c.len[ncap - 1] != 1 || c.s[ncap - 1][0] != '0') continue; /* the group starts at expert 0 */
+                for (S = 1;; S++) {
+                    caps d = c;
+                    snprintf(num, sizeof num, "%llu", (unsigned long long)S);
+                    d.s[ncap - 1] = num;
+                    d.len[ncap - 1] = strlen(num);
+                    if (!subst(E->from[0], &d, ncap, name, sizeof name) || !tps_manifest_find(m, name)) break;
+                }
+            }
+            if (!subst(E->into, &c, ncap - (E->stack ? 1 : 0), into, sizeof into)) {
+                st = tps_fail(err, TPS_EINVALID, "%s:%zu: target name too long", t->source, E->line);
+                goto cleanup;
+            }
+            if (E->tied && tps_manifest_find(m, into)) continue; /* untied: both tensors keep their names */
+            size_t g0 = nmem;
+            for (uint64_t s = 0; s < S; s++) {
+                caps d = c;
+                if (E->stack) {
+                    snprintf(num, sizeof num, "%llu", (unsigned long long)s);
+                    d.s[ncap - 1] = num;
+                    d.len[ncap - 1] = strlen(num);
+                }
+                for (size_t j = 0; j < E->nfrom; j++) {
+                    const tps_manifest_tensor *y = NULL;
+                    if (subst(E->from[j], &d, ncap, name, sizeof name)) y = tps_manifest_find(m, name);
+                    size_t yi = y ? (size_t)(y - m->tensors) : 0;
+                    if (!y || group[yi]) {
+                        st = tps_fail(err, TPS_EINVALID,
+                                      "--target %s: '%s' goes into '%s' with '%s', which the checkpoint %s (%s:%zu)",
+                                      t->name, m->tensors[i].name, into, name, y ? "maps twice" : "lacks", t->source,
+                                      E->line);
+                        goto cleanup;
+                    }
+                    group[yi] = g0 + 1;
+                    mem[nmem++] = yi;
+                }
+            }
+            gend[g0] = nmem;
+            for (size_t k = g0; k < nmem; k++) {
+                tps_manifest_tensor *y = &m->tensors[mem[k]];
+                y->target_stack = E->stack ? S : 0;
+                if (!(y->target_name = strdup(into))) {
+                    st = tps_fail_oom(err, "laying out the target");
+                    goto cleanup;
+                }
+            }
+        }
+    }
+    /* Members next to each other, in from order, where the group's first tensor was. */
+    size_t n = 0;
+    for (size_t i = 0; i < N; i++) {
+        if (done[i]) continue;
+        if (!group[i]) {
+            order[n++] = m->tensors[i];
+            done[i] = true;
+            continue;
+        }
+        for (size_t k = group[i] - 1; k < gend[group[i] - 1]; k++) {
+            order[n++] = m->tensors[mem[k]];
+            done[mem[k]] = true;
+        }
+    }
+    memcpy(m->tensors, order, N * sizeof *order);
+    if (!(m->target = strdup(t->name))) {
+        st = tps_fail_oom(err, "laying out the target");
+        goto cleanup;
+    }
+    TPS_CHECK(tps_manifest_index(m, "the target", err));
+    TPS_CHECK(tps_target_check_manifest(m, "the target", err));
+cleanup:
+    free(group);
+    free(mem);
+    free(gend);
+    free(done);
+    free(order);
+    return st;
+}
+
+/* ---- writing and reading rank files ---- */
+
+size_t tps_target_file_tensors(const tps_manifest *m, size_t i0, size_t n, uint64_t r, tps_sink_tensor *e,
+                               uint64_t *shapes)
+{
+    size_t out = 0;
+    for (size_t k = 0; k < n;) {
+        const tps_manifest_tensor *t = &m->tensors[i0 + k];
+        if (!t->target_name) {
+            e[out++] = e[k++];
+            continue;
+        }
+        size_t j = run_end(m, i0 + k) - i0;
+        if (j > n) j = n; /* the parts keep runs whole; never cut one here */
+        uint64_t shape[TPS_MAX_DIMS];
+        int nd = 0;
+        tps_error ignored;
+        if (run_shape(m, i0 + k, i0 + j, r, shape, &nd, &ignored) == TPS_OK) { /* checked when applied or loaded */
+            memcpy(shapes + k * TPS_MAX_DIMS, shape, sizeof shape);
+            e[out++] = (tps_sink_tensor){t->target_name, t->dtype, nd, shapes + k * TPS_MAX_DIMS};
+        }
+        k = j;
+    }
+    return out;
+}
+
+tps_status tps_target_parts(const tps_manifest *m, const uint64_t *bytes, uint64_t max, size_t *first,
+                            size_t *nparts, tps_error *err)
+{
+    size_t N = m->ntensors;
+    uint64_t *rb = calloc(N + 1, sizeof *rb);
+    size_t *head = calloc(N + 1, sizeof *head), *rfirst = calloc(N + 2, sizeof *rfirst);
+    tps_status st = TPS_OK;
+    if (!rb || !head || !rfirst) {
+        st = tps_fail_oom(err, "planning parts");
+        goto cleanup;
+    }
+    size_t nr = 0;
+    for (size_t i = 0; i < N;) {
+        size_t j = m->tensors[i].target_name ? run_end(m, i) : i + 1;
+        head[nr] = i;
+        for (size_t k = i; k < j; k++) rb[nr] += bytes[k];
+        nr++;
+        i = j;
+    }
+    tps_parts_greedy(rb, nr, max, rfirst, nparts);
+    for (size_t p = 0; p < *nparts; p++) first[p] = head[rfirst[p]];
+    first[*nparts] = N;
+cleanup:
+    free(rb);
+    free(head);
+    free(rfirst);
+    return st;
+}
+
+tps_status tps_target_member_index(const tps_manifest *m, uint64_t r, tps_index *files, tps_index **out,
+                                   tps_error *err)
+{
+    *out = NULL;
+    tps_index *vx = NULL;
+    tps_status st = TPS_OK;
+    TPS_CHECK(tps_index_new(files->path, files->format, &vx, err));
+    for (size_t f = 0; f < files->nfiles; f++) {
+        uint32_t id;
+        TPS_CHECK(tps_index_add_file(vx, files->files[f].path, &id, err));
+    }
+    for (size_t k = 0; k < files->nmeta; k++) TPS_CHECK(tps_index_add_meta(vx, files->meta[k].key, files->meta[k].value, err));
+    size_t seen = 0;
+    for (size_t i = 0; i < m->ntensors;) {
+        const tps_manifest_tensor *t = &m->tensors[i];
+        const char *name = t->target_name ? t->target_name : t->name;
+        size_t j = t->target_name ? run_end(m, i) : i + 1;
+        uint64_t want[TPS_MAX_DIMS];
+        int nd = t->ndim;
+        if (t->target_name) TPS_CHECK(run_shape(m, i, j, r, want, &nd, err));
+        else tps_partition_rank_shape(&t->part, t->ndim, t->shape, m->tp, r, want);
+        const tps_tensor *x = tps_index_find(files, name);
+        if (!x) {
+            st = tps_fail(err, TPS_EINVALID, "%s: rank %llu lacks tensor '%s'", files->path, (unsigned long long)r,
+                          name);
+            goto cleanup;
+        }
+        if (x->dtype != t->dtype || x->ndim != nd || memcmp(x->shape, want, sizeof *want * (size_t)nd) || x->reader_data) {
+            char a[256], b[256];
+            tps_shape_str(x->shape, x->ndim, a, sizeof a);
+            tps_shape_str(want, nd, b, sizeof b);
+            st = tps_fail(err, TPS_EINVALID, "%s: tensor '%s' is %s %s, but the manifest gives rank %llu %s %s",
+                          files->files[x->file].path, name, tps_dtype_name(x->dtype), a, (unsigned long long)r,
+                          tps_dtype_name(t->dtype), b);
+            goto cleanup;
+        }
+        uint64_t off = x->offset;
+        for (size_t k = i; k < j; k++) {
+            const tps_manifest_tensor *y = &m->tensors[k];
+            uint64_t rs[TPS_MAX_DIMS];
+            tps_partition_rank_shape(&y->part, y->ndim, y->shape, m->tp, r, rs);
+            TPS_CHECK(tps_index_add_tensor(vx, y->name, strlen(y->name), y->dtype, y->ndim, rs, x->file, off, NULL, err));
+            off += vx->tensors[vx->ntensors - 1].nbytes;
+        }
+        seen++;
+        i = j;
+    }
+    if (files->ntensors != seen) {
+        st = tps_fail(err, TPS_EINVALID, "%s: rank %llu files hold %zu tensors, the target set has %zu", files->path,
+                      (unsigned long long)r, files->ntensors, seen);
+        goto cleanup;
+    }
+    *out = vx;
+    vx = NULL;
+cleanup:
+    tps_index_free(vx);
+    tps_index_free(files);
+    return st;
+}
+
+/* ---- the model's other files ---- */
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+static bool side_file(const char *name)
+{
+    static const char *const weights[] = {".safetensors", ".bin", ".pt", ".pth", ".gguf", ".ckpt", ".npz", ".npy",
+                                          ".h5", ".msgpack", ".index.json", NULL};
+    if (name[0] == '.' || strcmp(name, TPS_MANIFEST_NAME) == 0) return false;
+    for (size_t i = 0; weights[i]; i++)
+        if (ends_with(name, weights[i])) return false;
+    return true;
+}
+
+static tps_status copy_file(const char *from, const char *to, tps_error *err)
+{
+    int in = open(from, O_RDONLY | O_CLOEXEC), out = -1;
+    if (in < 0) return tps_fail_errno(err, errno, "%s: cannot open", from);
+    tps_status st = TPS_OK;
+    char buf[1 << 16];
+    if ((out = open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644)) < 0) {
+        st = tps_fail_errno(err, errno, "%s: cannot create", to);
+        goto cleanup;
+    }
+    for (;;) {
+        ssize_t n = read(in, buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            st = tps_fail_errno(err, errno, "%s: read failed", from);
+            goto cleanup;
+        }
+        if (n == 0) break;
+        for (ssize_t w = 0; w < n;) {
+            ssize_t k = write(out, buf + w, (size_t)(n - w));
+            if (k < 0 && errno == EINTR) continue;
+            if (k < 0) {
+                st = tps_fail_errno(err, errno, "%s: write failed", to);
+                goto cleanup;
+            }
+            w += k;
+        }
+    }
+    if (fsync(out) != 0) st = tps_fail_errno(err, errno, "%s: fsync failed", to);
+cleanup:
+    if (out >= 0 && close(out) != 0 && st == TPS_OK) st = tps_fail_errno(err, errno, "%s: close failed", to);
+    close(in);
+    return st;
+}
+
+tps_status tps_target_copy_side_files(const char *src_dir, const tps_outdir *od, tps_error *err)
+{
+    DIR *d = opendir(src_dir);
+    if (!d) return tps_fail_errno(err, errno, "%s: cannot list the model's other files", src_dir);
+    tps_status st = TPS_OK;
+    struct dirent *e;
+    while (st == TPS_OK && (e = readdir(d))) {
+        if (!side_file(e->d_name)) continue;
+        char from[4096];
+        struct stat sb;
+        if (snprintf(from, sizeof from, "%s/%s", src_dir, e->d_name) >= (int)sizeof from || stat(from, &sb) != 0 ||
+            !S_ISREG(sb.st_mode))
+            continue;
+        char *to = tps_outdir_path(od, e->d_name);
+        st = to ? copy_file(from, to, err) : tps_fail_oom(err, "copying the model's files");
+        free(to);
+    }
+    closedir(d);
+    return st;
+}

@@ -1,0 +1,89 @@
+/* Targets: shard sets a serving engine loads as they are (vLLM's and SGLang's
+ * load_format="sharded_state": ShardedStateLoader in vLLM's sharded_state_loader.py looks
+ * every key up in its model's state dict, so the names and per-rank shapes must be its own).
+ *
+ * The partition still says which bytes each rank holds; a target says under which names the
+ * rank files hold them.  It is data in the layout, beside the rules:
+ *
+ *   targets:
+ *     vllm:
+ *       vocab_multiple: 64            # pad: true tensors pad as the engine's vocabulary
+ *       tensors:
+ *         - into: "model.layers.*.self_attn.qkv_proj.{weight,bias}"
+ *           from: ["model.layers.*.self_attn.q_proj.{weight,bias}",
+ *                  "model.layers.*.self_attn.k_proj.{weight,bias}",
+ *                  "model.layers.*.self_attn.v_proj.{weight,bias}"]
+ *         - into: "model.layers.*.block_sparse_moe.experts.w13_weight"
+ *           from: ["model.layers.*.block_sparse_moe.experts.*.w1.weight",
+ *                  "model.layers.*.block_sparse_moe.experts.*.w3.weight"]
+ *           stack: true               # the last '*' of from counts experts 0, 1, ...
+ *         - into: lm_head.weight
+ *           from: [model.embed_tokens.weight]
+ *           tied: true                # only when the source has no lm_head.weight
+ *     sglang: vllm                    # the same mapping
+ *
+ * In from and into, '*' matches one dot-free run and '{a,b}' one alternative; each is a
+ * capture, and into's wildcards take the captures of from's first pattern in order (less
+ * the last one with stack).  A rank file holds each into tensor as its members' rank slices
+ * concatenated along dimension 0 in from order (with stack, one such concatenation per
+ * expert, stacked along a new leading dimension): dimension-0 concatenation of C-order
+ * tensors is concatenation of their bytes, so the copy engine fuses while it streams, a
+ * member at a time, and reading a set back finds each member as a byte range of its fused
+ * tensor.  Tensors no entry maps keep their names.  The manifest records the mapping per
+ * tensor (target_name, target_stack), so reshard, merge and check need no layout. */
+#ifndef TPS_TARGET_H
+#define TPS_TARGET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "index.h"
+#include "manifest.h"
+#include "outdir.h"
+#include "sink.h"
+#include "status.h"
+
+typedef struct tps_target tps_target;
+
+/* Target name (e.g. "vllm") from the layout text's targets: section.  "tpshard" gives
+ * *out NULL (source names, no target).  A layout without that target is TPS_EINVALID
+ * naming the presets that have one. */
+tps_status tps_target_load(const char *layout_text, const char *layout_name, const char *name, tps_target **out,
+                           tps_error *err);
+void tps_target_free(tps_target *t); /* accepts NULL */
+
+/* Lays m (tensors and partitions planned at m->tp) out for the target: the engine's
+ * vocabulary padding, target names, members moved next to each other in from order.  A tp
+ * the engine's padding refuses is TPS_EINVALID naming the rule and the tp values that work. */
+tps_status tps_target_apply(const tps_target *t, tps_manifest *m, tps_error *err);
+
+/* Back to tpshard's own names and padding (reshard --target tpshard). */
+void tps_target_clear(tps_manifest *m);
+
+/* A loaded manifest's target names: each a run of consecutive tensors of one dtype whose
+ * rank slices concatenate (same trailing dimensions, stack groups alike at every rank). */
+tps_status tps_target_check_manifest(const tps_manifest *m, const char *what, tps_error *err);
+
+/* The tensors of rank r's part holding manifest tensors [i0, i0+n) (whole runs): e[k] and
+ * shapes[k*TPS_MAX_DIMS] describe tensor i0+k at that rank on entry; on return the first
+ * returned count entries describe the file's tensors, each run fused into one. */
+size_t tps_target_file_tensors(const tps_manifest *m, size_t i0, size_t n, uint64_t r, tps_sink_tensor *e,
+                               uint64_t *shapes);
+
+/* tps_parts_greedy with each run kept whole in one part. */
+tps_status tps_target_parts(const tps_manifest *m, const uint64_t *bytes, uint64_t max, size_t *first,
+                            size_t *nparts, tps_error *err);
+
+/* Rank r's files as an index by manifest names: each member a byte range of its fused tensor,
+ * after checking that the files hold exactly the fused tensors, with the shapes the
+ * partitions give.  *out replaces files (which it consumes in every case). */
+tps_status tps_target_member_index(const tps_manifest *m, uint64_t r, tps_index *files, tps_index **out,
+                                   tps_error *err);
+
+/* Copies the model's other files from src_dir into od (config.json, generation_config.json,
+ * tokenizer files, chat templates: what an engine reads beside the weights), leaving out
+ * weights (*.safetensors, *.bin, *.pt, *.pth, *.gguf), indexes (*.index.json), tpshard.json
+ * and dot files.  Plain files only. */
+tps_status tps_target_copy_side_files(const char *src_dir, const tps_outdir *od, tps_error *err);
+
+#endif

@@ -1,0 +1,308 @@
+"""Truth from outside for `--target vllm` / `--target sglang`: vLLM's sharded_state loader.
+
+Written from vLLM's source (vllm/model_executor/model_loader/sharded_state_loader.py,
+ShardedStateLoader.load_weights; the weight loaders of linear.py, vocab_parallel_embedding.py
+and fused_moe) and the design notes on vLLM's sharded_state, not from tpshard's code:
+
+  * expected(): the per-rank state dict a vLLM model at tp T holds once it has loaded the
+    Hugging Face checkpoint: QKVParallelLinear's [q_r; k_r; v_r] with KV heads shared by
+    T / nkv ranks (shard id = rank // replicas) when T exceeds them, MergedColumnParallelLinear's
+    [gate_r; up_r], RowParallelLinear's column slices with the whole bias on every rank,
+    VocabParallelEmbedding / ParallelLMHead rows of the vocabulary padded with zero rows to a
+    multiple of 64 and then cut in T equal blocks, a tied embedding under the one name the
+    saver keeps (lm_head.weight), Mixtral's FusedMoE w13_weight [E, 2I/T, H] and w2_weight
+    [E, H, I/T], norms and the router whole;
+  * load(): what load_weights does with the files of one rank: glob
+    model-rank-{r}-part-*.safetensors, look every key up in the state dict (an unknown or
+    repeated key is the KeyError vLLM raises), copy it in, and require nothing left over
+    (ValueError "Missing keys").  Where the real loader narrows a smaller tensor into a prefix
+    of its parameter silently, this one requires the exact shape, and the values bit-equal
+    and in the model's dtype.
+
+Cases: Llama (GQA, o_proj bias, untied, bfloat16), Llama tied, Qwen2 (q/k/v biases, tied),
+Mixtral, at every tp of 1, 2, 4, 8 the heads allow; --target sglang gives the same files.
+The loader is shown to fail on wrong sets: the vocabulary padded to a multiple of tp only,
+separate q/k/v names (tpshard's own set), KV heads dealt round-robin.  Also: reshard between
+tps (and between targets) equals split at the new tp, merge of a target set gives the
+source's tensors bit-exact, check passes, and the model's config.json is in the set.
+
+Skips loudly when transformers cannot be imported (tests/interop/setup.sh).
+"""
+import glob
+import json
+import math
+import os
+import sys
+import tempfile
+
+import torch
+
+import tap
+from tap import report, tpshard
+
+BASE = dict(vocab_size=100, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=8,
+            num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-6)
+
+
+def cases():
+    from transformers import LlamaConfig, MixtralConfig, Qwen2Config
+    return [
+        ("llama-bf16", LlamaConfig(**dict(BASE, attention_bias=True)), torch.bfloat16),
+        ("llama-tied", LlamaConfig(**dict(BASE, tie_word_embeddings=True)), torch.float32),
+        ("qwen2-tied", Qwen2Config(**dict(BASE, tie_word_embeddings=True)), torch.float32),
+        ("mixtral", MixtralConfig(**dict(BASE, num_local_experts=4, num_experts_per_tok=2)), torch.float32),
+    ]
+
+
+def build(cfg, dtype, seed, path):
+    from transformers import AutoModelForCausalLM
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(cfg)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(torch.randn_like(p))
+    model = model.to(dtype)
+    model.save_pretrained(path, safe_serialization=True)
+    from safetensors.torch import load_file
+    return load_file(os.path.join(path, "model.safetensors"))
+
+
+def pad_rows(w, multiple):
+    v = w.shape[0]
+    padded = (v + multiple - 1) // multiple * multiple
+    return torch.cat([w, torch.zeros((padded - v,) + tuple(w.shape[1:]), dtype=w.dtype)])
+
+
+def expected(hf, cfg, T, r, vocab_quantum=64, kv_shard=None):
+    """vLLM's parameters at tp T, rank r, after loading the HF tensors hf."""
+    H, nq, nkv = cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads
+    hd = H // nq
+    out = {}
+    # VocabParallelEmbedding / ParallelLMHead: pad_vocab_size(V, 64), then divide(padded, T)
+    emb = pad_rows(hf["model.embed_tokens.weight"], vocab_quantum)
+    P = emb.shape[0] // T
+    assert emb.shape[0] % T == 0
+    rows = lambda w: pad_rows(w, vocab_quantum)[r * P:(r + 1) * P]
+    if cfg.tie_word_embeddings:  # the saver keeps the smallest name: lm_head.weight
+        out["lm_head.weight"] = rows(hf["model.embed_tokens.weight"])
+    else:
+        out["model.embed_tokens.weight"] = rows(hf["model.embed_tokens.weight"])
+        out["lm_head.weight"] = rows(hf["lm_head.weight"])
+    out["model.norm.weight"] = hf["model.norm.weight"]
+    # QKVParallelLinear.weight_loader
+    if nkv >= T:
+        nkv_r, rep = nkv // T, 1
+    else:
+        nkv_r, rep = 1, T // nkv
+    s = r // rep if kv_shard is None else kv_shard(r)
+    q_rows = slice(r * nq // T * hd, (r + 1) * nq // T * hd)
+    kv_rows = slice(s * nkv_r * hd, (s + 1) * nkv_r * hd)
+    col = lambda w, n: w[r * n // T:(r + 1) * n // T]
+    for i in range(cfg.num_hidden_layers):
+        p = "model.layers.%d." % i
+        a = p + "self_attn."
+        for suffix in ("weight", "bias"):
+            if a + "q_proj." + suffix in hf:
+                out[a + "qkv_proj." + suffix] = torch.cat([hf[a + "q_proj." + suffix][q_rows],
+                                                           hf[a + "k_proj." + suffix][kv_rows],
+                                                           hf[a + "v_proj." + suffix][kv_rows]])
+        out[a + "o_proj.weight"] = hf[a + "o_proj.weight"][:, q_rows]
+        if a + "o_proj.bias" in hf:
+            out[a + "o_proj.bias"] = hf[a + "o_proj.bias"]  # RowParallelLinear: whole on every rank
+        out[p + "input_layernorm.weight"] = hf[p + "input_layernorm.weight"]
+        out[p + "post_attention_layernorm.weight"] = hf[p + "post_attention_layernorm.weight"]
+        if getattr(cfg, "num_local_experts", None):
+            m = p + "block_sparse_moe."
+            I = cfg.intermediate_size
+            cols = slice(r * I // T, (r + 1) * I // T)
+            out[m + "gate.weight"] = hf[m + "gate.weight"]  # ReplicatedLinear
+            E = cfg.num_local_experts
+            e = lambda k, w: hf["%sexperts.%d.%s.weight" % (m, k, w)]
+            out[m + "experts.w13_weight"] = torch.stack([torch.cat([e(k, "w1")[cols], e(k, "w3")[cols]])
+                                                         for k in range(E)])
+            out[m + "experts.w2_weight"] = torch.stack([e(k, "w2")[:, cols] for k in range(E)])
+        else:
+            I = cfg.intermediate_size
+            cols = slice(r * I // T, (r + 1) * I // T)
+            out[p + "mlp.gate_up_proj.weight"] = torch.cat([hf[p + "mlp.gate_proj.weight"][cols],
+                                                            hf[p + "mlp.up_proj.weight"][cols]])
+            out[p + "mlp.down_proj.weight"] = hf[p + "mlp.down_proj.weight"][:, cols]
+    return out
+
+
+def load(d, r, want, dtype):
+    """ShardedStateLoader.load_weights for rank r of directory d against the parameters want;
+    returns the problems (empty when the rank loads exactly)."""
+    from safetensors import safe_open
+    pattern = "model-rank-{rank}-part-{part}.safetensors"
+    files = glob.glob(os.path.join(d, pattern.format(rank=r, part="*")))
+    if not files:
+        return ["Could not find checkpoint files '%s'" % pattern]
+    state = dict(want)
+    problems = []
+    for f in files:
+        with safe_open(f, "pt") as s:
+            for key in s.keys():
+                if key not in state:
+                    problems.append("KeyError: %r" % key)
+                    continue
+                param = state.pop(key)
+                t = s.get_tensor(key)
+                if tuple(t.shape) != tuple(param.shape):
+                    problems.append("%s: shape %s, the parameter is %s" % (key, tuple(t.shape), tuple(param.shape)))
+                elif t.dtype != dtype:
+                    problems.append("%s: dtype %s, the model's is %s" % (key, t.dtype, dtype))
+                elif not torch.equal(t.view(torch.uint8) if t.dim() else t, param.view(torch.uint8) if param.dim() else param):
+                    problems.append("%s: values differ" % key)
+    if state:
+        problems.append("Missing keys %s in loaded state!" % (tuple(state),))
+    return problems
+
+
+def legal_tps(cfg):
+    nq, nkv, I = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.intermediate_size
+    return [t for t in (1, 2, 4, 8) if nq % t == 0 and I % t == 0 and (nkv % t == 0 or t % nkv == 0)]
+
+
+def loads(d, hf, cfg, T, dtype, **kw):
+    probs = []
+    for r in range(T):
+        probs += ["rank %d: %s" % (r, p) for p in load(d, r, expected(hf, cfg, T, r, **kw), dtype)]
+    return probs
+
+
+def rank_tensors(d, T):
+    from safetensors import safe_open
+    out = []
+    for r in range(T):
+        R = {}
+        for f in glob.glob(os.path.join(d, "model-rank-%d-*.safetensors" % r)):
+            with safe_open(f, "pt") as s:
+                R.update({k: s.get_tensor(k) for k in s.keys()})
+        out.append(R)
+    return out
+
+
+def same_sets(a, b, T):
+    A, B = rank_tensors(a, T), rank_tensors(b, T)
+    for r in range(T):
+        if not A[r]:
+            return "rank %d has no tensors in %s" % (r, a)
+        if A[r].keys() != B[r].keys():
+            return "rank %d keys differ: %s" % (r, sorted(set(A[r]) ^ set(B[r])))
+        for k in A[r]:
+            if A[r][k].dtype != B[r][k].dtype or not torch.equal(A[r][k].view(torch.uint8), B[r][k].view(torch.uint8)):
+                return "rank %d tensor %s differs" % (r, k)
+    return ""
+
+
+def write_wrong(d, T, tensors_of_rank):
+    """A set written by hand: each rank's tensors under the engine's file names."""
+    from safetensors.torch import save_file
+    os.makedirs(d)
+    for r in range(T):
+        save_file({k: v.contiguous() for k, v in tensors_of_rank(r).items()},
+                  os.path.join(d, "model-rank-%d-part-0.safetensors" % r))
+
+
+def main():
+    early = tap.transformers_tier("vllm_sharded_state")
+    if early is not None:
+        return early
+    with tempfile.TemporaryDirectory() as tmp:
+        for seed, (name, cfg, dtype) in enumerate(cases()):
+            src = os.path.join(tmp, name)
+            hf = build(cfg, dtype, seed, src)
+            tps = legal_tps(cfg)
+            for T in tps:
+                out = os.path.join(tmp, "%s-vllm-%d" % (name, T))
+                p = tpshard("split", src, "--tp", T, "--target", "vllm", "-o", out, "-q")
+                if not report(p.returncode == 0, "%s tp %d: split --target vllm" % (name, T), p.stderr):
+                    continue
+                probs = loads(out, hf, cfg, T, dtype)
+                report(not probs, "%s tp %d: vLLM's loader takes the set: exact keys, shapes, dtype, bytes" % (name, T),
+                       "\n".join(probs[:10]))
+                report(os.path.exists(os.path.join(out, "config.json")) and
+                       not os.path.exists(os.path.join(out, "model.safetensors.index.json")),
+                       "%s tp %d: config.json copied, no weight index" % (name, T))
+                p = tpshard("check", out, "--source", src)
+                report(p.returncode == 0, "%s tp %d: check --source passes" % (name, T), p.stdout + p.stderr)
+                sg = os.path.join(tmp, "%s-sglang-%d" % (name, T))
+                p = tpshard("split", src, "--tp", T, "--target", "sglang", "-o", sg, "-q")
+                report(p.returncode == 0 and not same_sets(out, sg, T),
+                       "%s tp %d: --target sglang gives the same rank files" % (name, T), p.stderr)
+            # reshard between tps, and between targets, equals split at the new tp
+            for a, b in zip(tps, tps[1:] + tps[:1]):
+                if a == b:
+                    continue
+                got = os.path.join(tmp, "%s-re-%d-%d" % (name, a, b))
+                p = tpshard("reshard", os.path.join(tmp, "%s-vllm-%d" % (name, a)), "--tp", b, "-o", got, "-q")
+                diff = same_sets(got, os.path.join(tmp, "%s-vllm-%d" % (name, b)), b) if p.returncode == 0 else p.stderr
+                report(not diff, "%s: reshard --target vllm set tp %d -> %d equals split at tp %d" % (name, a, b, b),
+                       diff)
+                report(not loads(got, hf, cfg, b, dtype), "%s: the resharded set loads at tp %d" % (name, b))
+            T = tps[-1]
+            plain = os.path.join(tmp, "%s-plain-%d" % (name, T))
+            # tpshard's own set under vLLM's file names: what the README once offered for vLLM
+            p = tpshard("split", src, "--tp", T, "--name-template", "model-rank-{rank}-part-{part}.safetensors", "-o",
+                        plain, "-q")
+            to_v = os.path.join(tmp, "%s-to-vllm" % name)
+            p2 = tpshard("reshard", plain, "--tp", T, "--target", "vllm", "-o", to_v, "-q")
+            diff = same_sets(to_v, os.path.join(tmp, "%s-vllm-%d" % (name, T)), T) if p2.returncode == 0 else p2.stderr
+            report(p.returncode == 0 and not diff, "%s: reshard of tpshard's own set --target vllm equals split --target vllm"
+                   % name, p.stderr + diff)
+            back = os.path.join(tmp, "%s-back" % name)
+            p = tpshard("reshard", os.path.join(tmp, "%s-vllm-%d" % (name, T)), "--tp", T, "--target", "tpshard", "-o",
+                        back, "-q")
+            diff = same_sets(back, plain, T) if p.returncode == 0 else p.stderr
+            report(not diff, "%s: reshard --target tpshard of a vLLM set equals plain split" % name, diff)
+            # merge back to the source, bit-exact
+            merged = os.path.join(tmp, "%s-merged.safetensors" % name)
+            p = tpshard("merge", os.path.join(tmp, "%s-vllm-%d" % (name, T)), "-o", merged, "-q")
+            ok = p.returncode == 0
+            if ok:
+                from safetensors.torch import load_file
+                m = load_file(merged)
+                ok = m.keys() == hf.keys() and all(m[k].dtype == hf[k].dtype and torch.equal(
+                    m[k].view(torch.uint8), hf[k].view(torch.uint8)) for k in hf)
+            report(ok, "%s: merge of the tp %d vLLM set is the source, bit-exact" % (name, T), p.stderr)
+            # the loader emulation catches wrong sets
+            if name == "llama-tied":
+                T = 8
+                probs = loads(plain, hf, cfg, T, dtype)
+                report(any("KeyError" in x and "q_proj" in x for x in probs),
+                       "wrong set caught: separate q/k/v names (tpshard's own set)", "\n".join(probs[:3]))
+                wrong = os.path.join(tmp, "wrong-vocab")
+                write_wrong(wrong, T, lambda r: expected(hf, cfg, T, r, vocab_quantum=T))
+                probs = loads(wrong, hf, cfg, T, dtype)
+                report(any("lm_head.weight: shape" in x for x in probs),
+                       "wrong set caught: the vocabulary padded to a multiple of tp only", "\n".join(probs[:3]))
+                wrong = os.path.join(tmp, "wrong-kv")
+                write_wrong(wrong, T, lambda r: expected(hf, cfg, T, r, kv_shard=lambda r: r % cfg.num_key_value_heads))
+                probs = loads(wrong, hf, cfg, T, dtype)
+                report(any("qkv_proj.weight: values differ" in x for x in probs),
+                       "wrong set caught: KV heads dealt round-robin", "\n".join(probs[:3]))
+        # refusals: a tp the engine refuses, a family without a mapping
+        src = os.path.join(tmp, "llama-tied")
+        p = tpshard("split", src, "--tp", 3, "--target", "vllm", "-o", os.path.join(tmp, "x3"))
+        report(p.returncode == 3 and "tp values that fit: 1, 2, 4, 8" in p.stderr,
+               "tp 3 refused (exit 3) naming the tp values that work", p.stderr)
+        # 12 heads allow tp 3 and 6, but vLLM pads a vocabulary of 100 to 128, which they do not divide
+        from transformers import LlamaConfig
+        cfg = LlamaConfig(**dict(BASE, hidden_size=96, num_attention_heads=12, num_key_value_heads=12))
+        src = os.path.join(tmp, "llama-12-heads")
+        build(cfg, torch.float32, 99, src)
+        p = tpshard("split", src, "--tp", 3, "--target", "vllm", "-o", os.path.join(tmp, "y3"))
+        report(p.returncode == 3 and "multiple of 64 (128)" in p.stderr and "tp values that work: 1, 2, 4" in p.stderr,
+               "tp 3 refused by the engine's vocabulary padding, naming the tp values that work", p.stderr)
+        p = tpshard("split", src, "--tp", 3, "-o", os.path.join(tmp, "y3-plain"), "-q")
+        report(p.returncode == 0, "tp 3 is fine for tpshard's own set (padded to a multiple of tp)", p.stderr)
+        p = tpshard("split", os.path.join(tap.TOP, "testdata", "models", "tiny-gpt2"), "--tp", 2, "--target", "vllm",
+                    "-o", os.path.join(tmp, "z"))
+        report(p.returncode == 3 and "the presets with one: " in p.stderr and "llama" in p.stderr,
+               "a family without a vllm mapping is exit 3 naming those with one", p.stderr)
+    return tap.status()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
