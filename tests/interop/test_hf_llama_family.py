@@ -37,6 +37,10 @@ import torch
 
 import hf_tier as hf
 from hf_tier import attend, causal_mask, gather_logits, linear, qkv_heads, report, rms, vocab_embed
+# What tests/interop/torch2_gpt_oss.py imports from here, now hf_tier's.
+from hf_tier import load_ranks, rotary, rotate_half  # noqa: F401
+
+hf_logits = hf.logits
 
 BASE = dict(vocab_size=100, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=8,
             num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-6)
