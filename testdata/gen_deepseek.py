@@ -13,10 +13,7 @@ transformers 4.57 (tests/interop/torch2_deepseek.py) is missing:
 Values come from gen_fixtures.py's seeded generator and encoders (standard library only).
 Usage: testdata/gen_deepseek.py [OUTDIR]   (default: testdata/models beside this script)
 """
-import os
-import sys
-
-from gen_fixtures import encode, safetensors_bytes, tensor_values, write, write_config
+from gen_fixtures import write_fixtures
 
 H, HEADS, NOPE, ROPE, V, KVL, INTER, MOE, E, VOCAB = 64, 8, 8, 4, 8, 16, 96, 32, 4, 200
 
@@ -57,26 +54,23 @@ def config(arch, model_type, q_lora, shared, **kw):
     return c
 
 
-FIXTURES = {
-    "tiny-deepseek-v3": (shapes(32, 1), config("DeepseekV3ForCausalLM", "deepseek_v3", 32, 1, n_group=2, topk_group=1,
-                                               routed_scaling_factor=2.5, norm_topk_prob=True, rope_interleave=True,
-                                               torch_dtype="bfloat16"), "BF16"),
-    "tiny-deepseek-v2-lite": (shapes(None, 2, score_bias=False),
-                              config("DeepseekV2ForCausalLM", "deepseek_v2", None, 2, n_group=1, topk_group=1,
-                                     topk_method="greedy", routed_scaling_factor=1.0, torch_dtype="float32"), "F32"),
-}
+def fixture_v3():
+    return shapes(32, 1), config("DeepseekV3ForCausalLM", "deepseek_v3", 32, 1, n_group=2, topk_group=1,
+                                 routed_scaling_factor=2.5, norm_topk_prob=True, rope_interleave=True,
+                                 torch_dtype="bfloat16"), "BF16"
+
+
+def fixture_v2_lite():
+    return shapes(None, 2, score_bias=False), config("DeepseekV2ForCausalLM", "deepseek_v2", None, 2, n_group=1,
+                                                     topk_group=1, topk_method="greedy", routed_scaling_factor=1.0,
+                                                     torch_dtype="float32"), "F32"
+
+
+FIXTURES = {"tiny-deepseek-v3": fixture_v3, "tiny-deepseek-v2-lite": fixture_v2_lite}
 
 
 def main():
-    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "models")
-    for fixture, (shp, cfg, dtype) in FIXTURES.items():
-        tensors = [(name, s, encode(tensor_values(fixture, name, s), dtype)) for name, s in shp]
-        d = os.path.join(out, fixture)
-        os.makedirs(d, exist_ok=True)
-        data = safetensors_bytes(tensors, dtype)
-        assert len(data) < 1 << 20, (fixture, len(data))
-        write(os.path.join(d, "model.safetensors"), data)
-        write_config(d, cfg)
+    write_fixtures(FIXTURES, "models")
 
 
 if __name__ == "__main__":

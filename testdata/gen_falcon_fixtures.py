@@ -17,7 +17,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gen_fixtures import encode, safetensors_bytes, tensor_values, write, write_config  # noqa: E402
+from gen_fixtures import write_fixtures  # noqa: E402
 
 
 def fixture_falcon40():
@@ -41,23 +41,14 @@ def fixture_falcon40():
               "vocab_size": vocab, "multi_query": True, "new_decoder_architecture": True, "parallel_attn": True,
               "bias": True, "alibi": False, "layer_norm_epsilon": 1e-5, "rope_theta": 10000.0,
               "tie_word_embeddings": True, "torch_dtype": "bfloat16"}
-    return shapes, config, "BF16"
+    return list(shapes.items()), config, "BF16"
 
 
 FIXTURES = {"tiny-falcon40": fixture_falcon40}
 
 
 def main():
-    out = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__)) + "/models"
-    for fixture, make in FIXTURES.items():
-        shapes, config, dtype = make()
-        tensors = [(name, shape, encode(tensor_values(fixture, name, shape), dtype)) for name, shape in shapes.items()]
-        d = os.path.join(out, fixture)
-        os.makedirs(d, exist_ok=True)
-        data = safetensors_bytes(tensors, dtype)
-        assert len(data) < 1 << 20, (fixture, len(data))
-        write(os.path.join(d, "model.safetensors"), data)
-        write_config(d, config)
+    write_fixtures(FIXTURES, "models")
 
 
 if __name__ == "__main__":

@@ -94,6 +94,27 @@ def write_config(dirname, config):
         f.write("\n")
 
 
+def write_fixture(out, fixture, shapes, config, dtype):
+    """out/fixture/: model.safetensors with shapes [(name, shape)] filled by tensor_values and
+    encoded as dtype, and config.json."""
+    tensors = [(name, shape, encode(tensor_values(fixture, name, shape), dtype)) for name, shape in shapes]
+    d = os.path.join(out, fixture)
+    os.makedirs(d, exist_ok=True)
+    data = safetensors_bytes(tensors, dtype)
+    assert len(data) < 1 << 20, (fixture, len(data))
+    write(os.path.join(d, "model.safetensors"), data)
+    write_config(d, config)
+
+
+def write_fixtures(fixtures, default):
+    """Every fixture of {name: make} (make() giving shapes, config, dtype) under the folder the
+    command line names, else the folder `default` beside this script; that folder."""
+    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), default)
+    for fixture, make in fixtures.items():
+        write_fixture(out, fixture, *make())
+    return out
+
+
 def llama_like(prefix_layers, h, heads, kv, hd, inter, vocab, layers, tied, qkv_bias=False, o_bias=False,
                mlp_bias=False):
     t = [("model.embed_tokens.weight", (vocab, h))]
@@ -284,15 +305,7 @@ def build(fixture):
 
 
 def main():
-    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "models")
-    for fixture in FIXTURES:
-        tensors, config, dtype = build(fixture)
-        d = os.path.join(out, fixture)
-        os.makedirs(d, exist_ok=True)
-        data = safetensors_bytes(tensors, dtype)
-        assert len(data) < 1 << 20, (fixture, len(data))
-        write(os.path.join(d, "model.safetensors"), data)
-        write_config(d, config)
+    out = write_fixtures(FIXTURES, "models")
 
     # The demo model again as a Hugging Face 2-file set: embeddings and layer 0 in the first
     # file, the rest in the second, with the same bytes per tensor as tiny-llama.

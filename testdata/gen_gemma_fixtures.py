@@ -109,16 +109,7 @@ FIXTURES = {"tiny-gemma": fixture_gemma, "tiny-gemma2": fixture_gemma2, "tiny-ge
 
 
 def main():
-    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "models")
-    for fixture, make in FIXTURES.items():
-        shapes, cfg, dtype = make()
-        tensors = [(name, shape, g.encode(g.tensor_values(fixture, name, shape), dtype)) for name, shape in shapes]
-        d = os.path.join(out, fixture)
-        os.makedirs(d, exist_ok=True)
-        data = g.safetensors_bytes(tensors, dtype)
-        assert len(data) < 1 << 20, (fixture, len(data))
-        g.write(os.path.join(d, "model.safetensors"), data)
-        g.write_config(d, cfg)
+    g.write_fixtures(FIXTURES, "models")
 
 
 if __name__ == "__main__":

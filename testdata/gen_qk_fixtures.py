@@ -71,17 +71,7 @@ FIXTURES = {"tiny-qwen3": fixture_qwen3, "tiny-olmo2": fixture_olmo2}
 
 
 def main():
-    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "models")
-    for fixture, make in FIXTURES.items():
-        shapes, config, dtype = make()
-        tensors = [(name, shape, gen_fixtures.encode(gen_fixtures.tensor_values(fixture, name, shape), dtype))
-                   for name, shape in shapes]
-        d = os.path.join(out, fixture)
-        os.makedirs(d, exist_ok=True)
-        data = gen_fixtures.safetensors_bytes(tensors, dtype)
-        assert len(data) < 1 << 20, (fixture, len(data))
-        gen_fixtures.write(os.path.join(d, "model.safetensors"), data)
-        gen_fixtures.write_config(d, config)
+    gen_fixtures.write_fixtures(FIXTURES, "models")
 
 
 if __name__ == "__main__":

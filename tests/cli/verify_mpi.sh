@@ -39,33 +39,49 @@ print("all", r["pass"], r["processes"], r["launcher"])
 ' "$1"
 }
 
+# mpi_as_threads MODEL TP WHOLE [SPLIT-ARGS...]: tiny-MODEL split at TP (with SPLIT-ARGS), verified
+# by the threads and under mpirun -np TP: the MPI run passes, its verdicts layer by layer and
+# stage by stage equal the threads', and with WHOLE=whole verify --whole-model under mpirun passes too.
+mpi_as_threads() {
+    model=$1 tp=$2 whole=$3
+    shift 3
+    out="$T/$model-$tp"
+    if ! "$TPSHARD" split "$M/tiny-$model" --tp "$tp" "$@" -o "$out" -q >"$T/.out" 2>&1; then
+        notok "$model tp $tp: split failed"
+        sed 's/^/#   /' "$T/.out" | head -5
+        return
+    fi
+    "$TPSHARD" verify "$out" --json >"$T/threads.json" 2>"$T/threads.err"
+    trc=$?
+    mpi "$tp" verify "$out" --json >"$T/mpi.json" 2>"$T/mpi.err"
+    mrc=$?
+    what="passes every layer and stage as the threads do" wrc=0 wok=0
+    : >"$T/mpi-whole.out"
+    if [ "$whole" = whole ]; then
+        what="passes every layer as the threads do, and the whole model"
+        mpi "$tp" verify "$out" --whole-model >"$T/mpi-whole.out" 2>&1
+        wrc=$?
+        [ $wrc -eq 0 ] && grep -q "whole model verified" "$T/mpi-whole.out" || wok=1
+    fi
+    verdicts "$T/threads.json" >"$T/threads.v" 2>&1
+    verdicts "$T/mpi.json" >"$T/mpi.v" 2>&1
+    if [ $trc -eq 0 ] && [ $mrc -eq 0 ] && [ $wok -eq 0 ] && grep -q "^all True $tp mpi$" "$T/mpi.v" &&
+        diff "$T/threads.v" "$T/mpi.v" | grep -q '^> all True' &&
+        [ "$(diff "$T/threads.v" "$T/mpi.v" | grep -c '^[<>] [0-9]')" -eq 0 ]; then
+        ok "$model tp $tp: mpirun -np $tp $what"
+    else
+        notok "$model tp $tp: mpirun -np $tp $what"
+        echo "#   threads exit $trc, mpirun exit $mrc, whole-model exit $wrc"
+        diff "$T/threads.v" "$T/mpi.v" | sed 's/^/#   /' | head -10
+        sed 's/^/#   /' "$T/mpi.err" "$T/mpi-whole.out" | tail -10
+    fi
+}
+
 for spec in llama:llama:8 gpt2:gpt2:4 neox:neox:4 mixtral:mixtral:8; do
     model=${spec%%:*} rest=${spec#*:} preset=${rest%%:*} heads=${rest#*:}
     for tp in 2 4; do
         [ $((heads % tp)) -eq 0 ] || continue
-        out="$T/$model-$tp"
-        if ! "$TPSHARD" split "$M/tiny-$model" --tp "$tp" --preset "$preset" --config "$M/tiny-$model/config.json" \
-            -o "$out" -q >"$T/.out" 2>&1; then
-            notok "$model tp $tp: split failed"
-            sed 's/^/#   /' "$T/.out" | head -5
-            continue
-        fi
-        "$TPSHARD" verify "$out" --json >"$T/threads.json" 2>"$T/threads.err"
-        trc=$?
-        mpi "$tp" verify "$out" --json >"$T/mpi.json" 2>"$T/mpi.err"
-        mrc=$?
-        verdicts "$T/threads.json" >"$T/threads.v" 2>&1
-        verdicts "$T/mpi.json" >"$T/mpi.v" 2>&1
-        if [ $trc -eq 0 ] && [ $mrc -eq 0 ] && grep -q "^all True $tp mpi$" "$T/mpi.v" &&
-            diff "$T/threads.v" "$T/mpi.v" | grep -q '^> all True' &&
-            [ "$(diff "$T/threads.v" "$T/mpi.v" | grep -c '^[<>] [0-9]')" -eq 0 ]; then
-            ok "$model tp $tp: mpirun -np $tp passes every layer and stage as the threads do"
-        else
-            notok "$model tp $tp: mpirun -np $tp passes every layer and stage as the threads do"
-            echo "#   threads exit $trc, mpirun exit $mrc"
-            diff "$T/threads.v" "$T/mpi.v" | sed 's/^/#   /' | head -10
-            sed 's/^/#   /' "$T/mpi.err" | head -10
-        fi
+        mpi_as_threads "$model" "$tp" layers --preset "$preset" --config "$M/tiny-$model/config.json"
     done
 done
 
@@ -76,30 +92,7 @@ done
 # comes from each fixture's config.json; the verdicts must equal the threads'.
 for model in qwen3 gemma2 falcon40 deepseek-v3 gpt-oss; do
     for tp in 2 4; do
-        out="$T/$model-$tp"
-        if ! "$TPSHARD" split "$M/tiny-$model" --tp "$tp" -o "$out" -q >"$T/.out" 2>&1; then
-            notok "$model tp $tp: split failed"
-            sed 's/^/#   /' "$T/.out" | head -5
-            continue
-        fi
-        "$TPSHARD" verify "$out" --json >"$T/threads.json" 2>"$T/threads.err"
-        trc=$?
-        mpi "$tp" verify "$out" --json >"$T/mpi.json" 2>"$T/mpi.err"
-        mrc=$?
-        mpi "$tp" verify "$out" --whole-model >"$T/mpi-whole.out" 2>&1
-        wrc=$?
-        verdicts "$T/threads.json" >"$T/threads.v" 2>&1
-        verdicts "$T/mpi.json" >"$T/mpi.v" 2>&1
-        if [ $trc -eq 0 ] && [ $mrc -eq 0 ] && [ $wrc -eq 0 ] && grep -q "^all True $tp mpi$" "$T/mpi.v" &&
-            [ "$(diff "$T/threads.v" "$T/mpi.v" | grep -c '^[<>] [0-9]')" -eq 0 ] &&
-            grep -q "whole model verified" "$T/mpi-whole.out"; then
-            ok "$model tp $tp: mpirun -np $tp passes every layer as the threads do, and the whole model"
-        else
-            notok "$model tp $tp: mpirun -np $tp passes every layer as the threads do, and the whole model"
-            echo "#   threads exit $trc, mpirun exit $mrc, whole-model exit $wrc"
-            diff "$T/threads.v" "$T/mpi.v" | sed 's/^/#   /' | head -10
-            sed 's/^/#   /' "$T/mpi.err" "$T/mpi-whole.out" | tail -10
-        fi
+        mpi_as_threads "$model" "$tp" whole
     done
 done
 

@@ -31,19 +31,14 @@ shards by the grouped convention and `tpshard verify` exits 1.
 
 Skips loudly when transformers cannot be imported (tests/interop/setup.sh installs 4.46.3).
 """
-import math
 import os
 import sys
-import tempfile
-import time
 
 import torch
 
-import tap
-from tap import report, tpshard
+import hf_tier as hf
+from hf_tier import IDS, attend, causal_mask, gather_logits, linear, report, tpshard, vocab_embed
 
-TPS = (1, 2, 4, 8)
-TOL = 1e-4
 F = torch.nn.functional
 
 
@@ -82,56 +77,7 @@ def inter(cfg):
 
 
 def legal_tps(cfg):
-    heads, kv = cfg.num_attention_heads, kv_groups(cfg)
-    return [t for t in TPS if heads % t == 0 and inter(cfg) % t == 0 and (kv % t == 0 or t % kv == 0)]
-
-
-def build(cfg, seed, path):
-    """transformers' model with every parameter drawn again (its init leaves biases at zero
-    and norms at one, which would hide a bias or norm cut)."""
-    from transformers import AutoModelForCausalLM
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").float().eval()
-    with torch.no_grad():
-        for pname, p in model.named_parameters():
-            if p.dim() == 1 and pname.endswith(".weight"):  # a norm's scale
-                p.copy_(1 + 0.2 * torch.randn_like(p))
-            elif p.dim() == 1:
-                p.copy_(0.2 * torch.randn_like(p))
-            else:
-                p.normal_(0, 1 / math.sqrt(p.shape[1]))
-    model.save_pretrained(path, safe_serialization=True)
-    return model
-
-
-def load_ranks(outdir):
-    from safetensors import safe_open
-    ranks = {}
-    for f in sorted(os.listdir(outdir)):
-        if f.endswith(".safetensors"):
-            with safe_open(os.path.join(outdir, f), "pt") as s:
-                meta = s.metadata()
-                r, size = int(meta["tp_rank"]), int(meta["tp_size"])
-                ranks.setdefault(r, {}).update({k: s.get_tensor(k) for k in s.keys()})
-    assert sorted(ranks) == list(range(size)), "ranks %s of %d" % (sorted(ranks), size)
-    return [ranks[r] for r in range(size)]
-
-
-def rotate_half(x):
-    h = x.shape[-1] // 2
-    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
-
-
-def default_rope(n, hd, theta):
-    inv = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.int64).float() / hd))
-    f = torch.outer(torch.arange(n).float(), inv)
-    emb = torch.cat((f, f), dim=-1)
-    return emb.cos(), emb.sin()
-
-
-def lin(x, R, name):
-    y = x @ R[name + ".weight"].T
-    return y + R[name + ".bias"] if name + ".bias" in R else y
+    return hf.legal_tps(cfg.num_attention_heads, kv_groups(cfg), inter(cfg))
 
 
 def norm(x, R, name, cfg):
@@ -141,23 +87,12 @@ def norm(x, R, name, cfg):
     return F.layer_norm(x, (x.shape[-1],), R[name + ".weight"], R[name + ".bias"], eps)
 
 
-def attend(q, k, v, cos, sin, hd):
-    """q [hq, n, hd], k/v [hkv, n, hd]; local q head j reads local KV head j * hkv // hq."""
-    n = q.shape[1]
-    q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
-    kv_of = [j * k.shape[0] // q.shape[0] for j in range(q.shape[0])]
-    k, v = k[kv_of], v[kv_of]
-    causal = torch.full((n, n), float("-inf")).triu(1)
-    w = torch.softmax(q @ k.transpose(1, 2) / math.sqrt(hd) + causal, dim=-1)
-    return (w @ v).transpose(0, 1).reshape(n, -1)
-
-
 def falcon_qkv(xn, R, name, cfg, T, hd):
     """The grouped convention: the rank's groups ([q held; k; v] each) from its shard alone."""
     G, H = kv_groups(cfg), cfg.num_attention_heads
     groups = G // T if G >= T else 1
     qg = H // T // groups
-    y = lin(xn, R, name).view(xn.shape[0], groups, qg + 2, hd)  # raises when the rank holds other rows
+    y = linear(xn, R, name).view(xn.shape[0], groups, qg + 2, hd)  # raises when the rank holds other rows
     q = y[:, :, :qg].reshape(xn.shape[0], groups * qg, hd).transpose(0, 1)
     return q, y[:, :, qg].transpose(0, 1), y[:, :, qg + 1].transpose(0, 1)
 
@@ -168,12 +103,8 @@ def tp_forward(ranks, cfg, ids, cos, sin):
     fam = cfg.model_type
     pre, emb = ("transformer.h.", "transformer.word_embeddings.weight") if fam == "falcon" else \
         ("model.layers.", "model.embed_tokens.weight")
-    rows = ranks[0][emb].shape[0]
-    x = torch.zeros(n, H)
-    for r, R in enumerate(ranks):  # vocabulary-parallel lookup
-        local = ids - r * rows
-        hit = (local >= 0) & (local < rows)
-        x[hit] += R[emb][local[hit]]
+    x = vocab_embed(ranks, emb, ids, H)
+    causal = causal_mask(n)
     for layer in range(cfg.num_hidden_layers):
         p = pre + "%d." % layer
         attn, mlp = torch.zeros(n, H), torch.zeros(n, H)
@@ -184,12 +115,12 @@ def tp_forward(ranks, cfg, ids, cos, sin):
             parallel = nda or cfg.parallel_attn
             for R in ranks:
                 q, k, v = falcon_qkv(norm(x, R, p + ln_a, cfg), R, p + "self_attention.query_key_value", cfg, T, hd)
-                attn += attend(q, k, v, cos, sin, hd) @ R[p + "self_attention.dense.weight"].T
+                attn += attend(q, k, v, cos, sin, causal) @ R[p + "self_attention.dense.weight"].T
             if p + "self_attention.dense.bias" in ranks[0]:
                 attn += ranks[0][p + "self_attention.dense.bias"]
             h = x if parallel else x + attn
             for R in ranks:
-                a = F.gelu(lin(norm(h, R, p + ln_m, cfg), R, p + "mlp.dense_h_to_4h"))
+                a = F.gelu(linear(norm(h, R, p + ln_m, cfg), R, p + "mlp.dense_h_to_4h"))
                 mlp += a @ R[p + "mlp.dense_4h_to_h.weight"].T
             if p + "mlp.dense_4h_to_h.bias" in ranks[0]:
                 mlp += ranks[0][p + "mlp.dense_4h_to_h.bias"]
@@ -202,9 +133,9 @@ def tp_forward(ranks, cfg, ids, cos, sin):
                 qn, kn = R[p + "self_attn.o_proj.weight"].shape[1], (y.shape[1] - R[p + "self_attn.o_proj.weight"].shape[1]) // 2
                 q, k, v = y[:, :qn], y[:, qn:qn + kn], y[:, qn + kn:]
             else:
-                q, k, v = (lin(xn, R, p + "self_attn.%s_proj" % c) for c in "qkv")
+                q, k, v = (linear(xn, R, p + "self_attn.%s_proj" % c) for c in "qkv")
             q, k, v = (t.reshape(n, -1, hd).transpose(0, 1) for t in (q, k, v))
-            attn += attend(q, k, v, cos, sin, hd) @ R[p + "self_attn.o_proj.weight"].T
+            attn += attend(q, k, v, cos, sin, causal) @ R[p + "self_attn.o_proj.weight"].T
         if p + "self_attn.o_proj.bias" in ranks[0]:
             attn += ranks[0][p + "self_attn.o_proj.bias"]
         x = x + attn
@@ -215,13 +146,13 @@ def tp_forward(ranks, cfg, ids, cos, sin):
                 g, u = gu.chunk(2, dim=-1)
                 mlp += (F.silu(g) * u) @ R[p + "mlp.down_proj.weight"].T
             else:
-                mlp += F.gelu(lin(hn, R, p + "mlp.c_fc"), approximate="tanh") @ R[p + "mlp.c_proj.weight"].T
+                mlp += F.gelu(linear(hn, R, p + "mlp.c_fc"), approximate="tanh") @ R[p + "mlp.c_proj.weight"].T
         if p + "mlp.c_proj.bias" in ranks[0]:
             mlp += ranks[0][p + "mlp.c_proj.bias"]
         x = x + mlp
     x = norm(x, ranks[0], "transformer.ln_f" if fam == "falcon" else "model.norm", cfg)
     head = "lm_head.weight" if "lm_head.weight" in ranks[0] else emb  # tied
-    return torch.cat([x @ R[head].T for R in ranks], dim=1)[:, :cfg.vocab_size]
+    return gather_logits(ranks, x, head, cfg.vocab_size)
 
 
 def rotary(model, cfg, n):
@@ -230,127 +161,69 @@ def rotary(model, cfg, n):
         rot = model.model.layers[0].self_attn.rotary_emb
         cos, sin = rot(torch.zeros(1, 1, n, hd), torch.arange(n)[None])
         return cos[0], sin[0]
-    return default_rope(n, hd, cfg.rope_theta)
+    return hf.rope_tables(n, hd, cfg.rope_theta)
+
+
+CLAIM = ("the torch TP forward from the shard files equals transformers' logits at tp {tps} "
+         "(max abs difference {worst} <= {tol}); verify --layer all and --whole-model pass")
+
+
+def case(tmp, seed, name, cfg):
+    src = os.path.join(tmp, name, "src")
+    model = hf.build(cfg, seed, src)
+    cos, sin = rotary(model, cfg, len(IDS))
+    hf.split_and_compare(tmp, name, src, hf.logits(model, IDS), lambda R: tp_forward(R, cfg, IDS, cos, sin),
+                         legal_tps(cfg), detect="layout: preset %s, from" % cfg.model_type, claim=CLAIM)
+    if name == "phi4-shaped":
+        for t in (4, 8):
+            r = tpshard("plan", src, "--tp", t)
+            report(r.returncode == 3 and "10 KV heads" in r.stderr and "tp values that fit: 1, 2, 5, 10" in r.stderr,
+                   "phi4-shaped: tp %d refused naming the 10 KV heads and the tp values that fit" % t, r.stderr)
+
+
+def wrong_model(tmp, cfg, seed):
+    """(src, forward of the ranks, transformers' logits) of a model built for a wrong cut."""
+    src = os.path.join(tmp, "src")
+    model = hf.build(cfg, seed, src)
+    cos, sin = rotary(model, cfg, len(IDS))
+    return src, lambda R: tp_forward(R, cfg, IDS, cos, sin), hf.logits(model, IDS)
+
+
+def body(tmp):
+    for seed, (name, cfg) in enumerate(cases()):
+        case(tmp, seed, name, cfg)
+
+    # A plain block cut of Falcon-40B's grouped query_key_value at tp 4 (2 groups): the
+    # torch forward cannot read a rank's rows as [q share; k; v] of one group.
+    from transformers import FalconConfig
+    cfg = FalconConfig(vocab_size=100, hidden_size=64, num_hidden_layers=2, num_attention_heads=8, alibi=False,
+                       new_decoder_architecture=True, num_kv_heads=2, bias=True)
+    wrong = os.path.join(tmp, "wrong")
+    src, forward, want = wrong_model(wrong, cfg, 99)
+    text = tpshard("layout", "--preset", "falcon").stdout
+    plain = ('rules:\n  - match: "transformer.h.*.self_attention.query_key_value.{weight,bias}"\n'
+             '    split: column\n    unit: head_dim\n')
+    hf.wrong_cut(wrong, "tp4", "plain block cut of the grouped query_key_value", src,
+                 text.replace("rules:\n", plain, 1), forward, want, tp=4, unreadable_ok=True)
+
+    # StarCoder2's wrong cuts, intact bytes and the right shapes: K/V heads dealt
+    # round-robin, and c_fc's columns as two halves (rank r: quarters r and r + 2) while
+    # c_proj's rows stay contiguous.
+    from transformers import Starcoder2Config
+    cfg = Starcoder2Config(vocab_size=100, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                           num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=64)
+    wrong = os.path.join(tmp, "wrong-sc2")
+    src, forward, want = wrong_model(wrong, cfg, 98)
+    fc_rule = '  - match: "model.layers.*.mlp.c_fc.{weight,bias}"\n    split: column\n    size: intermediate\n'
+    for wname, text, what in hf.wrong_layouts("starcoder2", [
+            ("kv-round-robin", hf.KV_RULE, hf.KV_ROUND_ROBIN, "starcoder2: K/V heads dealt round-robin"),
+            ("c_fc-halves", fc_rule, hf.halves("model.layers.*.mlp.c_fc.{weight,bias}", "intermediate/2"),
+             "starcoder2: c_fc's columns as two halves")]):
+        hf.wrong_cut(wrong, wname, what, src, text, forward, want)
 
 
 def main():
-    early = tap.transformers_tier("hf_falcon_starcoder2")
-    if early is not None:
-        return early
-    import transformers
-    torch.set_num_threads(2)
-    t0 = time.time()
-    ids = torch.tensor([3, 97, 41, 0, 99, 12, 64, 88, 5, 70, 23, 50, 96, 1, 33, 77])  # ids in every rank's rows
-    presets = {"falcon": "falcon", "starcoder2": "starcoder2", "phi3": "phi3"}
-    with tempfile.TemporaryDirectory() as tmp:
-        for seed, (name, cfg) in enumerate(cases()):
-            src = os.path.join(tmp, name, "src")
-            model = build(cfg, seed, src)
-            with torch.no_grad():
-                want = model(ids[None]).logits[0]
-            cos, sin = rotary(model, cfg, len(ids))
-            detail, worst, done = [], 0.0, []
-            for t in legal_tps(cfg):
-                out = os.path.join(tmp, name, "tp%d" % t)
-                r = tpshard("split", src, "--tp", t, "-o", out)
-                want_line = "layout: preset %s, from" % presets[cfg.model_type]
-                if r.returncode != 0 or want_line not in r.stderr:
-                    report(False, "%s: split --tp %d chooses preset %s" % (name, t, presets[cfg.model_type]), r.stderr)
-                    continue
-                diff = float((tp_forward(load_ranks(out), cfg, ids, cos, sin) - want).abs().max())
-                worst = max(worst, diff)
-                detail.append("tp %d: max abs logit difference %.3g" % (t, diff))
-                for extra in (("--layer", "all"), ("--whole-model",)):
-                    v = tpshard("verify", out, "--source", src, *extra, "-q")
-                    if v.returncode != 0:
-                        report(False, "%s: tpshard verify %s at tp %d exits 0" % (name, " ".join(extra), t),
-                               "exit %d\n%s%s" % (v.returncode, v.stdout, v.stderr))
-                done.append(t)
-            report(done == legal_tps(cfg) and worst <= TOL,
-                   "%s: the torch TP forward from the shard files equals transformers' logits at tp %s "
-                   "(max abs difference %.2g <= %g); verify --layer all and --whole-model pass"
-                   % (name, ",".join(map(str, done)), worst, TOL), "\n".join(detail))
-            if name == "phi4-shaped":
-                for t in (4, 8):
-                    r = tpshard("plan", src, "--tp", t)
-                    report(r.returncode == 3 and "10 KV heads" in r.stderr and "tp values that fit: 1, 2, 5, 10" in r.stderr,
-                           "phi4-shaped: tp %d refused naming the 10 KV heads and the tp values that fit" % t, r.stderr)
-
-        # A plain block cut of Falcon-40B's grouped query_key_value at tp 4 (2 groups).
-        from transformers import FalconConfig
-        cfg = FalconConfig(vocab_size=100, hidden_size=64, num_hidden_layers=2, num_attention_heads=8, alibi=False,
-                           new_decoder_architecture=True, num_kv_heads=2, bias=True)
-        src = os.path.join(tmp, "wrong", "src")
-        model = build(cfg, 99, src)
-        with torch.no_grad():
-            want = model(ids[None]).logits[0]
-        cos, sin = rotary(model, cfg, len(ids))
-        text = tpshard("layout", "--preset", "falcon").stdout
-        lay = os.path.join(tmp, "wrong", "plain.yaml")
-        plain = ('rules:\n  - match: "transformer.h.*.self_attention.query_key_value.{weight,bias}"\n'
-                 '    split: column\n    unit: head_dim\n')
-        open(lay, "w").write(text.replace("rules:\n", plain, 1))
-        out = os.path.join(tmp, "wrong", "tp4")
-        r = tpshard("split", src, "--tp", 4, "--layout", lay, "-o", out, "-q")
-        if r.returncode != 0:
-            report(False, "plain cut: split", r.stderr)
-        else:
-            c = tpshard("check", out, "-q")
-            try:
-                diff = float((tp_forward(load_ranks(out), cfg, ids, cos, sin) - want).abs().max())
-                fwd = "differs from transformers' by %.2g" % diff
-                caught = diff > 100 * TOL
-            except RuntimeError as e:  # the rank's rows are not [q share; k; v] of one group
-                fwd, caught = "cannot read the shards by the grouped convention (%s)" % str(e).splitlines()[0], True
-            v_src = tpshard("verify", out, "--source", src, "--layer", "all", "-q")
-            v_whole = tpshard("verify", out, "--source", src, "--whole-model", "-q")
-            report(c.returncode == 0 and caught and v_src.returncode == 1 and v_whole.returncode == 1,
-                   "plain block cut of the grouped query_key_value at tp 4: check passes, the torch forward %s, "
-                   "verify --layer all exits %d, --whole-model exits %d" % (fwd, v_src.returncode, v_whole.returncode),
-                   "check %d %s\n%s%s" % (c.returncode, c.stderr, v_src.stdout, v_src.stderr))
-        # StarCoder2's wrong cuts, intact bytes and the right shapes: K/V heads dealt
-        # round-robin (rank r of 2 gets heads r and r + kv/2), and c_fc's columns as two halves
-        # (rank r: quarters r and r + 2) while c_proj's rows stay contiguous.
-        from transformers import Starcoder2Config
-        cfg = Starcoder2Config(vocab_size=100, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                               num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=64)
-        src = os.path.join(tmp, "wrong-sc2", "src")
-        model = build(cfg, 98, src)
-        with torch.no_grad():
-            want = model(ids[None]).logits[0]
-        cos, sin = rotary(model, cfg, len(ids))
-        text = tpshard("layout", "--preset", "starcoder2").stdout
-        kv_rule = ('  - match: "model.layers.*.self_attn.{k_proj,v_proj}.{weight,bias}"\n    split: column\n'
-                   '    unit: head_dim\n    size: kv_heads*head_dim\n    kv_replicate: true\n')
-        fc_rule = '  - match: "model.layers.*.mlp.c_fc.{weight,bias}"\n    split: column\n    size: intermediate\n'
-        wrongs = [("kv-round-robin", kv_rule,
-                   '  - match: "model.layers.*.self_attn.{k_proj,v_proj}.{weight,bias}"\n    split: column\n'
-                   '    segments:\n      - {name: a, size: kv_heads/2*head_dim, unit: head_dim}\n'
-                   '      - {name: b, size: kv_heads/2*head_dim, unit: head_dim}\n'),
-                  ("c_fc-halves", fc_rule,
-                   '  - match: "model.layers.*.mlp.c_fc.{weight,bias}"\n    split: column\n'
-                   '    segments:\n      - {name: a, size: intermediate/2}\n      - {name: b, size: intermediate/2}\n')]
-        for wname, rule, replacement in wrongs:
-            if rule not in text:
-                report(False, "starcoder2 %s: the preset's rule is where this test replaces it" % wname, text)
-                continue
-            lay = os.path.join(tmp, "wrong-sc2", wname + ".yaml")
-            open(lay, "w").write(text.replace(rule, replacement))
-            out = os.path.join(tmp, "wrong-sc2", wname)
-            r = tpshard("split", src, "--tp", 2, "--layout", lay, "-o", out, "-q")
-            if r.returncode != 0:
-                report(False, "starcoder2 %s: split" % wname, r.stderr)
-                continue
-            c = tpshard("check", out, "-q")
-            diff = float((tp_forward(load_ranks(out), cfg, ids, cos, sin) - want).abs().max())
-            v_src = tpshard("verify", out, "--source", src, "--layer", "all", "-q")
-            v_whole = tpshard("verify", out, "--source", src, "--whole-model", "-q")
-            report(c.returncode == 0 and diff > 100 * TOL and v_src.returncode == 1 and v_whole.returncode == 1,
-                   "starcoder2 wrong cut (%s) at tp 2: check passes, the torch forward differs by %.2g, verify "
-                   "--layer all exits %d, --whole-model exits %d" % (wname, diff, v_src.returncode, v_whole.returncode),
-                   "check %d %s\n%s%s" % (c.returncode, c.stderr, v_src.stdout, v_src.stderr))
-    print("# transformers %s, torch %s: %.1f s" % (transformers.__version__, torch.__version__, time.time() - t0))
-    return tap.status()
+    return hf.main("hf_falcon_starcoder2", body)
 
 
 if __name__ == "__main__":

@@ -19,19 +19,13 @@ tests/cli/verify_whole.sh.)
 Skips loudly when transformers cannot be imported (tests/interop/setup.sh installs 4.46.3).
 """
 import json
-import math
 import os
-import subprocess
 import sys
-import tempfile
-import time
 
 import torch
 
-import tap
-from tap import TOP, TPSHARD, report, tpshard
-TOL = 1e-4
-
+import hf_tier as hf
+from hf_tier import TOL, report, tpshard
 
 def cases():
     """(name, preset, config, tps): vocab_size 101 pads at every tp above 1."""
@@ -50,78 +44,56 @@ def cases():
     ]
 
 
-def build(cfg, seed, path):
-    from transformers import AutoModelForCausalLM
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").float().eval()
-    with torch.no_grad():
-        for pname, p in model.named_parameters():
-            if p.ndim == 1 and pname.endswith(".bias"):
-                p.copy_(0.2 * torch.randn_like(p))
-            elif p.ndim == 1:
-                p.copy_(1 + 0.2 * torch.randn_like(p))
-            else:
-                p.normal_(0, 1 / math.sqrt(64))
-    model.save_pretrained(path, safe_serialization=True)
-    return model
+def body(tmp):
+    for seed, (name, preset, cfg, tps) in enumerate(cases()):
+        src = os.path.join(tmp, name, "src")
+        model = hf.build(cfg, seed, src, fan_in=64)
+        for t in tps:
+            out = os.path.join(tmp, name, "tp%d" % t)
+            r = tpshard("split", src, "--tp", t, "--preset", preset, "-o", out, "-q")
+            if r.returncode != 0:
+                report(False, "%s: split --tp %d" % (name, t), r.stderr)
+                continue
+            dump = os.path.join(tmp, name, "logits%d.json" % t)
+            v = tpshard("verify", out, "--source", src, "--whole-model", "--tokens", 12, "--seed", seed + t,
+                        "--dump-logits", dump, "-q")
+            if not report(v.returncode == 0, "%s tp %d: verify --whole-model --source exits 0" % (name, t),
+                          "exit %d\n%s%s" % (v.returncode, v.stdout, v.stderr)):
+                continue
+            d = json.load(open(dump))
+            ids = torch.tensor(d["tokens"])
+            want = hf.logits(model, ids).double()
+            scale = max(1.0, float(want.abs().max()))
+            ref = torch.tensor(d["reference"], dtype=torch.float64)
+            got = torch.tensor(d["ranks"], dtype=torch.float64)
+            dr, dg = float((ref - want).abs().max()), float((got - want).abs().max())
+            report(ref.shape == want.shape and dr <= TOL * scale and dg <= TOL * scale,
+                   "%s tp %d: tpshard's reference and tensor-parallel logits equal transformers' (max abs "
+                   "difference %.2g and %.2g, logits up to %.3g)" % (name, t, dr, dg, scale),
+                   "shapes %s vs %s" % (tuple(ref.shape), tuple(want.shape)))
+
+    # Wrong cuts of a vocabulary-parallel tensor: bytes intact, `check` passes.
+    src = os.path.join(tmp, "llama", "src")
+    base = tpshard("layout", "--preset", "llama").stdout
+    for wname, rule, stage in (("embedding cut along hidden", "  - match: model.embed_tokens.weight\n"
+                                "    split: row\n", "embedding stage"),
+                               ("lm_head replicated", "  - match: lm_head.weight\n    split: replicate\n",
+                                "logits stage")):
+        lay = os.path.join(tmp, "wrong.yaml")
+        open(lay, "w").write(base.replace("rules:\n", "rules:\n" + rule, 1))
+        out = os.path.join(tmp, "wrong-" + wname.replace(" ", "-"))
+        r = tpshard("split", src, "--tp", 2, "--layout", lay, "-o", out, "-q")
+        if not report(r.returncode == 0, "wrong cut (%s): split" % wname, r.stderr):
+            continue
+        c = tpshard("check", out, "-q")
+        v = tpshard("verify", out, "--source", src, "--whole-model", "-q")
+        report(c.returncode == 0 and v.returncode == 1 and stage in v.stderr,
+               "wrong cut (%s) at tp 2: check passes (exit %d), verify --whole-model exits %d naming the %s" %
+               (wname, c.returncode, v.returncode, stage), v.stdout + v.stderr)
 
 
 def main():
-    early = tap.transformers_tier("whole_model")
-    if early is not None:
-        return early
-    import transformers
-    torch.set_num_threads(2)
-    t0 = time.time()
-    with tempfile.TemporaryDirectory() as tmp:
-        for seed, (name, preset, cfg, tps) in enumerate(cases()):
-            src = os.path.join(tmp, name, "src")
-            model = build(cfg, seed, src)
-            for t in tps:
-                out = os.path.join(tmp, name, "tp%d" % t)
-                r = tpshard("split", src, "--tp", t, "--preset", preset, "-o", out, "-q")
-                if r.returncode != 0:
-                    report(False, "%s: split --tp %d" % (name, t), r.stderr)
-                    continue
-                dump = os.path.join(tmp, name, "logits%d.json" % t)
-                v = tpshard("verify", out, "--source", src, "--whole-model", "--tokens", 12, "--seed", seed + t,
-                            "--dump-logits", dump, "-q")
-                if not report(v.returncode == 0, "%s tp %d: verify --whole-model --source exits 0" % (name, t),
-                              "exit %d\n%s%s" % (v.returncode, v.stdout, v.stderr)):
-                    continue
-                d = json.load(open(dump))
-                ids = torch.tensor(d["tokens"])
-                with torch.no_grad():
-                    want = model(input_ids=ids[None]).logits[0].double()
-                scale = max(1.0, float(want.abs().max()))
-                ref = torch.tensor(d["reference"], dtype=torch.float64)
-                got = torch.tensor(d["ranks"], dtype=torch.float64)
-                dr, dg = float((ref - want).abs().max()), float((got - want).abs().max())
-                report(ref.shape == want.shape and dr <= TOL * scale and dg <= TOL * scale,
-                       "%s tp %d: tpshard's reference and tensor-parallel logits equal transformers' (max abs "
-                       "difference %.2g and %.2g, logits up to %.3g)" % (name, t, dr, dg, scale),
-                       "shapes %s vs %s" % (tuple(ref.shape), tuple(want.shape)))
-
-        # Wrong cuts of a vocabulary-parallel tensor: bytes intact, `check` passes.
-        src = os.path.join(tmp, "llama", "src")
-        base = tpshard("layout", "--preset", "llama").stdout
-        for wname, rule, stage in (("embedding cut along hidden", "  - match: model.embed_tokens.weight\n"
-                                    "    split: row\n", "embedding stage"),
-                                   ("lm_head replicated", "  - match: lm_head.weight\n    split: replicate\n",
-                                    "logits stage")):
-            lay = os.path.join(tmp, "wrong.yaml")
-            open(lay, "w").write(base.replace("rules:\n", "rules:\n" + rule, 1))
-            out = os.path.join(tmp, "wrong-" + wname.replace(" ", "-"))
-            r = tpshard("split", src, "--tp", 2, "--layout", lay, "-o", out, "-q")
-            if not report(r.returncode == 0, "wrong cut (%s): split" % wname, r.stderr):
-                continue
-            c = tpshard("check", out, "-q")
-            v = tpshard("verify", out, "--source", src, "--whole-model", "-q")
-            report(c.returncode == 0 and v.returncode == 1 and stage in v.stderr,
-                   "wrong cut (%s) at tp 2: check passes (exit %d), verify --whole-model exits %d naming the %s" %
-                   (wname, c.returncode, v.returncode, stage), v.stdout + v.stderr)
-    print("# transformers %s, torch %s: %.1f s" % (transformers.__version__, torch.__version__, time.time() - t0))
-    return tap.status()
+    return hf.main("whole_model", body)
 
 
 if __name__ == "__main__":

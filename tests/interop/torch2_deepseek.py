@@ -28,20 +28,14 @@ then all v rows where each head's rows interleave [k_nope_h; v_h]; q_b_proj's he
 round-robin) give shard sets whose bytes are intact (`tpshard check` passes) but whose
 forward differs from transformers' and which `tpshard verify` refuses (exit 1).
 """
-import json
 import math
 import os
 import sys
-import tempfile
-import time
 
 import torch
 
-import tap
-from tap import report, tpshard
-
-TPS = (1, 2, 4, 8)
-TOL = 1e-4
+import hf_tier as hf
+from hf_tier import IDS, causal_mask, gather_logits, linear, report, rms, rotate_half, vocab_embed
 
 BASE = dict(vocab_size=100, hidden_size=64, intermediate_size=96, moe_intermediate_size=32, num_hidden_layers=3,
             num_attention_heads=8, num_key_value_heads=8, q_lora_rank=32, kv_lora_rank=16, qk_nope_head_dim=8,
@@ -68,55 +62,12 @@ def cases():
 
 
 def build(cfg, seed, path):
-    from transformers import AutoModelForCausalLM
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").float().eval()
-    with torch.no_grad():
-        for pname, p in model.named_parameters():
-            if pname.endswith("norm.weight"):
-                p.copy_(1 + 0.2 * torch.randn_like(p))
-            elif pname.endswith(".bias"):
-                p.copy_(0.2 * torch.randn_like(p))
-            else:
-                p.normal_(0, 1 / math.sqrt(p.shape[1]))
-        for pname, b in model.named_buffers():
-            if pname.endswith("e_score_correction_bias"):
-                b.copy_(0.1 * torch.randn_like(b))
-    model.save_pretrained(path, safe_serialization=True)
-    return model
+    """Every parameter drawn again, and the V3 router's e_score_correction_bias (a buffer)."""
+    return hf.build(cfg, seed, path, buffers={"e_score_correction_bias": 0.1})
 
 
 def legal_tps(cfg):
-    return [t for t in TPS if cfg.num_attention_heads % t == 0 and cfg.intermediate_size % t == 0
-            and cfg.moe_intermediate_size % t == 0]
-
-
-def load_ranks(outdir):
-    from safetensors import safe_open
-    ranks = {}
-    for f in sorted(os.listdir(outdir)):
-        if f.endswith(".safetensors"):
-            with safe_open(os.path.join(outdir, f), "pt") as s:
-                meta = s.metadata()
-                r, size = int(meta["tp_rank"]), int(meta["tp_size"])
-                ranks.setdefault(r, {}).update({k: s.get_tensor(k) for k in s.keys()})
-    assert sorted(ranks) == list(range(size))
-    return [ranks[r] for r in range(size)]
-
-
-def rms(x, w, eps):
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
-
-
-def rotate_half(x):
-    h = x.shape[-1] // 2
-    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
-
-
-def linear(x, R, name):
-    y = x @ R[name + ".weight"].T
-    b = R.get(name + ".bias")
-    return y if b is None else y + b
+    return hf.legal_tps(cfg.num_attention_heads, None, cfg.intermediate_size, cfg.moe_intermediate_size)
 
 
 def rope(cfg, x, pos):
@@ -166,13 +117,8 @@ def tp_forward(ranks, cfg, ids, pos):
     if rs.get("mscale_all_dim"):
         m = 0.1 * rs["mscale_all_dim"] * math.log(rs["factor"]) + 1.0
         scale *= m * m
-    rows = ranks[0]["model.embed_tokens.weight"].shape[0]
-    x = torch.zeros(n, H)
-    for r, R in enumerate(ranks):
-        local = ids - r * rows
-        hit = (local >= 0) & (local < rows)
-        x[hit] += R["model.embed_tokens.weight"][local[hit]]
-    causal = torch.full((n, n), float("-inf")).triu(1)
+    x = vocab_embed(ranks, "model.embed_tokens.weight", ids, H)
+    causal = causal_mask(n)
     for layer in range(cfg.num_hidden_layers):
         p = "model.layers.%d." % layer
         a = p + "self_attn."
@@ -210,8 +156,7 @@ def tp_forward(ranks, cfg, ids, pos):
             mlp += swiglu(hn, R, p + "mlp.shared_experts")
         x = x + mlp
     x = rms(x, ranks[0]["model.norm.weight"], eps)
-    logits = torch.cat([x @ R["lm_head.weight"].T for R in ranks], dim=1)
-    return logits[:, :cfg.vocab_size]
+    return gather_logits(ranks, x, "lm_head.weight", cfg.vocab_size)
 
 
 def positions(model, n):
@@ -220,20 +165,9 @@ def positions(model, n):
     return out[0][None] if torch.is_tensor(out) else (out[0][0], out[1][0])
 
 
-def hf_logits(model, ids):
-    with torch.no_grad():
-        return model(ids[None]).logits[0]
-
-
-def verify_all(name, t, out, src):
-    """check, verify --source --layer all and verify --whole-model (reference from the shards)."""
-    for args in (("check", out, "-q"), ("verify", out, "--source", src, "--layer", "all", "-q"),
-                 ("verify", out, "--whole-model", "-q")):
-        v = tpshard(*args)
-        if v.returncode != 0:
-            return report(False, "%s: tpshard %s at tp %d exits 0" % (name, " ".join(map(str, args[2:])), t),
-                          "exit %d\n%s%s" % (v.returncode, v.stdout, v.stderr))
-    return True
+def checks(out, src, dump=None):
+    """check, verify --source --layer all and verify --whole-model (its reference from the shards)."""
+    return [("check", out), ("verify", out, "--source", src, "--layer", "all"), ("verify", out, "--whole-model")]
 
 
 def check_reference(name, model, cfg, shards):
@@ -241,18 +175,14 @@ def check_reference(name, model, cfg, shards):
     and shared experts) against transformers' own decoder layer in float64: checks verify's
     q/kv paths, RoPE form, yarn, softmax scale and routing against the library (cos/sin come
     from float32, and the routers compute in float32, hence 1e-5)."""
-    dump = os.path.join(os.path.dirname(shards), name + ".ref.json")
-    r = tpshard("verify", shards, "--layer", "all", "--tokens", 7, "--seed", 3, "--dump-reference", dump, "-q")
-    if r.returncode != 0:
-        return report(False, "%s: verify --dump-reference" % name, r.stdout + r.stderr)
-    m64 = type(model)(cfg).double().eval()
-    m64.load_state_dict(model.state_dict())
-    m64.double()
+    layers, m64 = hf.dumped_reference(name, model, cfg, shards, args=("--layer", "all"))
+    if layers is None:
+        return False
     worst = 0.0
-    for L in json.load(open(dump))["layers"]:
+    for L in layers:
         x = torch.tensor(L["x"], dtype=torch.float64)
         n = x.shape[0]
-        mask = torch.full((n, n), float("-inf"), dtype=torch.float64).triu(1)[None, None]
+        mask = causal_mask(n, torch.float64)[None, None]
         layer = m64.model.layers[L["layer"]]
         pe = m64.model.rotary_emb(x[None], torch.arange(n)[None])
         with torch.no_grad():
@@ -263,93 +193,54 @@ def check_reference(name, model, cfg, shards):
                 m = layer.mlp(hn)
             else:  # transformers' router computes in float32 whatever the model's dtype
                 m = model.model.layers[L["layer"]].mlp(hn.float()[None])[0].double()
-        worst = max(worst, float((torch.tensor(L["attention"], dtype=torch.float64) - a).norm() / a.norm()),
-                    float((torch.tensor(L["mlp"], dtype=torch.float64) - m).norm() / m.norm()))
+        worst = max(worst, hf.layer_error(L, a, m))
     return report(worst < 1e-5, "%s: verify's float64 reference of every layer equals transformers' decoder layer "
                   "(rel err %.2g)" % (name, worst))
 
 
 def wrong_layouts():
-    text = tpshard("layout", "--preset", "deepseek_v3").stdout
     kvb = ('  - match: model.layers.*.self_attn.kv_b_proj.weight\n    split: column\n'
            '    unit: qk_nope_head_dim+v_head_dim\n    size: heads*(qk_nope_head_dim+v_head_dim)\n')
     qb = ('  - match: "model.layers.*.self_attn.{q_b_proj,q_proj}.weight"\n    split: column\n'
           '    unit: qk_nope_head_dim+qk_rope_head_dim\n    size: heads*(qk_nope_head_dim+qk_rope_head_dim)\n')
-    if kvb not in text or qb not in text:
-        report(False, "the deepseek_v3 preset's kv_b_proj and q_b_proj rules are where this test replaces them", text)
-        return []
     # kv_b as if it were [K_nope_all; V_all]: two plain segments, rank r the r-th piece of each.
     kvb_plain = ('  - match: model.layers.*.self_attn.kv_b_proj.weight\n    split: column\n    segments:\n'
                  '      - {name: k, size: heads*qk_nope_head_dim}\n      - {name: v, size: heads*v_head_dim}\n')
     # q_b's heads in two halves: rank r of 2 gets heads r*2.. of each half, not its own heads.
-    qb_rr = ('  - match: "model.layers.*.self_attn.{q_b_proj,q_proj}.weight"\n    split: column\n    segments:\n'
-             '      - {name: a, size: heads/2*(qk_nope_head_dim+qk_rope_head_dim), unit: qk_nope_head_dim+qk_rope_head_dim}\n'
-             '      - {name: b, size: heads/2*(qk_nope_head_dim+qk_rope_head_dim), unit: qk_nope_head_dim+qk_rope_head_dim}\n')
-    return [("kv-b-plain", text.replace(kvb, kvb_plain), "kv_b_proj cut as [k_nope; v] blocks, not per head"),
-            ("q-b-round-robin", text.replace(qb, qb_rr), "q_b_proj heads dealt round-robin")]
+    qb_rr = hf.halves("model.layers.*.self_attn.{q_b_proj,q_proj}.weight",
+                      "heads/2*(qk_nope_head_dim+qk_rope_head_dim)", "qk_nope_head_dim+qk_rope_head_dim")
+    return hf.wrong_layouts("deepseek_v3", [
+        ("kv-b-plain", kvb, kvb_plain, "kv_b_proj cut as [k_nope; v] blocks, not per head"),
+        ("q-b-round-robin", qb, qb_rr, "q_b_proj heads dealt round-robin")])
+
+
+CLAIM = ("split, check and verify pass, and the torch TP forward from the shard files equals transformers' logits "
+         "at tp {tps} (max abs difference {worst} <= {tol})")
+
+
+def body(tmp):
+    for seed, (name, cfg) in enumerate(cases()):
+        src = os.path.join(tmp, name, "src")
+        model = build(cfg, seed, src)
+        pos = positions(model, len(IDS))
+        done = hf.split_and_compare(tmp, name, src, hf.logits(model, IDS), lambda R: tp_forward(R, cfg, IDS, pos),
+                                    legal_tps(cfg), detect="preset deepseek_v", verifies=checks, claim=CLAIM)
+        if done:
+            check_reference(name, model, cfg, os.path.join(tmp, name, "tp%d" % done[-1]))
+
+    from transformers import DeepseekV3Config
+    cfg = DeepseekV3Config(**dict(BASE, **V3))
+    src = os.path.join(tmp, "wrong", "src")
+    model = build(cfg, 99, src)
+    want = hf.logits(model, IDS)
+    pos = positions(model, len(IDS))
+    for wname, text, what in wrong_layouts():
+        hf.wrong_cut(os.path.join(tmp, "wrong"), wname, what, src, text, lambda R: tp_forward(R, cfg, IDS, pos), want,
+                     verifies=(("verify --source", True, ("--layer", "all")),))
 
 
 def main():
-    early = tap.transformers_tier("torch2_deepseek")
-    if early is not None:
-        return early
-    import transformers
-    try:
-        from transformers import DeepseekV3Config  # noqa: F401
-    except ImportError:
-        print("skip - torch2_deepseek: transformers %s has no DeepseekV3Config" % transformers.__version__)
-        return 0
-    torch.set_num_threads(2)
-    t0 = time.time()
-    ids = torch.tensor([3, 97, 41, 0, 99, 12, 64, 88, 5, 70, 23, 50, 96, 1, 33, 77])
-    with tempfile.TemporaryDirectory() as tmp:
-        for seed, (name, cfg) in enumerate(cases()):
-            src = os.path.join(tmp, name, "src")
-            model = build(cfg, seed, src)
-            want = hf_logits(model, ids)
-            pos = positions(model, len(ids))
-            detail, worst, done = [], 0.0, []
-            for t in legal_tps(cfg):
-                out = os.path.join(tmp, name, "tp%d" % t)
-                r = tpshard("split", src, "--tp", t, "-o", out)
-                if r.returncode != 0 or "preset deepseek_v" not in r.stderr:
-                    report(False, "%s: split --tp %d with auto-detection" % (name, t), r.stderr)
-                    continue
-                diff = float((tp_forward(load_ranks(out), cfg, ids, pos) - want).abs().max())
-                worst = max(worst, diff)
-                detail.append("tp %d: max abs logit difference %.3g" % (t, diff))
-                if verify_all(name, t, out, src):
-                    done.append(t)
-            report(done == legal_tps(cfg) and worst <= TOL,
-                   "%s: split, check and verify pass, and the torch TP forward from the shard files equals "
-                   "transformers' logits at tp %s (max abs difference %.2g <= %g)"
-                   % (name, ",".join(map(str, done)), worst, TOL), "\n".join(detail))
-            if done:
-                check_reference(name, model, cfg, os.path.join(tmp, name, "tp%d" % done[-1]))
-
-        from transformers import DeepseekV3Config
-        cfg = DeepseekV3Config(**dict(BASE, **V3))
-        src = os.path.join(tmp, "wrong", "src")
-        model = build(cfg, 99, src)
-        want = hf_logits(model, ids)
-        pos = positions(model, len(ids))
-        for wname, text, what in wrong_layouts():
-            lay = os.path.join(tmp, "wrong", wname + ".yaml")
-            open(lay, "w").write(text)
-            out = os.path.join(tmp, "wrong", wname)
-            r = tpshard("split", src, "--tp", 2, "--layout", lay, "-o", out, "-q")
-            if r.returncode != 0:
-                report(False, "wrong cut %s: split" % wname, r.stderr)
-                continue
-            c = tpshard("check", out, "-q")
-            diff = float((tp_forward(load_ranks(out), cfg, ids, pos) - want).abs().max())
-            v = tpshard("verify", out, "--source", src, "--layer", "all", "-q")
-            report(c.returncode == 0 and diff > 100 * TOL and v.returncode == 1,
-                   "wrong cut (%s) at tp 2: check passes, the torch forward differs from transformers' by %.2g, "
-                   "verify --source exits %d" % (what, diff, v.returncode),
-                   "check exit %d %s\nverify: %s%s" % (c.returncode, c.stderr, v.stdout, v.stderr))
-    print("# transformers %s, torch %s: %.1f s" % (transformers.__version__, torch.__version__, time.time() - t0))
-    return tap.status()
+    return hf.main("torch2_deepseek", body, needs="DeepseekV3Config")
 
 
 if __name__ == "__main__":

@@ -31,22 +31,14 @@ transformers' and which `tpshard verify` (--layer all and --whole-model) fails w
 
 Skips loudly when transformers cannot be imported (tests/interop/setup_torch2.sh).
 """
-import json
-import math
 import os
 import sys
-import tempfile
-import time
 
 import torch
 
-import tap
-from tap import report, tpshard
-from test_hf_llama_family import load_ranks, rotate_half
-
-TPS = (1, 2, 4, 8)
-TOL = 1e-4
-IDS = torch.tensor([3, 97, 41, 0, 99, 12, 64, 88, 5, 70, 23, 50, 96, 1, 33, 77])  # in every rank's rows
+import hf_tier as hf
+from hf_tier import IDS, attend, causal_mask, gather_logits, linear, qkv_heads, report, vocab_embed
+from test_hf_gemma_family import gemma_rms
 
 BASE = dict(vocab_size=100, hidden_size=64, intermediate_size=96, num_hidden_layers=6, num_attention_heads=8,
             num_key_value_heads=2, head_dim=16, max_position_embeddings=64, rms_norm_eps=1e-6,
@@ -76,56 +68,35 @@ def text_config(cfg):
     return getattr(cfg, "text_config", cfg)
 
 
-def build(cfg, seed, path):
-    """transformers' model with every parameter drawn again (its init leaves Gemma's norms at
-    zero and biases at zero, which would hide a norm or bias cut)."""
+def make(cfg):
+    """Gemma3ForConditionalGeneration for the multimodal config, eager attention throughout."""
     from transformers import AutoModelForCausalLM, Gemma3ForConditionalGeneration
-    torch.manual_seed(seed)
-    if cfg.model_type == "gemma3":
-        model = Gemma3ForConditionalGeneration(cfg)
-        model.config._attn_implementation = "eager"
-        for sub in (model.config.text_config, model.config.vision_config):
-            sub._attn_implementation = "eager"
-    else:
-        model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
-    model = model.float().eval()
-    with torch.no_grad():
-        for _, p in model.named_parameters():
-            if p.dim() == 1:  # norms and biases
-                p.copy_(0.3 * torch.randn_like(p))
-            else:
-                p.normal_(0, 1 / math.sqrt(p.shape[1]))
-    model.save_pretrained(path, safe_serialization=True)
+    if cfg.model_type != "gemma3":
+        return AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
+    model = Gemma3ForConditionalGeneration(cfg)
+    model.config._attn_implementation = "eager"
+    for sub in (model.config.text_config, model.config.vision_config):
+        sub._attn_implementation = "eager"
     return model
+
+
+def build(cfg, seed, path):
+    """Gemma's norms scale by (1 + w): drawn around zero, as its biases."""
+    return hf.build(cfg, seed, path, make=make, norm=(0, 0.3), bias=0.3)
 
 
 def legal_tps(cfg):
     c = text_config(cfg)
-    heads, kv, inter = c.num_attention_heads, c.num_key_value_heads, c.intermediate_size
-    return [t for t in TPS if heads % t == 0 and inter % t == 0 and (kv % t == 0 or t % kv == 0)]
-
-
-def gemma_rms(x, w, eps):
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * (1.0 + w)
-
-
-def linear(x, R, name):
-    y = x @ R[name + ".weight"].T
-    b = R.get(name + ".bias")
-    return y if b is None else y + b
+    return hf.legal_tps(c.num_attention_heads, c.num_key_value_heads, c.intermediate_size)
 
 
 def rope(c, n, local):
     """cos, sin of transformers' rotary_emb (global: rope_theta, linear scaling) or
     rotary_emb_local (rope_local_base_freq, no scaling)."""
-    hd = c.head_dim
-    base = c.rope_local_base_freq if local else c.rope_theta
-    inv = 1.0 / (base ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd))
-    if not local and c.rope_scaling and c.rope_scaling.get("rope_type") == "linear":
-        inv = inv / c.rope_scaling["factor"]
-    f = torch.outer(torch.arange(n, dtype=torch.float32), inv)
-    emb = torch.cat((f, f), dim=-1)
-    return emb.cos(), emb.sin()
+    if local:
+        return hf.rope_tables(n, c.head_dim, c.rope_local_base_freq)
+    linear_scaling = c.rope_scaling and c.rope_scaling.get("rope_type") == "linear"
+    return hf.rope_tables(n, c.head_dim, c.rope_theta, c.rope_scaling["factor"] if linear_scaling else None)
 
 
 def tp_forward(ranks, cfg, prefix, ids, off=()):
@@ -134,15 +105,10 @@ def tp_forward(ranks, cfg, prefix, ids, off=()):
     c = text_config(cfg)
     n, H, hd, eps = ids.shape[0], c.hidden_size, c.head_dim, c.rms_norm_eps
     emb = prefix + "embed_tokens.weight"
-    rows = ranks[0][emb].shape[0]
-    x = torch.zeros(n, H)
-    for r, R in enumerate(ranks):  # vocabulary-parallel lookup: each rank its rows, summed
-        local = ids - r * rows
-        hit = (local >= 0) & (local < rows)
-        x[hit] += R[emb][local[hit]]
+    x = vocab_embed(ranks, emb, ids, H)
     x = x * torch.tensor(H ** 0.5, dtype=x.dtype)
     scale = c.query_pre_attn_scalar ** -0.5
-    causal = torch.full((n, n), float("-inf")).triu(1)
+    causal = causal_mask(n)
     window = causal.masked_fill(torch.ones(n, n, dtype=torch.bool).tril(-c.sliding_window), float("-inf"))
     for layer in range(c.num_hidden_layers):
         p = prefix + "layers.%d." % layer
@@ -152,17 +118,11 @@ def tp_forward(ranks, cfg, prefix, ids, off=()):
         attn = torch.zeros(n, H)
         for R in ranks:
             xn = gemma_rms(x, R[p + "input_layernorm.weight"], eps)
-            q = linear(xn, R, p + "self_attn.q_proj").view(n, -1, hd).transpose(0, 1)
-            k = linear(xn, R, p + "self_attn.k_proj").view(n, -1, hd).transpose(0, 1)
-            v = linear(xn, R, p + "self_attn.v_proj").view(n, -1, hd).transpose(0, 1)
+            q, k, v = qkv_heads(xn, R, p + "self_attn.", hd)
             if "qk_norm" not in off:  # each head over head_dim, before RoPE
                 q = gemma_rms(q, R[p + "self_attn.q_norm.weight"], eps)
                 k = gemma_rms(k, R[p + "self_attn.k_norm.weight"], eps)
-            q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
-            kv_of = [j * k.shape[0] // q.shape[0] for j in range(q.shape[0])]  # local query head -> KV head
-            k, v = k[kv_of], v[kv_of]
-            w = torch.softmax(q @ k.transpose(1, 2) * scale + m, dim=-1)
-            attn += (w @ v).transpose(0, 1).reshape(n, -1) @ R[p + "self_attn.o_proj.weight"].T  # all-reduce: a sum
+            attn += attend(q, k, v, cos, sin, m, scale) @ R[p + "self_attn.o_proj.weight"].T  # all-reduce: a sum
         if p + "self_attn.o_proj.bias" in ranks[0]:
             attn += ranks[0][p + "self_attn.o_proj.bias"]  # once, after the sum
         x = x + gemma_rms(attn, ranks[0][p + "post_attention_layernorm.weight"], eps)  # every rank, its copy
@@ -175,12 +135,7 @@ def tp_forward(ranks, cfg, prefix, ids, off=()):
     x = gemma_rms(x, ranks[0][prefix + "norm.weight"], eps)
     head = prefix.replace("model.", "", 1) if prefix != "model." else ""
     head = head + "lm_head.weight" if head + "lm_head.weight" in ranks[0] else emb  # tied
-    return torch.cat([x @ R[head].T for R in ranks], dim=1)[:, :c.vocab_size]  # gathered, padding dropped
-
-
-def hf_logits(model, ids):
-    with torch.no_grad():
-        return model(input_ids=ids[None], use_cache=False).logits[0]
+    return gather_logits(ranks, x, head, c.vocab_size)
 
 
 def check_vision_replicated(name, src, ranks):
@@ -193,109 +148,37 @@ def check_vision_replicated(name, src, ranks):
            (name, len(names)), "differ: %s" % bad[:5])
 
 
-def wrong_layout():
-    """The gemma3_text preset with the K/V rule replaced by a round-robin deal of K/V heads."""
-    text = tpshard("layout", "--preset", "gemma3_text").stdout
-    kv_rule = ('  - match: "model.layers.*.self_attn.{k_proj,v_proj}.{weight,bias}"\n    split: column\n'
-               '    unit: head_dim\n    size: kv_heads*head_dim\n    kv_replicate: true\n')
-    if kv_rule not in text:
-        report(False, "the gemma3_text preset's K/V rule is where this test replaces it", text)
-        return None
-    # Rank r of 2 gets KV heads r and r + kv/2 instead of the contiguous pair its queries read.
-    round_robin = ('  - match: "model.layers.*.self_attn.{k_proj,v_proj}.{weight,bias}"\n    split: column\n'
-                   '    segments:\n'
-                   '      - {name: a, size: kv_heads/2*head_dim, unit: head_dim}\n'
-                   '      - {name: b, size: kv_heads/2*head_dim, unit: head_dim}\n')
-    return text.replace(kv_rule, round_robin)
-
-
 def run_case(tmp, seed, name, cfg, prefix, preset):
     src = os.path.join(tmp, name, "src")
     model = build(cfg, seed, src)
-    want = hf_logits(model, IDS)
-    detail, worst, worst_dump, done = [], 0.0, 0.0, []
-    for t in legal_tps(cfg):
-        out = os.path.join(tmp, name, "tp%d" % t)
-        r = tpshard("split", src, "--tp", t, "-o", out)  # auto-detected from config.json
-        if r.returncode != 0 or "preset %s," % preset not in r.stderr:
-            report(False, "%s: split --tp %d chooses preset %s from config.json" % (name, t, preset), r.stderr)
-            continue
-        ranks = load_ranks(out)
-        got = tp_forward(ranks, cfg, prefix, IDS)
-        diff = float((got - want).abs().max())
-        worst = max(worst, diff)
-        detail.append("tp %d: max abs logit difference %.3g" % (t, diff))
-        dump = os.path.join(tmp, name, "logits%d.json" % t)
-        for mode in (["--layer", "all"], ["--whole-model", "--tokens", 12, "--dump-logits", dump]):
-            v = tpshard("verify", out, "--source", src, *mode, "-q")
-            if v.returncode != 0:
-                report(False, "%s: tpshard verify %s at tp %d exits 0" % (name, " ".join(map(str, mode)), t),
-                       "exit %d\n%s%s" % (v.returncode, v.stdout, v.stderr))
-        if os.path.exists(dump):  # verify's own whole-model logits, reference and ranks, against transformers'
-            d = json.load(open(dump))
-            hf = hf_logits(model, torch.tensor(d["tokens"])).double()
-            for what in ("reference", "ranks"):
-                e = float((torch.tensor(d[what], dtype=torch.float64) - hf).abs().max())
-                worst_dump = max(worst_dump, e)
-                detail.append("tp %d: verify --whole-model's %s logits differ from transformers' by %.3g" % (t, what, e))
-        if preset == "gemma3" and t == 8:
-            check_vision_replicated(name, src, ranks)
-        done.append(t)
-    report(done == legal_tps(cfg) and worst <= TOL,
-           "%s: the torch TP forward from the shard files equals transformers' logits at tp %s "
-           "(max abs difference %.2g <= %g)" % (name, ",".join(map(str, done)), worst, TOL), "\n".join(detail))
-    report(done and worst_dump <= TOL, "%s: verify --whole-model's reference and tensor-parallel logits equal "
-           "transformers' (max abs difference %.2g <= %g)" % (name, worst_dump, TOL), "\n".join(detail))
+    want = hf.logits(model, IDS, use_cache=False)
+    each = (lambda t, out, ranks: t == 8 and check_vision_replicated(name, src, ranks)) if preset == "gemma3" else None
+    done = hf.split_and_compare(tmp, name, src, want, lambda R: tp_forward(R, cfg, prefix, IDS), legal_tps(cfg),
+                                detect="preset %s," % preset,
+                                dump_logits=lambda ids: hf.logits(model, ids, use_cache=False), each=each)
     if done:  # the local RoPE base and the q/k norms bind on this model: leaving either out misses
-        ranks = load_ranks(os.path.join(tmp, name, "tp%d" % done[-1]))
-        misses = {f: float((tp_forward(ranks, cfg, prefix, IDS, off=(f,)) - want).abs().max())
-                  for f in ("local_rope", "qk_norm")}
-        report(all(d > 100 * TOL for d in misses.values()),
-               "%s: the local RoPE base and the q/k norms matter (%s)" %
-               (name, ", ".join("without %s: %.2g" % kv for kv in misses.items())))
+        ranks = hf.load_ranks(os.path.join(tmp, name, "tp%d" % done[-1]))
+        hf.features_matter(name, "the local RoPE base and the q/k norms",
+                           lambda f: tp_forward(ranks, cfg, prefix, IDS, off=(f,)), want, ("local_rope", "qk_norm"))
+
+
+def body(tmp):
+    for seed, (name, cfg, prefix, preset) in enumerate(cases()):
+        run_case(tmp, seed, name, cfg, prefix, preset)
+
+    # A wrong cut: caught by the forward and by verify, not by the byte checks.
+    from transformers import Gemma3TextConfig
+    cfg = Gemma3TextConfig(**dict(BASE, num_key_value_heads=4))
+    src = os.path.join(tmp, "wrong", "src")
+    want = hf.logits(build(cfg, 99, src), IDS, use_cache=False)
+    for wname, text, what in hf.wrong_layouts("gemma3_text", [
+            ("kv-round-robin", hf.KV_RULE, hf.KV_ROUND_ROBIN, "K/V heads dealt round-robin")]):
+        hf.wrong_cut(os.path.join(tmp, "wrong"), wname, what, src, text, lambda R: tp_forward(R, cfg, "model.", IDS),
+                     want)
 
 
 def main():
-    early = tap.transformers_tier("torch2_gemma3")
-    if early is not None:
-        return early
-    import transformers
-    if not hasattr(transformers, "Gemma3TextConfig"):
-        print("skip - torch2_gemma3: transformers %s has no Gemma 3 (4.50 or later; tests/interop/setup_torch2.sh)"
-              % transformers.__version__)
-        return 0
-    torch.set_num_threads(2)
-    t0 = time.time()
-    with tempfile.TemporaryDirectory() as tmp:
-        for seed, (name, cfg, prefix, preset) in enumerate(cases()):
-            run_case(tmp, seed, name, cfg, prefix, preset)
-
-        # A wrong cut: caught by the forward and by verify, not by the byte checks.
-        from transformers import Gemma3TextConfig
-        cfg = Gemma3TextConfig(**dict(BASE, num_key_value_heads=4))
-        src = os.path.join(tmp, "wrong", "src")
-        want = hf_logits(build(cfg, 99, src), IDS)
-        text = wrong_layout()
-        if text is not None:
-            lay = os.path.join(tmp, "wrong", "kv-round-robin.yaml")
-            open(lay, "w").write(text)
-            out = os.path.join(tmp, "wrong", "kv-round-robin")
-            r = tpshard("split", src, "--tp", 2, "--layout", lay, "-o", out, "-q")
-            if r.returncode != 0:
-                report(False, "wrong cut: split", r.stderr)
-            else:
-                c = tpshard("check", out, "-q")
-                diff = float((tp_forward(load_ranks(out), cfg, "model.", IDS) - want).abs().max())
-                v_layer = tpshard("verify", out, "--source", src, "--layer", "all", "-q")
-                v_whole = tpshard("verify", out, "--source", src, "--whole-model", "-q")
-                report(c.returncode == 0 and diff > 100 * TOL and v_layer.returncode == 1 and v_whole.returncode == 1,
-                       "wrong cut (K/V heads dealt round-robin) at tp 2: check passes, the torch forward differs "
-                       "from transformers' by %.2g, verify --layer all exits %d, verify --whole-model exits %d"
-                       % (diff, v_layer.returncode, v_whole.returncode),
-                       "check exit %d %s\nverify --layer all: %s%s\nverify --whole-model: %s%s"
-                       % (c.returncode, c.stderr, v_layer.stdout, v_layer.stderr, v_whole.stdout, v_whole.stderr))
-    print("# transformers %s, torch %s: %.1f s" % (transformers.__version__, torch.__version__, time.time() - t0))
-    return tap.status()
+    return hf.main("torch2_gemma3", body, needs="Gemma3TextConfig")
 
 
 if __name__ == "__main__":

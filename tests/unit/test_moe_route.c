@@ -62,12 +62,6 @@ static void brute(const vmoe_cfg *c, size_t E, size_t K, const double *lt, const
         wt[e] = emask >> e & 1 ? (c->norm ? s[e] / kept : s[e]) * c->scaling : 0;
 }
 
-static double uniform(uint64_t *st)
-{
-    *st = *st * 6364136223846793005ull + 1442695040888963407ull;
-    return (double)(*st >> 11) / 9007199254740992.0;
-}
-
 TEST(routing_matches_brute_force)
 {
     struct {
@@ -90,8 +84,8 @@ TEST(routing_matches_brute_force)
             double lt[EMAX], bias[EMAX], want[EMAX], wt[EMAX] = {0}, cs[EMAX], plain[EMAX] = {0};
             unsigned char sel[EMAX] = {0}, psel[EMAX] = {0};
             for (size_t e = 0; e < E; e++) {
-                lt[e] = 4 * uniform(&st) - 2;
-                bias[e] = 0.2 * uniform(&st) - 0.1;
+                lt[e] = 4 * tps_test_uniform(&st) - 2;
+                bias[e] = 0.2 * tps_test_uniform(&st) - 0.1;
             }
             const double *b = cases[k].bias ? bias : NULL;
             brute(&cases[k].c, E, K, lt, b, want);

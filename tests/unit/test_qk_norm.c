@@ -35,11 +35,7 @@ typedef struct layer {
 } layer;
 
 static uint64_t rng = 99;
-static double urand(void)
-{
-    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-    return (double)(rng >> 11) / 9007199254740992.0;
-}
+static double urand(void) { return tps_test_uniform(&rng); }
 
 static tps_status mem_load(void *ctx, const char *name, tps_vt *out, tps_error *err)
 {
@@ -177,23 +173,38 @@ static void fill(double *x, size_t n)
     for (size_t i = 0; i < n; i++) x[i] = 3 * urand() - 1.5;
 }
 
-/* q [2 tokens, 3 heads of 4], k [2, 1 head]; per head each head is scaled by its own RMS. */
+/* q [2 tokens, 3 heads of 4] and k [2, 1 head] drawn (q0, k0) and normalized in place (q, k)
+ * by the norm of the given form, its weights qw [nq] and kw [nk]. */
+typedef struct qk_case {
+    tps_block b;
+    vdims d;
+    vlayer l;
+    double q[24], k[8], q0[24], k0[8];
+} qk_case;
+
+static void qk_case_run(qk_case *c, tps_qk_norm_kind form, float *qw, uint64_t nq, float *kw, uint64_t nk)
+{
+    memset(c, 0, sizeof *c);
+    c->b.qk_norm = form;
+    c->b.norm_eps = 1e-6;
+    c->b.role[TPS_ROLE_Q_NORM_W] = c->b.role[TPS_ROLE_K_NORM_W] = "x";
+    c->d = (vdims){.hidden = 8, .heads = 3, .kv = 1, .hd = 4};
+    c->l.t[TPS_ROLE_Q_NORM_W] = (tps_vt){.dtype = TPS_DT_F32, .ndim = 1, .shape = {nq}, .nelem = nq, .data = qw};
+    c->l.t[TPS_ROLE_K_NORM_W] = (tps_vt){.dtype = TPS_DT_F32, .ndim = 1, .shape = {nk}, .nelem = nk, .data = kw};
+    vattn_map m = {.hn = 3, .kv_n = 1};
+    fill(c->q, 24), fill(c->k, 8);
+    memcpy(c->q0, c->q, sizeof c->q), memcpy(c->k0, c->k, sizeof c->k);
+    tps_error err;
+    CHECK(tps_vqk_norm_f64(&c->b, &c->d, &c->l, &m, 2, c->q, 12, c->k, 4, &err) == TPS_OK);
+}
+
+/* Per head: each head is scaled by its own RMS. */
 TEST(per_head_norm_scales_each_head_by_its_own_rms)
 {
-    tps_block b = {.qk_norm = TPS_QK_NORM_PER_HEAD, .norm_eps = 1e-6};
-    b.role[TPS_ROLE_Q_NORM_W] = b.role[TPS_ROLE_K_NORM_W] = "x";
-    vdims d = {.hidden = 8, .heads = 3, .kv = 1, .hd = 4};
     float qw[4] = {1, 2, 0.5f, -1}, kw[4] = {0.25f, 1, 1, 3};
-    vlayer l;
-    memset(&l, 0, sizeof l);
-    l.t[TPS_ROLE_Q_NORM_W] = (tps_vt){.dtype = TPS_DT_F32, .ndim = 1, .shape = {4}, .nelem = 4, .data = qw};
-    l.t[TPS_ROLE_K_NORM_W] = (tps_vt){.dtype = TPS_DT_F32, .ndim = 1, .shape = {4}, .nelem = 4, .data = kw};
-    vattn_map m = {.hn = 3, .kv_n = 1};
-    double q[24], k[8], q0[24], k0[8];
-    fill(q, 24), fill(k, 8);
-    memcpy(q0, q, sizeof q), memcpy(k0, k, sizeof k);
-    tps_error err;
-    CHECK(tps_vqk_norm_f64(&b, &d, &l, &m, 2, q, 12, k, 4, &err) == TPS_OK);
+    qk_case c;
+    qk_case_run(&c, TPS_QK_NORM_PER_HEAD, qw, 4, kw, 4);
+    const double *q = c.q, *k = c.k, *q0 = c.q0, *k0 = c.k0;
     double worst = 0;
     for (int t = 0; t < 2; t++)
         for (int h = 0; h < 3; h++) {
@@ -223,22 +234,12 @@ static tps_status give_sums(void *ctx, double *ss, size_t n, tps_error *err)
 
 TEST(whole_projection_norm_uses_one_rms_over_every_head)
 {
-    tps_block b = {.qk_norm = TPS_QK_NORM_WHOLE, .norm_eps = 1e-6};
-    b.role[TPS_ROLE_Q_NORM_W] = b.role[TPS_ROLE_K_NORM_W] = "x";
-    vdims d = {.hidden = 8, .heads = 3, .kv = 1, .hd = 4};
     float qw[12], kw[4];
     for (int i = 0; i < 12; i++) qw[i] = (float)(0.5 + urand());
     for (int i = 0; i < 4; i++) kw[i] = (float)(0.5 + urand());
-    vlayer l;
-    memset(&l, 0, sizeof l);
-    l.t[TPS_ROLE_Q_NORM_W] = (tps_vt){.dtype = TPS_DT_F32, .ndim = 1, .shape = {12}, .nelem = 12, .data = qw};
-    l.t[TPS_ROLE_K_NORM_W] = (tps_vt){.dtype = TPS_DT_F32, .ndim = 1, .shape = {4}, .nelem = 4, .data = kw};
-    vattn_map m = {.hn = 3, .kv_n = 1};
-    double q[24], k[8], q0[24], k0[8];
-    fill(q, 24), fill(k, 8);
-    memcpy(q0, q, sizeof q), memcpy(k0, k, sizeof k);
-    tps_error err;
-    CHECK(tps_vqk_norm_f64(&b, &d, &l, &m, 2, q, 12, k, 4, &err) == TPS_OK);
+    qk_case c;
+    qk_case_run(&c, TPS_QK_NORM_WHOLE, qw, 12, kw, 4);
+    const double *q = c.q, *k = c.k, *q0 = c.q0, *k0 = c.k0;
     double worst = 0, ssq[2] = {0, 0}, ssk[2] = {0, 0};
     for (int t = 0; t < 2; t++) {
         for (int i = 0; i < 12; i++) ssq[t] += q0[t * 12 + i] * q0[t * 12 + i];
@@ -257,7 +258,8 @@ TEST(whole_projection_norm_uses_one_rms_over_every_head)
     double q1[8], k1[8];
     for (int t = 0; t < 2; t++) memcpy(q1 + t * 4, q0 + t * 12 + 4, 4 * sizeof *q1);
     memcpy(k1, k0, sizeof k1);
-    CHECK(tps_vqk_norm_f64(&b, &d, &l, &m1, 2, q1, 4, k1, 4, &err) == TPS_OK);
+    tps_error err;
+    CHECK(tps_vqk_norm_f64(&c.b, &c.d, &c.l, &m1, 2, q1, 4, k1, 4, &err) == TPS_OK);
     worst = 0;
     for (int t = 0; t < 2; t++)
         for (int i = 0; i < 4; i++) worst = fmax(worst, fabs(q1[t * 4 + i] - q[t * 12 + 4 + i]));
@@ -325,34 +327,29 @@ TEST(whole_q_norm_cut_by_heads_fails)
     expect_fail(&L, 2, 0, "qn (q_norm) with shape [24] where the TP convention needs [48]");
 }
 
-/* One rank's bad copy of the replicated weight: its own heads go wrong (the reference's
- * share of that rank, which needs the whole layer's sums, finds it). */
-TEST(a_bad_replica_of_the_whole_q_norm_is_named)
+/* Rank `rank` of T holds a bad (negated) copy of the replicated weight `role`: verify names
+ * that rank's partial sum. */
+static void expect_bad_replica(tps_qk_norm_kind form, uint64_t T, int rank, tps_block_role role)
 {
     layer L;
-    layer_init(&L, TPS_QK_NORM_WHOLE);
-    L.fault_rank = 1;
-    L.fault_role = TPS_ROLE_Q_NORM_W;
-    expect_fail(&L, 4, 1, "rank 1's partial sum differs");
+    layer_init(&L, form);
+    L.fault_rank = rank;
+    L.fault_role = role;
+    char said[64];
+    snprintf(said, sizeof said, "rank %d's partial sum differs", rank);
+    expect_fail(&L, T, rank, said);
 }
 
+/* One rank's bad copy of the replicated weight: its own heads go wrong (the reference's
+ * share of that rank, which needs the whole layer's sums, finds it). */
+TEST(a_bad_replica_of_the_whole_q_norm_is_named) { expect_bad_replica(TPS_QK_NORM_WHOLE, 4, 1, TPS_ROLE_Q_NORM_W); }
+
 /* At T = 4 ranks 2 and 3 share KV head 1; rank 3's k_norm copy is bad. */
-TEST(a_bad_k_norm_on_a_kv_replica_is_named)
-{
-    layer L;
-    layer_init(&L, TPS_QK_NORM_WHOLE);
-    L.fault_rank = 3;
-    L.fault_role = TPS_ROLE_K_NORM_W;
-    expect_fail(&L, 4, 3, "rank 3's partial sum differs");
-}
+TEST(a_bad_k_norm_on_a_kv_replica_is_named) { expect_bad_replica(TPS_QK_NORM_WHOLE, 4, 3, TPS_ROLE_K_NORM_W); }
 
 TEST(a_bad_replica_of_the_per_head_k_norm_is_named)
 {
-    layer L;
-    layer_init(&L, TPS_QK_NORM_PER_HEAD);
-    L.fault_rank = 2;
-    L.fault_role = TPS_ROLE_K_NORM_W;
-    expect_fail(&L, 8, 2, "rank 2's partial sum differs");
+    expect_bad_replica(TPS_QK_NORM_PER_HEAD, 8, 2, TPS_ROLE_K_NORM_W);
 }
 
 int main(void)

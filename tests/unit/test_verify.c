@@ -35,11 +35,7 @@ typedef struct store {
 } store;
 
 static uint64_t rng_state = 12345;
-static double urand(void)
-{
-    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-    return (double)(rng_state >> 11) / 9007199254740992.0;
-}
+static double urand(void) { return tps_test_uniform(&rng_state); }
 
 /* Slices t along its partition for rank r of T into a new float array (shape in *shape). */
 static float *slice_of(const mem_t *t, uint64_t T, uint64_t r, uint64_t *shape)

@@ -65,6 +65,14 @@ static int tps_test_failures;
         }                                                                                   \
     } while (0)
 
+/* A uniform double in [0, 1) from a 64-bit LCG: the same sequence on every platform, so
+ * seeded synthetic weights are the same everywhere. */
+static inline double tps_test_uniform(uint64_t *state)
+{
+    *state = *state * 6364136223846793005ull + 1442695040888963407ull;
+    return (double)(*state >> 11) / 9007199254740992.0;
+}
+
 static inline int tps_test_done(void) { return tps_test_failures ? 1 : 0; }
 
 #endif
