@@ -265,14 +265,16 @@ static tps_status build_source(adopt *a, tps_error *err)
                               a->dir, x->name);
             } else {
                 memcpy(trail, x->shape + off, sizeof(uint64_t) * (size_t)nd);
-                if (!solve_fused(a->l, vmult, names, 0, per, x->dtype, nd, trail, x->shape[off], a->tp, len))
+                /* One member (a renamed or stacked tensor) may be cut along any dimension. */
+                if (per == 1 ? !solve_one(a->l, vmult, names[0], x->dtype, nd, x->shape + off, a->tp, trail)
+                             : !solve_fused(a->l, vmult, names, 0, per, x->dtype, nd, trail, x->shape[off], a->tp, len))
                     st = tps_fail(err, TPS_EINVALID,
                                   "%s: rank 0's '%s' (%llu rows) is no rank-0 cut of %s%s at tp %llu under the layout",
                                   a->dir, x->name, (unsigned long long)x->shape[off], names[0],
                                   per > 1 ? " and the tensors fused with it" : "", (unsigned long long)a->tp);
             }
             for (size_t k = 0; st == TPS_OK && k < n; k++) {
-                trail[0] = len[k % per];
+                if (per > 1) trail[0] = len[k % per];
                 st = add_source(a, names[k], x->dtype, nd, trail, err);
             }
         }
