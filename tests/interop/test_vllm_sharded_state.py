@@ -19,15 +19,23 @@ and fused_moe) and the design notes on vLLM's sharded_state, not from tpshard's 
     of its parameter silently, this one requires the exact shape, and the values bit-equal
     and in the model's dtype.
 
+  * fused_forward(): the whole model the tensor-parallel way in torch from those fused per-rank
+    tensors alone (qkv_proj split by the engine's per-rank q and KV sizes, gate_up_proj and
+    w13_weight into their halves, the padded vocabulary's logits dropped), compared with
+    transformers' logits (<= 1e-4, float32; the bfloat16 case against the model holding the
+    same rounded values in float32).
+
 Cases: Llama (GQA, o_proj bias, untied, bfloat16), Llama tied, Qwen2 (q/k/v biases, tied),
 Mixtral, at every tp of 1, 2, 4, 8 the heads allow; --target sglang gives the same files.
 The loader is shown to fail on wrong sets: the vocabulary padded to a multiple of tp only,
-separate q/k/v names (tpshard's own set), KV heads dealt round-robin.  Also: reshard between
+separate q/k/v names (tpshard's own set), KV heads dealt round-robin (which the forward
+misses too).  Also: reshard between
 tps (and between targets) equals split at the new tp, merge of a target set gives the
 source's tensors bit-exact, check passes, and the model's config.json is in the set.
 
 Skips loudly when transformers cannot be imported (tests/interop/setup.sh).
 """
+import copy
 import glob
 import json
 import math
@@ -37,6 +45,7 @@ import tempfile
 
 import torch
 
+import hf_tier
 import tap
 from tap import report, tpshard
 
@@ -55,16 +64,67 @@ def cases():
 
 
 def build(cfg, dtype, seed, path):
-    from transformers import AutoModelForCausalLM
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(cfg)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            p.copy_(torch.randn_like(p))
-    model = model.to(dtype)
-    model.save_pretrained(path, safe_serialization=True)
+    """The HF tensors saved at path in dtype, and the model in float32 holding exactly those
+    values (what the forward is compared with)."""
+    model = hf_tier.build(cfg, seed, path)
+    if dtype != torch.float32:  # the parameters rounded to dtype; buffers (inv_freq) stay float32
+        with torch.no_grad():
+            for prm in model.parameters():
+                prm.copy_(prm.to(dtype).float())
+        copy.deepcopy(model).to(dtype).save_pretrained(path, safe_serialization=True)
     from safetensors.torch import load_file
-    return load_file(os.path.join(path, "model.safetensors"))
+    return load_file(os.path.join(path, "model.safetensors")), model
+
+
+def fused_forward(ranks, cfg, T, ids, cos, sin):
+    """The whole model the tensor-parallel way from the engine's fused per-rank tensors alone:
+    each rank's qkv_proj split into q/k/v by the engine's per-rank sizes (nq/T heads, then
+    nkv/T KV heads, or one replicated KV head when T exceeds them), gate_up_proj into gate/up
+    (halves of 2I/T rows), Mixtral's w13_weight [E, 2I/T, H] into w1/w3 and w2_weight
+    [E, H, I/T]; partial sums all-reduced, row-parallel biases once, the padded vocabulary's
+    logits dropped.  Float32."""
+    from hf_tier import attend, causal_mask, gather_logits, rms, vocab_embed
+    H, nq, nkv, eps = cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.rms_norm_eps
+    hd = H // nq
+    q_size, kv_size = nq // T * hd, (nkv // T if nkv >= T else 1) * hd
+    ranks = [{k: v.float() for k, v in R.items()} for R in ranks]
+    emb = "model.embed_tokens.weight" if "model.embed_tokens.weight" in ranks[0] else "lm_head.weight"  # tied
+    n = ids.shape[0]
+    x = vocab_embed(ranks, emb, ids, H)
+    mask = causal_mask(n)
+    lin = lambda h, R, name: h @ R[name + ".weight"].T + (R[name + ".bias"] if name + ".bias" in R else 0)
+    for i in range(cfg.num_hidden_layers):
+        p = "model.layers.%d." % i
+        a = p + "self_attn."
+        attn = torch.zeros(n, H)
+        for R in ranks:
+            assert R[a + "qkv_proj.weight"].shape[0] == q_size + 2 * kv_size
+            q, k, v = lin(rms(x, R[p + "input_layernorm.weight"], eps), R, a + "qkv_proj").split(
+                [q_size, kv_size, kv_size], dim=-1)
+            q, k, v = [t.reshape(n, -1, hd).transpose(0, 1) for t in (q, k, v)]
+            attn += attend(q, k, v, cos, sin, mask) @ R[a + "o_proj.weight"].T
+        x = x + attn + ranks[0].get(a + "o_proj.bias", 0)
+        mlp = torch.zeros(n, H)
+        hn = rms(x, ranks[0][p + "post_attention_layernorm.weight"], eps)
+        if getattr(cfg, "num_local_experts", None):  # MixtralSparseMoeBlock: softmax, top-k, renormalized
+            m = p + "block_sparse_moe."
+            w = torch.softmax(hn @ ranks[0][m + "gate.weight"].T, dim=-1)
+            top, chosen = torch.topk(w, cfg.num_experts_per_tok, dim=-1)
+            top = top / top.sum(-1, keepdim=True)
+            for R in ranks:
+                w13, w2 = R[m + "experts.w13_weight"], R[m + "experts.w2_weight"]
+                half = w13.shape[1] // 2
+                for e in range(w13.shape[0]):
+                    weight = (top * (chosen == e)).sum(-1, keepdim=True)
+                    h = hn @ w13[e].T
+                    mlp += weight * ((torch.nn.functional.silu(h[:, :half]) * h[:, half:]) @ w2[e].T)
+        else:
+            for R in ranks:
+                gate, up = lin(hn, R, p + "mlp.gate_up_proj").chunk(2, dim=-1)
+                mlp += (torch.nn.functional.silu(gate) * up) @ R[p + "mlp.down_proj.weight"].T
+        x = x + mlp
+    x = rms(x, ranks[0]["model.norm.weight"], eps)
+    return gather_logits(ranks, x, "lm_head.weight", cfg.vocab_size)
 
 
 def pad_rows(w, multiple):
@@ -212,8 +272,12 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for seed, (name, cfg, dtype) in enumerate(cases()):
             src = os.path.join(tmp, name)
-            hf = build(cfg, dtype, seed, src)
+            hf, model = build(cfg, dtype, seed, src)
+            want = hf_tier.logits(model, hf_tier.IDS)
+            # default rotary (Mixtral's module in 4.46 takes another signature than hf_tier.rotary's)
+            cos, sin = hf_tier.rope_tables(hf_tier.IDS.shape[0], cfg.hidden_size // cfg.num_attention_heads, cfg.rope_theta)
             tps = legal_tps(cfg)
+            worst, detail = 0.0, []
             for T in tps:
                 out = os.path.join(tmp, "%s-vllm-%d" % (name, T))
                 p = tpshard("split", src, "--tp", T, "--target", "vllm", "-o", out, "-q")
@@ -222,6 +286,9 @@ def main():
                 probs = loads(out, hf, cfg, T, dtype)
                 report(not probs, "%s tp %d: vLLM's loader takes the set: exact keys, shapes, dtype, bytes" % (name, T),
                        "\n".join(probs[:10]))
+                diff = float((fused_forward(rank_tensors(out, T), cfg, T, hf_tier.IDS, cos, sin) - want).abs().max())
+                worst = max(worst, diff)
+                detail.append("tp %d: max abs logit difference %.3g" % (T, diff))
                 report(os.path.exists(os.path.join(out, "config.json")) and
                        not os.path.exists(os.path.join(out, "model.safetensors.index.json")),
                        "%s tp %d: config.json copied, no weight index" % (name, T))
@@ -231,6 +298,9 @@ def main():
                 p = tpshard("split", src, "--tp", T, "--target", "sglang", "-o", sg, "-q")
                 report(p.returncode == 0 and not same_sets(out, sg, T),
                        "%s tp %d: --target sglang gives the same rank files" % (name, T), p.stderr)
+            report(worst <= hf_tier.TOL, "%s: the TP forward from the fused per-rank tensors equals transformers' logits "
+                   "at tp %s (max abs difference %.2g <= %g)" % (name, ",".join(map(str, tps)), worst, hf_tier.TOL),
+                   "\n".join(detail))
             # reshard between tps, and between targets, equals split at the new tp
             for a, b in zip(tps, tps[1:] + tps[:1]):
                 if a == b:
@@ -280,8 +350,10 @@ def main():
                 wrong = os.path.join(tmp, "wrong-kv")
                 write_wrong(wrong, T, lambda r: expected(hf, cfg, T, r, kv_shard=lambda r: r % cfg.num_key_value_heads))
                 probs = loads(wrong, hf, cfg, T, dtype)
-                report(any("qkv_proj.weight: values differ" in x for x in probs),
-                       "wrong set caught: KV heads dealt round-robin", "\n".join(probs[:3]))
+                diff = float((fused_forward(rank_tensors(wrong, T), cfg, T, hf_tier.IDS, cos, sin) - want).abs().max())
+                report(any("qkv_proj.weight: values differ" in x for x in probs) and diff > 100 * hf_tier.TOL,
+                       "wrong set caught: KV heads dealt round-robin (the loader's bytes differ, the TP forward differs "
+                       "from transformers' by %.2g)" % diff, "\n".join(probs[:3]))
         # refusals: a tp the engine refuses, a family without a mapping
         src = os.path.join(tmp, "llama-tied")
         p = tpshard("split", src, "--tp", 3, "--target", "vllm", "-o", os.path.join(tmp, "x3"))
