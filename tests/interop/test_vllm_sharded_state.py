@@ -37,8 +37,6 @@ Skips loudly when transformers cannot be imported (tests/interop/setup.sh).
 """
 import copy
 import glob
-import json
-import math
 import os
 import sys
 import tempfile
@@ -157,7 +155,6 @@ def expected(hf, cfg, T, r, vocab_quantum=64, kv_shard=None):
     s = r // rep if kv_shard is None else kv_shard(r)
     q_rows = slice(r * nq // T * hd, (r + 1) * nq // T * hd)
     kv_rows = slice(s * nkv_r * hd, (s + 1) * nkv_r * hd)
-    col = lambda w, n: w[r * n // T:(r + 1) * n // T]
     for i in range(cfg.num_hidden_layers):
         p = "model.layers.%d." % i
         a = p + "self_attn."
