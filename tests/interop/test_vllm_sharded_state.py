@@ -26,7 +26,10 @@ and fused_moe) and the design notes on vLLM's sharded_state, not from tpshard's 
     same rounded values in float32).
 
 Cases: Llama (GQA, o_proj bias, untied, bfloat16), Llama tied, Qwen2 (q/k/v biases, tied),
-Mixtral, at every tp of 1, 2, 4, 8 the heads allow; --target sglang gives the same files.
+Mixtral, Qwen2-MoE (a sparse layer with the gated shared expert, whose surviving names in
+current vLLM are mlp.experts._shared_experts.{gate_up_proj,down_proj,expert_gate}, and a dense
+one; SGLang's names differ there), at every tp of 1, 2, 4, 8 the heads allow; --target sglang gives the same files (SGLang's
+loader emulated for Qwen2-MoE).
 The loader is shown to fail on wrong sets: the vocabulary padded to a multiple of tp only,
 separate q/k/v names (tpshard's own set), KV heads dealt round-robin (which the forward
 misses too).  Also: reshard between
@@ -41,7 +44,11 @@ import os
 import sys
 import tempfile
 
+import warnings
+
 import torch
+
+warnings.filterwarnings("ignore", message="nn.functional.sigmoid is deprecated")  # transformers' Qwen2-MoE
 
 import hf_tier
 import tap
@@ -52,13 +59,24 @@ BASE = dict(vocab_size=100, hidden_size=64, intermediate_size=96, num_hidden_lay
 
 
 def cases():
-    from transformers import LlamaConfig, MixtralConfig, Qwen2Config
+    from transformers import LlamaConfig, MixtralConfig, Qwen2Config, Qwen2MoeConfig
     return [
         ("llama-bf16", LlamaConfig(**dict(BASE, attention_bias=True)), torch.bfloat16),
         ("llama-tied", LlamaConfig(**dict(BASE, tie_word_embeddings=True)), torch.float32),
         ("qwen2-tied", Qwen2Config(**dict(BASE, tie_word_embeddings=True)), torch.float32),
         ("mixtral", MixtralConfig(**dict(BASE, num_local_experts=4, num_experts_per_tok=2)), torch.float32),
+        # layer 0 sparse (8 experts: vLLM refuses a tp above them), layer 1 dense (mlp_only_layers)
+        ("qwen2-moe", Qwen2MoeConfig(**dict(BASE, moe_intermediate_size=32, shared_expert_intermediate_size=48,
+                                            num_experts=8, num_experts_per_tok=2, mlp_only_layers=[1])),
+         torch.float32),
     ]
+
+
+def qwen2_moe_layer(cfg, i):
+    """Qwen2MoeDecoderLayer's choice (vLLM qwen2_moe.py): a sparse block unless mlp_only_layers
+    names the layer or decoder_sparse_step skips it."""
+    return (getattr(cfg, "num_experts", 0) and i not in (getattr(cfg, "mlp_only_layers", None) or [])
+            and (i + 1) % cfg.decoder_sparse_step == 0)
 
 
 def build(cfg, dtype, seed, path):
@@ -116,6 +134,23 @@ def fused_forward(ranks, cfg, T, ids, cos, sin):
                     weight = (top * (chosen == e)).sum(-1, keepdim=True)
                     h = hn @ w13[e].T
                     mlp += weight * ((torch.nn.functional.silu(h[:, :half]) * h[:, half:]) @ w2[e].T)
+        elif qwen2_moe_layer(cfg, i):  # Qwen2MoeSparseMoeBlock: routed experts plus the gated shared expert
+            m = p + "mlp."
+            w = torch.softmax(hn @ ranks[0][m + "gate.weight"].T, dim=-1)
+            top, chosen = torch.topk(w, cfg.num_experts_per_tok, dim=-1)
+            if cfg.norm_topk_prob:
+                top = top / top.sum(-1, keepdim=True)
+            sh = m + "experts._shared_experts."
+            g = torch.sigmoid(hn @ ranks[0][sh + "expert_gate.weight"].T)
+            for R in ranks:
+                w13, w2 = R[m + "experts.w13_weight"], R[m + "experts.w2_weight"]
+                half = w13.shape[1] // 2
+                for e in range(w13.shape[0]):
+                    h = hn @ w13[e].T
+                    mlp += (top * (chosen == e)).sum(-1, keepdim=True) * (
+                        (torch.nn.functional.silu(h[:, :half]) * h[:, half:]) @ w2[e].T)
+                gate, up = (hn @ R[sh + "gate_up_proj.weight"].T).chunk(2, dim=-1)
+                mlp += g * ((torch.nn.functional.silu(gate) * up) @ R[sh + "down_proj.weight"].T)
         else:
             for R in ranks:
                 gate, up = lin(hn, R, p + "mlp.gate_up_proj").chunk(2, dim=-1)
@@ -131,8 +166,9 @@ def pad_rows(w, multiple):
     return torch.cat([w, torch.zeros((padded - v,) + tuple(w.shape[1:]), dtype=w.dtype)])
 
 
-def expected(hf, cfg, T, r, vocab_quantum=64, kv_shard=None):
-    """vLLM's parameters at tp T, rank r, after loading the HF tensors hf."""
+def expected(hf, cfg, T, r, vocab_quantum=64, kv_shard=None, engine="vllm"):
+    """vLLM's parameters at tp T, rank r, after loading the HF tensors hf (engine "sglang":
+    SGLang's, which differ for Qwen2-MoE's shared expert)."""
     H, nq, nkv = cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads
     hd = H // nq
     out = {}
@@ -178,6 +214,24 @@ def expected(hf, cfg, T, r, vocab_quantum=64, kv_shard=None):
             out[m + "experts.w13_weight"] = torch.stack([torch.cat([e(k, "w1")[cols], e(k, "w3")[cols]])
                                                          for k in range(E)])
             out[m + "experts.w2_weight"] = torch.stack([e(k, "w2")[:, cols] for k in range(E)])
+        elif qwen2_moe_layer(cfg, i):
+            m = p + "mlp."
+            I, S = cfg.moe_intermediate_size, cfg.shared_expert_intermediate_size
+            cols, scols = slice(r * I // T, (r + 1) * I // T), slice(r * S // T, (r + 1) * S // T)
+            out[m + "gate.weight"] = hf[m + "gate.weight"]  # ReplicatedLinear
+            e = lambda k, w: hf["%sexperts.%d.%s.weight" % (m, k, w)]
+            out[m + "experts.w13_weight"] = torch.stack([torch.cat([e(k, "gate_proj")[cols], e(k, "up_proj")[cols]])
+                                                         for k in range(cfg.num_experts)])
+            out[m + "experts.w2_weight"] = torch.stack([e(k, "down_proj")[:, cols] for k in range(cfg.num_experts)])
+            # vLLM: SharedFusedMoE keeps the shared expert (whose expert_gate is the block's
+            # shared_expert_gate) as experts._shared_experts; of a tensor's three names the
+            # saver keeps the smallest.  SGLang registers each once, under the block.
+            sh = m + ("experts._shared_experts." if engine == "vllm" else "shared_expert.")
+            out[sh + "gate_up_proj.weight"] = torch.cat([hf[m + "shared_expert.gate_proj.weight"][scols],
+                                                         hf[m + "shared_expert.up_proj.weight"][scols]])
+            out[sh + "down_proj.weight"] = hf[m + "shared_expert.down_proj.weight"][:, scols]
+            out[(sh + "expert_gate.weight") if engine == "vllm" else (m + "shared_expert_gate.weight")] = \
+                hf[m + "shared_expert_gate.weight"]  # a plain nn.Linear: whole on every rank
         else:
             I = cfg.intermediate_size
             cols = slice(r * I // T, (r + 1) * I // T)
@@ -218,7 +272,10 @@ def load(d, r, want, dtype):
 
 def legal_tps(cfg):
     nq, nkv, I = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.intermediate_size
-    return [t for t in (1, 2, 4, 8) if nq % t == 0 and I % t == 0 and (nkv % t == 0 or t % nkv == 0)]
+    widths = [I] + [getattr(cfg, k) for k in ("moe_intermediate_size", "shared_expert_intermediate_size")
+                    if hasattr(cfg, k)]
+    return [t for t in (1, 2, 4, 8) if nq % t == 0 and all(w % t == 0 for w in widths)
+            and (nkv % t == 0 or t % nkv == 0) and t <= (getattr(cfg, "num_experts", None) or t)]
 
 
 def loads(d, hf, cfg, T, dtype, **kw):
@@ -293,8 +350,13 @@ def main():
                 report(p.returncode == 0, "%s tp %d: check --source passes" % (name, T), p.stdout + p.stderr)
                 sg = os.path.join(tmp, "%s-sglang-%d" % (name, T))
                 p = tpshard("split", src, "--tp", T, "--target", "sglang", "-o", sg, "-q")
-                report(p.returncode == 0 and not same_sets(out, sg, T),
-                       "%s tp %d: --target sglang gives the same rank files" % (name, T), p.stderr)
+                if name == "qwen2-moe":  # SGLang names the shared expert once, under the block
+                    probs = loads(sg, hf, cfg, T, dtype, engine="sglang") if p.returncode == 0 else [p.stderr]
+                    report(not probs, "%s tp %d: SGLang's loader takes the --target sglang set" % (name, T),
+                           "\n".join(probs[:10]))
+                else:
+                    report(p.returncode == 0 and not same_sets(out, sg, T),
+                           "%s tp %d: --target sglang gives the same rank files" % (name, T), p.stderr)
             report(worst <= hf_tier.TOL, "%s: the TP forward from the fused per-rank tensors equals transformers' logits "
                    "at tp %s (max abs difference %.2g <= %g)" % (name, ",".join(map(str, tps)), worst, hf_tier.TOL),
                    "\n".join(detail))
@@ -333,6 +395,13 @@ def main():
                 ok = m.keys() == hf.keys() and all(m[k].dtype == hf[k].dtype and torch.equal(
                     m[k].view(torch.uint8), hf[k].view(torch.uint8)) for k in hf)
             report(ok, "%s: merge of the tp %d vLLM set is the source, bit-exact" % (name, T), p.stderr)
+            if name == "qwen2-moe":  # the shared expert under the names vLLM's saver drops
+                wrong = os.path.join(tmp, "wrong-shared")
+                write_wrong(wrong, T, lambda r: expected(hf, cfg, T, r, engine="sglang"))
+                probs = loads(wrong, hf, cfg, T, dtype)
+                report(any("KeyError" in x and "mlp.shared_expert" in x for x in probs),
+                       "wrong set caught: Qwen2-MoE's shared expert under mlp.shared_expert* for vLLM",
+                       "\n".join(probs[:3]))
             # the loader emulation catches wrong sets
             if name == "llama-tied":
                 T = 8
