@@ -26,7 +26,7 @@ and fused_moe) and the design notes on vLLM's sharded_state, not from tpshard's 
     same rounded values in float32).
 
 Cases: Llama (GQA, o_proj bias, untied, bfloat16), Llama tied, Qwen2 (q/k/v biases, tied),
-Mixtral, Qwen2-MoE (a sparse layer with the gated shared expert, whose surviving names in
+Mixtral, Phi-3 (HF stores it fused; vLLM's Phi3ForCausalLM is a Llama), Qwen2-MoE (a sparse layer with the gated shared expert, whose surviving names in
 current vLLM are mlp.experts._shared_experts.{gate_up_proj,down_proj,expert_gate}, and a dense
 one; SGLang's names differ there), at every tp of 1, 2, 4, 8 the heads allow; --target sglang gives the same files (SGLang's
 loader emulated for Qwen2-MoE).
@@ -59,8 +59,11 @@ BASE = dict(vocab_size=100, hidden_size=64, intermediate_size=96, num_hidden_lay
 
 
 def cases():
-    from transformers import LlamaConfig, MixtralConfig, Qwen2Config, Qwen2MoeConfig
+    from transformers import LlamaConfig, MixtralConfig, Phi3Config, Qwen2Config, Qwen2MoeConfig
     return [
+        # HF Phi-3 is stored fused already ([q;k;v], [gate;up], whole); vLLM's Phi3ForCausalLM is a
+        # LlamaForCausalLM (phi3.py): the same parameters, each rank its slices of every part
+        ("phi3", Phi3Config(**dict(BASE, pad_token_id=0)), torch.float32),
         ("llama-bf16", LlamaConfig(**dict(BASE, attention_bias=True)), torch.bfloat16),
         ("llama-tied", LlamaConfig(**dict(BASE, tie_word_embeddings=True)), torch.float32),
         ("qwen2-tied", Qwen2Config(**dict(BASE, tie_word_embeddings=True)), torch.float32),
@@ -194,6 +197,12 @@ def expected(hf, cfg, T, r, vocab_quantum=64, kv_shard=None, engine="vllm"):
     for i in range(cfg.num_hidden_layers):
         p = "model.layers.%d." % i
         a = p + "self_attn."
+        if a + "qkv_proj.weight" in hf:  # Phi-3: QKVParallelLinear splits the fused tensor by output_sizes
+            w = hf[a + "qkv_proj.weight"]
+            hf = dict(hf, **dict(zip((a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"),
+                                     w.split([nq * hd, nkv * hd, nkv * hd]))))
+            g = hf[p + "mlp.gate_up_proj.weight"]
+            hf = dict(hf, **dict(zip((p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"), g.chunk(2))))
         for suffix in ("weight", "bias"):
             if a + "q_proj." + suffix in hf:
                 out[a + "qkv_proj." + suffix] = torch.cat([hf[a + "q_proj." + suffix][q_rows],
