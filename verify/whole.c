@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "../lib/checked.h"
+#include "../lib/manifest.h"
 #include "internal.h"
 
 void tps_verify_whole_release(tps_verify_whole *w)
@@ -38,7 +39,17 @@ static double now_s(void)
 typedef struct wmeta {
     uint64_t vocab, hidden, positions;
     int32_t tied, pos;
+    uint64_t vocab_quantum; /* a serving engine's vocabulary padding (a target set's manifest); 0: the tp */
 } wmeta;
+
+/* A target set's vocabulary is padded as its engine pads it (a multiple of 64, then cut in
+ * T equal blocks: lib/target.h), not to a multiple of T. */
+static uint64_t engine_vocab_quantum(const tps_block *b, const tps_verify_opts *o)
+{
+    const char *en = b->model_role[TPS_MROLE_EMBED];
+    const tps_manifest_tensor *t = o->shards && en ? tps_manifest_find(o->shards->m, en) : NULL;
+    return t && t->part.pad ? t->part.pad_multiple : 0;
+}
 
 static tps_status load_tensor(const tps_vsource *src, const char *name, tps_vt *t, tps_error *err)
 {
@@ -413,6 +424,7 @@ tps_status tps_verify_whole_begin(const tps_block *b, uint64_t T, const tps_vsou
     if (root) {
         tps_vstage(o, "embedding: reference");
         st = ref_embed(b, ref, o, w, &m, err);
+        m.vocab_quantum = engine_vocab_quantum(b, o);
     }
     if (multi) {
         TPS_CHECK(tps_vbackend_agree(be, st, err));
@@ -425,6 +437,10 @@ tps_status tps_verify_whole_begin(const tps_block *b, uint64_t T, const tps_vsou
     w->tied = m.tied;
     w->pos_embed = m.pos;
     w->padded_vocab = (m.vocab + T - 1) / T * T;
+    if (m.vocab_quantum) {
+        uint64_t q = (m.vocab + m.vocab_quantum - 1) / m.vocab_quantum * m.vocab_quantum;
+        if (q % T == 0) w->padded_vocab = q; /* split refuses a tp that does not divide it */
+    }
     draw_ids(o->seed, m.vocab, n, w->ids); /* the same ids as rank 0's */
     if (root) st = check_tensors(b, ref, o, STEP_EMBED, m.tied, w, err);
     if (multi) TPS_CHECK(tps_vbackend_agree(be, st, err));

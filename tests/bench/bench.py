@@ -236,6 +236,7 @@ class Bench:
             self.measure("cat > /dev/null", ["cat", src], n, stdout="/dev/null", pre=w_src)
             for tp in (2, 4, 8):
                 self.measure(f"split tp{tp}", split(tp, o), n, pre=w_src, post=clean)
+            self.measure("split tp8 --target vllm", split(8, o) + ["--target", "vllm"], n, pre=w_src, post=clean)
             self.measure("reshard 8->4", [TPSHARD, "reshard", s8, "--tp", "4", "-o", o, "-q"], n,
                          pre=lambda: self.warm(f8), post=clean)
             self.measure("reshard 4->8", [TPSHARD, "reshard", s4, "--tp", "8", "-o", o, "-q"], n,
@@ -295,6 +296,7 @@ class Bench:
         target("split tp8 / cp (page cache -> tmpfs)", "split tp8", "cp (to tmpfs)", 1.2)
         target("cold split tp8 / (cp + sync) (disk)", "cold: split tp8 (disk)", "cold: cp + sync (disk)", 1.3)
         target("torch split tp8 / split tp8 (speedup)", "torch split tp8", "split tp8", 8, le=False)
+        target("split tp8 --target vllm / split tp8", "split tp8 --target vllm", "split tp8", 1.2)
         target("reshard 8->4 / split tp4", "reshard 8->4", "split tp4", 1.3)
         target("reshard 4->8 / split tp8", "reshard 4->8", "split tp8", 1.3)
         target("merge tp8 / cp", "merge tp8", "cp (to tmpfs)", 1.2)

@@ -19,24 +19,38 @@ and fused_moe) and the design notes on vLLM's sharded_state, not from tpshard's 
     of its parameter silently, this one requires the exact shape, and the values bit-equal
     and in the model's dtype.
 
+  * fused_forward(): the whole model the tensor-parallel way in torch from those fused per-rank
+    tensors alone (qkv_proj split by the engine's per-rank q and KV sizes, gate_up_proj and
+    w13_weight into their halves, the padded vocabulary's logits dropped), compared with
+    transformers' logits (<= 1e-4, float32; the bfloat16 case against the model holding the
+    same rounded values in float32).
+
 Cases: Llama (GQA, o_proj bias, untied, bfloat16), Llama tied, Qwen2 (q/k/v biases, tied),
-Mixtral, at every tp of 1, 2, 4, 8 the heads allow; --target sglang gives the same files.
+Mixtral, Phi-3 (HF stores it fused; vLLM's Phi3ForCausalLM is a Llama), Qwen2-MoE (a sparse layer with the gated shared expert, whose surviving names in
+current vLLM are mlp.experts._shared_experts.{gate_up_proj,down_proj,expert_gate}, and a dense
+one; SGLang's names differ there), at every tp of 1, 2, 4, 8 the heads allow; --target sglang gives the same files (SGLang's
+loader emulated for Qwen2-MoE).
 The loader is shown to fail on wrong sets: the vocabulary padded to a multiple of tp only,
-separate q/k/v names (tpshard's own set), KV heads dealt round-robin.  Also: reshard between
+separate q/k/v names (tpshard's own set), KV heads dealt round-robin (which the forward
+misses too).  Also: reshard between
 tps (and between targets) equals split at the new tp, merge of a target set gives the
 source's tensors bit-exact, check passes, and the model's config.json is in the set.
 
 Skips loudly when transformers cannot be imported (tests/interop/setup.sh).
 """
+import copy
 import glob
-import json
-import math
 import os
 import sys
 import tempfile
 
+import warnings
+
 import torch
 
+warnings.filterwarnings("ignore", message="nn.functional.sigmoid is deprecated")  # transformers' Qwen2-MoE
+
+import hf_tier
 import tap
 from tap import report, tpshard
 
@@ -45,26 +59,108 @@ BASE = dict(vocab_size=100, hidden_size=64, intermediate_size=96, num_hidden_lay
 
 
 def cases():
-    from transformers import LlamaConfig, MixtralConfig, Qwen2Config
+    from transformers import LlamaConfig, MixtralConfig, Phi3Config, Qwen2Config, Qwen2MoeConfig
     return [
+        # HF Phi-3 is stored fused already ([q;k;v], [gate;up], whole); vLLM's Phi3ForCausalLM is a
+        # LlamaForCausalLM (phi3.py): the same parameters, each rank its slices of every part
+        ("phi3", Phi3Config(**dict(BASE, pad_token_id=0)), torch.float32),
         ("llama-bf16", LlamaConfig(**dict(BASE, attention_bias=True)), torch.bfloat16),
         ("llama-tied", LlamaConfig(**dict(BASE, tie_word_embeddings=True)), torch.float32),
         ("qwen2-tied", Qwen2Config(**dict(BASE, tie_word_embeddings=True)), torch.float32),
         ("mixtral", MixtralConfig(**dict(BASE, num_local_experts=4, num_experts_per_tok=2)), torch.float32),
+        # layer 0 sparse (8 experts: vLLM refuses a tp above them), layer 1 dense (mlp_only_layers)
+        ("qwen2-moe", Qwen2MoeConfig(**dict(BASE, moe_intermediate_size=32, shared_expert_intermediate_size=48,
+                                            num_experts=8, num_experts_per_tok=2, mlp_only_layers=[1])),
+         torch.float32),
     ]
 
 
+def qwen2_moe_layer(cfg, i):
+    """Qwen2MoeDecoderLayer's choice (vLLM qwen2_moe.py): a sparse block unless mlp_only_layers
+    names the layer or decoder_sparse_step skips it."""
+    return (getattr(cfg, "num_experts", 0) and i not in (getattr(cfg, "mlp_only_layers", None) or [])
+            and (i + 1) % cfg.decoder_sparse_step == 0)
+
+
 def build(cfg, dtype, seed, path):
-    from transformers import AutoModelForCausalLM
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(cfg)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            p.copy_(torch.randn_like(p))
-    model = model.to(dtype)
-    model.save_pretrained(path, safe_serialization=True)
+    """The HF tensors saved at path in dtype, and the model in float32 holding exactly those
+    values (what the forward is compared with)."""
+    model = hf_tier.build(cfg, seed, path)
+    if dtype != torch.float32:  # the parameters rounded to dtype; buffers (inv_freq) stay float32
+        with torch.no_grad():
+            for prm in model.parameters():
+                prm.copy_(prm.to(dtype).float())
+        copy.deepcopy(model).to(dtype).save_pretrained(path, safe_serialization=True)
     from safetensors.torch import load_file
-    return load_file(os.path.join(path, "model.safetensors"))
+    return load_file(os.path.join(path, "model.safetensors")), model
+
+
+def fused_forward(ranks, cfg, T, ids, cos, sin):
+    """The whole model the tensor-parallel way from the engine's fused per-rank tensors alone:
+    each rank's qkv_proj split into q/k/v by the engine's per-rank sizes (nq/T heads, then
+    nkv/T KV heads, or one replicated KV head when T exceeds them), gate_up_proj into gate/up
+    (halves of 2I/T rows), Mixtral's w13_weight [E, 2I/T, H] into w1/w3 and w2_weight
+    [E, H, I/T]; partial sums all-reduced, row-parallel biases once, the padded vocabulary's
+    logits dropped.  Float32."""
+    from hf_tier import attend, causal_mask, gather_logits, rms, vocab_embed
+    H, nq, nkv, eps = cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.rms_norm_eps
+    hd = H // nq
+    q_size, kv_size = nq // T * hd, (nkv // T if nkv >= T else 1) * hd
+    ranks = [{k: v.float() for k, v in R.items()} for R in ranks]
+    emb = "model.embed_tokens.weight" if "model.embed_tokens.weight" in ranks[0] else "lm_head.weight"  # tied
+    n = ids.shape[0]
+    x = vocab_embed(ranks, emb, ids, H)
+    mask = causal_mask(n)
+    lin = lambda h, R, name: h @ R[name + ".weight"].T + (R[name + ".bias"] if name + ".bias" in R else 0)
+    for i in range(cfg.num_hidden_layers):
+        p = "model.layers.%d." % i
+        a = p + "self_attn."
+        attn = torch.zeros(n, H)
+        for R in ranks:
+            assert R[a + "qkv_proj.weight"].shape[0] == q_size + 2 * kv_size
+            q, k, v = lin(rms(x, R[p + "input_layernorm.weight"], eps), R, a + "qkv_proj").split(
+                [q_size, kv_size, kv_size], dim=-1)
+            q, k, v = [t.reshape(n, -1, hd).transpose(0, 1) for t in (q, k, v)]
+            attn += attend(q, k, v, cos, sin, mask) @ R[a + "o_proj.weight"].T
+        x = x + attn + ranks[0].get(a + "o_proj.bias", 0)
+        mlp = torch.zeros(n, H)
+        hn = rms(x, ranks[0][p + "post_attention_layernorm.weight"], eps)
+        if getattr(cfg, "num_local_experts", None):  # MixtralSparseMoeBlock: softmax, top-k, renormalized
+            m = p + "block_sparse_moe."
+            w = torch.softmax(hn @ ranks[0][m + "gate.weight"].T, dim=-1)
+            top, chosen = torch.topk(w, cfg.num_experts_per_tok, dim=-1)
+            top = top / top.sum(-1, keepdim=True)
+            for R in ranks:
+                w13, w2 = R[m + "experts.w13_weight"], R[m + "experts.w2_weight"]
+                half = w13.shape[1] // 2
+                for e in range(w13.shape[0]):
+                    weight = (top * (chosen == e)).sum(-1, keepdim=True)
+                    h = hn @ w13[e].T
+                    mlp += weight * ((torch.nn.functional.silu(h[:, :half]) * h[:, half:]) @ w2[e].T)
+        elif qwen2_moe_layer(cfg, i):  # Qwen2MoeSparseMoeBlock: routed experts plus the gated shared expert
+            m = p + "mlp."
+            w = torch.softmax(hn @ ranks[0][m + "gate.weight"].T, dim=-1)
+            top, chosen = torch.topk(w, cfg.num_experts_per_tok, dim=-1)
+            if cfg.norm_topk_prob:
+                top = top / top.sum(-1, keepdim=True)
+            sh = m + "experts._shared_experts."
+            g = torch.sigmoid(hn @ ranks[0][sh + "expert_gate.weight"].T)
+            for R in ranks:
+                w13, w2 = R[m + "experts.w13_weight"], R[m + "experts.w2_weight"]
+                half = w13.shape[1] // 2
+                for e in range(w13.shape[0]):
+                    h = hn @ w13[e].T
+                    mlp += (top * (chosen == e)).sum(-1, keepdim=True) * (
+                        (torch.nn.functional.silu(h[:, :half]) * h[:, half:]) @ w2[e].T)
+                gate, up = (hn @ R[sh + "gate_up_proj.weight"].T).chunk(2, dim=-1)
+                mlp += g * ((torch.nn.functional.silu(gate) * up) @ R[sh + "down_proj.weight"].T)
+        else:
+            for R in ranks:
+                gate, up = lin(hn, R, p + "mlp.gate_up_proj").chunk(2, dim=-1)
+                mlp += (torch.nn.functional.silu(gate) * up) @ R[p + "mlp.down_proj.weight"].T
+        x = x + mlp
+    x = rms(x, ranks[0]["model.norm.weight"], eps)
+    return gather_logits(ranks, x, "lm_head.weight", cfg.vocab_size)
 
 
 def pad_rows(w, multiple):
@@ -73,8 +169,9 @@ def pad_rows(w, multiple):
     return torch.cat([w, torch.zeros((padded - v,) + tuple(w.shape[1:]), dtype=w.dtype)])
 
 
-def expected(hf, cfg, T, r, vocab_quantum=64, kv_shard=None):
-    """vLLM's parameters at tp T, rank r, after loading the HF tensors hf."""
+def expected(hf, cfg, T, r, vocab_quantum=64, kv_shard=None, engine="vllm"):
+    """vLLM's parameters at tp T, rank r, after loading the HF tensors hf (engine "sglang":
+    SGLang's, which differ for Qwen2-MoE's shared expert)."""
     H, nq, nkv = cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads
     hd = H // nq
     out = {}
@@ -97,10 +194,15 @@ def expected(hf, cfg, T, r, vocab_quantum=64, kv_shard=None):
     s = r // rep if kv_shard is None else kv_shard(r)
     q_rows = slice(r * nq // T * hd, (r + 1) * nq // T * hd)
     kv_rows = slice(s * nkv_r * hd, (s + 1) * nkv_r * hd)
-    col = lambda w, n: w[r * n // T:(r + 1) * n // T]
     for i in range(cfg.num_hidden_layers):
         p = "model.layers.%d." % i
         a = p + "self_attn."
+        if a + "qkv_proj.weight" in hf:  # Phi-3: QKVParallelLinear splits the fused tensor by output_sizes
+            w = hf[a + "qkv_proj.weight"]
+            hf = dict(hf, **dict(zip((a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"),
+                                     w.split([nq * hd, nkv * hd, nkv * hd]))))
+            g = hf[p + "mlp.gate_up_proj.weight"]
+            hf = dict(hf, **dict(zip((p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"), g.chunk(2))))
         for suffix in ("weight", "bias"):
             if a + "q_proj." + suffix in hf:
                 out[a + "qkv_proj." + suffix] = torch.cat([hf[a + "q_proj." + suffix][q_rows],
@@ -121,6 +223,24 @@ def expected(hf, cfg, T, r, vocab_quantum=64, kv_shard=None):
             out[m + "experts.w13_weight"] = torch.stack([torch.cat([e(k, "w1")[cols], e(k, "w3")[cols]])
                                                          for k in range(E)])
             out[m + "experts.w2_weight"] = torch.stack([e(k, "w2")[:, cols] for k in range(E)])
+        elif qwen2_moe_layer(cfg, i):
+            m = p + "mlp."
+            I, S = cfg.moe_intermediate_size, cfg.shared_expert_intermediate_size
+            cols, scols = slice(r * I // T, (r + 1) * I // T), slice(r * S // T, (r + 1) * S // T)
+            out[m + "gate.weight"] = hf[m + "gate.weight"]  # ReplicatedLinear
+            e = lambda k, w: hf["%sexperts.%d.%s.weight" % (m, k, w)]
+            out[m + "experts.w13_weight"] = torch.stack([torch.cat([e(k, "gate_proj")[cols], e(k, "up_proj")[cols]])
+                                                         for k in range(cfg.num_experts)])
+            out[m + "experts.w2_weight"] = torch.stack([e(k, "down_proj")[:, cols] for k in range(cfg.num_experts)])
+            # vLLM: SharedFusedMoE keeps the shared expert (whose expert_gate is the block's
+            # shared_expert_gate) as experts._shared_experts; of a tensor's three names the
+            # saver keeps the smallest.  SGLang registers each once, under the block.
+            sh = m + ("experts._shared_experts." if engine == "vllm" else "shared_expert.")
+            out[sh + "gate_up_proj.weight"] = torch.cat([hf[m + "shared_expert.gate_proj.weight"][scols],
+                                                         hf[m + "shared_expert.up_proj.weight"][scols]])
+            out[sh + "down_proj.weight"] = hf[m + "shared_expert.down_proj.weight"][:, scols]
+            out[(sh + "expert_gate.weight") if engine == "vllm" else (m + "shared_expert_gate.weight")] = \
+                hf[m + "shared_expert_gate.weight"]  # a plain nn.Linear: whole on every rank
         else:
             I = cfg.intermediate_size
             cols = slice(r * I // T, (r + 1) * I // T)
@@ -161,7 +281,10 @@ def load(d, r, want, dtype):
 
 def legal_tps(cfg):
     nq, nkv, I = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.intermediate_size
-    return [t for t in (1, 2, 4, 8) if nq % t == 0 and I % t == 0 and (nkv % t == 0 or t % nkv == 0)]
+    widths = [I] + [getattr(cfg, k) for k in ("moe_intermediate_size", "shared_expert_intermediate_size")
+                    if hasattr(cfg, k)]
+    return [t for t in (1, 2, 4, 8) if nq % t == 0 and all(w % t == 0 for w in widths)
+            and (nkv % t == 0 or t % nkv == 0) and t <= (getattr(cfg, "num_experts", None) or t)]
 
 
 def loads(d, hf, cfg, T, dtype, **kw):
@@ -212,8 +335,12 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for seed, (name, cfg, dtype) in enumerate(cases()):
             src = os.path.join(tmp, name)
-            hf = build(cfg, dtype, seed, src)
+            hf, model = build(cfg, dtype, seed, src)
+            want = hf_tier.logits(model, hf_tier.IDS)
+            # default rotary (Mixtral's module in 4.46 takes another signature than hf_tier.rotary's)
+            cos, sin = hf_tier.rope_tables(hf_tier.IDS.shape[0], cfg.hidden_size // cfg.num_attention_heads, cfg.rope_theta)
             tps = legal_tps(cfg)
+            worst, detail = 0.0, []
             for T in tps:
                 out = os.path.join(tmp, "%s-vllm-%d" % (name, T))
                 p = tpshard("split", src, "--tp", T, "--target", "vllm", "-o", out, "-q")
@@ -222,6 +349,9 @@ def main():
                 probs = loads(out, hf, cfg, T, dtype)
                 report(not probs, "%s tp %d: vLLM's loader takes the set: exact keys, shapes, dtype, bytes" % (name, T),
                        "\n".join(probs[:10]))
+                diff = float((fused_forward(rank_tensors(out, T), cfg, T, hf_tier.IDS, cos, sin) - want).abs().max())
+                worst = max(worst, diff)
+                detail.append("tp %d: max abs logit difference %.3g" % (T, diff))
                 report(os.path.exists(os.path.join(out, "config.json")) and
                        not os.path.exists(os.path.join(out, "model.safetensors.index.json")),
                        "%s tp %d: config.json copied, no weight index" % (name, T))
@@ -229,8 +359,16 @@ def main():
                 report(p.returncode == 0, "%s tp %d: check --source passes" % (name, T), p.stdout + p.stderr)
                 sg = os.path.join(tmp, "%s-sglang-%d" % (name, T))
                 p = tpshard("split", src, "--tp", T, "--target", "sglang", "-o", sg, "-q")
-                report(p.returncode == 0 and not same_sets(out, sg, T),
-                       "%s tp %d: --target sglang gives the same rank files" % (name, T), p.stderr)
+                if name == "qwen2-moe":  # SGLang names the shared expert once, under the block
+                    probs = loads(sg, hf, cfg, T, dtype, engine="sglang") if p.returncode == 0 else [p.stderr]
+                    report(not probs, "%s tp %d: SGLang's loader takes the --target sglang set" % (name, T),
+                           "\n".join(probs[:10]))
+                else:
+                    report(p.returncode == 0 and not same_sets(out, sg, T),
+                           "%s tp %d: --target sglang gives the same rank files" % (name, T), p.stderr)
+            report(worst <= hf_tier.TOL, "%s: the TP forward from the fused per-rank tensors equals transformers' logits "
+                   "at tp %s (max abs difference %.2g <= %g)" % (name, ",".join(map(str, tps)), worst, hf_tier.TOL),
+                   "\n".join(detail))
             # reshard between tps, and between targets, equals split at the new tp
             for a, b in zip(tps, tps[1:] + tps[:1]):
                 if a == b:
@@ -266,6 +404,13 @@ def main():
                 ok = m.keys() == hf.keys() and all(m[k].dtype == hf[k].dtype and torch.equal(
                     m[k].view(torch.uint8), hf[k].view(torch.uint8)) for k in hf)
             report(ok, "%s: merge of the tp %d vLLM set is the source, bit-exact" % (name, T), p.stderr)
+            if name == "qwen2-moe":  # the shared expert under the names vLLM's saver drops
+                wrong = os.path.join(tmp, "wrong-shared")
+                write_wrong(wrong, T, lambda r: expected(hf, cfg, T, r, engine="sglang"))
+                probs = loads(wrong, hf, cfg, T, dtype)
+                report(any("KeyError" in x and "mlp.shared_expert" in x for x in probs),
+                       "wrong set caught: Qwen2-MoE's shared expert under mlp.shared_expert* for vLLM",
+                       "\n".join(probs[:3]))
             # the loader emulation catches wrong sets
             if name == "llama-tied":
                 T = 8
@@ -280,8 +425,10 @@ def main():
                 wrong = os.path.join(tmp, "wrong-kv")
                 write_wrong(wrong, T, lambda r: expected(hf, cfg, T, r, kv_shard=lambda r: r % cfg.num_key_value_heads))
                 probs = loads(wrong, hf, cfg, T, dtype)
-                report(any("qkv_proj.weight: values differ" in x for x in probs),
-                       "wrong set caught: KV heads dealt round-robin", "\n".join(probs[:3]))
+                diff = float((fused_forward(rank_tensors(wrong, T), cfg, T, hf_tier.IDS, cos, sin) - want).abs().max())
+                report(any("qkv_proj.weight: values differ" in x for x in probs) and diff > 100 * hf_tier.TOL,
+                       "wrong set caught: KV heads dealt round-robin (the loader's bytes differ, the TP forward differs "
+                       "from transformers' by %.2g)" % diff, "\n".join(probs[:3]))
         # refusals: a tp the engine refuses, a family without a mapping
         src = os.path.join(tmp, "llama-tied")
         p = tpshard("split", src, "--tp", 3, "--target", "vllm", "-o", os.path.join(tmp, "x3"))

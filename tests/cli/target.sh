@@ -1,0 +1,67 @@
+#!/bin/sh
+# tpshard verify on --target vllm sets: the layer pass and --whole-model run on the bytes the
+# engine loads (each rank's q/k/v, gate/up and expert tensors read back as byte ranges of its
+# fused qkv_proj, gate_up_proj, w13_weight and w2_weight; the vocabulary padded as vLLM pads
+# it, a multiple of 64 cut in tp blocks).  tiny-llama (vocabulary 1003: padded to 1024) and
+# tiny-mixtral at every tp the heads allow, with the reference reassembled from the shards
+# and from the source.  A --target vllm set whose bytes are intact (check passes) but whose
+# cut is wrong (q heads in two halves dealt round-robin; the experts' gate rows likewise)
+# fails verify with exit 1.  (vLLM's loader and transformers' logits are compared in
+# tests/interop/test_vllm_sharded_state.py.)
+. "$TPS_TOP/tests/cli/lib.sh"
+M="$FIX/models"
+
+for model in llama mixtral; do
+    src="$M/tiny-$model"
+    for tp in 1 2 4 8; do
+        out="$T/$model-$tp"
+        if ! "$TPSHARD" split "$src" --tp "$tp" --target vllm -o "$out" -q >"$T/.out" 2>&1; then
+            notok "$model tp $tp: split --target vllm"
+            sed 's/^/#   /' "$T/.out" | head -5
+            continue
+        fi
+        check "$model tp $tp: verify --layer all on the vllm set" "$TPSHARD" verify "$out" --layer all -q
+        check "$model tp $tp: verify --layer all --source on the vllm set" \
+            "$TPSHARD" verify "$out" --source "$src" --layer all -q
+        check "$model tp $tp: verify --whole-model on the vllm set" "$TPSHARD" verify "$out" --whole-model -q
+        check "$model tp $tp: verify --whole-model --source on the vllm set" \
+            "$TPSHARD" verify "$out" --source "$src" --whole-model -q
+    done
+done
+
+# The report counts the engine's padded vocabulary (1003 to 1024), not a multiple of the tp.
+"$TPSHARD" verify "$T/llama-4" --whole-model >"$T/.out" 2>&1
+if [ $? -eq 0 ] && grep -q "(vocabulary 1003, padded to 1024)" "$T/.out"; then
+    ok "verify --whole-model on a vllm set: the vocabulary padded to 1024 as vLLM pads it"
+else
+    notok "verify --whole-model on a vllm set: the vocabulary padded to 1024 as vLLM pads it"
+    sed 's/^/#   /' "$T/.out" | head -5
+fi
+
+# wrong_target NAME PRESET MODEL TP RULE FRAGMENT: the preset's layout with RULE first (it wins
+# over the preset's own), split --target vllm: check passes, verify --layer all and
+# --whole-model (with --source) exit 1, the layer pass's message holding FRAGMENT.
+wrong_target() {
+    wt=$1 preset=$2 model=$3 tp=$4 rule=$5 frag=$6
+    "$TPSHARD" layout --preset "$preset" >"$T/$wt.base.yaml"
+    awk -v rule="$rule" '{ print } /^rules:/ { print rule }' "$T/$wt.base.yaml" >"$T/$wt.yaml"
+    out="$T/wrong-$wt"
+    if ! "$TPSHARD" split "$M/tiny-$model" --tp "$tp" --layout "$T/$wt.yaml" --target vllm -o "$out" -q \
+        >"$T/.out" 2>&1; then
+        notok "$wt: split --target vllm with the wrong layout"
+        sed 's/^/#   /' "$T/.out" | head -5
+        return
+    fi
+    check "$wt: check passes on the wrong vllm set (its bytes are what its manifest says)" "$TPSHARD" check "$out"
+    expect_exit 1 "$frag" "$wt: verify --layer all exits 1 on the wrong vllm set" \
+        "$TPSHARD" verify "$out" --layer all
+    expect_exit 1 "" "$wt: verify --whole-model --source exits 1 on the wrong vllm set" \
+        "$TPSHARD" verify "$out" --source "$M/tiny-$model" --whole-model
+}
+wrong_target q-halves llama llama 2 '  - match: model.layers.*.self_attn.q_proj.weight
+    split: column
+    unit: head_dim
+    segments: {qa: heads*head_dim/2, qb: heads*head_dim/2}' "rank 0's partial sum differs from the reference"
+wrong_target expert-gate-halves mixtral mixtral 2 '  - match: model.layers.*.block_sparse_moe.experts.*.w1.weight
+    split: column
+    segments: {ga: intermediate/2, gb: intermediate/2}' "differs from the reference"
