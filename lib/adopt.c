@@ -163,20 +163,27 @@ static size_t candidates(const tps_model_sizes *z, uint64_t local, uint64_t T, u
 }
 
 /* Rank 0's length along dim d of tensor name when its global shape is shape (dim d set to L),
- * or 0 when the layout refuses that shape. */
-static uint64_t rank0_len(tps_layout *l, uint64_t vmult, const char *name, tps_dtype dt, int nd, uint64_t *shape,
-                          int d, uint64_t L, uint64_t T, uint64_t *rank_shape)
+ * or 0 when the layout refuses that shape; *rule (when asked) the rule that cut it. */
+static uint64_t rank0_len_rule(tps_layout *l, uint64_t vmult, const char *name, tps_dtype dt, int nd, uint64_t *shape,
+                               int d, uint64_t L, uint64_t T, uint64_t *rank_shape, size_t *rule)
 {
     tps_error e;
     tps_error_clear(&e);
     tps_partition p;
-    size_t rule;
+    size_t r;
     shape[d] = L;
-    if (tps_layout_partition(l, name, dt, nd, shape, &p, &rule, &e)) return 0;
+    if (tps_layout_partition(l, name, dt, nd, shape, &p, &r, &e)) return 0;
     if (p.pad && !p.replicated) p.pad_multiple = vmult;
     if (tps_partition_check(&p, name, dt, nd, shape, T, &e)) return 0;
     tps_partition_rank_shape(&p, nd, shape, T, 0, rank_shape);
+    if (rule) *rule = r;
     return rank_shape[d];
+}
+
+static uint64_t rank0_len(tps_layout *l, uint64_t vmult, const char *name, tps_dtype dt, int nd, uint64_t *shape,
+                          int d, uint64_t L, uint64_t T, uint64_t *rank_shape)
+{
+    return rank0_len_rule(l, vmult, name, dt, nd, shape, d, L, T, rank_shape, NULL);
 }
 
 /* An unfused tensor: the global shape whose rank-0 cut is local. */
@@ -197,22 +204,57 @@ static bool solve_one(tps_layout *l, uint64_t vmult, const char *name, tps_dtype
     return false;
 }
 
-/* Fused members (dimension 0 concatenated): lengths whose rank-0 rows add up to rows. */
-static bool solve_fused(tps_layout *l, uint64_t vmult, char **names, size_t k, size_t n, tps_dtype dt, int nd,
+/* Fused members (dimension 0 concatenated): lengths whose rank-0 rows add up to rows.  Several
+ * splits can add up (Qwen2-MoE's [gate; up] of 24 rows: 12 + 12, or 16 + 8 from another
+ * size), so every split is tried, members cut by one rule (gate and up) must have one length,
+ * and only a unique answer is taken: an ambiguous one is refused rather than guessed. */
+typedef struct fused_search {
+    tps_layout *l;
+    uint64_t vmult, T;
+    char **names;
+    size_t n;
+    tps_dtype dt;
+    int nd;
+    const uint64_t *trail;
+    uint64_t cur[8];
+    size_t rule[8];
+    uint64_t found[8];
+    int solutions;
+} fused_search;
+
+static void fused_walk(fused_search *f, size_t k, uint64_t rows)
+{
+    if (f->solutions > 1) return;
+    if (k == f->n) {
+        if (rows) return;
+        for (size_t i = 0; i < f->n; i++)
+            for (size_t j = 0; j < i; j++)
+                if (f->rule[i] == f->rule[j] && f->cur[i] != f->cur[j]) return;
+        if (f->solutions == 1 && !memcmp(f->found, f->cur, sizeof(uint64_t) * f->n)) return;
+        memcpy(f->found, f->cur, sizeof(uint64_t) * f->n);
+        f->solutions++;
+        return;
+    }
+    const tps_model_sizes *z = tps_layout_sizes(f->l);
+    uint64_t c[16], shape[TPS_MAX_DIMS], rs[TPS_MAX_DIMS];
+    memcpy(shape, f->trail, sizeof shape);
+    size_t nc = candidates(z, rows, f->T, c);
+    for (size_t i = 0; i < nc; i++) {
+        uint64_t r0 = rank0_len_rule(f->l, f->vmult, f->names[k], f->dt, f->nd, shape, 0, c[i], f->T, rs, &f->rule[k]);
+        if (!r0 || r0 > rows) continue;
+        f->cur[k] = c[i];
+        fused_walk(f, k + 1, rows - r0);
+    }
+}
+
+static bool solve_fused(tps_layout *l, uint64_t vmult, char **names, size_t n, tps_dtype dt, int nd,
                         const uint64_t *trail, uint64_t rows, uint64_t T, uint64_t *len)
 {
-    if (k == n) return rows == 0;
-    const tps_model_sizes *z = tps_layout_sizes(l);
-    uint64_t c[16], shape[TPS_MAX_DIMS], rs[TPS_MAX_DIMS];
-    memcpy(shape, trail, sizeof shape);
-    size_t nc = candidates(z, rows, T, c);
-    for (size_t i = 0; i < nc; i++) {
-        uint64_t r0 = rank0_len(l, vmult, names[k], dt, nd, shape, 0, c[i], T, rs);
-        if (!r0 || r0 > rows) continue;
-        len[k] = c[i];
-        if (solve_fused(l, vmult, names, k + 1, n, dt, nd, trail, rows - r0, T, len)) return true;
-    }
-    return false;
+    fused_search f = {.l = l, .vmult = vmult, .T = T, .names = names, .n = n, .dt = dt, .nd = nd, .trail = trail};
+    fused_walk(&f, 0, rows);
+    if (f.solutions != 1) return false;
+    memcpy(len, f.found, sizeof(uint64_t) * n);
+    return true;
 }
 
 typedef struct adopt {
@@ -267,9 +309,10 @@ static tps_status build_source(adopt *a, tps_error *err)
                 memcpy(trail, x->shape + off, sizeof(uint64_t) * (size_t)nd);
                 /* One member (a renamed or stacked tensor) may be cut along any dimension. */
                 if (per == 1 ? !solve_one(a->l, vmult, names[0], x->dtype, nd, x->shape + off, a->tp, trail)
-                             : !solve_fused(a->l, vmult, names, 0, per, x->dtype, nd, trail, x->shape[off], a->tp, len))
+                             : !solve_fused(a->l, vmult, names, per, x->dtype, nd, trail, x->shape[off], a->tp, len))
                     st = tps_fail(err, TPS_EINVALID,
-                                  "%s: rank 0's '%s' (%llu rows) is no rank-0 cut of %s%s at tp %llu under the layout",
+                                  "%s: rank 0's '%s' (%llu rows) is no rank-0 cut of %s%s at tp %llu under the layout, "
+                                  "or more than one",
                                   a->dir, x->name, (unsigned long long)x->shape[off], names[0],
                                   per > 1 ? " and the tensors fused with it" : "", (unsigned long long)a->tp);
             }

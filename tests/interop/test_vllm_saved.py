@@ -92,7 +92,7 @@ def main():
             if name == "qwen2-tied":
                 continue
             src = os.path.join(tmp, name)
-            hf = vs.build(cfg, dtype, seed, src)
+            hf, _ = vs.build(cfg, dtype, seed, src)
             d = vllm_saved(tmp, name, src, hf, cfg, 8, 1500)
             parts = sorted(os.listdir(d))
             from safetensors import safe_open
