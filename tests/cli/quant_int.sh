@@ -48,8 +48,13 @@ for w in down_scales q_scales; do
     eval "rule=\$$w"
     split_wrong "gptq-$w" llama "$M/tiny-llama-gptq" 2 "$rule" "$T/wrong-$w" || continue
     check "gptq $w: check passes (the bytes are what the manifest says)" "$TPSHARD" check "$T/wrong-$w" -q
-    expect_exit 1 "" "gptq $w: verify --layer all --source exits 1" \
+    case $w in down_scales) mod=mlp.down_proj ;; *) mod=self_attn.q_proj ;; esac
+    expect_exit 1 "rank 0's model.layers.0.$mod dequantizes to other values" \
+        "gptq $w: verify --layer all --source exits 1 naming the linear" \
         "$TPSHARD" verify "$T/wrong-$w" --source "$M/tiny-llama-gptq" --layer all
+    grep -qF "model.layers.0.$mod.scales, model.layers.0.$mod.qzeros, model.layers.0.$mod.g_idx) do not fit" "$T/.err" &&
+        ok "gptq $w: verify names the scale/zero tensors on rank 0" ||
+        { notok "gptq $w: verify names the scale/zero tensors on rank 0"; sed 's/^/#   /' "$T/.err" | head -5; }
 done
 awq_zeros='  - match: model.layers.*.self_attn.q_proj.qzeros
     split: dim
@@ -59,7 +64,8 @@ awq_zeros='  - match: model.layers.*.self_attn.q_proj.qzeros
       - {name: b, size: hidden/16}'
 if split_wrong "awq-zeros" llama "$M/tiny-llama-awq" 2 "$awq_zeros" "$T/wrong-awq-zeros"; then
     check "awq zeros halves: check passes" "$TPSHARD" check "$T/wrong-awq-zeros" -q
-    expect_exit 1 "" "awq zeros halves: verify --layer all --source exits 1" \
+    expect_exit 1 "its scale/zero tensors on rank 0 (model.layers.0.self_attn.q_proj.scales, model.layers.0.self_attn.q_proj.qzeros)" \
+        "awq zeros halves: verify --layer all --source exits 1 naming q_proj's scales and qzeros" \
         "$TPSHARD" verify "$T/wrong-awq-zeros" --source "$M/tiny-llama-awq" --layer all
 fi
 # Act-order: o_proj's g_idx whole on every rank instead of cut with the input rows: the rank's
