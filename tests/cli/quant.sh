@@ -148,6 +148,24 @@ if split_wrong fp8-scale-rows llama "$M/tiny-llama-fp8" 2 '  - match: model.laye
         { notok "wrong scale rows: verify names the rank's weight_scale_inv"; sed 's/^/#   /' "$T/.err" | head -5; }
 fi
 
+# A checkpoint that quantizes lm_head too (compressed-tensors channel, nothing ignored):
+# --whole-model dequantizes the head on both sides (a raw F8 head would compare codes, not
+# values), so its per-channel scale rows dealt to the wrong rank fail the logits.
+for tp in 1 2 4; do
+    check "fp8 lm_head tp $tp: split" "$TPSHARD" split "$M/tiny-llama-fp8-head" --tp "$tp" -o "$T/head-$tp" -q &&
+        check "fp8 lm_head tp $tp: verify --whole-model passes (head dequantized)" \
+            "$TPSHARD" verify "$T/head-$tp" --source "$M/tiny-llama-fp8-head" --whole-model -q
+done
+if split_wrong fp8-head-scale llama "$M/tiny-llama-fp8-head" 2 '  - match: lm_head.weight_scale
+    split: column
+    segments:
+      - {name: a, size: vocab/2}
+      - {name: b, size: vocab/2}' "$T/wrong-head"; then
+    check "lm_head scale rows on the wrong rank: check passes (intact bytes)" "$TPSHARD" check "$T/wrong-head" -q
+    expect_exit 1 "logits" "lm_head scale rows on the wrong rank: verify --whole-model fails (exit 1) in the logits" \
+        "$TPSHARD" verify "$T/wrong-head" --source "$M/tiny-llama-fp8-head" --whole-model
+fi
+
 # merge is bit-exact; reshard 8 -> 4 gives what split at 4 gives.
 for f in tiny-llama-fp8 tiny-llama-fp8-ct-tensor tiny-mixtral-fp8; do
     if "$TPSHARD" merge "$T/$f-4" -o "$T/$f-merged.safetensors" -q &&
