@@ -9,6 +9,8 @@
 #include "commands.h"
 #include "formats/checkpoint.h"
 #include "layout_args.h"
+#include "formats/shardset.h"
+#include "lib/adopt.h"
 #include "lib/buf.h"
 #include "lib/json.h"
 #include "lib/layout.h"
@@ -120,7 +122,15 @@ static int inspect_shard_set(const char *dir)
     tps_error err;
     tps_error_clear(&err);
     tps_manifest *m = NULL;
-    if (tps_manifest_load(dir, &m, &err) != TPS_OK) return tps_cli_report("inspect", &err);
+    if (tps_adopt_is_engine_set(dir)) { /* a set vLLM or SGLang saved: read through the adopter */
+        tps_shardset *ss;
+        if (tps_shardset_open(dir, &ss, &err) != TPS_OK) return tps_cli_report("inspect", &err);
+        m = ss->m;
+        ss->m = NULL;
+        tps_shardset_free(ss);
+    } else if (tps_manifest_load(dir, &m, &err) != TPS_OK) {
+        return tps_cli_report("inspect", &err);
+    }
     if (tps_common.json) {
         tps_buf b = TPS_BUF_INIT;
         tps_status st = tps_manifest_to_json(m, &b, &err);
@@ -132,6 +142,10 @@ static int inspect_shard_set(const char *dir)
     }
     uint64_t bytes = 0;
     for (size_t i = 0; i < m->nfiles; i++) bytes += m->files[i].size;
+    if (m->adopted)
+        printf("%s: %s sharded_state set saved by the engine (no tpshard.json; read with config.json as %s, no "
+               "CRCs recorded)\n",
+               dir, m->target, m->layout_name);
     printf("%s: tpshard shard set, tp %llu, %zu file%s (%llu bytes), %zu tensor%s\n", dir, (unsigned long long)m->tp,
            m->nfiles, m->nfiles == 1 ? "" : "s", (unsigned long long)bytes, m->ntensors, m->ntensors == 1 ? "" : "s");
     printf("  made by %s with layout %s from %s (%s, %llu bytes)\n", m->tool, m->layout_name, m->source.path,
@@ -164,7 +178,7 @@ static int run_inspect(char **args, int nargs)
     tps_error err;
     tps_error_clear(&err);
     tps_index *ix = NULL;
-    if (tps_is_shard_set(args[0])) return inspect_shard_set(args[0]);
+    if (tps_is_shard_set(args[0]) || tps_adopt_is_engine_set(args[0])) return inspect_shard_set(args[0]);
     char part_of[TPS_ERROR_MSG_MAX]; /* one file of a multi-file checkpoint is shown, and said to be one */
     if (tps_checkpoint_open_part(args[0], &ix, part_of, sizeof part_of, &err) != TPS_OK)
         return tps_cli_report("inspect", &err);

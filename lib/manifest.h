@@ -90,6 +90,9 @@ typedef struct tps_manifest {
      * The files list still names every rank's files with their sizes and CRCs, so the
      * manifests of the nodes' shares differ only in "ranks_held". */
     bool *held;
+    /* Read from a set an engine saved itself (lib/adopt.h): no tpshard.json, so no CRC-32 of
+     * any tensor or file is known (crc fields 0) and the files carry no tp_rank metadata. */
+    bool adopted;
     /* private: names of tensors and files, built by the loader or tps_manifest_index */
     tps_name_hash tensor_names, file_names;
 } tps_manifest;

@@ -117,8 +117,8 @@ static bool pattern_match(const qpattern *p, const char *module, bool substring)
 
 /* ---- companions ---- */
 
-static void add_comp(tps_quant_scheme *s, const char *suffix, int ndim, int w0, uint64_t r0, int w1, uint64_t r1,
-                     bool primary)
+void tps_quant_add_companion(tps_quant_scheme *s, const char *suffix, int ndim, int w0, uint64_t r0, int w1,
+                             uint64_t r1, bool primary, bool replicate_in)
 {
     tps_quant_companion *c = &s->comp[s->ncomp++];
     memset(c, 0, sizeof *c);
@@ -129,6 +129,7 @@ static void add_comp(tps_quant_scheme *s, const char *suffix, int ndim, int w0, 
     c->ratio[0] = r0;
     c->ratio[1] = r1;
     c->primary = primary;
+    c->replicate_in = replicate_in;
 }
 
 /* The FP8 weight and its scale of one strategy; static input scales and the KV-cache
@@ -139,21 +140,21 @@ static void fp8_scheme(tps_quant_scheme *s, int strategy, const char *scale, uin
 {
     memset(s, 0, sizeof *s);
     s->align[0] = s->align[1] = 1;
-    add_comp(s, "weight", 2, 0, 1, 1, 1, true);
+    tps_quant_add_companion(s, "weight", 2, 0, 1, 1, 1, true, false);
     if (strategy == FP8_BLOCK) {
-        add_comp(s, scale, 2, 0, bn, 1, bk, false); /* BlockQuantScaleParameter */
+        tps_quant_add_companion(s, scale, 2, 0, bn, 1, bk, false, false); /* BlockQuantScaleParameter */
         s->align[0] = s->block[0] = bn;
         s->align[1] = s->block[1] = bk;
         snprintf(s->name, sizeof s->name, "fp8 block [%llu, %llu]", (unsigned long long)bn, (unsigned long long)bk);
     } else if (strategy == FP8_CHANNEL) {
-        add_comp(s, scale, 2, 0, 1, -1, 1, false); /* ChannelQuantScaleParameter: no row loader */
+        tps_quant_add_companion(s, scale, 2, 0, 1, -1, 1, false, false); /* ChannelQuantScaleParameter: no row loader */
         snprintf(s->name, sizeof s->name, "fp8 channel");
     } else {
-        add_comp(s, scale, 0, -1, 1, -1, 1, false); /* PerTensorScaleParameter */
+        tps_quant_add_companion(s, scale, 0, -1, 1, -1, 1, false, false); /* PerTensorScaleParameter */
         snprintf(s->name, sizeof s->name, "fp8 tensor");
     }
-    add_comp(s, "input_scale", 0, -1, 1, -1, 1, false);
-    add_comp(s, "output_scale", 0, -1, 1, -1, 1, false);
+    tps_quant_add_companion(s, "input_scale", 0, -1, 1, -1, 1, false, false);
+    tps_quant_add_companion(s, "output_scale", 0, -1, 1, -1, 1, false, false);
 }
 
 static tps_status block_size(const tps_json *v, const char *what, const char *key, uint64_t *bn, uint64_t *bk,

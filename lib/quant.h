@@ -62,6 +62,11 @@ typedef struct tps_quant_scheme {
     bool gptq_v2;
 } tps_quant_scheme;
 
+/* Appends a companion to s (at most TPS_QUANT_MAX_COMPANIONS; the formats' fixed lists stay
+ * below it): MODULE.<suffix>, of ndim dims, companion dim d following W's dim wd with ratio rd. */
+void tps_quant_add_companion(tps_quant_scheme *s, const char *suffix, int ndim, int w0, uint64_t r0, int w1,
+                             uint64_t r1, bool primary, bool replicate_in);
+
 typedef struct tps_quant tps_quant;
 
 /* Parses config.json's quantization_config (qc NULL: *out NULL, nothing quantized).  what

@@ -4,21 +4,6 @@
 #include <stdio.h>
 #include <string.h>
 
-static void comp(tps_quant_scheme *s, const char *suffix, int ndim, int w0, uint64_t r0, int w1, uint64_t r1,
-                 bool primary, bool replicate_in)
-{
-    tps_quant_companion *c = &s->comp[s->ncomp++];
-    memset(c, 0, sizeof *c);
-    snprintf(c->suffix, sizeof c->suffix, "%s", suffix);
-    c->ndim = ndim;
-    c->wdim[0] = w0;
-    c->wdim[1] = w1;
-    c->ratio[0] = r0;
-    c->ratio[1] = r1;
-    c->primary = primary;
-    c->replicate_in = replicate_in;
-}
-
 /* An integer key: absent gives def; -1 or a positive value, else refused. */
 static tps_status int_key(const tps_json *qc, const char *key, const char *alt, int64_t def, const char *what,
                           int64_t *out, tps_error *err)
@@ -88,14 +73,14 @@ tps_status tps_quant_int_scheme(const tps_json *qc, bool awq, const char *what, 
     uint64_t gu = g == -1 ? 0 : (uint64_t)g;
     int gdim = g == -1 ? -1 : 1; /* one group row: no dim of W, whole on a row cut */
     if (awq) {
-        comp(s, "qweight", 2, 1, 1, 0, pf, true, false);
-        comp(s, "scales", 2, gdim, g == -1 ? 1 : gu, 0, 1, false, false);
-        comp(s, "qzeros", 2, gdim, g == -1 ? 1 : gu, 0, pf, false, false);
+        tps_quant_add_companion(s, "qweight", 2, 1, 1, 0, pf, true, false);
+        tps_quant_add_companion(s, "scales", 2, gdim, g == -1 ? 1 : gu, 0, 1, false, false);
+        tps_quant_add_companion(s, "qzeros", 2, gdim, g == -1 ? 1 : gu, 0, pf, false, false);
     } else {
-        comp(s, "qweight", 2, 1, pf, 0, 1, true, false);
-        comp(s, "scales", 2, gdim, g == -1 ? 1 : gu, 0, 1, false, act);
-        comp(s, "qzeros", 2, gdim, g == -1 ? 1 : gu, 0, pf, false, act);
-        comp(s, "g_idx", 1, 1, 1, -1, 1, false, false);
+        tps_quant_add_companion(s, "qweight", 2, 1, pf, 0, 1, true, false);
+        tps_quant_add_companion(s, "scales", 2, gdim, g == -1 ? 1 : gu, 0, 1, false, act);
+        tps_quant_add_companion(s, "qzeros", 2, gdim, g == -1 ? 1 : gu, 0, pf, false, act);
+        tps_quant_add_companion(s, "g_idx", 1, 1, 1, -1, 1, false, false);
     }
     s->align[0] = pf;
     s->align[1] = g == -1 || gu < pf ? pf : gu;

@@ -750,3 +750,50 @@ tps_status tps_target_copy_side_files(const char *src_dir, const tps_outdir *od,
     closedir(d);
     return st;
 }
+
+/* ---- the mapping run backwards (lib/adopt.c: sets the engines saved themselves) ---- */
+
+uint64_t tps_target_vocab_multiple(const tps_target *t) { return t->vocab_multiple; }
+
+tps_status tps_target_sources(const tps_target *t, const char *name, uint64_t S, char ***names, size_t *n,
+                              bool *tied, bool *stack, tps_error *err)
+{
+    *names = NULL;
+    *n = 0;
+    *tied = *stack = false;
+    for (size_t ei = 0; ei < t->n; ei++) {
+        const tentry *E = &t->e[ei];
+        int ncap = wildcards(E->from[0]);
+        caps c = {0};
+        if (!match(E->into, name, &c) || c.n != ncap - (E->stack ? 1 : 0)) continue;
+        uint64_t groups = E->stack ? S : 1;
+        if (groups > (1u << 20)) return tps_fail(err, TPS_EINVALID, "'%s': %llu experts", name, (unsigned long long)S);
+        char **v = calloc(groups * E->nfrom + 1, sizeof *v);
+        if (!v) return tps_fail_oom(err, "reading an engine's set");
+        char num[24], buf[NAME_MAX_LEN];
+        size_t k = 0;
+        for (uint64_t s = 0; s < groups; s++) {
+            caps d = c;
+            if (E->stack) {
+                snprintf(num, sizeof num, "%llu", (unsigned long long)s);
+                d.s[ncap - 1] = num;
+                d.len[ncap - 1] = strlen(num);
+                d.n = ncap;
+            }
+            for (size_t j = 0; j < E->nfrom; j++) {
+                if (!subst(E->from[j], &d, ncap, buf, sizeof buf) || !(v[k] = strdup(buf))) {
+                    for (size_t q = 0; q < k; q++) free(v[q]);
+                    free(v);
+                    return tps_fail(err, TPS_EINVALID, "'%s': source name too long or out of memory", name);
+                }
+                k++;
+            }
+        }
+        *names = v;
+        *n = k;
+        *tied = E->tied;
+        *stack = E->stack;
+        return TPS_OK;
+    }
+    return TPS_OK;
+}

@@ -34,6 +34,7 @@
 #ifndef TPS_TARGET_H
 #define TPS_TARGET_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -85,5 +86,14 @@ tps_status tps_target_member_index(const tps_manifest *m, uint64_t r, tps_index 
  * weights (*.safetensors, *.bin, *.pt, *.pth, *.gguf), indexes (*.index.json), tpshard.json
  * and dot files.  Plain files only. */
 tps_status tps_target_copy_side_files(const char *src_dir, const tps_outdir *od, tps_error *err);
+
+/* The mapping run backwards (lib/adopt.h): the source tensors engine tensor name holds, in
+ * file order (*n malloc'd names in a malloc'd array; with *stack, S groups: experts 0..S-1 of
+ * the entry's from names).  *n 0: no entry maps name, which keeps its own.  *tied: the entry
+ * is a tied survivor (its source is the other name only when the set lacks that name). */
+tps_status tps_target_sources(const tps_target *t, const char *name, uint64_t S, char ***names, size_t *n,
+                              bool *tied, bool *stack, tps_error *err);
+/* The engine's vocabulary multiple (0: no padding of its own). */
+uint64_t tps_target_vocab_multiple(const tps_target *t);
 
 #endif

@@ -1,0 +1,156 @@
+"""Sets vLLM saved itself (ShardedStateLoader.save_model, emulated from vLLM's
+sharded_state_loader.py), read by tpshard: inspect, check, reshard 8 -> 4 --target vllm equal
+to split --tp 4 --target vllm, merge bit-exact to the source; missing, extra and misshapen
+keys refused, named with their rank.
+
+The per-rank state dicts come from vLLM's weight-loader rules (test_vllm_sharded_state.expected),
+in the engine's module order, with a tied lm_head aliasing the embedding's storage; the saver's
+steps are then applied as vLLM's code does them: _filter_subtensors (aliases of one storage
+keep the smallest key), parts by max size in state_dict order (an empty part 0 when the first
+tensor alone exceeds it), no __metadata__, file names model-rank-{rank}-part-{part}.safetensors.
+The source's model.safetensors.index.json and config.json are copied beside the rank files."""
+import os
+import shutil
+import sys
+import tempfile
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import tap  # noqa: E402
+from tap import report, tpshard  # noqa: E402
+import test_vllm_sharded_state as vs  # noqa: E402
+
+
+def engine_state_dict(hf, cfg, T, r):
+    """Rank r's model.state_dict() in vLLM's module order: embed, layers, norm, lm_head."""
+    want = vs.expected(hf, cfg, T, r)
+    order = sorted(want, key=lambda k: (0 if k.startswith("model.embed") else 1 if k.startswith("model.layers.")
+                                        else 2 if k.startswith("model.norm") else 3,
+                                        int(k.split(".")[2]) if k.startswith("model.layers.") else 0, k))
+    sd = {}
+    if cfg.tie_word_embeddings:  # the lm_head's weight is the embedding's parameter
+        sd["model.embed_tokens.weight"] = want["lm_head.weight"]
+    for k in order:
+        sd[k] = want[k]
+    return sd
+
+
+def filter_subtensors(sd):
+    """vLLM's _filter_subtensors: of tensors sharing one storage extent, the smallest key survives."""
+    by_ptr = {}
+    for k, t in sd.items():
+        if t.numel():
+            by_ptr.setdefault((t.data_ptr(), t.numel() * t.element_size()), []).append(k)
+    keep = {min(ks) for ks in by_ptr.values()}
+    return {k: t for k, t in sd.items() if k in keep}
+
+
+def save_sharded_state(d, sds, max_size):
+    from safetensors.torch import save_file
+    for r, sd in enumerate(sds):
+        part, total, cur = 0, 0, {}
+        for k, t in filter_subtensors(sd).items():
+            size = t.numel() * t.element_size()
+            if max_size is not None and total + size > max_size:
+                save_file(cur, os.path.join(d, "model-rank-%d-part-%d.safetensors" % (r, part)))
+                part, total, cur = part + 1, 0, {}
+            cur[k] = t.contiguous()
+            total += size
+        if cur:
+            save_file(cur, os.path.join(d, "model-rank-%d-part-%d.safetensors" % (r, part)))
+
+
+def vllm_saved(tmp, name, src, hf, cfg, T, max_size):
+    d = os.path.join(tmp, "%s-saved-%d" % (name, T))
+    os.makedirs(d)
+    save_sharded_state(d, [engine_state_dict(hf, cfg, T, r) for r in range(T)], max_size)
+    shutil.copy(os.path.join(src, "config.json"), d)
+    with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:  # stale, as vLLM's tools copy it
+        f.write('{"metadata": {}, "weight_map": {"model.embed_tokens.weight": "model-00001-of-00002.safetensors"}}')
+    return d
+
+
+def rewrite(d, r, edit):
+    """Rank r's tensors edited (edit(dict) -> dict) and written back as one part."""
+    import glob
+    from safetensors.torch import load_file, save_file
+    R = {}
+    for f in glob.glob(os.path.join(d, "model-rank-%d-part-*.safetensors" % r)):
+        R.update(load_file(f))
+        os.unlink(f)
+    save_file({k: v.contiguous() for k, v in edit(R).items()}, os.path.join(d, "model-rank-%d-part-0.safetensors" % r))
+
+
+def main():
+    early = tap.transformers_tier("vllm_saved")
+    if early is not None:
+        return early
+    from safetensors.torch import load_file
+    with tempfile.TemporaryDirectory() as tmp:
+        for seed, (name, cfg, dtype) in enumerate(vs.cases()):
+            if name == "qwen2-tied":
+                continue
+            src = os.path.join(tmp, name)
+            hf = vs.build(cfg, dtype, seed, src)
+            d = vllm_saved(tmp, name, src, hf, cfg, 8, 1500)
+            parts = sorted(os.listdir(d))
+            from safetensors import safe_open
+            with safe_open(os.path.join(d, "model-rank-0-part-0.safetensors"), "pt") as s:
+                empty0 = not list(s.keys())
+            report((empty0 or cfg.tie_word_embeddings) and "model-rank-0-part-1.safetensors" in parts,
+                   "%s: the emulated saver wrote an empty part 0 and more parts" % name, " ".join(parts))
+            p = tpshard("inspect", d)
+            report(p.returncode == 0 and "sharded_state set saved by the engine" in p.stdout, "%s: inspect shows a vLLM-saved set" % name,
+                   p.stdout[-2000:] + p.stderr)
+            p = tpshard("check", d)
+            report(p.returncode == 0, "%s: check passes on a vLLM-saved set" % name, p.stdout[-2000:] + p.stderr)
+            out4 = os.path.join(tmp, "%s-re4" % name)
+            p = tpshard("reshard", d, "--tp", 4, "--target", "vllm", "-o", out4, "-q")
+            if report(p.returncode == 0, "%s: reshard 8 -> 4 --target vllm" % name, p.stderr):
+                ref4 = os.path.join(tmp, "%s-split4" % name)
+                q = tpshard("split", src, "--tp", 4, "--target", "vllm", "-o", ref4, "-q")
+                diff = vs.same_sets(out4, ref4, 4) if q.returncode == 0 else q.stderr
+                report(not diff, "%s: reshard 8 -> 4 equals split --tp 4 --target vllm, byte for byte" % name, diff)
+                probs = vs.loads(out4, hf, cfg, 4, dtype)
+                report(not probs, "%s: vLLM's loader takes the resharded set" % name, "\n".join(probs[:10]))
+            merged = os.path.join(tmp, "%s-merged.safetensors" % name)
+            p = tpshard("merge", d, "-o", merged, "-q")
+            if report(p.returncode == 0, "%s: merge of a vLLM-saved set" % name, p.stderr):
+                got = load_file(merged)
+                bad = [k for k in hf if k not in got or not torch.equal(got[k].view(torch.uint8), hf[k].view(torch.uint8))]
+                extra = sorted(set(got) - set(hf))
+                report(not bad and not extra, "%s: merge equals the source tensors bit for bit" % name,
+                       "differ/missing %s extra %s" % (bad[:5], extra[:5]))
+            # Wrong sets: each refused with exit 3, naming the key and the rank.
+            key = "model.layers.1.self_attn.o_proj.weight"
+            cases = [("missing", lambda R: {k: v for k, v in R.items() if k != key}, "rank 3 lacks '%s'" % key),
+                     ("extra", lambda R: dict(R, **{"model.layers.1.mlp.gate_proj.weight": R[key].clone()}),
+                      "rank 3 has 'model.layers.1.mlp.gate_proj.weight'"),
+                     ("misshapen", lambda R: dict(R, **{key: R[key][:, :-1]}), "rank 3's '%s'" % key)]
+            for what, edit, msg in cases:
+                w = os.path.join(tmp, "%s-%s" % (name, what))
+                shutil.copytree(d, w)
+                rewrite(w, 3, edit)
+                for verb in (["check", w], ["reshard", w, "--tp", 4, "--target", "vllm", "-o", w + "-out"]):
+                    p = tpshard(*verb)
+                    report(p.returncode == (1 if verb[0] == "check" else 3) and msg in p.stderr, "%s: %s key refused by %s, named" % (name, what, verb[0]),
+                           "rc %d: %s" % (p.returncode, p.stderr[-1500:]))
+        # Hostile: a rank missing, a malformed rank file name, no config.json.
+        d = os.path.join(tmp, "llama-bf16-saved-8")
+        for what, act, msg in [("rank 5 missing", lambda w: [os.unlink(os.path.join(w, f)) for f in os.listdir(w)
+                                                             if f.startswith("model-rank-5-")], "no files of rank 5"),
+                               ("odd name", lambda w: open(os.path.join(w, "model-rank-01-part-0.safetensors"), "w").close(),
+                                "not a rank file name"),
+                               ("no config", lambda w: os.unlink(os.path.join(w, "config.json")), "no config.json")]:
+            w = os.path.join(tmp, "hostile-" + what.replace(" ", "-"))
+            shutil.copytree(d, w)
+            act(w)
+            p = tpshard("check", w)  # check reports findings with exit 1
+            report(p.returncode == 1 and msg in p.stderr, "hostile set (%s) refused" % what,
+                   "rc %d: %s" % (p.returncode, p.stderr[-800:]))
+    return tap.status()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
