@@ -197,6 +197,10 @@ typedef struct tps_block {
     /* A block-scaled FP8 checkpoint's [bn, bk] (config.json's quantization_config, lib/quant.h):
      * how verify dequantizes a weight with its weight_scale_inv; 0: not block-scaled. */
     uint64_t fp8_block[2];
+    /* A GPTQ/AWQ checkpoint's bits and GPTQ zero convention (lib/quant.h): how verify unpacks
+     * qweight and qzeros; int_bits 0: not integer-quantized (verify reads them off the shapes). */
+    unsigned int_bits;
+    bool gptq_v2;
 } tps_block;
 
 /* Whether the block's MLP is a mixture of experts (it names a router). */

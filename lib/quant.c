@@ -62,6 +62,16 @@ void tps_quant_block(const tps_quant *q, uint64_t *block)
     }
 }
 
+void tps_quant_int_params(const tps_quant *q, unsigned *bits, bool *gptq_v2)
+{
+    *bits = 0;
+    *gptq_v2 = false;
+    for (size_t i = 0; q && i < q->ngroups && !*bits; i++) {
+        *bits = q->groups[i].s.int_bits;
+        *gptq_v2 = q->groups[i].s.gptq_v2;
+    }
+}
+
 /* A list of strings (or null / absent: none) into patterns. */
 static tps_status patterns(const tps_json *v, const char *what, const char *key, qpattern **out, size_t *n,
                            tps_error *err)

@@ -56,6 +56,10 @@ typedef struct tps_quant_scheme {
     tps_quant_companion comp[TPS_QUANT_MAX_COMPANIONS];
     uint64_t align[2];       /* W's out, in: a rank's piece is a multiple of this at tp > 1 */
     uint64_t block[2];       /* FP8 block [bn, bk] (0: not block-scaled) */
+    /* GPTQ/AWQ: bits of the packed values (0: not integer-quantized), and GPTQ's zero
+     * convention: checkpoint_format gptq_v2 stores the zero, gptq (v1) zero - 1 */
+    unsigned int_bits;
+    bool gptq_v2;
 } tps_quant_scheme;
 
 /* Appends a companion to s (at most TPS_QUANT_MAX_COMPANIONS; the formats' fixed lists stay
@@ -74,6 +78,10 @@ void tps_quant_free(tps_quant *q);
 /* The FP8 block [bn, bk] of the first block-scaled scheme into block ({0, 0}: none; q may
  * be NULL). */
 void tps_quant_block(const tps_quant *q, uint64_t *block);
+
+/* The bits and GPTQ zero convention of the first integer scheme ({0, false}: none; q may be
+ * NULL): carried into verify as the FP8 block is. */
+void tps_quant_int_params(const tps_quant *q, unsigned *bits, bool *gptq_v2);
 
 /* One line: "fp8 block [128, 128], ignore lm_head". */
 const char *tps_quant_describe(const tps_quant *q);

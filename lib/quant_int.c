@@ -62,7 +62,14 @@ tps_status tps_quant_int_scheme(const tps_json *qc, bool awq, const char *what, 
                             "size per module; tpshard does not evaluate them yet, and a cut by the global group size "
                             "could fall inside a module's own group", what);
         act = bool_key(qc, "desc_act") && g != -1; /* vLLM forces desc_act off for one group */
+        const tps_json *fmt = tps_json_get(qc, "checkpoint_format");
+        const char *f = fmt && fmt->type == TPS_JSON_STRING ? fmt->u.string.s : "gptq";
+        if (strcmp(f, "gptq") != 0 && strcmp(f, "gptq_v2") != 0)
+            return tps_fail(err, TPS_EINVALID, "%s: quantization_config: GPTQ checkpoint_format \"%s\" is not "
+                            "\"gptq\" or \"gptq_v2\": its zeros' convention is unknown", what, f);
+        s->gptq_v2 = strcmp(f, "gptq_v2") == 0;
     }
+    s->int_bits = (unsigned)bits;
     uint64_t gu = g == -1 ? 0 : (uint64_t)g;
     int gdim = g == -1 ? -1 : 1; /* one group row: no dim of W, whole on a row cut */
     if (awq) {

@@ -152,8 +152,8 @@ def quantize(fixture, shapes, scheme, block, ignore, scale_dtype="F32", input_sc
     return tensors
 
 
-def llama(inter):
-    h, heads, kv, hd, vocab, layers = 64, 8, 2, 16, 1003, 2
+def llama(inter, vocab=1003):
+    h, heads, kv, hd, layers = 64, 8, 2, 16, 2
     shapes = gen_fixtures.llama_like("model.layers", h, heads, kv, hd, inter, vocab, layers, tied=False)
     config = {
         "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": h, "intermediate_size": inter,
@@ -220,11 +220,17 @@ def fixture(name):
                                         modules_to_not_convert=["lm_head", "block_sparse_moe.gate"]),
         }
         return quantize(name, shapes, "block", (16, 16), ["lm_head", "gate"]), config
+    if name == "tiny-llama-fp8-head":
+        # lm_head quantized too (compressed-tensors channel, nothing ignored): verify
+        # --whole-model dequantizes the head as it does the layers' linears
+        shapes, config = llama(176, vocab=1024)
+        config["quantization_config"] = dict(ct_config("channel", False), ignore=[])
+        return quantize(name, shapes, "channel", None, [], scale_dtype="BF16"), config
     raise ValueError(name)
 
 
 FIXTURES = ["tiny-llama-fp8", "tiny-llama-fp8-i96", "tiny-llama-fp8-ct-tensor", "tiny-llama-fp8-ct-channel",
-            "tiny-mixtral-fp8"]
+            "tiny-mixtral-fp8", "tiny-llama-fp8-head"]
 
 
 def main():

@@ -18,6 +18,10 @@ quantpack.py exactly as AutoGPTQ and AutoAWQ store them, in the families' real n
   tiny-mixtral-gptq         Mixtral, 4 experts (top 2) of intermediate 128, GPTQ act-order,
                             group 32, v1 zeros, legal tp 1, 2, 4; the router (block_sparse_moe.gate) left F16
                             as AutoGPTQ leaves it
+  tiny-mixtral-awq          Mixtral, 4 experts (top 2) of intermediate 192 (the 11008 shape
+                            again, per expert), AWQ GEMM 4-bit, group 32, zero_point; the router
+                            left F16 (modules_to_not_convert ["gate"], as AutoAWQ's Mixtral
+                            does); legal tp 1, 2 (w2's 48 inputs a rank at tp 4 split a group)
 
 Unquantized tensors (embeddings, norms, router, lm_head) are F16.  Quantized linears hold
 qweight, qzeros, scales (and g_idx for GPTQ) in place of weight.
@@ -108,6 +112,8 @@ def build(fixture, arch, dims, method, group, desc_act, sym, v2, experts=0):
     else:
         config["quantization_config"] = {"quant_method": "awq", "bits": BITS, "group_size": group,
                                          "zero_point": not sym, "version": "gemm"}
+        if experts:
+            config["quantization_config"]["modules_to_not_convert"] = ["gate"]
     return tensors, config
 
 
@@ -120,6 +126,8 @@ FIXTURES = {
                                       desc_act=False, sym=False, v2=False),
     "tiny-mixtral-gptq": lambda f: build(f, "MixtralForCausalLM", (128, 8, 2, 16, 128, 256, 2), "gptq", 32,
                                          desc_act=True, sym=False, v2=False, experts=4),
+    "tiny-mixtral-awq": lambda f: build(f, "MixtralForCausalLM", (128, 8, 2, 16, 192, 256, 2), "awq", 32,
+                                        desc_act=False, sym=False, v2=False, experts=4),
 }
 
 

@@ -152,7 +152,8 @@ tps_status tps_vdequant_int(const tps_vqint *p, const char *name, const tps_vt *
     return TPS_OK;
 }
 
-tps_status tps_vload_int(const tps_vsource *src, const char *name, tps_vt *out, bool *done, tps_error *err)
+tps_status tps_vload_int(const tps_block *b, const tps_vsource *src, const char *name, tps_vt *out, bool *done,
+                         tps_error *err)
 {
     *done = false;
     size_t n = strlen(name);
@@ -167,10 +168,12 @@ tps_status tps_vload_int(const tps_vsource *src, const char *name, tps_vt *out, 
     tps_status st = TPS_OK;
     for (int i = 0; i < (gptq ? 4 : 3) && st == TPS_OK; i++) st = src->load(src->ctx, nm[i], &t[i], err);
     if (st == TPS_OK) {
-        tps_vqint p = {gptq ? TPS_VQINT_GPTQ : TPS_VQINT_AWQ, 4, -1, gptq};
+        tps_vqint p = {gptq ? TPS_VQINT_GPTQ : TPS_VQINT_AWQ, 4, -1, gptq && !b->gptq_v2};
         /* qzeros pack the output columns the scales hold one by one: their ratio is the pack
          * factor (g_idx could mislead: it is the one a wrong cut replicates) */
-        if (gptq && t[1].ndim == 2 && t[2].ndim == 2 && t[1].shape[1] && t[2].shape[1] % t[1].shape[1] == 0) {
+        if (gptq && b->int_bits)
+            p.bits = b->int_bits;
+        else if (gptq && t[1].ndim == 2 && t[2].ndim == 2 && t[1].shape[1] && t[2].shape[1] % t[1].shape[1] == 0) {
             uint64_t pf = t[2].shape[1] / t[1].shape[1];
             p.bits = pf && 32 % pf == 0 ? (unsigned)(32 / pf) : 0;
         }

@@ -44,10 +44,12 @@ tps_status tps_vdequant_int(const tps_vqint *p, const char *name, const tps_vt *
 
 /* When src holds MODULE.qweight in place of name = MODULE.weight (a GPTQ or AWQ linear), loads
  * its companions and dequantizes them into out (*done true); else leaves out alone (*done
- * false).  The format is read off the tensors: a g_idx makes it GPTQ (bits from the ratio of
- * the scales' columns to the qzeros' words, v1 zeros, AutoGPTQ's default: a gptq_v2 set reads every
- * zero one higher on both sides of the comparison alike), none AWQ GEMM 4-bit with
- * groups of input rows / scale rows. */
-tps_status tps_vload_int(const tps_vsource *src, const char *name, tps_vt *out, bool *done, tps_error *err);
+ * false).  A g_idx makes it GPTQ, none AWQ GEMM 4-bit with groups of input rows / scale rows;
+ * GPTQ's bits and zero convention come from b (config.json's quantization_config, as the
+ * manifest records it: checkpoint_format gptq_v2 stores the zero, gptq zero - 1).  Without
+ * them (b->int_bits 0) the bits are the ratio of the scales' columns to the qzeros' words
+ * and the zeros v1, AutoGPTQ's default. */
+tps_status tps_vload_int(const tps_block *b, const tps_vsource *src, const char *name, tps_vt *out, bool *done,
+                         tps_error *err);
 
 #endif

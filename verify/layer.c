@@ -11,6 +11,7 @@
 #include "../lib/manifest.h"
 #include "dequant_int.h"
 #include "internal.h"
+#include "quant_blame.h"
 
 void tps_vt_release(tps_vt *t)
 {
@@ -166,10 +167,7 @@ static tps_status load_role(const tps_block *b, tps_block_role role, uint64_t la
         free(name);
         return TPS_OK;
     }
-    bool dequantized;
-    tps_status st = tps_vload_int(src, name, out, &dequantized, err);
-    if (st == TPS_OK && !dequantized) st = src->load(src->ctx, name, out, err);
-    if (st == TPS_OK && !dequantized) st = tps_vdequant(b, src, out, err);
+    tps_status st = tps_vload_weight(b, src, name, out, err);
     if (st == TPS_OK && !tps_vdtype_supported(out->dtype))
         st = tps_fail(err, TPS_EINVALID, "%s: dtype %s; verify needs BF16, F16, F32, F64 or FP8 weights", name,
                       tps_dtype_name(out->dtype));

@@ -9,6 +9,7 @@
 
 #include "../lib/checked.h"
 #include "internal.h"
+#include "quant_blame.h"
 
 void tps_verify_result_release(tps_verify_result *r)
 {
@@ -280,8 +281,8 @@ static double now_s(void)
  * every rank's outputs with it (and, on a difference, the culprit). */
 static tps_status compare_layer(const tps_block *b, const vdims *d, const vlayer *rl, uint64_t T, size_t n,
                                 const float *x, double *xd, double *h, double *ref_out[TPS_VSTAGE_COUNT],
-                                const vrank_out *outs, const tps_verify_opts *o, tps_verify_result *res,
-                                tps_error *err)
+                                const vrank_out *outs, const tps_verify_opts *o, const tps_vsource *ref,
+                                const tps_vsource *ranks, tps_verify_result *res, tps_error *err)
 {
     tps_status st = TPS_OK;
     size_t nh = n * (size_t)d->hidden;
@@ -313,6 +314,10 @@ static tps_status compare_layer(const tps_block *b, const vdims *d, const vlayer
             res->pass = false;
             res->failed_stage = s;
             TPS_CHECK(blame(b, d, rl, T, s, n, s == TPS_VSTAGE_ATTN ? xd : h, ref_out[s], outs, res, err));
+            /* ranks[] are this process's sources only on threads, not under MPI */
+            if (res->culprit >= 0 && o->shards && !tps_vbackend_multi(o->backend))
+                TPS_CHECK(tps_vquant_blame(b, res->layer, T, (uint64_t)res->culprit, ref, &ranks[res->culprit],
+                                           o->shards, res->detail, sizeof res->detail, err));
         }
     }
 cleanup:
@@ -416,7 +421,7 @@ tps_status tps_verify_layer(const tps_block *b, uint64_t layer, uint64_t T, cons
     res->upload_seconds = stats.upload_seconds;
     res->layer_seconds = stats.layer_seconds;
     res->pass = true;
-    if (root) st = compare_layer(b, &d, &rl, T, n, x, xd, h, ref_out, outs, o, res, err);
+    if (root) st = compare_layer(b, &d, &rl, T, n, x, xd, h, ref_out, outs, o, ref, ranks, res, err);
     if (root && st == TPS_OK && o->chain) st = chain_step(b, &d, &rl, n, o->chain, res->dtype, err);
     if (tps_vbackend_multi(be)) st = tps_vbackend_agree(be, st, err);
     TPS_CHECK(st);

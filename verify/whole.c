@@ -12,6 +12,7 @@
 #include "../lib/checked.h"
 #include "../lib/manifest.h"
 #include "internal.h"
+#include "quant_blame.h"
 
 void tps_verify_whole_release(tps_verify_whole *w)
 {
@@ -51,10 +52,12 @@ static uint64_t engine_vocab_quantum(const tps_block *b, const tps_verify_opts *
     return t && t->part.pad ? t->part.pad_multiple : 0;
 }
 
-static tps_status load_tensor(const tps_vsource *src, const char *name, tps_vt *t, tps_error *err)
+static tps_status load_tensor(const tps_block *b, const tps_vsource *src, const char *name, tps_vt *t, tps_error *err)
 {
     memset(t, 0, sizeof *t);
-    tps_status st = src->load(src->ctx, name, t, err);
+    /* a checkpoint that quantizes its embedding or lm_head (FP8 with a scale beside it, or a
+     * GPTQ/AWQ qweight in place of the weight): both sides dequantize, as the layers do */
+    tps_status st = tps_vload_weight(b, src, name, t, err);
     if (st != TPS_OK) return st;
     if (!tps_vdtype_supported(t->dtype)) {
         st = tps_fail(err, TPS_EINVALID, "%s: dtype %s is not one verify computes in", name, tps_dtype_name(t->dtype));
@@ -142,13 +145,13 @@ static tps_status rank_step(void *arg, tps_vcomm *comm, tps_error *err)
     const tps_vsource *src = &s->ranks[r];
     float *out = s->out[r], *xn = NULL;
     const char *vname = s->step == STEP_EMBED ? b->model_role[TPS_MROLE_EMBED] : head_name(b, w->tied);
-    st = load_tensor(src, vname, &vocab_t, err);
+    st = load_tensor(b, src, vname, &vocab_t, err);
     if (st == TPS_OK && s->step == STEP_EMBED && w->pos_embed)
-        st = load_tensor(src, b->model_role[TPS_MROLE_POS_EMBED], &extra_t, err);
+        st = load_tensor(b, src, b->model_role[TPS_MROLE_POS_EMBED], &extra_t, err);
     if (st == TPS_OK && s->step == STEP_HEAD) {
-        st = load_tensor(src, b->model_role[TPS_MROLE_FINAL_NORM_W], &extra_t, err);
+        st = load_tensor(b, src, b->model_role[TPS_MROLE_FINAL_NORM_W], &extra_t, err);
         const char *fb = b->model_role[TPS_MROLE_FINAL_NORM_B];
-        if (st == TPS_OK && fb && src->has(src->ctx, fb)) st = load_tensor(src, fb, &bias_t, err);
+        if (st == TPS_OK && fb && src->has(src->ctx, fb)) st = load_tensor(b, src, fb, &bias_t, err);
     }
     if (st == TPS_OK && !(xn = malloc((nh + 1) * sizeof *xn))) st = tps_fail_oom(err, "a rank's activations");
     /* Every rank learns whether any could not load, and then all stop together. */
@@ -326,7 +329,7 @@ static tps_status ref_embed(const tps_block *b, const tps_vsource *ref, const tp
                         "the layout's block: section names no %s tensor (add `%s: NAME` to it; the built-in presets "
                         "name it)",
                         !en ? "embed" : "final_norm", !en ? "embed" : "final_norm");
-    TPS_CHECK(load_tensor(ref, en, &e, err));
+    TPS_CHECK(load_tensor(b, ref, en, &e, err));
     if (e.ndim != 2 || !e.shape[0] || !e.shape[1]) {
         st = tps_fail(err, TPS_EINVALID, "%s: the embedding must be [vocab, hidden]", en);
         goto cleanup;
@@ -345,7 +348,7 @@ static tps_status ref_embed(const tps_block *b, const tps_vsource *ref, const tp
     double mult = embed_multiplier(b, m->hidden, e.dtype);
     for (size_t i = 0; mult != 1.0 && i < nh; i++) w->chain.xref[i] *= mult;
     if (m->pos) {
-        TPS_CHECK(load_tensor(ref, pn, &p, err));
+        TPS_CHECK(load_tensor(b, ref, pn, &p, err));
         if (p.ndim != 2 || p.shape[1] != m->hidden) {
             st = tps_fail(err, TPS_EINVALID, "%s: the position embedding must be [positions, %llu]", pn,
                           (unsigned long long)m->hidden);
@@ -501,8 +504,8 @@ static tps_status ref_head(const tps_block *b, const tps_vsource *ref, const tps
     double *xn = malloc((nh + 1) * sizeof *xn);
     if (!xn) return tps_fail_oom(err, "the reference's hidden state");
     const char *fb = b->model_role[TPS_MROLE_FINAL_NORM_B];
-    TPS_CHECK(load_tensor(ref, b->model_role[TPS_MROLE_FINAL_NORM_W], &nw, err));
-    if (fb && ref->has(ref->ctx, fb)) TPS_CHECK(load_tensor(ref, fb, &nb, err));
+    TPS_CHECK(load_tensor(b, ref, b->model_role[TPS_MROLE_FINAL_NORM_W], &nw, err));
+    if (fb && ref->has(ref->ctx, fb)) TPS_CHECK(load_tensor(b, ref, fb, &nb, err));
     if (nw.ndim != 1 || nw.shape[0] != w->hidden || (nb.data && (nb.ndim != 1 || nb.shape[0] != w->hidden))) {
         st = tps_fail(err, TPS_EINVALID, "%s: the final norm must be [%llu]", nw.name, (unsigned long long)w->hidden);
         goto cleanup;
@@ -511,7 +514,7 @@ static tps_status ref_head(const tps_block *b, const tps_vsource *ref, const tps
     memset(&d, 0, sizeof d);
     d.hidden = w->hidden;
     tps_vnorm_f64(b, &d, &nw, nb.data ? &nb : NULL, n, w->chain.xref, xn);
-    TPS_CHECK(load_tensor(ref, head_name(b, w->tied), &h, err));
+    TPS_CHECK(load_tensor(b, ref, head_name(b, w->tied), &h, err));
     if (h.ndim != 2 || h.shape[0] != w->vocab || h.shape[1] != w->hidden) {
         st = tps_fail(err, TPS_EINVALID, "%s: the LM head must be [%llu, %llu]", h.name, (unsigned long long)w->vocab,
                       (unsigned long long)w->hidden);

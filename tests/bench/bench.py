@@ -25,6 +25,12 @@ and ratios are ratios of medians of the same round set.  Memory is the peak RssA
 (anonymous resident memory: file pages in the page cache are not charged), sampled about
 every millisecond by benchtool.  Cold cases drop the input's page cache before each run and
 report how many bytes the process read from storage (rusage inblock).
+
+The quantized case (issue 17): an FP8 block-scaled checkpoint of the same shapes (F8_E4M3
+linears with their [out/128, in/128] weight_scale_inv, embedding and lm_head BF16 as published
+FP8 checkpoints keep them) with twice the layers, so its bytes are within a few percent of the
+BF16 one's; `split tp8` of each, interleaved.  Its ratio is of seconds per byte (the medians
+divided by each input's size), so the small difference in bytes does not count.
 """
 import os
 import shutil
@@ -85,6 +91,7 @@ class Bench:
         self.keep = env("BENCH_KEEP", "0") == "1"
         self.layers = layers_for(self.size)
         self.src = os.path.join(self.data, f"llama-{self.layers}L", "model.safetensors")
+        self.fp8 = os.path.join(self.data, f"llama-fp8-{2 * self.layers}L", "model.safetensors")
         self.cold = env("BENCH_COLD", "auto")
         if self.cold == "auto":
             self.cold = "drop" if os.access("/proc/sys/vm/drop_caches", os.W_OK) else "fadvise"
@@ -151,6 +158,10 @@ class Bench:
             os.makedirs(os.path.dirname(self.src), exist_ok=True)
             sh([TOOL, "gen", self.src, str(self.layers)])
         self.total = os.path.getsize(self.src)
+        if not os.path.exists(self.fp8):
+            os.makedirs(os.path.dirname(self.fp8), exist_ok=True)
+            sh([TOOL, "gen-fp8", self.fp8, str(2 * self.layers)])
+        self.fp8_total = os.path.getsize(self.fp8)
         # tmpfs holds one output at a time next to the cached input
         self.tmpfs_ok = free_bytes(os.path.dirname(self.tmpfs)) > 1.3 * self.total and self.total < 12 * GiB
         if not self.tmpfs_ok:
@@ -170,7 +181,7 @@ class Bench:
                 sh([self.python, "-c",
                     "import sys, torch; from safetensors.torch import load_file; "
                     "torch.save(load_file(sys.argv[1]), sys.argv[2])", self.src, self.bin])
-        self.inputs = [self.src] + [f for tp in sorted(self.sets) for f in self.shard_files(self.sets[tp])] + \
+        self.inputs = [self.src, self.fp8] + [f for tp in sorted(self.sets) for f in self.shard_files(self.sets[tp])] + \
             ([self.bin] if self.bin else [])
 
     def setup_scale(self):
@@ -237,6 +248,9 @@ class Bench:
             for tp in (2, 4, 8):
                 self.measure(f"split tp{tp}", split(tp, o), n, pre=w_src, post=clean)
             self.measure("split tp8 --target vllm", split(8, o) + ["--target", "vllm"], n, pre=w_src, post=clean)
+            self.measure("split tp8, FP8 block-scaled", [TPSHARD, "split", self.fp8, "--tp", "8", "--preset", "llama",
+                                                         "-o", o, "-q"], self.fp8_total,
+                         pre=lambda: self.warm([self.fp8]), post=clean)
             self.measure("reshard 8->4", [TPSHARD, "reshard", s8, "--tp", "4", "-o", o, "-q"], n,
                          pre=lambda: self.warm(f8), post=clean)
             self.measure("reshard 4->8", [TPSHARD, "reshard", s4, "--tp", "8", "-o", o, "-q"], n,
@@ -302,6 +316,13 @@ class Bench:
         target("merge tp8 / cp", "merge tp8", "cp (to tmpfs)", 1.2)
         target("check throughput / cat throughput", "cat tp8 shards > /dev/null", "check tp8", 0.8, le=False)
         target("split from .bin / from safetensors", "split tp8 from .bin", "split tp8", 1.1)
+        q, b = "split tp8, FP8 block-scaled", "split tp8"
+        if q in self.results and b in self.results:
+            # seconds per byte: the FP8 input is within a few percent of the BF16 one's size
+            r = (self.med(q) / self.fp8_total) / (self.med(b) / self.total)
+            rmin = (fastest(q) / self.fp8_total) / (fastest(b) / self.total)
+            lines.append(f"| quantized split / BF16 split, same bytes (s per byte; FP8 {self.fp8_total / GiB:.2f} GiB, "
+                         f"BF16 {self.total / GiB:.2f} GiB) | {r:.2f} | {rmin:.2f} | ≤ 1.1 | {'yes' if r <= 1.1 else 'NO'} |")
         if "verify --whole-model tp8" in self.results and "cat tp8 shards > /dev/null" in self.results:
             a, b = "verify --whole-model tp8", "cat tp8 shards > /dev/null"
             lines.append(f"| verify --whole-model tp8 / cat tp8 shards (reported, no goal) | "
@@ -349,6 +370,7 @@ class Bench:
         rm(os.path.join(self.data, "out"))
         if not self.keep:
             rm(os.path.dirname(self.src))
+            rm(os.path.dirname(self.fp8))
             for s2, _ in self.scale_sets.values():
                 rm(os.path.dirname(s2))
 

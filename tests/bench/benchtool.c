@@ -3,6 +3,10 @@
  *   benchtool gen FILE LAYERS      a Llama-3-8B-shaped bf16 safetensors file with LAYERS layers
  *                                  (real tensor names, deterministic pseudo-random values) and a
  *                                  config.json beside it
+ *   benchtool gen-fp8 FILE LAYERS  the same shapes as a block-scaled FP8 checkpoint (issue 17): every
+ *                                  linear F8_E4M3 with its F32 weight_scale_inv of [cdiv(out,128),
+ *                                  cdiv(in,128)], embedding, norms and lm_head BF16 as the published
+ *                                  FP8 checkpoints keep them, quantization_config fp8 [128,128]
  *   benchtool gen-moe FILE LAYERS EXPERTS   a Mixtral-shaped one with tiny tensors
  *                                  (7 + 3*EXPERTS per layer, plus 3): the many-tensor case
  *   benchtool run [-o OUT] -- CMD  runs CMD (stdout to OUT if given), sampling its RssAnon from
@@ -44,12 +48,19 @@ enum { MOE_HIDDEN = 32, MOE_INTER = 16, MOE_HEADS = 4, MOE_KV_HEADS = 2, MOE_HEA
 typedef struct gtensor {
     char name[96];
     uint64_t rows, cols; /* cols == 0: a vector */
+    const char *dtype;   /* NULL: BF16 */
 } gtensor;
+
+static unsigned dtype_size(const char *dtype)
+{
+    if (!dtype) return 2;
+    return strcmp(dtype, "F8_E4M3") == 0 ? 1 : 4;
+}
 
 static size_t llama_tensors(gtensor *t, int layers)
 {
     size_t n = 0;
-    t[n++] = (gtensor){"model.embed_tokens.weight", VOCAB, HIDDEN};
+    t[n++] = (gtensor){"model.embed_tokens.weight", VOCAB, HIDDEN, NULL};
     for (int l = 0; l < layers; l++) {
         const struct { const char *s; uint64_t r, c; } per[] = {
             {"input_layernorm.weight", HIDDEN, 0},
@@ -63,20 +74,20 @@ static size_t llama_tensors(gtensor *t, int layers)
             {"mlp.down_proj.weight", HIDDEN, INTER},
         };
         for (size_t k = 0; k < sizeof per / sizeof per[0]; k++) {
-            t[n] = (gtensor){"", per[k].r, per[k].c};
+            t[n] = (gtensor){"", per[k].r, per[k].c, NULL};
             snprintf(t[n].name, sizeof t[n].name, "model.layers.%d.%s", l, per[k].s);
             n++;
         }
     }
-    t[n++] = (gtensor){"model.norm.weight", HIDDEN, 0};
-    t[n++] = (gtensor){"lm_head.weight", VOCAB, HIDDEN};
+    t[n++] = (gtensor){"model.norm.weight", HIDDEN, 0, NULL};
+    t[n++] = (gtensor){"lm_head.weight", VOCAB, HIDDEN, NULL};
     return n;
 }
 
 static size_t moe_tensors(gtensor *t, int layers, int experts)
 {
     size_t n = 0;
-    t[n++] = (gtensor){"model.embed_tokens.weight", MOE_VOCAB, MOE_HIDDEN};
+    t[n++] = (gtensor){"model.embed_tokens.weight", MOE_VOCAB, MOE_HIDDEN, NULL};
     for (int l = 0; l < layers; l++) {
         const struct { const char *s; uint64_t r, c; } per[] = {
             {"input_layernorm.weight", MOE_HIDDEN, 0},
@@ -88,7 +99,7 @@ static size_t moe_tensors(gtensor *t, int layers, int experts)
             {"block_sparse_moe.gate.weight", (uint64_t)experts, MOE_HIDDEN},
         };
         for (size_t k = 0; k < sizeof per / sizeof per[0]; k++) {
-            t[n] = (gtensor){"", per[k].r, per[k].c};
+            t[n] = (gtensor){"", per[k].r, per[k].c, NULL};
             snprintf(t[n].name, sizeof t[n].name, "model.layers.%d.%s", l, per[k].s);
             n++;
         }
@@ -96,15 +107,15 @@ static size_t moe_tensors(gtensor *t, int layers, int experts)
             const struct { const char *s; uint64_t r, c; } ex[] = {
                 {"w1", MOE_INTER, MOE_HIDDEN}, {"w2", MOE_HIDDEN, MOE_INTER}, {"w3", MOE_INTER, MOE_HIDDEN}};
             for (size_t k = 0; k < 3; k++) {
-                t[n] = (gtensor){"", ex[k].r, ex[k].c};
+                t[n] = (gtensor){"", ex[k].r, ex[k].c, NULL};
                 snprintf(t[n].name, sizeof t[n].name, "model.layers.%d.block_sparse_moe.experts.%d.%s.weight", l, e,
                          ex[k].s);
                 n++;
             }
         }
     }
-    t[n++] = (gtensor){"model.norm.weight", MOE_HIDDEN, 0};
-    t[n++] = (gtensor){"lm_head.weight", MOE_VOCAB, MOE_HIDDEN};
+    t[n++] = (gtensor){"model.norm.weight", MOE_HIDDEN, 0, NULL};
+    t[n++] = (gtensor){"lm_head.weight", MOE_VOCAB, MOE_HIDDEN, NULL};
     return n;
 }
 
@@ -118,15 +129,16 @@ static int write_checkpoint(const char *path, const gtensor *t, size_t n, const 
     if (!h) return die("out of memory for", path);
     hl += (size_t)snprintf(h + hl, hcap - hl, "{\"__metadata__\":{\"format\":\"pt\"}");
     for (size_t i = 0; i < n; i++) {
-        uint64_t bytes = t[i].rows * (t[i].cols ? t[i].cols : 1) * 2;
+        const char *dt = t[i].dtype ? t[i].dtype : "BF16";
+        uint64_t bytes = t[i].rows * (t[i].cols ? t[i].cols : 1) * dtype_size(t[i].dtype);
         if (t[i].cols)
-            hl += (size_t)snprintf(h + hl, hcap - hl, ",\"%s\":{\"dtype\":\"BF16\",\"shape\":[%" PRIu64 ",%" PRIu64
+            hl += (size_t)snprintf(h + hl, hcap - hl, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[%" PRIu64 ",%" PRIu64
                                    "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}",
-                                   t[i].name, t[i].rows, t[i].cols, off, off + bytes);
+                                   t[i].name, dt, t[i].rows, t[i].cols, off, off + bytes);
         else
-            hl += (size_t)snprintf(h + hl, hcap - hl, ",\"%s\":{\"dtype\":\"BF16\",\"shape\":[%" PRIu64
+            hl += (size_t)snprintf(h + hl, hcap - hl, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[%" PRIu64
                                    "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}",
-                                   t[i].name, t[i].rows, off, off + bytes);
+                                   t[i].name, dt, t[i].rows, off, off + bytes);
         off += bytes;
     }
     hl += (size_t)snprintf(h + hl, hcap - hl, "}");
@@ -186,6 +198,42 @@ static int gen(const char *path, int layers)
              "  \"hidden_act\": \"silu\",\n  \"tie_word_embeddings\": false,\n  \"torch_dtype\": \"bfloat16\"\n}\n",
              HIDDEN, INTER, HEADS, KV_HEADS, HEAD_DIM, layers, VOCAB);
     int rc = write_checkpoint(path, t, n, cfg);
+    free(t);
+    return rc;
+}
+
+/* The FP8 twin of gen: llama_tensors' list with each 2-D layer weight turned F8_E4M3 and its
+ * weight_scale_inv inserted after it.  Split is value-blind, so the fill's bytes stand as they
+ * are (some are E4M3 NaN codes); only the dtypes, shapes and scale grid matter to its cost. */
+static int gen_fp8(const char *path, int layers)
+{
+    if (layers < 1 || layers > 512) {
+        fprintf(stderr, "benchtool gen-fp8: LAYERS must be 1..512\n");
+        return 2;
+    }
+    gtensor *b = calloc((size_t)layers * 9 + 3, sizeof *b), *t = calloc((size_t)layers * 16 + 3, sizeof *t);
+    if (!b || !t) return die("out of memory for", path);
+    size_t nb = llama_tensors(b, layers), n = 0;
+    for (size_t i = 0; i < nb; i++) {
+        t[n++] = b[i];
+        if (!b[i].cols || strncmp(b[i].name, "model.layers.", 13) != 0) continue;
+        t[n - 1].dtype = "F8_E4M3";
+        t[n] = (gtensor){"", (b[i].rows + 127) / 128, (b[i].cols + 127) / 128, "F32"};
+        snprintf(t[n].name, sizeof t[n].name, "%.*s_scale_inv", (int)sizeof t[n].name - 12, b[i].name);
+        n++;
+    }
+    char cfg[1024];
+    snprintf(cfg, sizeof cfg,
+             "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
+             "  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n  \"num_attention_heads\": %d,\n"
+             "  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n  \"num_hidden_layers\": %d,\n"
+             "  \"vocab_size\": %d,\n  \"rms_norm_eps\": 1e-05,\n  \"rope_theta\": 500000.0,\n"
+             "  \"hidden_act\": \"silu\",\n  \"tie_word_embeddings\": false,\n  \"torch_dtype\": \"bfloat16\",\n"
+             "  \"quantization_config\": {\"quant_method\": \"fp8\", \"activation_scheme\": \"dynamic\",\n"
+             "    \"fmt\": \"e4m3\", \"weight_block_size\": [128, 128]}\n}\n",
+             HIDDEN, INTER, HEADS, KV_HEADS, HEAD_DIM, layers, VOCAB);
+    int rc = write_checkpoint(path, t, n, cfg);
+    free(b);
     free(t);
     return rc;
 }
@@ -329,10 +377,11 @@ static int evict(int argc, char **argv)
 int main(int argc, char **argv)
 {
     if (argc >= 4 && strcmp(argv[1], "gen") == 0) return gen(argv[2], atoi(argv[3]));
+    if (argc >= 4 && strcmp(argv[1], "gen-fp8") == 0) return gen_fp8(argv[2], atoi(argv[3]));
     if (argc >= 5 && strcmp(argv[1], "gen-moe") == 0) return gen_moe(argv[2], atoi(argv[3]), atoi(argv[4]));
     if (argc >= 3 && strcmp(argv[1], "run") == 0) return run(argc - 2, argv + 2);
     if (argc >= 2 && strcmp(argv[1], "cached") == 0) return cached(argc - 2, argv + 2);
     if (argc >= 2 && strcmp(argv[1], "evict") == 0) return evict(argc - 2, argv + 2);
-    fprintf(stderr, "usage: benchtool gen FILE LAYERS | gen-moe FILE LAYERS EXPERTS | run [-o OUT] -- CMD... | cached FILE... | evict FILE...\n");
+    fprintf(stderr, "usage: benchtool gen FILE LAYERS | gen-fp8 FILE LAYERS | gen-moe FILE LAYERS EXPERTS | run [-o OUT] -- CMD... | cached FILE... | evict FILE...\n");
     return 2;
 }

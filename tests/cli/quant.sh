@@ -133,7 +133,7 @@ grep -q "quantization: compressed-tensors (fp8 channel); not quantized: lm_head"
 
 # Scale rows on the wrong rank, shapes right: gate_proj's scale cut in two interleaved halves
 # (rank 0 holds scale rows 0-1 and 4-5 where its weight rows need 0-3).  check passes (the
-# bytes are what the manifest says), verify fails naming the MLP stage.
+# bytes are what the manifest says), verify fails naming the MLP stage and gate_proj's scale.
 if split_wrong fp8-scale-rows llama "$M/tiny-llama-fp8" 2 '  - match: model.layers.*.mlp.gate_proj.weight_scale_inv
     split: column
     segments:
@@ -142,6 +142,28 @@ if split_wrong fp8-scale-rows llama "$M/tiny-llama-fp8" 2 '  - match: model.laye
     check "wrong scale rows: check passes (intact bytes)" "$TPSHARD" check "$T/wrong" -q
     expect_exit 1 "mismatch in layer 0, mlp stage" "wrong scale rows: verify fails (exit 1) in the MLP" \
         "$TPSHARD" verify "$T/wrong" --source "$M/tiny-llama-fp8" --layer 0
+    grep -qF "rank 0's model.layers.0.mlp.gate_proj dequantizes to other values" "$T/.err" &&
+        grep -qF "its scale on rank 0 (model.layers.0.mlp.gate_proj.weight_scale_inv)" "$T/.err" &&
+        ok "wrong scale rows: verify names the rank's weight_scale_inv" ||
+        { notok "wrong scale rows: verify names the rank's weight_scale_inv"; sed 's/^/#   /' "$T/.err" | head -5; }
+fi
+
+# A checkpoint that quantizes lm_head too (compressed-tensors channel, nothing ignored):
+# --whole-model dequantizes the head on both sides (a raw F8 head would compare codes, not
+# values), so its per-channel scale rows dealt to the wrong rank fail the logits.
+for tp in 1 2 4; do
+    check "fp8 lm_head tp $tp: split" "$TPSHARD" split "$M/tiny-llama-fp8-head" --tp "$tp" -o "$T/head-$tp" -q &&
+        check "fp8 lm_head tp $tp: verify --whole-model passes (head dequantized)" \
+            "$TPSHARD" verify "$T/head-$tp" --source "$M/tiny-llama-fp8-head" --whole-model -q
+done
+if split_wrong fp8-head-scale llama "$M/tiny-llama-fp8-head" 2 '  - match: lm_head.weight_scale
+    split: column
+    segments:
+      - {name: a, size: vocab/2}
+      - {name: b, size: vocab/2}' "$T/wrong-head"; then
+    check "lm_head scale rows on the wrong rank: check passes (intact bytes)" "$TPSHARD" check "$T/wrong-head" -q
+    expect_exit 1 "logits" "lm_head scale rows on the wrong rank: verify --whole-model fails (exit 1) in the logits" \
+        "$TPSHARD" verify "$T/wrong-head" --source "$M/tiny-llama-fp8-head" --whole-model
 fi
 
 # merge is bit-exact; reshard 8 -> 4 gives what split at 4 gives.

@@ -7,7 +7,8 @@
 . "$TPS_TOP/tests/cli/lib.sh"
 M="$FIX/models"
 
-for fx in "tiny-llama-gptq 1 2 4 8" "tiny-llama-gptq-actorder 1 2 4" "tiny-llama-awq 1 2" "tiny-mixtral-gptq 1 2 4"; do
+for fx in "tiny-llama-gptq 1 2 4 8" "tiny-llama-gptq-actorder 1 2 4" "tiny-llama-awq 1 2" "tiny-mixtral-gptq 1 2 4" \
+    "tiny-mixtral-awq 1 2"; do
     set -- $fx
     fxn=$1
     shift
@@ -28,6 +29,25 @@ done
 # rows of down_proj a rank, inside a group.
 expect_exit 3 "gives each rank 48, not a multiple of the quantization block 32" \
     "awq tp 4: down_proj refused naming the local size and the group" "$TPSHARD" plan "$M/tiny-llama-awq" --tp 4
+# The same shape per expert of an AWQ Mixtral: every expert's w2 refused at tp 4, the tps that fit listed.
+expect_exit 3 "8 tensors: model.layers.{0..1}.block_sparse_moe.experts.{0..3}.w2.qweight" \
+    "mixtral awq tp 4: every expert's w2 refused" "$TPSHARD" split "$M/tiny-mixtral-awq" --tp 4 -o "$T/mixtral-awq-4"
+grep -qF "gives each rank 48, not a multiple of the quantization block 32" "$T/.err" &&
+    grep -qF "tp values that fit: 1, 2" "$T/.err" && ok "mixtral awq tp 4: the refusal names 48, the group 32 and tps 1, 2" ||
+    { notok "mixtral awq tp 4: the refusal names 48, the group 32 and tps 1, 2"; sed 's/^/#   /' "$T/.err" | head -5; }
+# An expert's scale columns dealt as two interleaved halves: verify names that expert's tensors.
+moe_scales='  - match: model.layers.*.block_sparse_moe.experts.1.w1.scales
+    split: dim
+    dim: 1
+    segments:
+      - {name: a, size: intermediate/2}
+      - {name: b, size: intermediate/2}'
+if split_wrong "mixtral-awq-scales" mixtral "$M/tiny-mixtral-awq" 2 "$moe_scales" "$T/wrong-moe-scales"; then
+    check "mixtral awq expert scales halves: check passes" "$TPSHARD" check "$T/wrong-moe-scales" -q
+    expect_exit 1 "experts.1.w1 dequantizes to other values than the reference's slice of it (its weight's rows and columns as the manifest cuts them): its scale/zero tensors on rank 0 (model.layers.0.block_sparse_moe.experts.1.w1.scales" \
+        "mixtral awq expert scales halves: verify exits 1 naming expert 1's w1 scales" \
+        "$TPSHARD" verify "$T/wrong-moe-scales" --source "$M/tiny-mixtral-awq" --layer all
+fi
 
 # Wrong cuts whose bytes are intact: down_proj's group rows dealt as two interleaved halves
 # (rank 0 holds groups 0-3 and 8-11 where it needs 0-7), q_proj's scale columns likewise, AWQ's
@@ -48,8 +68,13 @@ for w in down_scales q_scales; do
     eval "rule=\$$w"
     split_wrong "gptq-$w" llama "$M/tiny-llama-gptq" 2 "$rule" "$T/wrong-$w" || continue
     check "gptq $w: check passes (the bytes are what the manifest says)" "$TPSHARD" check "$T/wrong-$w" -q
-    expect_exit 1 "" "gptq $w: verify --layer all --source exits 1" \
+    case $w in down_scales) mod=mlp.down_proj ;; *) mod=self_attn.q_proj ;; esac
+    expect_exit 1 "rank 0's model.layers.0.$mod dequantizes to other values" \
+        "gptq $w: verify --layer all --source exits 1 naming the linear" \
         "$TPSHARD" verify "$T/wrong-$w" --source "$M/tiny-llama-gptq" --layer all
+    grep -qF "model.layers.0.$mod.scales, model.layers.0.$mod.qzeros, model.layers.0.$mod.g_idx) do not fit" "$T/.err" &&
+        ok "gptq $w: verify names the scale/zero tensors on rank 0" ||
+        { notok "gptq $w: verify names the scale/zero tensors on rank 0"; sed 's/^/#   /' "$T/.err" | head -5; }
 done
 awq_zeros='  - match: model.layers.*.self_attn.q_proj.qzeros
     split: dim
@@ -59,7 +84,8 @@ awq_zeros='  - match: model.layers.*.self_attn.q_proj.qzeros
       - {name: b, size: hidden/16}'
 if split_wrong "awq-zeros" llama "$M/tiny-llama-awq" 2 "$awq_zeros" "$T/wrong-awq-zeros"; then
     check "awq zeros halves: check passes" "$TPSHARD" check "$T/wrong-awq-zeros" -q
-    expect_exit 1 "" "awq zeros halves: verify --layer all --source exits 1" \
+    expect_exit 1 "its scale/zero tensors on rank 0 (model.layers.0.self_attn.q_proj.scales, model.layers.0.self_attn.q_proj.qzeros)" \
+        "awq zeros halves: verify --layer all --source exits 1 naming q_proj's scales and qzeros" \
         "$TPSHARD" verify "$T/wrong-awq-zeros" --source "$M/tiny-llama-awq" --layer all
 fi
 # Act-order: o_proj's g_idx whole on every rank instead of cut with the input rows: the rank's

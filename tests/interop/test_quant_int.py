@@ -2,7 +2,7 @@
 written here from the specification's rules (quant_ref.py), not taken from tpshard.
 
 Fixtures: testdata/gen_quant_int.py (GPTQ plain and act-order, AWQ at the intermediate-11008
-shape, Mixtral GPTQ act-order).  For each fixture and tp 1, 2, 3, 4, 8:
+shape, Mixtral GPTQ act-order, Mixtral AWQ).  For each fixture and tp 1, 2, 3, 4, 8:
 
   * a legal tp (quant_ref.legal_tps: heads, in/T % group, in/T % 8, local out % 8) splits with
     the preset picked from config.json, and every rank's qweight, qzeros, scales and g_idx
@@ -27,7 +27,7 @@ from tap import TOP, report, tpshard
 
 sys.dont_write_bytecode = True
 MODELS = os.path.join(TOP, "testdata", "models")
-FIXTURES = ["tiny-llama-gptq", "tiny-llama-gptq-actorder", "tiny-llama-awq", "tiny-mixtral-gptq"]
+FIXTURES = ["tiny-llama-gptq", "tiny-llama-gptq-actorder", "tiny-llama-awq", "tiny-mixtral-gptq", "tiny-mixtral-awq"]
 CANDIDATES = (1, 2, 3, 4, 8)
 COLUMN = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "w1", "w3")
 ROW = ("o_proj", "down_proj", "w2")

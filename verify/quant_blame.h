@@ -1,0 +1,20 @@
+/* A quantized layer's failure traced to the companions of one linear (verify/quant_blame.c). */
+#ifndef TPS_VERIFY_QUANT_BLAME_H
+#define TPS_VERIFY_QUANT_BLAME_H
+
+#include "internal.h"
+
+struct tps_shardset;
+
+/* The weight called name as the layer math reads it: GPTQ/AWQ linears and FP8 weights
+ * dequantized with the companions src holds beside them (b's quantization_config). */
+tps_status tps_vload_weight(const tps_block *b, const tps_vsource *src, const char *name, tps_vt *out, tps_error *err);
+
+/* Appends to det (size dsz) the quantized linears of layer `layer` whose dequantized slice on
+ * rank r (source rank) differs from the reference's (ref) at the rows and columns ss's
+ * manifest gives r's weight, with their scale / zero tensors.  Nothing when none does. */
+tps_status tps_vquant_blame(const tps_block *b, uint64_t layer, uint64_t T, uint64_t r, const tps_vsource *ref,
+                            const tps_vsource *rank, const struct tps_shardset *ss, char *det, size_t dsz,
+                            tps_error *err);
+
+#endif
