@@ -12,6 +12,7 @@
 
 #include "checked.h"
 #include "hf_index.h"
+#include "json.h"
 #include "presets.h"
 
 #define MAX_CAPS 8
@@ -443,8 +444,30 @@ static void working_tps(const tps_manifest *m, char *out, size_t size)
     if (!n) snprintf(out, size, "none up to 1024");
 }
 
+/* Whether the set's recorded config.json keys carry a quantization_config. */
+static bool manifest_quantized(const tps_manifest *m)
+{
+    tps_json_doc *doc = NULL;
+    tps_error e;
+    tps_error_clear(&e);
+    if (!m->config_keys || tps_json_parse(m->config_keys, strlen(m->config_keys), "config keys", &doc, &e)) return false;
+    const tps_json *q = tps_json_get(tps_json_root(doc), "quantization_config");
+    bool quantized = q && q->type != TPS_JSON_NULL;
+    tps_json_doc_free(doc);
+    return quantized;
+}
+
 tps_status tps_target_apply(const tps_target *t, tps_manifest *m, tps_error *err)
 {
+    /* The mappings name the engine's fused weights only: a quantized linear's scales, zeros
+     * and g_idx would stay under their source names beside a fused qkv_proj.weight, a set no
+     * engine loads.  Refused until the mappings carry the companions. */
+    if (manifest_quantized(m))
+        return tps_fail(err, TPS_EINVALID,
+                        "--target %s: this checkpoint is quantized (config.json's quantization_config), and the %s "
+                        "mappings do not fuse scales, zeros and g_idx yet; split it with the default target (the "
+                        "source's names)",
+                        t->name, t->name);
     tps_status st = TPS_OK;
     size_t N = m->ntensors;
     size_t *group = calloc(N + 1, sizeof *group); /* 1 + the group's first member in mem, or 0 */

@@ -278,3 +278,15 @@ for c in "l3-8b-fp8 8 model.layers.0.self_attn.k_proj.weight_scale_inv [1, 32]" 
     got=$(shape_of "$T/$1" "$2" "$3")
     [ "$got" = "$want" ] && ok "$1 tp $2: $3 is $want on a rank" || notok "$1 tp $2: $3 is $want on a rank (got $got)"
 done
+
+# A serving-engine target fuses only the weights: a quantized set under it would keep its
+# scales under source names beside a fused qkv_proj, which no engine loads.  Refused, nothing written.
+for f in tiny-llama-fp8 tiny-llama-gptq; do
+    expect_exit 3 "this checkpoint is quantized" "$f: split --target vllm is refused (the mappings fuse no scales)" \
+        "$TPSHARD" split "$M/$f" --tp 2 --target vllm -o "$T/$f-vllm"
+    if [ -e "$T/$f-vllm" ]; then notok "$f: nothing written for the refused --target vllm"; else
+        ok "$f: nothing written for the refused --target vllm"; fi
+done
+"$TPSHARD" split "$M/tiny-llama-fp8" --tp 2 -o "$T/fp8-for-target" -q
+expect_exit 3 "this checkpoint is quantized" "reshard --target vllm of a quantized set is refused" \
+    "$TPSHARD" reshard "$T/fp8-for-target" --tp 2 --target vllm -o "$T/fp8-target-out"
