@@ -12,6 +12,17 @@ this script's own FP8 quantizer (the test tier's independent truth: tpshard's co
                         static input_scale [1] per linear (F32); ignore [lm_head]
   tiny-llama-fp8-ct-channel  compressed-tensors FP8, strategy channel: weight_scale [out, 1]
                         (BF16), dynamic activations (no input_scale)
+  tiny-deepseek-v3-fp8  DeepSeek-V3/R1's release format (quantization_config exactly theirs:
+                        fp8 e4m3, dynamic, weight_block_size, no modules_to_not_convert) on
+                        gen_deepseek.py's tiny-deepseek-v3 (names, config), block [8, 8]: every
+                        linear of the layers FP8 (the MLA q_a/q_b/kv_a/kv_b/o projections, dense,
+                        routed and shared experts), embed, lm_head, norms, the router mlp.gate
+                        and e_score_correction_bias unquantized.  A q head is 12 rows, 1.5
+                        blocks: tp 1, 2, 4 fit, tp 8 puts 12 q_b_proj rows on a rank (and 4 rows
+                        of an expert): refused.  kv_a_proj_with_mqa's 20 rows end in a part block
+  tiny-qwen3-moe-fp8    Qwen3-MoE-FP8's format on lib/presets/qwen3_moe.yaml's names: hidden 64,
+                        8 heads of 16, 2 KV heads, per-head q_norm/k_norm (unquantized), 4
+                        experts of 128, top 2, block [16, 16]: tp 1, 2, 4, 8 fit
   tiny-mixtral-fp8      Mixtral (4 experts, top 2; hidden 128, 8 heads of 16, 2 KV heads, expert
                         intermediate 128) with block [16, 16] FP8 attention and experts; the
                         router (block_sparse_moe.gate) and lm_head unquantized
@@ -184,7 +195,51 @@ def ct_config(strategy, static_input):
     }
 
 
+def release_fp8_config(block):
+    """DeepSeek-V3/R1's and Qwen3-FP8's quantization_config: nothing names the unquantized
+    modules; the file does (no weight_scale_inv)."""
+    return {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": list(block)}
+
+
+def deepseek_v3_fp8():
+    import gen_deepseek
+    shapes, config, _ = gen_deepseek.fixture_v3()
+    config["quantization_config"] = release_fp8_config((8, 8))
+    return quantize("tiny-deepseek-v3-fp8", shapes, "block", (8, 8), ["lm_head", "gate"]), config
+
+
+def qwen3_moe_fp8():
+    h, heads, kv, hd, moe, experts, vocab, layers = 64, 8, 2, 16, 128, 4, 200, 2
+    shapes = [("model.embed_tokens.weight", (vocab, h))]
+    for i in range(layers):
+        p = "model.layers.%d." % i
+        shapes += [(p + "input_layernorm.weight", (h,)), (p + "self_attn.q_proj.weight", (heads * hd, h)),
+                   (p + "self_attn.k_proj.weight", (kv * hd, h)), (p + "self_attn.v_proj.weight", (kv * hd, h)),
+                   (p + "self_attn.o_proj.weight", (h, heads * hd)), (p + "self_attn.q_norm.weight", (hd,)),
+                   (p + "self_attn.k_norm.weight", (hd,)), (p + "post_attention_layernorm.weight", (h,)),
+                   (p + "mlp.gate.weight", (experts, h))]
+        for e in range(experts):
+            q = p + "mlp.experts.%d." % e
+            shapes += [(q + "gate_proj.weight", (moe, h)), (q + "up_proj.weight", (moe, h)),
+                       (q + "down_proj.weight", (h, moe))]
+    shapes += [("model.norm.weight", (h,)), ("lm_head.weight", (vocab, h))]
+    config = {
+        "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": h,
+        "intermediate_size": 256, "moe_intermediate_size": moe, "num_attention_heads": heads,
+        "num_key_value_heads": kv, "head_dim": hd, "num_hidden_layers": layers, "vocab_size": vocab,
+        "num_experts": experts, "num_experts_per_tok": 2, "norm_topk_prob": True, "decoder_sparse_step": 1,
+        "mlp_only_layers": [], "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "hidden_act": "silu",
+        "max_position_embeddings": 128, "attention_bias": False, "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16", "quantization_config": release_fp8_config((16, 16)),
+    }
+    return quantize("tiny-qwen3-moe-fp8", shapes, "block", (16, 16), ["lm_head", "gate"]), config
+
+
 def fixture(name):
+    if name == "tiny-deepseek-v3-fp8":
+        return deepseek_v3_fp8()
+    if name == "tiny-qwen3-moe-fp8":
+        return qwen3_moe_fp8()
     if name in ("tiny-llama-fp8", "tiny-llama-fp8-i96"):
         shapes, config = llama(128 if name == "tiny-llama-fp8" else 96)
         config["quantization_config"] = fp8_block_config((16, 16))
@@ -230,7 +285,7 @@ def fixture(name):
 
 
 FIXTURES = ["tiny-llama-fp8", "tiny-llama-fp8-i96", "tiny-llama-fp8-ct-tensor", "tiny-llama-fp8-ct-channel",
-            "tiny-mixtral-fp8", "tiny-llama-fp8-head"]
+            "tiny-mixtral-fp8", "tiny-llama-fp8-head", "tiny-deepseek-v3-fp8", "tiny-qwen3-moe-fp8"]
 
 
 def main():

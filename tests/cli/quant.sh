@@ -1,6 +1,7 @@
 #!/bin/sh
 # Quantized checkpoints (FP8 block [16, 16], compressed-tensors FP8 tensor and channel, a
-# block-scaled Mixtral) from testdata/gen_quant_fixtures.py, whose own quantizer is the
+# block-scaled Mixtral, DeepSeek-V3 and Qwen3-MoE in their releases' format) from
+# testdata/gen_quant_fixtures.py, whose own quantizer is the
 # independent truth.  At every legal tp: each rank's tensors equal the slices computed here
 # from the engine's rules (vLLM's parameter classes: scales cut with their weight's rows or columns in blocks,
 # KV replicas with their scale rows, per-channel scales of row-parallel layers and every
@@ -46,8 +47,8 @@ def expect(name, r):
         per = cdiv(shape[0], T)
         a, b = min(r * per, shape[0]), min((r + 1) * per, shape[0])
         return rows(name, a, b, per - (b - a))
-    if len(shape) == 1 or kind == "gate":
-        return data  # norms, the router
+    if len(shape) == 1 or kind in ("gate", "q_a_proj", "kv_a_proj_with_mqa"):
+        return data  # norms, the router, MLA's replicated down-projections with their whole scales
     scale = 1 if leaf == "weight" else bn if leaf == "weight_scale_inv" else 1
     cscale = 1 if leaf == "weight" else bk
     if kind in ("o_proj", "down_proj", "w2"):
@@ -77,7 +78,8 @@ PY
 }
 
 for case in "tiny-llama-fp8 1 2 4 8" "tiny-llama-fp8-i96 1 2" "tiny-llama-fp8-ct-tensor 1 2 4 8" \
-    "tiny-llama-fp8-ct-channel 1 2 4 8" "tiny-mixtral-fp8 1 2 4 8"; do
+    "tiny-llama-fp8-ct-channel 1 2 4 8" "tiny-mixtral-fp8 1 2 4 8" "tiny-deepseek-v3-fp8 1 2 4" \
+    "tiny-qwen3-moe-fp8 1 2 4 8"; do
     set -- $case
     f=$1
     shift
@@ -98,6 +100,41 @@ for case in "tiny-llama-fp8 1 2 4 8" "tiny-llama-fp8-i96 1 2" "tiny-llama-fp8-ct
     expect_exit 3 "tp values that fit: $legal" "$f tp $((last * 2)): refused with the tp values that fit" \
         "$TPSHARD" plan "$M/$f" --tp $((last * 2))
 done
+
+# The releases as deployed (DeepSeek-V3/R1, Qwen3-MoE-FP8: a quantization_config naming no
+# unquantized module): split auto-detects the preset and --whole-model dequantizes every
+# layer.  DeepSeek's q head is 12 rows, 1.5 blocks of 8: tp 8 leaves a rank 12 q_b_proj rows.
+for c in "tiny-deepseek-v3-fp8 deepseek_v3 1 2 4" "tiny-qwen3-moe-fp8 qwen3_moe 1 2 4 8"; do
+    set -- $c
+    f=$1 p=$2
+    shift 2
+    for tp in "$@"; do
+        "$TPSHARD" split "$M/$f" --tp "$tp" -o "$T/$f-auto-$tp" >/dev/null 2>"$T/.out" &&
+            grep -q "layout: preset $p, from $M/$f/config.json" "$T/.out" &&
+            ok "$f tp $tp: split chooses preset $p from config.json" ||
+            { notok "$f tp $tp: split chooses preset $p from config.json"; sed 's/^/#   /' "$T/.out" | head -5; }
+        check "$f tp $tp: verify --whole-model passes" "$TPSHARD" verify "$T/$f-auto-$tp" --source "$M/$f" --whole-model -q
+    done
+done
+expect_exit 3 "8 attention heads (rows each 12) along dimension 0: tp 8 gives each rank 12, not a multiple of the quantization block 8" \
+    "deepseek fp8 tp 8: refused, q_b_proj's head rows split a block of 8" "$TPSHARD" plan "$M/tiny-deepseek-v3-fp8" --tp 8
+grep -qF "model.layers.{0..1}.self_attn.q_b_proj.weight; rule" "$T/.err" && grep -q "tp values that fit: 1, 2, 4$" "$T/.err" &&
+    ok "deepseek fp8 tp 8: the refusal names q_b_proj and lists tp 1, 2, 4" ||
+    { notok "deepseek fp8 tp 8: the refusal names q_b_proj and lists tp 1, 2, 4"; sed 's/^/#   /' "$T/.err"; }
+# q_b_proj's scale rows dealt in two interleaved halves at tp 2 (rank 1 holds scale rows 3-5
+# and 9-11 where its weight rows need 6-11): intact bytes, a wrong dequantization.
+if split_wrong ds-fp8-scale deepseek_v3 "$M/tiny-deepseek-v3-fp8" 2 '  - match: model.layers.*.self_attn.q_b_proj.weight_scale_inv
+    split: column
+    segments:
+      - {name: a, size: heads*(qk_nope_head_dim+qk_rope_head_dim)/16}
+      - {name: b, size: heads*(qk_nope_head_dim+qk_rope_head_dim)/16}' "$T/ds-wrong"; then
+    check "deepseek fp8 wrong q_b_proj scale rows: check passes (intact bytes)" "$TPSHARD" check "$T/ds-wrong" -q
+    expect_exit 1 "q_b_proj.weight_scale_inv) does not fit its weight slice" \
+        "deepseek fp8 wrong q_b_proj scale rows: verify --layer all fails (exit 1) naming the scale" \
+        "$TPSHARD" verify "$T/ds-wrong" --source "$M/tiny-deepseek-v3-fp8" --layer all
+    expect_exit 1 "q_b_proj.weight_scale_inv) does not fit" "deepseek fp8 wrong q_b_proj scale rows: verify --whole-model fails (exit 1)" \
+        "$TPSHARD" verify "$T/ds-wrong" --source "$M/tiny-deepseek-v3-fp8" --whole-model
+fi
 
 # The engine's reason, in numbers: intermediate 96 at tp 4 is 24 rows a rank, not whole
 # 16-row blocks (Llama-2's 11008 at tp 4: 2752, not whole 128-row blocks); gate/up and down
