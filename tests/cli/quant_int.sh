@@ -175,7 +175,7 @@ for c in "l3-gptq 4 $L.self_attn.q_proj.qweight [512, 1024]" "l3-gptq 4 $L.self_
     [ "$got" = "$want" ] && ok "$1 tp $2: $3 is $want on a rank" || notok "$1 tp $2: $3 is $want on a rank (got $got)"
 done
 
-# Marlin's tile (quant.md 3.3, 4.3: a rank's output a multiple of 64, its input of 128) is a
+# Marlin's tile (the quantization spec 3.3, 4.3: a rank's output a multiple of 64, its input of 128) is a
 # kernel's minimum, not the checkpoint's: a legal cut that misses it is noted, never refused.
 # tiny-llama-gptq (hidden 128, k/v 32 wide) at tp 2: k_proj and v_proj keep 16 outputs a rank,
 # o_proj 64 inputs, in both layers (6); q_proj 64, gate/up 128 and down 128 fit.
