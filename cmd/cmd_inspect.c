@@ -167,7 +167,7 @@ static int inspect_shard_set(const char *dir)
         printf("  rank %-4llu part %-3llu %-48s %12llu bytes  crc32 %08x%s\n", (unsigned long long)m->files[i].rank,
                (unsigned long long)m->files[i].part, m->files[i].name, (unsigned long long)m->files[i].size,
                (unsigned)m->files[i].crc, tps_manifest_holds(m, m->files[i].rank) ? "" : "  (not here)");
-    tps_cli_print_plan(m, false);
+    tps_cli_print_plan(m, NULL, false);
     tps_manifest_free(m);
     return 0;
 }

@@ -43,7 +43,7 @@ static int run_plan(char **args, int nargs)
     tps_error_clear(&err);
     int rc = tps_cli_plan("plan", args[0], &o.la, &ix, &l, &m);
     if (rc == 0 && o.dtype && tps_convert_begin(m, to, no_read, NULL, &cv, &err)) rc = tps_cli_report("plan", &err);
-    if (rc == 0) tps_cli_print_plan(m, tps_common.json);
+    if (rc == 0) tps_cli_print_plan(m, tps_layout_quant(l), tps_common.json);
     tps_convert_free(cv);
     tps_manifest_free(m);
     tps_layout_free(l);

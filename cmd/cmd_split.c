@@ -91,7 +91,7 @@ static int run_split(char **args, int nargs)
     free(side);
     if (rc) goto done;
     if (o.dry_run) {
-        if (!tps_common.quiet) tps_cli_print_plan(m, false);
+        if (!tps_common.quiet) tps_cli_print_plan(m, tps_layout_quant(l), false);
     } else if (!tps_common.quiet) {
         printf("split %s into %llu rank%s in %s (%zu tensors, %zu files)\n", src, (unsigned long long)m->tp,
                m->tp == 1 ? "" : "s", o.out, m->ntensors, m->nfiles);

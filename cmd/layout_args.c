@@ -12,6 +12,7 @@
 #include "lib/json.h"
 #include "lib/plan.h"
 #include "lib/presets.h"
+#include "lib/quant_int.h"
 #include "lib/retarget.h"
 #include "lib/write_set.h"
 
@@ -99,6 +100,20 @@ static int detect_preset(const char *cmd, const char *src, const char *config, c
     return 0;
 }
 
+/* The Marlin note (lib/quant_int.h) as one line, or nothing when no linear misses the tile. */
+static void marlin_note_line(const tps_manifest *m, const struct tps_quant *q, tps_buf *out)
+{
+    tps_marlin_note n;
+    tps_quant_marlin_note(q, m, &n);
+    if (!n.count) return;
+    tps_buf_printf(out, "%llu GPTQ/AWQ tensor%s leave%s a rank a piece vLLM's Marlin kernels do not tile (output a "
+                   "multiple of %d, input of %d a rank), e.g. %s: %s %llu a rank; vLLM then pads the tile or falls "
+                   "back to a slower kernel (older vLLM refuses the layer unless run with --quantization gptq or "
+                   "awq); the cut itself is legal", (unsigned long long)n.count, n.count == 1 ? "" : "s",
+                   n.count == 1 ? "s" : "", TPS_MARLIN_MIN_N, TPS_MARLIN_MIN_K, n.example,
+                   n.wdim == 0 ? "output" : "input", (unsigned long long)n.local);
+}
+
 int tps_cli_plan(const char *cmd, const char *src, const tps_layout_args *a, tps_index **ix, tps_layout **l,
                  tps_manifest **m)
 {
@@ -162,6 +177,12 @@ int tps_cli_plan(const char *cmd, const char *src, const tps_layout_args *a, tps
         const tps_manifest_skip *sk = &(*m)->skipped[i];
         fprintf(stderr, "tpshard %s: skipped %llu tensor%s: %s (%s)\n", cmd, (unsigned long long)sk->count,
                 sk->count == 1 ? "" : "s", sk->glob, sk->reason);
+    }
+    if (st == TPS_OK && !tps_common.quiet) {
+        tps_buf note = TPS_BUF_INIT;
+        marlin_note_line(*m, tps_layout_quant(*l), &note);
+        if (note.len && tps_buf_cstr(&note)) fprintf(stderr, "tpshard %s: note: %s\n", cmd, note.data);
+        tps_buf_release(&note);
     }
     if ((st == TPS_EINVALID || st == TPS_EARG) && problems.n) {
         tps_cli_print_problems(cmd, src, "the layout does not fit this checkpoint", &problems, tps_layout_sizes(*l),
@@ -287,7 +308,7 @@ int tps_cli_retarget(const char *cmd, const char *dir, const tps_manifest *src, 
     return tps_cli_exit_code(st);
 }
 
-void tps_cli_print_plan(const tps_manifest *m, bool json)
+void tps_cli_print_plan(const tps_manifest *m, const struct tps_quant *q, bool json)
 {
     uint64_t *rank_bytes = calloc(m->tp, sizeof *rank_bytes);
     if (!rank_bytes) return;
@@ -343,6 +364,13 @@ void tps_cli_print_plan(const tps_manifest *m, bool json)
         tps_jw_array_end(&w);
         tps_jw_key(&w, "skipped");
         tps_manifest_skipped_json(&w, m);
+        tps_buf note = TPS_BUF_INIT;
+        marlin_note_line(m, q, &note);
+        tps_jw_key(&w, "notes");
+        tps_jw_array_begin(&w);
+        if (note.len && tps_buf_cstr(&note)) tps_jw_string(&w, note.data);
+        tps_jw_array_end(&w);
+        tps_buf_release(&note);
         tps_jw_key(&w, "rank_bytes");
         tps_jw_array_begin(&w);
         for (uint64_t r = 0; r < m->tp; r++) tps_jw_u64(&w, rank_bytes[r]);

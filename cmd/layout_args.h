@@ -51,7 +51,9 @@ void tps_cli_print_problems(const char *cmd, const char *src, const char *summar
  * returns the exit code. */
 int tps_cli_retarget(const char *cmd, const char *dir, const tps_manifest *src, uint64_t tp, tps_manifest **out);
 
-/* Prints one line per tensor: name, rule, partition, per-rank shape and bytes per rank. */
-void tps_cli_print_plan(const tps_manifest *m, bool json);
+/* Prints one line per tensor: name, rule, partition, per-rank shape and bytes per rank; with
+ * json also the notes (the Marlin tile, from q, the quantization the plan was made with, or
+ * NULL). */
+void tps_cli_print_plan(const tps_manifest *m, const struct tps_quant *q, bool json);
 
 #endif

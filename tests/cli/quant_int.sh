@@ -174,3 +174,35 @@ for c in "l3-gptq 4 $L.self_attn.q_proj.qweight [512, 1024]" "l3-gptq 4 $L.self_
     got=$(qshape "$T/$1" "$2" "$3")
     [ "$got" = "$want" ] && ok "$1 tp $2: $3 is $want on a rank" || notok "$1 tp $2: $3 is $want on a rank (got $got)"
 done
+
+# Marlin's tile (the quantization spec 3.3, 4.3: a rank's output a multiple of 64, its input of 128) is a
+# kernel's minimum, not the checkpoint's: a legal cut that misses it is noted, never refused.
+# tiny-llama-gptq (hidden 128, k/v 32 wide) at tp 2: k_proj and v_proj keep 16 outputs a rank,
+# o_proj 64 inputs, in both layers (6); q_proj 64, gate/up 128 and down 128 fit.
+expect_exit 0 "note: 6 GPTQ/AWQ tensors leave a rank a piece vLLM's Marlin kernels do not tile (output a multiple of 64, input of 128 a rank), e.g. model.layers.0.self_attn.k_proj.qweight: output 16 a rank; vLLM then pads the tile or falls back to a slower kernel" \
+    "gptq tp 2: plan notes the 6 linears Marlin does not tile, exit 0" "$TPSHARD" plan "$M/tiny-llama-gptq" --tp 2
+cp "$T/.out" "$T/plan-noted.out"
+"$TPSHARD" plan "$M/tiny-llama-gptq" --tp 2 -q >"$T/plan-q.out" 2>"$T/plan-q.err" && [ ! -s "$T/plan-q.err" ] &&
+    cmp -s "$T/plan-q.out" "$T/plan-noted.out" && ok "gptq tp 2: -q silences the note; the plan is the same" ||
+    notok "gptq tp 2: -q silences the note; the plan is the same"
+"$TPSHARD" plan "$M/tiny-llama-gptq" --tp 2 --json 2>/dev/null | python3 -c "
+import json, sys
+n = json.load(sys.stdin)['notes']
+sys.exit(not (len(n) == 1 and n[0].startswith('6 GPTQ/AWQ tensors') and 'k_proj.qweight: output 16' in n[0]))" &&
+    ok "gptq tp 2: plan --json has the note in notes" || notok "gptq tp 2: plan --json has the note in notes"
+# AWQ's down_proj at tp 2: 192 / 2 = 96 input rows a rank, not a multiple of 128.
+expect_exit 0 "e.g. model.layers.0.mlp.down_proj.qweight: input 96 a rank" "awq tp 2: split notes down_proj's 96 inputs, exit 0" \
+    "$TPSHARD" split "$M/tiny-llama-awq" --tp 2 -o "$T/awq-noted"
+check "awq tp 2: the noted split passes check" "$TPSHARD" check "$T/awq-noted" -q
+expect_exit 0 "" "gptq tp 1: nothing cut, no note" "$TPSHARD" plan "$M/tiny-llama-gptq" --tp 1
+grep -q "note:" "$T/.err" && notok "gptq tp 1: no note (got one)" || ok "gptq tp 1: no note"
+# Llama-3-8B at tp 8 and 16 (3.4's Marlin checks: N 768/3584, K 512/1792, and at 16 N 384/64/896,
+# K 256/896) and the 11008 shape at tp 2 (K 5504 = 43 * 128): every piece tiles, no note.
+for c in "l3-gptq 8" "l3-awq 16" "l3-gptq-act 16" "l2-gptq 2" "l2-awq 2"; do
+    set -- $c
+    expect_exit 0 "" "$1 tp $2: no Marlin note" "$TPSHARD" plan "$T/$1" --tp "$2"
+    grep -q "note:" "$T/.err" && notok "$1 tp $2: no note (got one)" || ok "$1 tp $2: no note on stderr"
+    "$TPSHARD" plan "$T/$1" --tp "$2" --json 2>/dev/null |
+        python3 -c "import json, sys; sys.exit(json.load(sys.stdin)['notes'] != [])" &&
+        ok "$1 tp $2: plan --json notes is empty" || notok "$1 tp $2: plan --json notes is empty"
+done
