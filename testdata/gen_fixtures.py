@@ -94,16 +94,21 @@ def write_config(dirname, config):
         f.write("\n")
 
 
+def write_model_dir(out, fixture, data, config):
+    """out/fixture/: model.safetensors holding data (the bytes of a whole file; a fixture stays
+    under 1 MiB) and config.json."""
+    d = os.path.join(out, fixture)
+    os.makedirs(d, exist_ok=True)
+    assert len(data) < 1 << 20, (fixture, len(data))
+    write(os.path.join(d, "model.safetensors"), data)
+    write_config(d, config)
+
+
 def write_fixture(out, fixture, shapes, config, dtype):
     """out/fixture/: model.safetensors with shapes [(name, shape)] filled by tensor_values and
     encoded as dtype, and config.json."""
     tensors = [(name, shape, encode(tensor_values(fixture, name, shape), dtype)) for name, shape in shapes]
-    d = os.path.join(out, fixture)
-    os.makedirs(d, exist_ok=True)
-    data = safetensors_bytes(tensors, dtype)
-    assert len(data) < 1 << 20, (fixture, len(data))
-    write(os.path.join(d, "model.safetensors"), data)
-    write_config(d, config)
+    write_model_dir(out, fixture, safetensors_bytes(tensors, dtype), config)
 
 
 def write_fixtures(fixtures, default):

@@ -292,12 +292,7 @@ def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "models")
     for name in FIXTURES:
         tensors, config = fixture(name)
-        d = os.path.join(out, name)
-        os.makedirs(d, exist_ok=True)
-        data = safetensors(tensors)
-        assert len(data) < 1 << 20, (name, len(data))
-        gen_fixtures.write(os.path.join(d, "model.safetensors"), data)
-        gen_fixtures.write_config(d, config)
+        gen_fixtures.write_model_dir(out, name, safetensors(tensors), config)
 
 
 if __name__ == "__main__":

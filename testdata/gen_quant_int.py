@@ -147,12 +147,7 @@ def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "models")
     for fixture, make in FIXTURES.items():
         tensors, config = make(fixture)
-        d = os.path.join(out, fixture)
-        os.makedirs(d, exist_ok=True)
-        data = safetensors_bytes(tensors)
-        assert len(data) < 1 << 20, (fixture, len(data))
-        g.write(os.path.join(d, "model.safetensors"), data)
-        g.write_config(d, config)
+        g.write_model_dir(out, fixture, safetensors_bytes(tensors), config)
 
 
 if __name__ == "__main__":

@@ -235,6 +235,10 @@ tps_status tps_vrank_each_thread(uint64_t T, size_t cap, tps_vrank_fn fn, void *
 tps_status tps_vtensor_check(struct tps_shardset *ss, const char *name, bool read_already, uint64_t *tensors,
                              uint64_t *bytes, tps_error *err);
 
+/* Appends printf-style text to the NUL-terminated buf of size bytes, truncating (the
+ * reports' detail strings). */
+void tps_vappendf(char *buf, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 /* splitmix64 (Steele, Lea, Flood 2014): a tiny, well-mixed, portable stream. */
 static inline uint64_t tps_vsplitmix64(uint64_t *s)
 {

@@ -25,17 +25,6 @@ tps_status tps_vload_weight(const tps_block *b, const tps_vsource *src, const ch
     return st;
 }
 
-static void appendf(char *buf, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void appendf(char *buf, size_t size, const char *fmt, ...)
-{
-    size_t len = strlen(buf);
-    if (len + 1 >= size) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf + len, size - len, fmt, ap);
-    va_end(ap);
-}
-
 /* Whether rank's dequantized w_r equals ref's w at the slice sl of dimension wdim, whose
  * coordinates are the manifest tensor's times factor (a qweight packs input rows or output
  * columns). */
@@ -68,7 +57,7 @@ static tps_status blame_one(const tps_block *b, const tps_manifest_tensor *mt, u
     snprintf(module, sizeof module, "%.*s", (int)(qint ? n - 8 : n - (n > 7 && !strcmp(mt->name + n - 7, ".weight") ? 7 : 0)),
              mt->name);
     snprintf(wname, sizeof wname, "%s", qint ? module : mt->name);
-    if (qint) appendf(wname, sizeof wname, ".weight");
+    if (qint) tps_vappendf(wname, sizeof wname, ".weight");
     static const char *const fp8_sfx[] = {"_scale_inv", "_scale"}, *const int_sfx[] = {".scales", ".qzeros", ".g_idx"};
     char comp[3][1100];
     int nc = 0;
@@ -99,13 +88,13 @@ static tps_status blame_one(const tps_block *b, const tps_manifest_tensor *mt, u
     }
     if (!same) {
         if (*named == 0)
-            appendf(det, dsz, "; rank %llu's %s dequantizes to other values than the reference's slice of it "
+            tps_vappendf(det, dsz, "; rank %llu's %s dequantizes to other values than the reference's slice of it "
                     "(its weight's rows and columns as the manifest cuts them): ", (unsigned long long)r, module);
         else
-            appendf(det, dsz, "; also %s: ", module);
-        appendf(det, dsz, "its %s on rank %llu (", nc > 1 ? "scale/zero tensors" : "scale", (unsigned long long)r);
-        for (int i = 0; i < nc; i++) appendf(det, dsz, i ? ", %s" : "%s", comp[i]);
-        appendf(det, dsz, ") %s not fit its weight slice", nc > 1 ? "do" : "does");
+            tps_vappendf(det, dsz, "; also %s: ", module);
+        tps_vappendf(det, dsz, "its %s on rank %llu (", nc > 1 ? "scale/zero tensors" : "scale", (unsigned long long)r);
+        for (int i = 0; i < nc; i++) tps_vappendf(det, dsz, i ? ", %s" : "%s", comp[i]);
+        tps_vappendf(det, dsz, ") %s not fit its weight slice", nc > 1 ? "do" : "does");
         (*named)++;
     }
 cleanup:

@@ -191,8 +191,7 @@ tps_vcmp tps_vcompare(const float *a, const double *b, size_t n, double rtol, do
     return c;
 }
 
-static void append(char *buf, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void append(char *buf, size_t size, const char *fmt, ...)
+void tps_vappendf(char *buf, size_t size, const char *fmt, ...)
 {
     size_t len = strlen(buf);
     if (len + 1 >= size) return;
@@ -219,9 +218,9 @@ static tps_status blame(const tps_block *b, const vdims *d, const vlayer *rl, ui
         if (outs[r].bad[stage]) {
             if (res->culprit < 0) {
                 res->culprit = (int64_t)r;
-                append(det, dsz, "%s", outs[r].why[stage]);
+                tps_vappendf(det, dsz, "%s", outs[r].why[stage]);
             } else {
-                append(det, dsz, also ? ", %llu" : "; also rank %llu", (unsigned long long)r);
+                tps_vappendf(det, dsz, also ? ", %llu" : "; also rank %llu", (unsigned long long)r);
                 also = true;
             }
         }
@@ -239,19 +238,19 @@ static tps_status blame(const tps_block *b, const vdims *d, const vlayer *rl, ui
         if (c.pass) continue;
         if (res->culprit < 0) {
             res->culprit = (int64_t)r;
-            append(det, dsz,
+            tps_vappendf(det, dsz,
                    "rank %llu's partial sum differs from the reference for its share (max abs err %.3g, rel err "
                    "%.3g; ",
                    (unsigned long long)r, c.max_abs, c.rel);
             if (stage == TPS_VSTAGE_ATTN)
-                append(det, dsz, "q heads %llu-%llu with KV heads %llu-%llu)", (unsigned long long)s.q_first,
+                tps_vappendf(det, dsz, "q heads %llu-%llu with KV heads %llu-%llu)", (unsigned long long)s.q_first,
                        (unsigned long long)(s.q_first + s.q_n - 1), (unsigned long long)s.kv_first,
                        (unsigned long long)(s.kv_first + s.kv_n - 1));
             else
-                append(det, dsz, "intermediate columns %llu-%llu)", (unsigned long long)s.i_first,
+                tps_vappendf(det, dsz, "intermediate columns %llu-%llu)", (unsigned long long)s.i_first,
                        (unsigned long long)(s.i_first + s.i_n - 1));
         } else {
-            append(det, dsz, also ? ", %llu" : "; also rank %llu", (unsigned long long)r);
+            tps_vappendf(det, dsz, also ? ", %llu" : "; also rank %llu", (unsigned long long)r);
             also = true;
         }
     }
@@ -262,11 +261,11 @@ static tps_status blame(const tps_block *b, const vdims *d, const vlayer *rl, ui
         if (c.pass) continue;
         if (res->culprit < 0) {
             res->culprit = (int64_t)r;
-            append(det, dsz, "every partial sum matches, but rank %llu's output after the all-reduce differs "
+            tps_vappendf(det, dsz, "every partial sum matches, but rank %llu's output after the all-reduce differs "
                              "(its copy of the row-parallel bias or of the post-norm)", (unsigned long long)r);
         }
     }
-    if (res->culprit < 0) append(det, dsz, "no single rank's slice explains it");
+    if (res->culprit < 0) tps_vappendf(det, dsz, "no single rank's slice explains it");
     return TPS_OK;
 }
 
