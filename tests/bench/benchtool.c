@@ -180,6 +180,19 @@ static int write_checkpoint(const char *path, const gtensor *t, size_t n, const 
     return 0;
 }
 
+/* config.json of the Llama-3-8B-shaped checkpoint with `layers` layers; extra (text after
+ * the last key, starting with ",") adds keys. */
+static void llama_config(char *cfg, size_t size, int layers, const char *extra)
+{
+    snprintf(cfg, size,
+             "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
+             "  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n  \"num_attention_heads\": %d,\n"
+             "  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n  \"num_hidden_layers\": %d,\n"
+             "  \"vocab_size\": %d,\n  \"rms_norm_eps\": 1e-05,\n  \"rope_theta\": 500000.0,\n"
+             "  \"hidden_act\": \"silu\",\n  \"tie_word_embeddings\": false,\n  \"torch_dtype\": \"bfloat16\"%s\n}\n",
+             HIDDEN, INTER, HEADS, KV_HEADS, HEAD_DIM, layers, VOCAB, extra);
+}
+
 static int gen(const char *path, int layers)
 {
     if (layers < 1 || layers > 512) {
@@ -190,13 +203,7 @@ static int gen(const char *path, int layers)
     if (!t) return die("out of memory for", path);
     size_t n = llama_tensors(t, layers);
     char cfg[1024];
-    snprintf(cfg, sizeof cfg,
-             "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
-             "  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n  \"num_attention_heads\": %d,\n"
-             "  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n  \"num_hidden_layers\": %d,\n"
-             "  \"vocab_size\": %d,\n  \"rms_norm_eps\": 1e-05,\n  \"rope_theta\": 500000.0,\n"
-             "  \"hidden_act\": \"silu\",\n  \"tie_word_embeddings\": false,\n  \"torch_dtype\": \"bfloat16\"\n}\n",
-             HIDDEN, INTER, HEADS, KV_HEADS, HEAD_DIM, layers, VOCAB);
+    llama_config(cfg, sizeof cfg, layers, "");
     int rc = write_checkpoint(path, t, n, cfg);
     free(t);
     return rc;
@@ -212,7 +219,11 @@ static int gen_fp8(const char *path, int layers)
         return 2;
     }
     gtensor *b = calloc((size_t)layers * 9 + 3, sizeof *b), *t = calloc((size_t)layers * 16 + 3, sizeof *t);
-    if (!b || !t) return die("out of memory for", path);
+    if (!b || !t) {
+        free(b);
+        free(t);
+        return die("out of memory for", path);
+    }
     size_t nb = llama_tensors(b, layers), n = 0;
     for (size_t i = 0; i < nb; i++) {
         t[n++] = b[i];
@@ -223,15 +234,9 @@ static int gen_fp8(const char *path, int layers)
         n++;
     }
     char cfg[1024];
-    snprintf(cfg, sizeof cfg,
-             "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
-             "  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n  \"num_attention_heads\": %d,\n"
-             "  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n  \"num_hidden_layers\": %d,\n"
-             "  \"vocab_size\": %d,\n  \"rms_norm_eps\": 1e-05,\n  \"rope_theta\": 500000.0,\n"
-             "  \"hidden_act\": \"silu\",\n  \"tie_word_embeddings\": false,\n  \"torch_dtype\": \"bfloat16\",\n"
-             "  \"quantization_config\": {\"quant_method\": \"fp8\", \"activation_scheme\": \"dynamic\",\n"
-             "    \"fmt\": \"e4m3\", \"weight_block_size\": [128, 128]}\n}\n",
-             HIDDEN, INTER, HEADS, KV_HEADS, HEAD_DIM, layers, VOCAB);
+    llama_config(cfg, sizeof cfg, layers,
+                 ",\n  \"quantization_config\": {\"quant_method\": \"fp8\", \"activation_scheme\": \"dynamic\",\n"
+                 "    \"fmt\": \"e4m3\", \"weight_block_size\": [128, 128]}");
     int rc = write_checkpoint(path, t, n, cfg);
     free(b);
     free(t);
