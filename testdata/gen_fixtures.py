@@ -94,6 +94,24 @@ def write_config(dirname, config):
         f.write("\n")
 
 
+def write_header_only(d, tensors):
+    """d/model.safetensors with the header of tensors [(name, dtype, shape)] and its data a
+    sparse hole: what plan and a refused split read, at a real model's size on no disk."""
+    size = {"BF16": 2, "F16": 2, "F32": 4, "I32": 4, "F8_E4M3": 1}
+    header, off = {}, 0
+    for name, dt, shape in sorted(tensors):
+        n = size[dt]
+        for s in shape:
+            n *= s
+        header[name] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + n]}
+        off += n
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    with open(os.path.join(d, "model.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text)
+        f.truncate(8 + len(text) + off)
+
+
 def write_model_dir(out, fixture, data, config):
     """out/fixture/: model.safetensors holding data (the bytes of a whole file; a fixture stays
     under 1 MiB) and config.json."""

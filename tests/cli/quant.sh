@@ -244,7 +244,7 @@ expect_exit 3 "3-bit packs 32 values into 3 words" "gptq 3-bit: refused with the
 header() { # DIR INTERMEDIATE KV SCHEME
     mkdir -p "$1"
     $PY - "$@" "$FIX" <<'PY'
-import json, struct, sys
+import json, sys
 d, inter, kv, scheme = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 sys.path.insert(0, sys.argv[5])
 from gen_quant_fixtures import cdiv, fp8_block_config, ct_config
@@ -262,18 +262,8 @@ for i in range(layers):
             t.append((p + name + ".weight_scale_inv", "F32", [cdiv(shape[0], 128), cdiv(shape[1], 128)]))
         else:
             t.append((p + name + ".weight_scale", "BF16", [shape[0], 1]))
-header, off = {}, 0
-for name, dt, shape in sorted(t):
-    n = {"BF16": 2, "F32": 4, "F8_E4M3": 1}[dt]
-    for s in shape:
-        n *= s
-    header[name] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + n]}
-    off += n
-text = json.dumps(header, separators=(",", ":")).encode()
-text += b" " * (-len(text) % 8)
-with open(d + "/model.safetensors", "wb") as f:
-    f.write(struct.pack("<Q", len(text)) + text)
-    f.truncate(8 + len(text) + off)
+import gen_fixtures
+gen_fixtures.write_header_only(d, t)
 json.dump({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": h,
            "num_attention_heads": heads, "num_key_value_heads": kv, "head_dim": hd, "intermediate_size": inter,
            "vocab_size": vocab, "num_hidden_layers": layers,

@@ -6,6 +6,7 @@
 # tests/interop/test_quant_int.py.
 . "$TPS_TOP/tests/cli/lib.sh"
 M="$FIX/models"
+PY=/usr/bin/python3
 
 for fx in "tiny-llama-gptq 1 2 4 8" "tiny-llama-gptq-actorder 1 2 4" "tiny-llama-awq 1 2" "tiny-mixtral-gptq 1 2 4" \
     "tiny-mixtral-awq 1 2"; do
@@ -103,8 +104,8 @@ fi
 # 32 KV heads), 4-bit group 128, two layers each.
 qheader() { # DIR INTERMEDIATE KV METHOD DESC_ACT
     mkdir -p "$1"
-    python3 - "$@" <<'PY'
-import json, struct, sys
+    $PY - "$@" "$FIX" <<'PY'
+import json, sys
 d, inter, kv, method, act = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5] == "1"
 h, heads, hd, vocab, layers, g = 4096, 32, 128, 128256, 2, 128
 t = [("model.embed_tokens.weight", "F16", [vocab, h]), ("model.norm.weight", "F16", [h]),
@@ -121,18 +122,9 @@ for i in range(layers):
         else:
             t.append((p + name + ".qweight", "I32", [inp, out // 8]))
         t += [(p + name + ".qzeros", "I32", [G, out // 8]), (p + name + ".scales", "F16", [G, out])]
-header, off = {}, 0
-for name, dt, shape in sorted(t):
-    n = {"F16": 2, "I32": 4}[dt]
-    for s in shape:
-        n *= s
-    header[name] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + n]}
-    off += n
-text = json.dumps(header, separators=(",", ":")).encode()
-text += b" " * (-len(text) % 8)
-with open(d + "/model.safetensors", "wb") as f:
-    f.write(struct.pack("<Q", len(text)) + text)
-    f.truncate(8 + len(text) + off)
+sys.path.insert(0, sys.argv[6])
+import gen_fixtures
+gen_fixtures.write_header_only(d, t)
 qc = {"quant_method": method, "bits": 4, "group_size": g}
 qc.update({"desc_act": act, "sym": True} if method == "gptq" else {"zero_point": True, "version": "gemm"})
 json.dump({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": h,

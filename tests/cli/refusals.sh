@@ -10,8 +10,8 @@ M="$FIX/models"
 # A Llama-70B-shaped checkpoint: the real tensor names and shapes in a safetensors header,
 # the data a sparse hole (plan and a refused split read headers only).
 mkdir big
-$PY - big <<'PY' || { notok "generating the Llama-70B header"; exit 0; }
-import json, struct, sys
+$PY - big "$FIX" <<'PY' || { notok "generating the Llama-70B header"; exit 0; }
+import json, sys
 d = sys.argv[1]
 h, heads, kv, hd, inter, vocab, layers = 8192, 64, 8, 128, 28672, 128256, 80
 shapes = [("model.embed_tokens.weight", [vocab, h]), ("model.norm.weight", [h]), ("lm_head.weight", [vocab, h])]
@@ -22,18 +22,9 @@ for i in range(layers):
                (p + "self_attn.v_proj.weight", [kv * hd, h]), (p + "self_attn.o_proj.weight", [h, heads * hd]),
                (p + "mlp.gate_proj.weight", [inter, h]), (p + "mlp.up_proj.weight", [inter, h]),
                (p + "mlp.down_proj.weight", [h, inter])]
-header, off = {}, 0
-for name, shape in sorted(shapes):
-    n = 2
-    for s in shape:
-        n *= s
-    header[name] = {"dtype": "BF16", "shape": shape, "data_offsets": [off, off + n]}
-    off += n
-text = json.dumps(header, separators=(",", ":")).encode()
-text += b" " * (-len(text) % 8)
-with open(d + "/model.safetensors", "wb") as f:
-    f.write(struct.pack("<Q", len(text)) + text)
-    f.truncate(8 + len(text) + off)
+sys.path.insert(0, sys.argv[2])
+import gen_fixtures
+gen_fixtures.write_header_only(d, [(name, "BF16", shape) for name, shape in shapes])
 json.dump({"hidden_size": h, "num_attention_heads": heads, "num_key_value_heads": kv, "head_dim": hd,
            "intermediate_size": inter, "vocab_size": vocab, "num_hidden_layers": layers,
            "model_type": "llama"}, open(d + "/config.json", "w"))
