@@ -220,11 +220,15 @@ typedef struct fused_search {
     size_t rule[8];
     uint64_t found[8];
     int solutions;
+    unsigned long steps; /* partitions tried: a budget, so a layout fusing many members cannot stall */
 } fused_search;
+
+/* At most 9 candidates a member: 8 members would be 9^8 partitions; real fusions have 2 or 3. */
+#define FUSED_SEARCH_BUDGET 100000ul
 
 static void fused_walk(fused_search *f, size_t k, uint64_t rows)
 {
-    if (f->solutions > 1) return;
+    if (f->solutions > 1 || f->steps > FUSED_SEARCH_BUDGET) return;
     if (k == f->n) {
         if (rows) return;
         for (size_t i = 0; i < f->n; i++)
@@ -240,6 +244,7 @@ static void fused_walk(fused_search *f, size_t k, uint64_t rows)
     memcpy(shape, f->trail, sizeof shape);
     size_t nc = candidates(z, rows, f->T, c);
     for (size_t i = 0; i < nc; i++) {
+        f->steps++;
         uint64_t r0 = rank0_len_rule(f->l, f->vmult, f->names[k], f->dt, f->nd, shape, 0, c[i], f->T, rs, &f->rule[k]);
         if (!r0 || r0 > rows) continue;
         f->cur[k] = c[i];
@@ -252,7 +257,7 @@ static bool solve_fused(tps_layout *l, uint64_t vmult, char **names, size_t n, t
 {
     fused_search f = {.l = l, .vmult = vmult, .T = T, .names = names, .n = n, .dt = dt, .nd = nd, .trail = trail};
     fused_walk(&f, 0, rows);
-    if (f.solutions != 1) return false;
+    if (f.solutions != 1 || f.steps > FUSED_SEARCH_BUDGET) return false;
     memcpy(len, f.found, sizeof(uint64_t) * n);
     return true;
 }
