@@ -22,6 +22,9 @@ Qwen3-MoE's 4 experts stop it at 4, the tp vLLM refuses above num_experts):
     model.normalizer buffer);
   * reshard between tps equals split at the new tp, and merge of a target set is the source
     bit for bit;
+  * a set vLLM saved itself (vllm_emul.save_sharded_state, at tp 4: KV heads replicated) is
+    adopted: inspect and check take it, reshard 4 -> 2 equals split at tp 2, merge is the
+    source bit for bit;
   * a Gemma 3 multimodal checkpoint (Gemma3ForConditionalGeneration) is refused for both
     targets (exit 3, nothing written): vLLM's gemma3_mm.py cuts SigLIP's attention and MLP
     by heads and columns (siglip.py) where the preset keeps them whole.
@@ -164,6 +167,38 @@ def run_case(tmp, seed, name, cfg, dtype):
     return src, tensors, want, forward
 
 
+def saved_by_engine(tmp, name, src, tensors, cfg, dtype, T=4, to=2):
+    """A set the engine saved itself (vllm_emul.save_sharded_state: the saver's de-duplication,
+    parts of at most 1500 bytes with an empty part 0, no __metadata__, the source's config.json
+    and a stale weight index beside it) at tp T, above the KV heads: inspect and check take it,
+    reshard to tp `to` equals split at that tp, the loader takes the result, merge is the
+    source bit for bit."""
+    import shutil
+    d = os.path.join(tmp, "%s-saved-%d" % (name, T))
+    os.makedirs(d)
+    ve.save_sharded_state(d, [ve.engine_state_dict(tensors, cfg, T, r) for r in range(T)], 1500)
+    shutil.copy(os.path.join(src, "config.json"), d)
+    with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
+        f.write('{"metadata": {}, "weight_map": {"model.embed_tokens.weight": "model-00001-of-00002.safetensors"}}')
+    p = tpshard("inspect", d)
+    report(p.returncode == 0 and "sharded_state set saved by the engine" in p.stdout,
+           "%s: inspect shows a vLLM-saved set at tp %d" % (name, T), p.stdout[-2000:] + p.stderr)
+    p = tpshard("check", d)
+    report(p.returncode == 0, "%s: check passes on the vLLM-saved set" % name, p.stdout[-2000:] + p.stderr)
+    out = os.path.join(tmp, "%s-saved-re%d" % (name, to))
+    p = tpshard("reshard", d, "--tp", to, "--target", "vllm", "-o", out, "-q")
+    if report(p.returncode == 0, "%s: reshard of the vLLM-saved set %d -> %d" % (name, T, to), p.stderr):
+        diff = ve.same_sets(out, os.path.join(tmp, "%s-vllm-%d" % (name, to)), to)
+        report(not diff, "%s: reshard %d -> %d equals split --tp %d --target vllm, byte for byte" % (name, T, to, to),
+               diff)
+        probs = ve.loads(out, tensors, cfg, to, dtype)
+        report(not probs, "%s: vLLM's loader takes the resharded set" % name, "\n".join(probs[:10]))
+    merged = os.path.join(tmp, "%s-saved-merged.safetensors" % name)
+    p = tpshard("merge", d, "-o", merged, "-q")
+    report(p.returncode == 0 and merged_is_source(merged, tensors),
+           "%s: merge of the vLLM-saved set is the source, bit-exact" % name, p.stderr)
+
+
 def wrong_sets(tmp, name, src, tensors, cfg, want, forward):
     """The emulation and the forward catch wrong sets (T 8: the vocabulary's 128 padded rows
     are 16 a rank, where a multiple of tp pads to 104, 13 a rank; the KV heads replicated)."""
@@ -210,6 +245,7 @@ def multimodal_refused(tmp):
 def body(tmp):
     for seed, (name, cfg, dtype) in enumerate(cases()):
         src, tensors, want, forward = run_case(tmp, seed, name, cfg, dtype)
+        saved_by_engine(tmp, name, src, tensors, cfg, dtype)
         if name in ("qwen3-tied", "gemma3-text-bias"):
             wrong_sets(tmp, name, src, tensors, cfg, want, forward)
     multimodal_refused(tmp)
