@@ -14,7 +14,8 @@ Qwen3-MoE's 4 experts stop it at 4, the tp vLLM refuses above num_experts):
   * the tensor-parallel forward run from those fused per-rank tensors alone (each rank's
     qkv_proj, gate_up_proj, w13_weight and w2_weight split by the engine's per-rank sizes,
     the padded vocabulary's logits dropped) equals transformers' logits (<= 1e-4);
-  * `check --source` passes and config.json is copied beside the rank files;
+  * `check --source` passes and config.json is copied beside the rank files; at tp 4 `verify
+    --layer all` and `--whole-model` pass on the target set;
   * `--target sglang`: the same files for Qwen3 and Qwen3-MoE (SGLang's qwen3.py and
     qwen3_moe.py hold the same parameters); refused (exit 3) for Gemma 2 and Gemma 3, whose
     SGLang models hold what a target cannot write today (Gemma 3's embedding a plain
@@ -138,6 +139,11 @@ def run_case(tmp, seed, name, cfg, dtype):
                "%s tp %d: config.json copied, no weight index" % (name, T))
         p = tpshard("check", out, "--source", src)
         report(p.returncode == 0, "%s tp %d: check --source passes" % (name, T), p.stdout + p.stderr)
+        if T == 4:  # above the KV heads: verify splits the fused tensors back into their roles
+            for args in (("--layer", "all"), ("--whole-model",)):
+                p = tpshard("verify", out, "--source", src, *args, "-q")
+                report(p.returncode == 0, "%s tp %d: verify %s passes on the target set" % (name, T, " ".join(args)),
+                       "exit %d\n%s%s" % (p.returncode, p.stdout, p.stderr))
         sg = os.path.join(tmp, "%s-sglang-%d" % (name, T))
         p = tpshard("split", src, "--tp", T, "--target", "sglang", "-o", sg, "-q")
         if ve.is_gemma(cfg):
