@@ -72,9 +72,14 @@ def kv_heads_of(cfg, T, r, kv_shard=None):
     return nkv_r, (r // rep if kv_shard is None else kv_shard(r))
 
 
-def expected(hf, cfg, T, r, vocab_quantum=64, kv_shard=None):
+SCALES = ("_k_scale", "_v_scale", "_q_scale", "_prob_scale")
+
+
+def expected(hf, cfg, T, r, vocab_quantum=64, kv_shard=None, scales=False):
     """The engine's parameters at tp T, rank r, after loading the HF tensors hf (in the model's
-    module order: embedding, layers, final norm, head)."""
+    module order: embedding, layers, final norm, head).  scales: the build registers the
+    attention scale buffers (vLLM PR #31395: self_attn.attn._k_scale, _v_scale, _q_scale,
+    _prob_scale, 0-d float32 1.0 on every Attention module)."""
     nq, hd = cfg.num_attention_heads, head_dim(cfg)
     out = {}
     table = pad_rows(hf["model.embed_tokens.weight"], vocab_quantum)
@@ -96,6 +101,8 @@ def expected(hf, cfg, T, r, vocab_quantum=64, kv_shard=None):
                                                            hf[a + "k_proj." + suffix][kv_rows],
                                                            hf[a + "v_proj." + suffix][kv_rows]])
         out[a + "o_proj.weight"] = hf[a + "o_proj.weight"][:, q_rows]
+        for name in SCALES if scales else ():
+            out[a + "attn." + name] = torch.tensor(1.0)
         if a + "o_proj.bias" in hf:
             out[a + "o_proj.bias"] = hf[a + "o_proj.bias"]  # RowParallelLinear: whole on every rank
         for norm in ("q_norm", "k_norm"):
@@ -136,6 +143,11 @@ def engine_state_dict(hf, cfg, T, r):
     return dict({"model.embed_tokens.weight": want["lm_head.weight"]}, **want)
 
 
+def raw(t):
+    """A tensor's bytes (0-d ones too, as the attention scale buffers are)."""
+    return t.contiguous().reshape(-1).view(torch.uint8)
+
+
 def load(d, r, want, dtype):
     """ShardedStateLoader.load_weights for rank r of directory d against the parameters want;
     the problems (empty when the rank loads exactly)."""
@@ -157,7 +169,7 @@ def load(d, r, want, dtype):
                     problems.append("%s: shape %s, the parameter is %s" % (key, tuple(t.shape), tuple(param.shape)))
                 elif t.dtype != dtype:
                     problems.append("%s: dtype %s, the model's is %s" % (key, t.dtype, dtype))
-                elif not torch.equal(t.contiguous().view(torch.uint8), param.contiguous().view(torch.uint8)):
+                elif not torch.equal(raw(t), raw(param)):
                     problems.append("%s: values differ" % key)
     if state:
         problems.append("Missing keys %s in loaded state!" % (tuple(state),))
@@ -193,8 +205,7 @@ def same_sets(a, b, T):
         if A[r].keys() != B[r].keys():
             return "rank %d keys differ: %s" % (r, sorted(set(A[r]) ^ set(B[r])))
         for k in A[r]:
-            if A[r][k].dtype != B[r][k].dtype or not torch.equal(A[r][k].contiguous().view(torch.uint8),
-                                                                 B[r][k].contiguous().view(torch.uint8)):
+            if A[r][k].dtype != B[r][k].dtype or not torch.equal(raw(A[r][k]), raw(B[r][k])):
                 return "rank %d tensor %s differs" % (r, k)
     return ""
 
