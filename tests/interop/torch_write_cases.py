@@ -2,7 +2,8 @@
 Python themselves; shared by test_torch_write.py (Debian torch 1.13, the full unpickler) and
 torch2_torch_write.py (PyPI torch 2.5.1, weights_only=True with Megatron's safe globals).
 
-The writer is driven by build/tests/tools/torch_write_tool: `pickle JSON` prints the pickle
+The writer is driven by build/tests/tools/torch_write_tool (or the one TPS_TORCH_WRITE_TOOL
+names, e.g. a sanitizer build's): `pickle JSON` prints the pickle
 of a JSON-encoded value (the issue-18 contract's encoding), `write IN.safetensors OUT ...`
 streams IN's tensors into a torch archive.  The truth is independent of the C code:
 
@@ -42,7 +43,7 @@ import torch
 import tap
 from tap import report
 
-TOOL = os.path.join(tap.TOP, "build", "tests", "tools", "torch_write_tool")
+TOOL = os.environ.get("TPS_TORCH_WRITE_TOOL") or os.path.join(tap.TOP, "build", "tests", "tools", "torch_write_tool")
 
 # Megatron's checkpoints hold enums as Class(value) (GLOBAL + REDUCE); Python 3.11's own
 # Enum pickling goes through getattr, which weights_only refuses, so the stubs reduce by value.
