@@ -233,6 +233,28 @@ def hostile(tmp):
                    "exit %d\n%s%s" % (p.returncode, p.stdout, p.stderr))
 
 
+def shared_dict_bomb(tmp):
+    """A model dict whose 30 keys all name one shared dict, 12 levels deep (30^12 paths from a
+    5 KB pickle): refused by the walk's visit budget, promptly."""
+    p = b"\x80\x02}q\x000"
+    for lvl in range(1, 13):
+        p += b"}r" + struct.pack("<I", lvl) + b"("
+        for i in range(30):
+            p += ustr("k%d" % i) + b"j" + struct.pack("<I", lvl - 1)
+        p += b"u0"
+    p += b"}(" + ustr("model") + b"j" + struct.pack("<I", 12) + b"u."
+    d = os.path.join(tmp, "bomb")
+    write_zip_pickle(os.path.join(d, "iter_0000001", "mp_rank_00", "model_optim_rng.pt"), p)
+    with open(os.path.join(d, "latest_checkpointed_iteration.txt"), "w") as f:
+        f.write("1")
+    try:
+        r = subprocess.run([tap.TPSHARD, "inspect", d], capture_output=True, text=True, timeout=60)
+        tap.report(r.returncode == 3 and "shared containers too many times" in r.stderr,
+                   "a model dict of shared dicts (30^12 paths) is refused (exit 3)", r.stderr)
+    except subprocess.TimeoutExpired:
+        tap.report(False, "a model dict of shared dicts (30^12 paths) is refused (exit 3)", "still running after 60 s")
+
+
 def refusals(tmp):
     args = mf.megatron_args(num_layers=2, vocab_size=37)
     full = mf.random_full(args)
@@ -352,6 +374,7 @@ def main():
                                       group_query_attention=False, kv_channels=4, num_attention_heads=4,
                                       ffn_hidden_size=32))
         hostile(tmp)
+        shared_dict_bomb(tmp)
         refusals(tmp)
         hf_conversion()
     finally:
