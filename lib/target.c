@@ -31,6 +31,8 @@ struct tps_target {
     char *name;
     char *source; /* what messages call the layout */
     uint64_t vocab_multiple;
+    char *unsupported;   /* why the engine's set cannot be written yet (refused by name) */
+    char *experts_rule;  /* the engine refuses a tp above the experts of a stack: its rule */
     tentry *e;
     size_t n;
 };
@@ -43,6 +45,8 @@ void tps_target_free(tps_target *t)
         free(t->e[i].into);
     }
     free(t->e);
+    free(t->unsupported);
+    free(t->experts_rule);
     free(t->name);
     free(t->source);
     free(t);
@@ -206,6 +210,7 @@ static yaml_node_t *find_target(yaml_document_t *doc, const char *name)
     return t && t->type == YAML_MAPPING_NODE ? t : NULL;
 }
 
+/* A target whose section says unsupported: names the engine's model but maps nothing. */
 static bool text_has_target(const char *text, const char *name)
 {
     yaml_parser_t p;
@@ -214,11 +219,23 @@ static bool text_has_target(const char *text, const char *name)
     yaml_parser_set_input_string(&p, (const unsigned char *)text, strlen(text));
     bool ok = false;
     if (yaml_parser_load(&p, &doc)) {
-        ok = find_target(&doc, name) != NULL;
+        yaml_node_t *t = find_target(&doc, name);
+        ok = t && !ykey(&doc, t, "unsupported");
         yaml_document_delete(&doc);
     }
     yaml_parser_delete(&p);
     return ok;
+}
+
+/* The presets with a mapping for target name, for a refusal. */
+static const char *presets_with(const char *name, char *have, size_t size)
+{
+    size_t k = 0;
+    have[0] = '\0';
+    for (const tps_preset *pr = tps_presets; pr->name; pr++)
+        if (text_has_target(pr->yaml, name) && k < size)
+            k += (size_t)snprintf(have + k, size - k, "%s%s", k ? ", " : "", pr->name);
+    return k ? have : "(none)";
 }
 
 tps_status tps_target_load(const char *layout_text, const char *layout_name, const char *name, tps_target **out,
@@ -245,14 +262,10 @@ tps_status tps_target_load(const char *layout_text, const char *layout_name, con
     doc_ok = true;
     yctx c = {&doc, layout_name, err};
     yaml_node_t *tn = find_target(&doc, name);
+    char have[1024];
     if (!tn) {
-        char have[1024] = "";
-        size_t k = 0;
-        for (const tps_preset *pr = tps_presets; pr->name; pr++)
-            if (text_has_target(pr->yaml, name) && k < sizeof have)
-                k += (size_t)snprintf(have + k, sizeof have - k, "%s%s", k ? ", " : "", pr->name);
         st = tps_fail(err, TPS_EINVALID, "%s has no mapping for --target %s; the presets with one: %s", layout_name,
-                      name, k ? have : "(none)");
+                      name, presets_with(name, have, sizeof have));
         goto cleanup;
     }
     if (!(t->name = strdup(name)) || !(t->source = strdup(layout_name))) {
@@ -271,6 +284,18 @@ tps_status tps_target_load(const char *layout_text, const char *layout_name, con
                 goto cleanup;
             }
             t->vocab_multiple = q;
+        } else if (ks && (strcmp(ks, "unsupported") == 0 || strcmp(ks, "tp_at_most_experts") == 0)) {
+            const char *s = yscalar(v);
+            if (!s || !*s) {
+                st = ybad(&c, v, "unsupported and tp_at_most_experts are text naming the engine's rule");
+                goto cleanup;
+            }
+            char **slot = ks[0] == 'u' ? &t->unsupported : &t->experts_rule;
+            free(*slot);
+            if (!(*slot = strdup(s))) {
+                st = tps_fail_oom(err, "reading a target");
+                goto cleanup;
+            }
         } else if (ks && strcmp(ks, "tensors") == 0) {
             if (v->type != YAML_SEQUENCE_NODE) {
                 st = ybad(&c, v, "tensors is a list of {into, from}");
@@ -286,9 +311,14 @@ tps_status tps_target_load(const char *layout_text, const char *layout_name, con
                 TPS_CHECK(parse_entry(&c, yaml_document_get_node(&doc, v->data.sequence.items.start[i]), &t->e[i]));
             }
         } else {
-            st = ybad(&c, k, "unknown key (vocab_multiple, tensors)");
+            st = ybad(&c, k, "unknown key (vocab_multiple, tensors, unsupported, tp_at_most_experts)");
             goto cleanup;
         }
+    }
+    if (t->unsupported) {
+        st = tps_fail(err, TPS_EINVALID, "--target %s: %s has no mapping: %s; the presets with one: %s", name,
+                      layout_name, t->unsupported, presets_with(name, have, sizeof have));
+        goto cleanup;
     }
     *out = t;
     t = NULL;
@@ -427,12 +457,13 @@ void tps_target_clear(tps_manifest *m)
     m->target = NULL;
 }
 
-/* The tp values (up to 1024) at which every partition of m holds: for a refusal. */
-static void working_tps(const tps_manifest *m, char *out, size_t size)
+/* The tp values (up to 1024, and up to max when not 0) at which every partition of m holds:
+ * for a refusal. */
+static void working_tps(const tps_manifest *m, uint64_t max, char *out, size_t size)
 {
     size_t n = 0;
     out[0] = '\0';
-    for (uint64_t T = 1; T <= 1024 && n + 8 < size; T++) {
+    for (uint64_t T = 1; T <= 1024 && (!max || T <= max) && n + 8 < size; T++) {
         bool ok = true;
         for (size_t i = 0; ok && i < m->ntensors; i++) {
             const tps_manifest_tensor *t = &m->tensors[i];
@@ -490,7 +521,7 @@ tps_status tps_target_apply(const tps_target *t, tps_manifest *m, tps_error *err
         tps_error_clear(&e);
         if (tps_partition_check(&x->part, x->name, x->dtype, x->ndim, x->shape, m->tp, &e)) {
             char tps[512];
-            working_tps(m, tps, sizeof tps);
+            working_tps(m, 0, tps, sizeof tps);
             st = tps_fail(err, TPS_EINVALID,
                           "--target %s at tp %llu: %s (vLLM and SGLang pad the vocabulary to a multiple of %llu, "
                           "then divide it by tp); tp values that work: %s",
@@ -498,6 +529,7 @@ tps_status tps_target_apply(const tps_target *t, tps_manifest *m, tps_error *err
             goto cleanup;
         }
     }
+    uint64_t experts = 0; /* the fewest experts a stack entry found in a layer */
     for (size_t ei = 0; ei < t->n; ei++) {
         const tentry *E = &t->e[ei];
         int ncap = wildcards(E->from[0]);
@@ -515,6 +547,7 @@ tps_status tps_target_apply(const tps_target *t, tps_manifest *m, tps_error *err
                     d.len[ncap - 1] = strlen(num);
                     if (!subst(E->from[0], &d, ncap, name, sizeof name) || !tps_manifest_find(m, name)) break;
                 }
+                if (!experts || S < experts) experts = S;
             }
             if (!subst(E->into, &c, ncap - (E->stack ? 1 : 0), into, sizeof into)) {
                 st = tps_fail(err, TPS_EINVALID, "%s:%zu: target name too long", t->source, E->line);
@@ -554,6 +587,14 @@ tps_status tps_target_apply(const tps_target *t, tps_manifest *m, tps_error *err
                 }
             }
         }
+    }
+    if (t->experts_rule && experts && m->tp > experts) {
+        char tps[512];
+        working_tps(m, experts, tps, sizeof tps);
+        st = tps_fail(err, TPS_EINVALID, "--target %s at tp %llu: the checkpoint has %llu experts a layer, and %s (%s); "
+                      "tp values that work: %s",
+                      t->name, (unsigned long long)m->tp, (unsigned long long)experts, t->experts_rule, t->source, tps);
+        goto cleanup;
     }
     /* Members next to each other, in from order, where the group's first tensor was. */
     size_t n = 0;

@@ -65,3 +65,26 @@ wrong_target q-halves llama llama 2 '  - match: model.layers.*.self_attn.q_proj.
 wrong_target expert-gate-halves mixtral mixtral 2 '  - match: model.layers.*.block_sparse_moe.experts.*.w1.weight
     split: column
     segments: {ga: intermediate/2, gb: intermediate/2}' "differs from the reference"
+
+# Families whose engine layout is no run of byte ranges: refused by name (exit 3), nothing
+# written, for both engines and for reshard of a tpshard set: GPT-2 (the engine transposes the
+# Conv1D weights) and GPT-NeoX (it reorders each rank's query_key_value rows).
+for target in vllm sglang; do
+    expect_exit 3 "preset:gpt2 has no mapping: the engine's GPT2 holds the Conv1D weights (c_attn, c_proj, c_fc) transposed" \
+        "gpt2 --target $target: refused naming the transpose (exit 3)" \
+        "$TPSHARD" split "$M/tiny-gpt2" --tp 2 --target "$target" -o "$T/gpt2-$target"
+    if [ -e "$T/gpt2-$target" ]; then notok "gpt2 --target $target: nothing written"; else ok "gpt2 --target $target: nothing written"; fi
+    expect_exit 3 "preset:neox has no mapping: the engine's GPT-NeoX holds each rank's query_key_value rows blocked" \
+        "neox --target $target: refused naming the reordering (exit 3)" \
+        "$TPSHARD" split "$M/tiny-neox" --tp 2 --target "$target" -o "$T/neox-$target"
+done
+# The families with a mapping, in the refusal, leave out those whose section says unsupported.
+if grep -q "the presets with one: .*llama" "$T/.err" && ! grep -q "the presets with one: .*\(gpt2\|neox\)" "$T/.err"; then
+    ok "the refusal lists the presets with a mapping, not gpt2 or neox"
+else
+    notok "the refusal lists the presets with a mapping, not gpt2 or neox"
+    sed 's/^/#   /' "$T/.err" | head -3
+fi
+check "gpt2: split (tpshard's own target) still works" "$TPSHARD" split "$M/tiny-gpt2" --tp 2 -o "$T/gpt2-own" -q
+expect_exit 3 "preset:gpt2 has no mapping" "gpt2: reshard --target vllm of a tpshard set is refused (exit 3)" \
+    "$TPSHARD" reshard "$T/gpt2-own" --tp 2 --target vllm -o "$T/gpt2-re"
