@@ -35,6 +35,8 @@ separate q/k/v names (tpshard's own set), KV heads dealt round-robin (which the 
 misses too).  Also: reshard between
 tps (and between targets) equals split at the new tp, merge of a target set gives the
 source's tensors bit-exact, check passes, and the model's config.json is in the set.
+Refusals (exit 3): a tp the heads or the padded vocabulary refuse, a family without a mapping,
+and Qwen2-MoE at a tp above its experts (Qwen2MoeSparseMoeBlock raises ValueError there).
 
 Skips loudly when transformers cannot be imported (tests/interop/setup.sh).
 """
@@ -448,6 +450,29 @@ def main():
                     "-o", os.path.join(tmp, "z"))
         report(p.returncode == 3 and "the presets with one: " in p.stderr and "llama" in p.stderr,
                "a family without a vllm mapping is exit 3 naming those with one", p.stderr)
+        # Qwen2MoeSparseMoeBlock (vLLM's and SGLang's qwen2_moe.py) raises ValueError when the tp
+        # exceeds num_experts; the heads, widths and vocabulary allow tp 4 here, 2 experts do not
+        from transformers import Qwen2MoeConfig
+        cfg = Qwen2MoeConfig(**dict(BASE, moe_intermediate_size=32, shared_expert_intermediate_size=48, num_experts=2,
+                                    num_experts_per_tok=1))
+        src = os.path.join(tmp, "qwen2-moe-2-experts")
+        hf, _ = build(cfg, torch.float32, 98, src)
+        for target in ("vllm", "sglang"):
+            out = os.path.join(tmp, "e4-" + target)
+            p = tpshard("split", src, "--tp", 4, "--target", target, "-o", out)
+            report(p.returncode == 3 and "the checkpoint has 2 experts a layer" in p.stderr and
+                   "Qwen2MoeSparseMoeBlock" in p.stderr and "tp values that work: 1, 2\n" in p.stderr and
+                   not os.path.exists(out),
+                   "qwen2-moe with 2 experts: --target %s at tp 4 refused as the engine refuses it (exit 3)" % target,
+                   p.stderr)
+        p = tpshard("split", src, "--tp", 4, "-o", os.path.join(tmp, "e4-plain"), "-q")
+        report(p.returncode == 0, "qwen2-moe with 2 experts: tpshard's own set at tp 4 is fine", p.stderr)
+        p = tpshard("reshard", os.path.join(tmp, "e4-plain"), "--tp", 4, "--target", "vllm", "-o", os.path.join(tmp, "e4r"))
+        report(p.returncode == 3 and "the checkpoint has 2 experts a layer" in p.stderr,
+               "qwen2-moe with 2 experts: reshard --target vllm at tp 4 refused (exit 3)", p.stderr)
+        p = tpshard("split", src, "--tp", 2, "--target", "vllm", "-o", os.path.join(tmp, "e2"), "-q")
+        probs = loads(os.path.join(tmp, "e2"), hf, cfg, 2, torch.float32) if p.returncode == 0 else [p.stderr]
+        report(not probs, "qwen2-moe with 2 experts: --target vllm at tp 2 loads", "\n".join(probs[:5]))
     return tap.status()
 
 
