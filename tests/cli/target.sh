@@ -88,3 +88,39 @@ fi
 check "gpt2: split (tpshard's own target) still works" "$TPSHARD" split "$M/tiny-gpt2" --tp 2 -o "$T/gpt2-own" -q
 expect_exit 3 "preset:gpt2 has no mapping" "gpt2: reshard --target vllm of a tpshard set is refused (exit 3)" \
     "$TPSHARD" reshard "$T/gpt2-own" --tp 2 --target vllm -o "$T/gpt2-re"
+
+# --target-version: the engine release.  The default (current) writes vLLM's attention scale
+# buffers (0-d F32 1.0, four a layer, closing each rank's last part) and records them; 0.13 none.
+"$TPSHARD" split "$M/tiny-llama" --tp 2 --target vllm --max-shard-size 100KB -o "$T/ver-cur" -q
+"$TPSHARD" split "$M/tiny-llama" --tp 2 --target vllm --target-version 0.13 -o "$T/ver-013" -q
+if grep -q '"target_extras"' "$T/ver-cur/tpshard.json" && ! grep -q '"target_extras"' "$T/ver-013/tpshard.json" &&
+    grep -q '"target_version": "0.13"' "$T/ver-013/tpshard.json"; then
+    ok "--target-version: the current release's set lists its scale buffers, 0.13's has none and says 0.13"
+else
+    notok "--target-version: the current release's set lists its scale buffers, 0.13's has none and says 0.13"
+fi
+check "--target-version current: check passes (the constants' bytes in the files' CRCs)" "$TPSHARD" check "$T/ver-cur"
+check "--target-version 0.13: check passes" "$TPSHARD" check "$T/ver-013"
+check "verify --layer all on a set with scale buffers" "$TPSHARD" verify "$T/ver-cur" --layer all -q
+expect_exit 2 "--target-version 'latest': expected a release number" "--target-version latest: exit 2" \
+    "$TPSHARD" split "$M/tiny-llama" --tp 2 --target vllm --target-version latest -o "$T/ver-bad"
+expect_exit 2 "--target-version needs --target vllm or sglang" "--target-version without --target: exit 2" \
+    "$TPSHARD" split "$M/tiny-llama" --tp 2 --target-version 0.13 -o "$T/ver-bad"
+"$TPSHARD" merge "$T/ver-cur" -o "$T/ver-cur.safetensors" -q && "$TPSHARD" merge "$T/ver-013" -o "$T/ver-013.safetensors" -q
+if cmp -s "$T/ver-cur.safetensors" "$T/ver-013.safetensors"; then
+    ok "merge drops the scale buffers: both classes merge to the same file"
+else
+    notok "merge drops the scale buffers: both classes merge to the same file"
+fi
+# A rank file without its constants is caught by check (the file's CRC and the manifest).
+cp -r "$T/ver-013" "$T/ver-swap"
+cp "$T/ver-013/tpshard.json" "$T/ver-swap/tpshard.json"
+python3 - "$T/ver-cur/tpshard.json" "$T/ver-swap/tpshard.json" <<'PY'
+import json, sys
+cur, swap = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+swap["target_extras"] = cur["target_extras"]
+del swap["target_version"]
+json.dump(swap, open(sys.argv[2], "w"))
+PY
+expect_exit 1 "lacks 'model.layers.0.self_attn.attn._k_scale'" "a set whose manifest lists scale buffers its files lack: check names them" \
+    "$TPSHARD" check "$T/ver-swap"
