@@ -449,7 +449,8 @@ tps_status tps_adopt_manifest(const char *dir, tps_file_reader_fn add_file, tps_
     tps_buf_release(&unused);
     /* A set without the engine's constants is from a release before them: "0" is older than
      * every since: of the target, so reshard keeps the class. */
-    if (st == TPS_OK && !a.extras && !(m->target_version = strdup("0"))) st = tps_fail_oom(err, "reading rank files");
+    if (st == TPS_OK && !a.extras && tps_target_versioned(a.t) && !(m->target_version = strdup("0")))
+        st = tps_fail_oom(err, "reading rank files");
     if (st || (st = tps_target_apply(a.t, m, err))) goto cleanup;
     m->adopted = true;
     m->config_keys = kept;

@@ -991,6 +991,13 @@ uint32_t tps_target_extras_crc(const tps_manifest *m, uint64_t *len)
     return crc;
 }
 
+bool tps_target_versioned(const tps_target *t)
+{
+    for (size_t xi = 0; xi < t->nx; xi++)
+        if (t->x[xi].since && (!t->x[xi].engine || strcmp(t->x[xi].engine, t->name) == 0)) return true;
+    return false;
+}
+
 bool tps_target_is_extra(const tps_target *t, const char *name)
 {
     for (size_t xi = 0; xi < t->nx; xi++) {
