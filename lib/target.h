@@ -26,7 +26,12 @@
  *           value: 1.0                # a 0-d F32 constant
  *           since: "0.14"             # the first engine release with them (--target-version)
  *           engine: vllm              # only for this target (not sglang through an alias)
+ *       tp_at_most_experts: "RULE"    # the engine refuses a tp above a stack's experts
  *     sglang: vllm                    # the same mapping
+ *
+ * A section may instead say unsupported: "WHY" (GPT-2, GPT-NeoX: the engine's layout is no
+ * run of byte ranges of the source): --target is refused naming WHY, and the preset is not
+ * listed among those with a mapping.
  *
  * In from and into, '*' matches one dot-free run and '{a,b}' one alternative; each is a
  * capture, and into's wildcards take the captures of from's first pattern in order (less
