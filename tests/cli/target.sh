@@ -124,3 +124,22 @@ json.dump(swap, open(sys.argv[2], "w"))
 PY
 expect_exit 1 "lacks 'model.layers.0.self_attn.attn._k_scale'" "a set whose manifest lists scale buffers its files lack: check names them" \
     "$TPSHARD" check "$T/ver-swap"
+# target_extras are read strictly: a list of {name, value}, and only beside a target.
+cp -r "$T/ver-cur" "$T/ver-notarget"
+python3 - "$T/ver-notarget/tpshard.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+del d["target"]
+json.dump(d, open(sys.argv[1], "w"))
+PY
+expect_exit 3 "target_extras: extras without a target" "a manifest with target_extras and no target: exit 3" \
+    "$TPSHARD" reshard "$T/ver-notarget" --tp 1 -o "$T/ver-notarget-out"
+cp -r "$T/ver-cur" "$T/ver-badextra"
+python3 - "$T/ver-badextra/tpshard.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+d["target_extras"][0] = {"name": d["target_extras"][0]["name"]}
+json.dump(d, open(sys.argv[1], "w"))
+PY
+expect_exit 3 "missing field 'value'" "a target_extras entry without its value: exit 3" \
+    "$TPSHARD" reshard "$T/ver-badextra" --tp 1 -o "$T/ver-badextra-out"
