@@ -42,7 +42,6 @@ struct tps_target {
     char *name;
     char *source; /* what messages call the layout */
     uint64_t vocab_multiple;
-    char *unsupported;   /* why the engine's set cannot be written yet (refused by name) */
     char *experts_rule;  /* the engine refuses a tp above the experts of a stack: its rule */
     tentry *e;
     size_t n;
@@ -65,7 +64,6 @@ void tps_target_free(tps_target *t)
         free(t->x[i].engine);
     }
     free(t->x);
-    free(t->unsupported);
     free(t->experts_rule);
     free(t->name);
     free(t->source);
@@ -289,7 +287,11 @@ static yaml_node_t *find_target(yaml_document_t *doc, const char *name)
     return t && t->type == YAML_MAPPING_NODE ? t : NULL;
 }
 
-/* A target whose section says unsupported: names the engine's model but maps nothing. */
+/* A target mapping may be `refuse: "why"` alone: the family has parameters the mapping
+ * cannot write (a tensor the engine cuts where the preset keeps it whole, a persistent buffer),
+ * and a named refusal beats a set the engine rejects at load. */
+static const char *refusal(yaml_document_t *doc, const yaml_node_t *t) { return yscalar(ykey(doc, t, "refuse")); }
+
 static bool text_has_target(const char *text, const char *name)
 {
     yaml_parser_t p;
@@ -299,7 +301,7 @@ static bool text_has_target(const char *text, const char *name)
     bool ok = false;
     if (yaml_parser_load(&p, &doc)) {
         yaml_node_t *t = find_target(&doc, name);
-        ok = t && !ykey(&doc, t, "unsupported");
+        ok = t && !refusal(&doc, t);
         yaml_document_delete(&doc);
     }
     yaml_parser_delete(&p);
@@ -347,6 +349,11 @@ tps_status tps_target_load(const char *layout_text, const char *layout_name, con
                       name, presets_with(name, have, sizeof have));
         goto cleanup;
     }
+    const char *why = refusal(&doc, tn);
+    if (why) {
+        st = tps_fail(err, TPS_EINVALID, "%s: --target %s is refused: %s", layout_name, name, why);
+        goto cleanup;
+    }
     if (!(t->name = strdup(name)) || !(t->source = strdup(layout_name))) {
         st = tps_fail_oom(err, "reading a target");
         goto cleanup;
@@ -377,15 +384,14 @@ tps_status tps_target_load(const char *layout_text, const char *layout_name, con
                 t->nx = i + 1;
                 TPS_CHECK(parse_extra(&c, yaml_document_get_node(&doc, v->data.sequence.items.start[i]), &t->x[i]));
             }
-        } else if (ks && (strcmp(ks, "unsupported") == 0 || strcmp(ks, "tp_at_most_experts") == 0)) {
+        } else if (ks && strcmp(ks, "tp_at_most_experts") == 0) {
             const char *s = yscalar(v);
             if (!s || !*s) {
-                st = ybad(&c, v, "unsupported and tp_at_most_experts are text naming the engine's rule");
+                st = ybad(&c, v, "tp_at_most_experts is text naming the engine's rule");
                 goto cleanup;
             }
-            char **slot = ks[0] == 'u' ? &t->unsupported : &t->experts_rule;
-            free(*slot);
-            if (!(*slot = strdup(s))) {
+            free(t->experts_rule);
+            if (!(t->experts_rule = strdup(s))) {
                 st = tps_fail_oom(err, "reading a target");
                 goto cleanup;
             }
@@ -404,14 +410,9 @@ tps_status tps_target_load(const char *layout_text, const char *layout_name, con
                 TPS_CHECK(parse_entry(&c, yaml_document_get_node(&doc, v->data.sequence.items.start[i]), &t->e[i]));
             }
         } else {
-            st = ybad(&c, k, "unknown key (vocab_multiple, tensors, extras, unsupported, tp_at_most_experts)");
+            st = ybad(&c, k, "unknown key (vocab_multiple, tensors, extras, tp_at_most_experts)");
             goto cleanup;
         }
-    }
-    if (t->unsupported) {
-        st = tps_fail(err, TPS_EINVALID, "--target %s: %s has no mapping: %s; the presets with one: %s", name,
-                      layout_name, t->unsupported, presets_with(name, have, sizeof have));
-        goto cleanup;
     }
     *out = t;
     t = NULL;

@@ -29,9 +29,9 @@
  *       tp_at_most_experts: "RULE"    # the engine refuses a tp above a stack's experts
  *     sglang: vllm                    # the same mapping
  *
- * A section may instead say unsupported: "WHY" (GPT-2, GPT-NeoX: the engine's layout is no
- * run of byte ranges of the source): --target is refused naming WHY, and the preset is not
- * listed among those with a mapping.
+ * or, where the engine's model holds what no mapping writes, `refuse: "why"` alone: the target
+ * is then TPS_EINVALID naming why, and the preset is not listed among those with one (GPT-2,
+ * GPT-NeoX: the engines' layout is no run of byte ranges of the source).
  *
  * In from and into, '*' matches one dot-free run and '{a,b}' one alternative; each is a
  * capture, and into's wildcards take the captures of from's first pattern in order (less

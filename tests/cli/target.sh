@@ -70,15 +70,17 @@ wrong_target expert-gate-halves mixtral mixtral 2 '  - match: model.layers.*.blo
 # written, for both engines and for reshard of a tpshard set: GPT-2 (the engine transposes the
 # Conv1D weights) and GPT-NeoX (it reorders each rank's query_key_value rows).
 for target in vllm sglang; do
-    expect_exit 3 "preset:gpt2 has no mapping: the engine's GPT2 holds the Conv1D weights (c_attn, c_proj, c_fc) transposed" \
+    expect_exit 3 "preset:gpt2: --target $target is refused: the engine's GPT2 holds the Conv1D weights (c_attn, c_proj, c_fc) transposed" \
         "gpt2 --target $target: refused naming the transpose (exit 3)" \
         "$TPSHARD" split "$M/tiny-gpt2" --tp 2 --target "$target" -o "$T/gpt2-$target"
     if [ -e "$T/gpt2-$target" ]; then notok "gpt2 --target $target: nothing written"; else ok "gpt2 --target $target: nothing written"; fi
-    expect_exit 3 "preset:neox has no mapping: the engine's GPT-NeoX holds each rank's query_key_value rows blocked" \
+    expect_exit 3 "preset:neox: --target $target is refused: the engine's GPT-NeoX holds each rank's query_key_value rows blocked" \
         "neox --target $target: refused naming the reordering (exit 3)" \
         "$TPSHARD" split "$M/tiny-neox" --tp 2 --target "$target" -o "$T/neox-$target"
 done
-# The families with a mapping, in the refusal, leave out those whose section says unsupported.
+# The families with a mapping, named when one has none, leave out those refused.
+expect_exit 3 "preset:olmo2 has no mapping for --target vllm" "olmo2 (no targets: section): exit 3 naming the presets with one" \
+    "$TPSHARD" split "$M/tiny-olmo2" --tp 2 --target vllm -o "$T/olmo2-vllm"
 if grep -q "the presets with one: .*llama" "$T/.err" && ! grep -q "the presets with one: .*\(gpt2\|neox\)" "$T/.err"; then
     ok "the refusal lists the presets with a mapping, not gpt2 or neox"
 else
@@ -86,7 +88,7 @@ else
     sed 's/^/#   /' "$T/.err" | head -3
 fi
 check "gpt2: split (tpshard's own target) still works" "$TPSHARD" split "$M/tiny-gpt2" --tp 2 -o "$T/gpt2-own" -q
-expect_exit 3 "preset:gpt2 has no mapping" "gpt2: reshard --target vllm of a tpshard set is refused (exit 3)" \
+expect_exit 3 "preset:gpt2: --target vllm is refused" "gpt2: reshard --target vllm of a tpshard set is refused (exit 3)" \
     "$TPSHARD" reshard "$T/gpt2-own" --tp 2 --target vllm -o "$T/gpt2-re"
 
 # --target-version: the engine release.  The default (current) writes vLLM's attention scale
