@@ -14,6 +14,7 @@
 #include "lib/buf.h"
 #include "lib/adopt.h"
 #include "lib/crc.h"
+#include "lib/target.h"
 #include "lib/gather.h"
 #include "lib/json.h"
 #include "lib/manifest.h"
@@ -297,6 +298,15 @@ static void check_files(tps_shardset *ss, const uint32_t *rank_crc, findings *f,
             const tps_manifest_tensor *t = tps_manifest_find(m, x->name);
             size_t ti = (size_t)(t - m->tensors);
             crc[x->file] = crc32_combine(crc[x->file], rank_crc[ti * m->tp + r], (z_off_t)x->nbytes);
+        }
+        /* A target's constants close the rank's last part (lib/target.h). */
+        uint64_t xlen, last = 0;
+        uint32_t xcrc = tps_target_extras_crc(m, &xlen);
+        for (size_t k = 0; k < m->nfiles; k++)
+            if (m->files[k].rank == r && m->files[k].part > last) last = m->files[k].part;
+        for (size_t fi = 0; xlen && fi < ix->nfiles; fi++) {
+            const tps_manifest_file *mf = manifest_file(byname, m->nfiles, r, ix->files[fi].path);
+            if (mf && mf->part == last) crc[fi] = crc32_combine(crc[fi], xcrc, (z_off_t)xlen);
         }
         for (size_t fi = 0; fi < ix->nfiles; fi++)
             if (hdr_ok[fi])

@@ -16,6 +16,7 @@ static struct {
     const char *only;
     const char *name_template;
     const char *target;
+    const char *target_version;
     uint64_t max_shard;
     bool force;
 } o;
@@ -25,6 +26,7 @@ static const tps_opt reshard_opts[] = {
     {"output", 'o', TPS_OPT_STRING, &o.out, "DIR", "output directory (must not exist or be empty)"},
     {"max-shard-size", 0, TPS_OPT_SIZE, &o.max_shard, "SIZE", "cut each rank into parts of at most SIZE"},
     {"target", 0, TPS_OPT_STRING, &o.target, "NAME", "tpshard, vllm or sglang (default: DIR's)"},
+    {"target-version", 0, TPS_OPT_STRING, &o.target_version, "V", "the engine release (default: DIR's)"},
     {"name-template", 0, TPS_OPT_STRING, &o.name_template, "T", "file names with {rank}, {tp}, {part}"},
     {"only-rank", 0, TPS_OPT_STRING, &o.only, "R[,R...]", "write only these ranks (full manifest)"},
     {"force", 'f', TPS_OPT_FLAG, &o.force, NULL, "replace an earlier shard set (nothing else)"},
@@ -70,7 +72,11 @@ static int run_reshard(char **args, int nargs)
     if ((rc = tps_cli_retarget("reshard", dir, ss->m, o.tp, &m)) != 0) goto done;
     /* The set's own target unless --target names another; the engine's padding is redone at M. */
     const char *target = o.target ? o.target : m->target;
-    if (target && (rc = tps_cli_apply_target("reshard", target, m)) != 0) goto done;
+    if (o.target_version && !target) {
+        rc = tps_cli_usage("reshard", "--target-version needs --target vllm or sglang (an engine's release)");
+        goto done;
+    }
+    if (target && (rc = tps_cli_apply_target("reshard", target, o.target_version, m)) != 0) goto done;
     ss->compare_replicas = true;
     if (!(source.src = calloc(m->ntensors + 1, sizeof *source.src))) {
         tps_fail_oom(&err, "resharding");
@@ -106,7 +112,8 @@ const tps_cmd tps_cmd_reshard = {
     .details = "Any M for which every tensor's partition is valid works (8->4, 4->8, 2->6 where heads\n"
                "allow).  KV replication and vocabulary padding are redone for M.  A set written\n"
                "with --target keeps its target (fused names, the engine's padding, config.json and\n"
-               "tokenizer copied) unless --target names another (tpshard: the source's names).\n",
+               "tokenizer copied) unless --target names another (tpshard: the source's names),\n"
+               "and its engine release unless --target-version names another.\n",
     .opts = reshard_opts,
     .min_args = 1,
     .max_args = 1,

@@ -17,6 +17,7 @@ static struct {
     const char *name_template;
     const char *dtype;
     const char *target;
+    const char *target_version;
     uint64_t max_shard;
     bool force, dry_run;
 } o;
@@ -30,6 +31,7 @@ static const tps_opt split_opts[] = {
     {"dtype", 0, TPS_OPT_STRING, &o.dtype, "bf16|f16|f32", "convert floating tensors (nearest even)"},
     {"max-shard-size", 0, TPS_OPT_SIZE, &o.max_shard, "SIZE", "cut each rank into parts of at most SIZE"},
     {"target", 0, TPS_OPT_STRING, &o.target, "NAME", "tpshard (default), vllm or sglang: an engine's names"},
+    {"target-version", 0, TPS_OPT_STRING, &o.target_version, "V", "the engine release (default: current)"},
     {"name-template", 0, TPS_OPT_STRING, &o.name_template, "T", "file names with {rank}, {tp}, {part}"},
     {"only-rank", 0, TPS_OPT_STRING, &o.only, "R[,R...]", "write only these ranks (full manifest)"},
     {"force", 'f', TPS_OPT_FLAG, &o.force, NULL, "replace an earlier shard set (nothing else)"},
@@ -69,7 +71,11 @@ static int run_split(char **args, int nargs)
     int rc = tps_cli_plan("split", src, &o.la, &ix, &l, &m);
     if (rc) goto done;
     source.ix = ix;
-    if (o.target && (rc = tps_cli_apply_target("split", o.target, m)) != 0) goto done;
+    if (o.target_version && !o.target) {
+        rc = tps_cli_usage("split", "--target-version needs --target vllm or sglang (an engine's release)");
+        goto done;
+    }
+    if (o.target && (rc = tps_cli_apply_target("split", o.target, o.target_version, m)) != 0) goto done;
     if (!(source.tensor = calloc(m->ntensors + 1, sizeof *source.tensor))) {
         tps_fail_oom(&err, "planning");
         rc = tps_cli_report("split", &err);
@@ -120,7 +126,10 @@ const tps_cmd tps_cmd_split = {
                "loads as it is: its parameter names (fused qkv_proj, gate_up_proj, MoE w13/w2),\n"
                "its vocabulary padding (a multiple of 64, then divided by tp), tied weights once,\n"
                "files " TPS_DEFAULT_PART_TEMPLATE " in parts of at most\n"
-               "--max-shard-size (default 5GiB), and the source's config.json and tokenizer files.\n",
+               "--max-shard-size (default 5GiB), and the source's config.json and tokenizer files.\n"
+               "--target-version V: the engine release the set is for, where its state dict\n"
+               "changed (default current: vLLM 0.14 and later hold 0-d F32 attention scale\n"
+               "buffers, attn._k_scale etc.; --target-version 0.13 writes none).\n",
     .opts = split_opts,
     .min_args = 1,
     .max_args = 1,

@@ -37,10 +37,20 @@ int tps_cli_write(const char *verb, tps_manifest *m, tps_global_read_fn read, vo
     return tps_cli_report(verb, &err);
 }
 
-int tps_cli_apply_target(const char *verb, const char *name, tps_manifest *m)
+int tps_cli_apply_target(const char *verb, const char *name, const char *version, tps_manifest *m)
 {
     tps_error err;
     tps_error_clear(&err);
+    if (version && strcmp(name, "tpshard") == 0)
+        return tps_cli_usage(verb, "--target-version needs --target vllm or sglang (an engine's release)");
+    if (version) { /* "current" is the default: the newest release class */
+        free(m->target_version);
+        m->target_version = NULL;
+        if (strcmp(version, "current") != 0 && !(m->target_version = strdup(version))) {
+            tps_fail_oom(&err, "reading --target-version");
+            return tps_cli_report(verb, &err);
+        }
+    }
     tps_target *t = NULL;
     if (tps_target_load(m->layout_text, m->layout_name, name, &t, &err) == TPS_OK) {
         if (t) tps_target_apply(t, m, &err);

@@ -18,8 +18,10 @@ tps_write_opts tps_cli_write_opts(const char *out, bool force, const char *const
 int tps_cli_write(const char *verb, tps_manifest *m, tps_global_read_fn read, void *ctx, const tps_write_opts *o);
 
 /* Lays m out for the serving engine name ("tpshard": back to source names) by its
- * layout's targets: section (lib/target.h); returns the exit code (reported). */
-int tps_cli_apply_target(const char *verb, const char *name, tps_manifest *m);
+ * layout's targets: section (lib/target.h), for the engine release version (NULL: the
+ * set's own, or the current one; "current": the newest class); returns the exit code
+ * (reported). */
+int tps_cli_apply_target(const char *verb, const char *name, const char *version, tps_manifest *m);
 
 /* A target set's files: the engine's part names in parts of at most max_part_bytes (0: 5 GiB,
  * as vLLM's saver), and the model's other files copied from src's directory (*side, malloc'd,

@@ -269,6 +269,7 @@ typedef struct adopt {
     tps_target *t;
     tps_index **rank;
     tps_index *src;
+    bool extras; /* rank 0 holds the engine's constants (vLLM 0.14 and later) */
 } adopt;
 
 static tps_status add_source(adopt *a, const char *name, tps_dtype dt, int nd, const uint64_t *shape, tps_error *err)
@@ -284,6 +285,10 @@ static tps_status build_source(adopt *a, tps_error *err)
     uint64_t vmult = tps_target_vocab_multiple(a->t);
     for (size_t i = 0; i < r0->ntensors; i++) {
         const tps_tensor *x = &r0->tensors[i];
+        if (tps_target_is_extra(a->t, x->name)) { /* no source tensor: compare_ranks checks them */
+            a->extras = true;
+            continue;
+        }
         char **names;
         size_t n;
         bool tied, stack;
@@ -338,7 +343,7 @@ static tps_status compare_ranks(adopt *a, const tps_manifest *m, tps_error *err)
 {
     tps_buf msg = TPS_BUF_INIT;
     size_t nbad = 0;
-    tps_sink_tensor *e = calloc(m->ntensors + 1, sizeof *e);
+    tps_sink_tensor *e = calloc(m->ntensors + m->nextras + 1, sizeof *e);
     uint64_t *shapes = calloc((m->ntensors + 1) * TPS_MAX_DIMS, sizeof *shapes);
     bool *seen = NULL;
     tps_status st = TPS_OK;
@@ -359,6 +364,7 @@ static tps_status compare_ranks(adopt *a, const tps_manifest *m, tps_error *err)
             tps_partition_rank_shape(&t->part, t->ndim, t->shape, m->tp, r, shapes + i * TPS_MAX_DIMS);
         }
         size_t nf = tps_target_file_tensors(m, 0, m->ntensors, r, e, shapes);
+        for (size_t k = 0; k < m->nextras; k++) e[nf++] = (tps_sink_tensor){m->extras[k].name, TPS_DT_F32, 0, shapes};
         for (size_t k = 0; k < nf; k++) {
             const tps_tensor *x = tps_index_find(ix, e[k].name);
             char want[256], have[256];
@@ -441,6 +447,10 @@ tps_status tps_adopt_manifest(const char *dir, tps_file_reader_fn add_file, tps_
     st = tps_plan_build(a.src, a.l, layout_name, a.tp, &m, &problems, &unused, err);
     tps_buf_release(&problems);
     tps_buf_release(&unused);
+    /* A set without the engine's constants is from a release before them: "0" is older than
+     * every since: of the target, so reshard keeps the class. */
+    if (st == TPS_OK && !a.extras && tps_target_versioned(a.t) && !(m->target_version = strdup("0")))
+        st = tps_fail_oom(err, "reading rank files");
     if (st || (st = tps_target_apply(a.t, m, err))) goto cleanup;
     m->adopted = true;
     m->config_keys = kept;

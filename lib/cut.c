@@ -242,7 +242,8 @@ static tps_status open_part(tps_manifest *m, uint64_t r, rank_out *ro, size_t p,
 {
     tps_status st = TPS_OK;
     size_t i0 = ro->first[p], n = ro->first[p + 1] - i0;
-    tps_sink_tensor *e = calloc(n ? n : 1, sizeof *e);
+    size_t nx = p + 1 == ro->nparts ? m->nextras : 0; /* a target's constants close the last part */
+    tps_sink_tensor *e = calloc(n + nx + 1, sizeof *e);
     uint64_t *shapes = calloc(n ? n * TPS_MAX_DIMS : 1, sizeof *shapes);
     char rank_s[32], tp_s[32];
     snprintf(rank_s, sizeof rank_s, "%llu", (unsigned long long)r);
@@ -259,6 +260,7 @@ static tps_status open_part(tps_manifest *m, uint64_t r, rank_out *ro, size_t p,
         e[k] = (tps_sink_tensor){t->name, t->dtype, t->ndim, shapes + k * TPS_MAX_DIMS};
     }
     if (m->target) n = tps_target_file_tensors(m, i0, n, r, e, shapes); /* fused runs: one tensor each */
+    for (size_t k = 0; k < nx; k++) e[n++] = (tps_sink_tensor){m->extras[k].name, TPS_DT_F32, 0, shapes};
     if (ro->write) {
         path = tps_outdir_path(od, m->files[ro->file0 + p].name);
         if (!path) {
@@ -478,6 +480,11 @@ tps_status tps_cut(tps_manifest *m, const tps_cut_files *files, tps_global_read_
         if (o->tensor_done) TPS_CHECK(o->tensor_done(o->tensor_done_arg, i, m->tensors[i].crc, err));
     }
     for (uint64_t r = 0; r < m->tp; r++) {
+        for (size_t k = 0; k < m->nextras; k++) {
+            unsigned char le[4];
+            tps_target_extra_bytes(m->extras[k].value, le);
+            TPS_CHECK(outs[r].sink->write(outs[r].w, le, sizeof le, err));
+        }
         TPS_CHECK(close_part(m, &outs[r], o, err));
         if (!o->max_part_bytes || !outs[r].write) continue;
         if (o->checkpoint) {

@@ -102,6 +102,23 @@ tps_status tps_manifest_to_json(const tps_manifest *m, tps_buf *buf, tps_error *
         tps_jw_key(&w, "target");
         tps_jw_string(&w, m->target);
     }
+    if (m->target_version) {
+        tps_jw_key(&w, "target_version");
+        tps_jw_string(&w, m->target_version);
+    }
+    if (m->nextras) {
+        tps_jw_key(&w, "target_extras");
+        tps_jw_array_begin(&w);
+        for (size_t i = 0; i < m->nextras; i++) {
+            tps_jw_object_begin(&w);
+            tps_jw_key(&w, "name");
+            tps_jw_string(&w, m->extras[i].name);
+            tps_jw_key(&w, "value");
+            tps_jw_double(&w, m->extras[i].value);
+            tps_jw_object_end(&w);
+        }
+        tps_jw_array_end(&w);
+    }
     tps_jw_key(&w, "layout");
     tps_jw_object_begin(&w);
     tps_jw_key(&w, "name");
@@ -462,6 +479,32 @@ cleanup:
 
 /* "ranks_held": the ranks of a partial set, ascending, each once, at least one; a list of
  * every rank is a full set (held stays NULL). */
+/* "target_version" and "target_extras" (optional; only beside "target"). */
+static tps_status load_target_extras(loader *L, const tps_json *root, tps_manifest *m)
+{
+    tps_status st = TPS_OK;
+    const tps_json *v, *x = tps_json_get(root, "target_extras");
+    if (tps_json_get(root, "target_version")) {
+        NEED(v = field(L, root, "target_version", TPS_JSON_STRING, &st));
+        NEED(m->target_version = dup_json_string(L, v, &st));
+    }
+    if (!x) return TPS_OK;
+    if (!tps_json_get(root, "target")) return bad(L, x, "extras without a target", "target_extras");
+    NEED(x = field(L, root, "target_extras", TPS_JSON_ARRAY, &st));
+    if (!(m->extras = calloc(x->u.array.n + 1, sizeof *m->extras))) return tps_fail_oom(L->err, "loading the manifest");
+    for (size_t i = 0; i < x->u.array.n; i++) {
+        const tps_json *e = x->u.array.items[i];
+        if (e->type != TPS_JSON_OBJECT) return bad(L, e, "each entry is {name, value}", "target_extras");
+        m->nextras = i + 1;
+        NEED(v = field(L, e, "name", TPS_JSON_STRING, &st));
+        NEED(m->extras[i].name = dup_json_string(L, v, &st));
+        NEED(v = field(L, e, "value", TPS_JSON_NUMBER, &st));
+        m->extras[i].value = v->u.number.f64;
+    }
+cleanup:
+    return st;
+}
+
 static tps_status load_held(loader *L, const tps_json *root, tps_manifest *m)
 {
     const tps_json *v = tps_json_get(root, "ranks_held");
@@ -502,6 +545,7 @@ static tps_status load_doc(loader *L, const tps_json *root, tps_manifest *m)
         NEED(v = field(L, root, "target", TPS_JSON_STRING, &st));
         NEED(m->target = dup_json_string(L, v, &st));
     }
+    TPS_CHECK(load_target_extras(L, root, m));
     v = field(L, root, "tool", TPS_JSON_STRING, &st);
     NEED(v);
     NEED(m->tool = dup_json_string(L, v, &st));
@@ -725,6 +769,9 @@ void tps_manifest_free(tps_manifest *m)
         free(m->tensors[i].target_name);
     }
     free(m->target);
+    free(m->target_version);
+    for (size_t i = 0; i < m->nextras; i++) free(m->extras[i].name);
+    free(m->extras);
     for (size_t i = 0; i < m->nfiles; i++) free(m->files[i].name);
     for (size_t i = 0; i < m->source.nfiles; i++) free(m->source.files[i].name);
     free(m->source.files);

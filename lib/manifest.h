@@ -69,6 +69,13 @@ typedef struct tps_manifest_skip {
     char *reason;
 } tps_manifest_skip;
 
+/* A serving engine's state-dict entry that is no source tensor (a target's extras:, lib/target.h:
+ * vLLM's attention scale buffers): a 0-d F32 constant at the end of every rank's last part. */
+typedef struct tps_manifest_extra {
+    char *name;
+    double value;
+} tps_manifest_extra;
+
 typedef struct tps_manifest {
     uint64_t version;
     uint64_t tp;
@@ -78,6 +85,9 @@ typedef struct tps_manifest {
     char *config_path;   /* the config.json the sizes came from, as given; NULL when none */
     char *config_keys;   /* the keys of it tpshard reads, a compact JSON object; NULL when none */
     char *target;        /* the engine the rank files are laid out for ("vllm", "sglang"); NULL: tpshard */
+    char *target_version; /* the engine release the set is for (--target-version); NULL: the current one */
+    tps_manifest_extra *extras; /* with a target: its extras, in file order */
+    size_t nextras;
     tps_source_info source;
     tps_manifest_skip *skipped; /* "skipped": the skip: entries that matched, in layout order */
     size_t nskipped;

@@ -33,11 +33,13 @@ tps_status tps_manifest_retarget(const tps_manifest *src, uint64_t tp, tps_manif
                         .config_path = src->config_path ? strdup(src->config_path) : NULL,
                         .config_keys = src->config_keys ? strdup(src->config_keys) : NULL,
                         .target = src->target ? strdup(src->target) : NULL,
+                        .target_version = src->target_version ? strdup(src->target_version) : NULL,
                         .source = {strdup(src->source.path), strdup(src->source.format), src->source.bytes, 0, NULL},
                         .tensors = calloc(src->ntensors + 1, sizeof *m->tensors)};
     m->source.files = calloc(src->source.nfiles + 1, sizeof *m->source.files);
     if (!m->tool || !m->layout_name || !m->layout_text || !m->source.path || !m->source.format || !m->tensors ||
-        !m->source.files || !m->config_path != !src->config_path || !m->config_keys != !src->config_keys || !m->target != !src->target) {
+        !m->source.files || !m->config_path != !src->config_path || !m->config_keys != !src->config_keys || !m->target != !src->target ||
+        !m->target_version != !src->target_version) {
         st = tps_fail_oom(err, "resharding");
         goto cleanup;
     }

@@ -11,6 +11,7 @@
 #include <yaml.h>
 
 #include "checked.h"
+#include "crc.h"
 #include "hf_index.h"
 #include "json.h"
 #include "presets.h"
@@ -18,6 +19,16 @@
 #define MAX_CAPS 8
 #define MAX_FROM 8
 #define NAME_MAX_LEN 1024
+
+/* extras: entry: names the engine's state dict holds once per match of per, whatever the
+ * source (vLLM's attention scale buffers), each a 0-d F32 value; since: the first release
+ * of the engine that has them, engine: the one engine they are for. */
+typedef struct textra {
+    char *names[MAX_FROM];
+    size_t nnames;
+    char *per, *since, *engine;
+    double value;
+} textra;
 
 typedef struct tentry {
     char *from[MAX_FROM];
@@ -31,8 +42,11 @@ struct tps_target {
     char *name;
     char *source; /* what messages call the layout */
     uint64_t vocab_multiple;
+    char *experts_rule;  /* the engine refuses a tp above the experts of a stack: its rule */
     tentry *e;
     size_t n;
+    textra *x;
+    size_t nx;
 };
 
 void tps_target_free(tps_target *t)
@@ -43,6 +57,14 @@ void tps_target_free(tps_target *t)
         free(t->e[i].into);
     }
     free(t->e);
+    for (size_t i = 0; i < t->nx; i++) {
+        for (size_t j = 0; j < t->x[i].nnames; j++) free(t->x[i].names[j]);
+        free(t->x[i].per);
+        free(t->x[i].since);
+        free(t->x[i].engine);
+    }
+    free(t->x);
+    free(t->experts_rule);
     free(t->name);
     free(t->source);
     free(t);
@@ -196,6 +218,65 @@ static tps_status parse_entry(yctx *c, const yaml_node_t *en, tentry *e)
     return TPS_OK;
 }
 
+/* A release number: digits separated by dots (0.14, 0.14.1). */
+static bool version_ok(const char *s)
+{
+    if (!s || !*s) return false;
+    for (const char *p = s; *p; p++) {
+        if (*p == '.' && p[1] >= '0' && p[1] <= '9' && p > s) continue;
+        if (*p < '0' || *p > '9') return false;
+    }
+    return true;
+}
+
+/* a < b, component by component (0.9 < 0.14; a missing component is 0). */
+static bool version_less(const char *a, const char *b)
+{
+    while (*a || *b) {
+        char *ea, *eb;
+        unsigned long long x = strtoull(a, &ea, 10), y = strtoull(b, &eb, 10);
+        if (x != y) return x < y;
+        a = *ea ? ea + 1 : ea;
+        b = *eb ? eb + 1 : eb;
+    }
+    return false;
+}
+
+static tps_status parse_extra(yctx *c, const yaml_node_t *en, textra *x)
+{
+    static const char *const allowed[] = {"names", "per", "value", "since", "engine", NULL};
+    if (en->type != YAML_MAPPING_NODE) return ybad(c, en, "each extras: entry is a mapping with names, per and value");
+    for (yaml_node_pair_t *p = en->data.mapping.pairs.start; p < en->data.mapping.pairs.top; p++) {
+        const char *k = yscalar(yaml_document_get_node(c->doc, p->key));
+        bool ok = false;
+        for (size_t i = 0; k && allowed[i]; i++) ok = ok || strcmp(k, allowed[i]) == 0;
+        if (!ok)
+            return ybad(c, yaml_document_get_node(c->doc, p->key), "unknown key (names, per, value, since, engine)");
+    }
+    yaml_node_t *names = ykey(c->doc, en, "names");
+    const char *per = yscalar(ykey(c->doc, en, "per")), *value = yscalar(ykey(c->doc, en, "value"));
+    const char *since = yscalar(ykey(c->doc, en, "since")), *engine = yscalar(ykey(c->doc, en, "engine"));
+    if (!names || names->type != YAML_SEQUENCE_NODE || !per || !value)
+        return ybad(c, en, "an extras entry needs names (a list), per (a source name) and value (a number)");
+    char *end;
+    x->value = strtod(value, &end);
+    if (*end || end == value) return ybad(c, ykey(c->doc, en, "value"), "value is a number");
+    if (since && !version_ok(since)) return ybad(c, ykey(c->doc, en, "since"), "since is a release number (0.14)");
+    if (!(x->per = strdup(per)) || (since && !(x->since = strdup(since))) || (engine && !(x->engine = strdup(engine))))
+        return tps_fail_oom(c->err, "reading a target");
+    int w = wildcards(per);
+    if (w > MAX_CAPS) return ybad(c, en, "at most 8 wildcards in a name");
+    for (yaml_node_item_t *it = names->data.sequence.items.start; it < names->data.sequence.items.top; it++) {
+        const char *s = yscalar(yaml_document_get_node(c->doc, *it));
+        if (!s) return ybad(c, names, "names lists names");
+        if (x->nnames == MAX_FROM) return ybad(c, names, "at most 8 names");
+        if (wildcards(s) != w) return ybad(c, names, "every name needs as many wildcards as per");
+        if (!(x->names[x->nnames++] = strdup(s))) return tps_fail_oom(c->err, "reading a target");
+    }
+    if (!x->nnames) return ybad(c, names, "names is empty");
+    return TPS_OK;
+}
+
 /* The mapping node of target name in a parsed layout, following one alias ("sglang: vllm"). */
 static yaml_node_t *find_target(yaml_document_t *doc, const char *name)
 {
@@ -227,6 +308,17 @@ static bool text_has_target(const char *text, const char *name)
     return ok;
 }
 
+/* The presets with a mapping for target name, for a refusal. */
+static const char *presets_with(const char *name, char *have, size_t size)
+{
+    size_t k = 0;
+    have[0] = '\0';
+    for (const tps_preset *pr = tps_presets; pr->name; pr++)
+        if (text_has_target(pr->yaml, name) && k < size)
+            k += (size_t)snprintf(have + k, size - k, "%s%s", k ? ", " : "", pr->name);
+    return k ? have : "(none)";
+}
+
 tps_status tps_target_load(const char *layout_text, const char *layout_name, const char *name, tps_target **out,
                            tps_error *err)
 {
@@ -251,14 +343,10 @@ tps_status tps_target_load(const char *layout_text, const char *layout_name, con
     doc_ok = true;
     yctx c = {&doc, layout_name, err};
     yaml_node_t *tn = find_target(&doc, name);
+    char have[1024];
     if (!tn) {
-        char have[1024] = "";
-        size_t k = 0;
-        for (const tps_preset *pr = tps_presets; pr->name; pr++)
-            if (text_has_target(pr->yaml, name) && k < sizeof have)
-                k += (size_t)snprintf(have + k, sizeof have - k, "%s%s", k ? ", " : "", pr->name);
         st = tps_fail(err, TPS_EINVALID, "%s has no mapping for --target %s; the presets with one: %s", layout_name,
-                      name, k ? have : "(none)");
+                      name, presets_with(name, have, sizeof have));
         goto cleanup;
     }
     const char *why = refusal(&doc, tn);
@@ -282,6 +370,31 @@ tps_status tps_target_load(const char *layout_text, const char *layout_name, con
                 goto cleanup;
             }
             t->vocab_multiple = q;
+        } else if (ks && strcmp(ks, "extras") == 0) {
+            if (v->type != YAML_SEQUENCE_NODE) {
+                st = ybad(&c, v, "extras is a list of {names, per, value}");
+                goto cleanup;
+            }
+            size_t n = (size_t)(v->data.sequence.items.top - v->data.sequence.items.start);
+            if (!(t->x = calloc(n + 1, sizeof *t->x))) {
+                st = tps_fail_oom(err, "reading a target");
+                goto cleanup;
+            }
+            for (size_t i = 0; i < n; i++) {
+                t->nx = i + 1;
+                TPS_CHECK(parse_extra(&c, yaml_document_get_node(&doc, v->data.sequence.items.start[i]), &t->x[i]));
+            }
+        } else if (ks && strcmp(ks, "tp_at_most_experts") == 0) {
+            const char *s = yscalar(v);
+            if (!s || !*s) {
+                st = ybad(&c, v, "tp_at_most_experts is text naming the engine's rule");
+                goto cleanup;
+            }
+            free(t->experts_rule);
+            if (!(t->experts_rule = strdup(s))) {
+                st = tps_fail_oom(err, "reading a target");
+                goto cleanup;
+            }
         } else if (ks && strcmp(ks, "tensors") == 0) {
             if (v->type != YAML_SEQUENCE_NODE) {
                 st = ybad(&c, v, "tensors is a list of {into, from}");
@@ -297,7 +410,7 @@ tps_status tps_target_load(const char *layout_text, const char *layout_name, con
                 TPS_CHECK(parse_entry(&c, yaml_document_get_node(&doc, v->data.sequence.items.start[i]), &t->e[i]));
             }
         } else {
-            st = ybad(&c, k, "unknown key (vocab_multiple, tensors)");
+            st = ybad(&c, k, "unknown key (vocab_multiple, tensors, extras, tp_at_most_experts)");
             goto cleanup;
         }
     }
@@ -426,7 +539,8 @@ cleanup:
 
 /* ---- laying a manifest out for a target ---- */
 
-void tps_target_clear(tps_manifest *m)
+/* Source names and padding, no extras; the version stays (tps_target_apply redoes the rest). */
+static void clear_layout(tps_manifest *m)
 {
     for (size_t i = 0; i < m->ntensors; i++) {
         free(m->tensors[i].target_name);
@@ -434,16 +548,59 @@ void tps_target_clear(tps_manifest *m)
         m->tensors[i].target_stack = 0;
         m->tensors[i].part.pad_multiple = 0;
     }
+    for (size_t i = 0; i < m->nextras; i++) free(m->extras[i].name);
+    free(m->extras);
+    m->extras = NULL;
+    m->nextras = 0;
     free(m->target);
     m->target = NULL;
 }
 
-/* The tp values (up to 1024) at which every partition of m holds: for a refusal. */
-static void working_tps(const tps_manifest *m, char *out, size_t size)
+void tps_target_clear(tps_manifest *m)
+{
+    clear_layout(m);
+    free(m->target_version);
+    m->target_version = NULL;
+}
+
+/* m's extras: each applicable entry's names once per source tensor its per matches. */
+static tps_status apply_extras(const tps_target *t, tps_manifest *m, tps_error *err)
+{
+    size_t cap = 0;
+    for (size_t xi = 0; xi < t->nx; xi++) {
+        const textra *X = &t->x[xi];
+        if (X->engine && strcmp(X->engine, t->name) != 0) continue;
+        if (X->since && m->target_version && version_less(m->target_version, X->since)) continue;
+        int ncap = wildcards(X->per);
+        for (size_t i = 0; i < m->ntensors; i++) {
+            caps c = {0};
+            if (!match(X->per, m->tensors[i].name, &c) || c.n != ncap) continue;
+            for (size_t j = 0; j < X->nnames; j++) {
+                char name[NAME_MAX_LEN];
+                if (!subst(X->names[j], &c, ncap, name, sizeof name))
+                    return tps_fail(err, TPS_EINVALID, "%s: extra name too long", t->source);
+                if (m->nextras == cap) {
+                    size_t nc = cap ? 2 * cap : 64;
+                    tps_manifest_extra *g = realloc(m->extras, nc * sizeof *g);
+                    if (!g) return tps_fail_oom(err, "laying out the target");
+                    m->extras = g;
+                    cap = nc;
+                }
+                if (!(m->extras[m->nextras].name = strdup(name))) return tps_fail_oom(err, "laying out the target");
+                m->extras[m->nextras++].value = X->value;
+            }
+        }
+    }
+    return TPS_OK;
+}
+
+/* The tp values (up to 1024, and up to max when not 0) at which every partition of m holds:
+ * for a refusal. */
+static void working_tps(const tps_manifest *m, uint64_t max, char *out, size_t size)
 {
     size_t n = 0;
     out[0] = '\0';
-    for (uint64_t T = 1; T <= 1024 && n + 8 < size; T++) {
+    for (uint64_t T = 1; T <= 1024 && (!max || T <= max) && n + 8 < size; T++) {
         bool ok = true;
         for (size_t i = 0; ok && i < m->ntensors; i++) {
             const tps_manifest_tensor *t = &m->tensors[i];
@@ -491,7 +648,13 @@ tps_status tps_target_apply(const tps_target *t, tps_manifest *m, tps_error *err
         st = tps_fail_oom(err, "laying out the target");
         goto cleanup;
     }
-    tps_target_clear(m);
+    clear_layout(m);
+    if (m->target_version && !version_ok(m->target_version)) {
+        st = tps_fail(err, TPS_EARG, "--target-version '%s': expected a release number such as 0.13 or 0.14.1",
+                      m->target_version);
+        goto cleanup;
+    }
+    TPS_CHECK(apply_extras(t, m, err));
     for (size_t i = 0; i < N; i++)
         if (m->tensors[i].part.pad && !m->tensors[i].part.replicated) m->tensors[i].part.pad_multiple = t->vocab_multiple;
     for (size_t i = 0; i < N; i++) {
@@ -501,7 +664,7 @@ tps_status tps_target_apply(const tps_target *t, tps_manifest *m, tps_error *err
         tps_error_clear(&e);
         if (tps_partition_check(&x->part, x->name, x->dtype, x->ndim, x->shape, m->tp, &e)) {
             char tps[512];
-            working_tps(m, tps, sizeof tps);
+            working_tps(m, 0, tps, sizeof tps);
             st = tps_fail(err, TPS_EINVALID,
                           "--target %s at tp %llu: %s (vLLM and SGLang pad the vocabulary to a multiple of %llu, "
                           "then divide it by tp); tp values that work: %s",
@@ -509,6 +672,7 @@ tps_status tps_target_apply(const tps_target *t, tps_manifest *m, tps_error *err
             goto cleanup;
         }
     }
+    uint64_t experts = 0; /* the fewest experts a stack entry found in a layer */
     for (size_t ei = 0; ei < t->n; ei++) {
         const tentry *E = &t->e[ei];
         int ncap = wildcards(E->from[0]);
@@ -526,6 +690,7 @@ tps_status tps_target_apply(const tps_target *t, tps_manifest *m, tps_error *err
                     d.len[ncap - 1] = strlen(num);
                     if (!subst(E->from[0], &d, ncap, name, sizeof name) || !tps_manifest_find(m, name)) break;
                 }
+                if (!experts || S < experts) experts = S;
             }
             if (!subst(E->into, &c, ncap - (E->stack ? 1 : 0), into, sizeof into)) {
                 st = tps_fail(err, TPS_EINVALID, "%s:%zu: target name too long", t->source, E->line);
@@ -565,6 +730,14 @@ tps_status tps_target_apply(const tps_target *t, tps_manifest *m, tps_error *err
                 }
             }
         }
+    }
+    if (t->experts_rule && experts && m->tp > experts) {
+        char tps[512];
+        working_tps(m, experts, tps, sizeof tps);
+        st = tps_fail(err, TPS_EINVALID, "--target %s at tp %llu: the checkpoint has %llu experts a layer, and %s (%s); "
+                      "tp values that work: %s",
+                      t->name, (unsigned long long)m->tp, (unsigned long long)experts, t->experts_rule, t->source, tps);
+        goto cleanup;
     }
     /* Members next to each other, in from order, where the group's first tensor was. */
     size_t n = 0;
@@ -698,6 +871,16 @@ tps_status tps_target_member_index(const tps_manifest *m, uint64_t r, tps_index 
         seen++;
         i = j;
     }
+    for (size_t k = 0; k < m->nextras; k++) {
+        const tps_tensor *x = tps_index_find(files, m->extras[k].name);
+        if (!x || x->dtype != TPS_DT_F32 || x->ndim != 0 || x->reader_data) {
+            st = tps_fail(err, TPS_EINVALID, "%s: rank %llu %s '%s' (F32 [], the engine's constant %g)", files->path,
+                          (unsigned long long)r, x ? "holds another shape or dtype for" : "lacks", m->extras[k].name,
+                          m->extras[k].value);
+            goto cleanup;
+        }
+        seen++;
+    }
     if (files->ntensors != seen) {
         st = tps_fail(err, TPS_EINVALID, "%s: rank %llu files hold %zu tensors, the target set has %zu", files->path,
                       (unsigned long long)r, files->ntensors, seen);
@@ -788,6 +971,46 @@ tps_status tps_target_copy_side_files(const char *src_dir, const tps_outdir *od,
 /* ---- the mapping run backwards (lib/adopt.c: sets the engines saved themselves) ---- */
 
 uint64_t tps_target_vocab_multiple(const tps_target *t) { return t->vocab_multiple; }
+
+void tps_target_extra_bytes(double value, unsigned char out[4])
+{
+    float v = (float)value;
+    uint32_t bits;
+    memcpy(&bits, &v, sizeof bits);
+    for (int b = 0; b < 4; b++) out[b] = (unsigned char)(bits >> (8 * b));
+}
+
+uint32_t tps_target_extras_crc(const tps_manifest *m, uint64_t *len)
+{
+    uint32_t crc = 0;
+    for (size_t k = 0; k < m->nextras; k++) {
+        unsigned char le[4];
+        tps_target_extra_bytes(m->extras[k].value, le);
+        crc = tps_crc32(crc, le, sizeof le);
+    }
+    *len = 4 * (uint64_t)m->nextras;
+    return crc;
+}
+
+bool tps_target_versioned(const tps_target *t)
+{
+    for (size_t xi = 0; xi < t->nx; xi++)
+        if (t->x[xi].since && (!t->x[xi].engine || strcmp(t->x[xi].engine, t->name) == 0)) return true;
+    return false;
+}
+
+bool tps_target_is_extra(const tps_target *t, const char *name)
+{
+    for (size_t xi = 0; xi < t->nx; xi++) {
+        const textra *X = &t->x[xi];
+        if (X->engine && strcmp(X->engine, t->name) != 0) continue;
+        for (size_t j = 0; j < X->nnames; j++) {
+            caps c = {0};
+            if (match(X->names[j], name, &c)) return true;
+        }
+    }
+    return false;
+}
 
 tps_status tps_target_sources(const tps_target *t, const char *name, uint64_t S, char ***names, size_t *n,
                               bool *tied, bool *stack, tps_error *err)

@@ -20,10 +20,18 @@
  *         - into: lm_head.weight
  *           from: [model.embed_tokens.weight]
  *           tied: true                # only when the source has no lm_head.weight
+ *       extras:                       # state-dict entries no source tensor gives
+ *         - names: ["model.layers.*.self_attn.attn._k_scale", ...]
+ *           per: "model.layers.*.input_layernorm.weight"   # once per match, its captures
+ *           value: 1.0                # a 0-d F32 constant
+ *           since: "0.14"             # the first engine release with them (--target-version)
+ *           engine: vllm              # only for this target (not sglang through an alias)
+ *       tp_at_most_experts: "RULE"    # the engine refuses a tp above a stack's experts
  *     sglang: vllm                    # the same mapping
  *
  * or, where the engine's model holds what no mapping writes, `refuse: "why"` alone: the target
- * is then TPS_EINVALID naming why, and the preset is not listed among those with one.
+ * is then TPS_EINVALID naming why, and the preset is not listed among those with one (GPT-2,
+ * GPT-NeoX: the engines' layout is no run of byte ranges of the source).
  *
  * In from and into, '*' matches one dot-free run and '{a,b}' one alternative; each is a
  * capture, and into's wildcards take the captures of from's first pattern in order (less
@@ -33,7 +41,9 @@
  * tensors is concatenation of their bytes, so the copy engine fuses while it streams, a
  * member at a time, and reading a set back finds each member as a byte range of its fused
  * tensor.  Tensors no entry maps keep their names.  The manifest records the mapping per
- * tensor (target_name, target_stack), so reshard, merge and check need no layout. */
+ * tensor (target_name, target_stack), so reshard, merge and check need no layout.  Extras
+ * (vLLM's attention scale buffers since 0.14) close every rank's last part; the manifest lists
+ * them (target_extras) with the release class (target_version); merge drops them. */
 #ifndef TPS_TARGET_H
 #define TPS_TARGET_H
 
@@ -96,6 +106,16 @@ tps_status tps_target_copy_side_files(const char *src_dir, const tps_outdir *od,
  * is a tied survivor (its source is the other name only when the set lacks that name). */
 tps_status tps_target_sources(const tps_target *t, const char *name, uint64_t S, char ***names, size_t *n,
                               bool *tied, bool *stack, tps_error *err);
+/* An extra's bytes as a rank file holds them (F32, little-endian). */
+void tps_target_extra_bytes(double value, unsigned char out[4]);
+/* The bytes m's extras add at the end of each rank's last part: their CRC-32, *len bytes. */
+uint32_t tps_target_extras_crc(const tps_manifest *m, uint64_t *len);
+
+/* Whether the target has extras that only some engine releases hold (since:). */
+bool tps_target_versioned(const tps_target *t);
+/* Whether name is one of the target's extras (a constant the engine's state dict holds
+ * beside the weights, whatever the release that has it). */
+bool tps_target_is_extra(const tps_target *t, const char *name);
 /* The engine's vocabulary multiple (0: no padding of its own). */
 uint64_t tps_target_vocab_multiple(const tps_target *t);
 

@@ -65,3 +65,83 @@ wrong_target q-halves llama llama 2 '  - match: model.layers.*.self_attn.q_proj.
 wrong_target expert-gate-halves mixtral mixtral 2 '  - match: model.layers.*.block_sparse_moe.experts.*.w1.weight
     split: column
     segments: {ga: intermediate/2, gb: intermediate/2}' "differs from the reference"
+
+# Families whose engine layout is no run of byte ranges: refused by name (exit 3), nothing
+# written, for both engines and for reshard of a tpshard set: GPT-2 (the engine transposes the
+# Conv1D weights) and GPT-NeoX (it reorders each rank's query_key_value rows).
+for target in vllm sglang; do
+    expect_exit 3 "preset:gpt2: --target $target is refused: the engine's GPT2 holds the Conv1D weights (c_attn, c_proj, c_fc) transposed" \
+        "gpt2 --target $target: refused naming the transpose (exit 3)" \
+        "$TPSHARD" split "$M/tiny-gpt2" --tp 2 --target "$target" -o "$T/gpt2-$target"
+    if [ -e "$T/gpt2-$target" ]; then notok "gpt2 --target $target: nothing written"; else ok "gpt2 --target $target: nothing written"; fi
+    expect_exit 3 "preset:neox: --target $target is refused: the engine's GPT-NeoX holds each rank's query_key_value rows blocked" \
+        "neox --target $target: refused naming the reordering (exit 3)" \
+        "$TPSHARD" split "$M/tiny-neox" --tp 2 --target "$target" -o "$T/neox-$target"
+done
+# The families with a mapping, named when one has none, leave out those refused.
+expect_exit 3 "preset:olmo2 has no mapping for --target vllm" "olmo2 (no targets: section): exit 3 naming the presets with one" \
+    "$TPSHARD" split "$M/tiny-olmo2" --tp 2 --target vllm -o "$T/olmo2-vllm"
+if grep -q "the presets with one: .*llama" "$T/.err" && ! grep -q "the presets with one: .*\(gpt2\|neox\)" "$T/.err"; then
+    ok "the refusal lists the presets with a mapping, not gpt2 or neox"
+else
+    notok "the refusal lists the presets with a mapping, not gpt2 or neox"
+    sed 's/^/#   /' "$T/.err" | head -3
+fi
+check "gpt2: split (tpshard's own target) still works" "$TPSHARD" split "$M/tiny-gpt2" --tp 2 -o "$T/gpt2-own" -q
+expect_exit 3 "preset:gpt2: --target vllm is refused" "gpt2: reshard --target vllm of a tpshard set is refused (exit 3)" \
+    "$TPSHARD" reshard "$T/gpt2-own" --tp 2 --target vllm -o "$T/gpt2-re"
+
+# --target-version: the engine release.  The default (current) writes vLLM's attention scale
+# buffers (0-d F32 1.0, four a layer, closing each rank's last part) and records them; 0.13 none.
+"$TPSHARD" split "$M/tiny-llama" --tp 2 --target vllm --max-shard-size 100KB -o "$T/ver-cur" -q
+"$TPSHARD" split "$M/tiny-llama" --tp 2 --target vllm --target-version 0.13 -o "$T/ver-013" -q
+if grep -q '"target_extras"' "$T/ver-cur/tpshard.json" && ! grep -q '"target_extras"' "$T/ver-013/tpshard.json" &&
+    grep -q '"target_version": "0.13"' "$T/ver-013/tpshard.json"; then
+    ok "--target-version: the current release's set lists its scale buffers, 0.13's has none and says 0.13"
+else
+    notok "--target-version: the current release's set lists its scale buffers, 0.13's has none and says 0.13"
+fi
+check "--target-version current: check passes (the constants' bytes in the files' CRCs)" "$TPSHARD" check "$T/ver-cur"
+check "--target-version 0.13: check passes" "$TPSHARD" check "$T/ver-013"
+check "verify --layer all on a set with scale buffers" "$TPSHARD" verify "$T/ver-cur" --layer all -q
+expect_exit 2 "--target-version 'latest': expected a release number" "--target-version latest: exit 2" \
+    "$TPSHARD" split "$M/tiny-llama" --tp 2 --target vllm --target-version latest -o "$T/ver-bad"
+expect_exit 2 "--target-version needs --target vllm or sglang" "--target-version without --target: exit 2" \
+    "$TPSHARD" split "$M/tiny-llama" --tp 2 --target-version 0.13 -o "$T/ver-bad"
+"$TPSHARD" merge "$T/ver-cur" -o "$T/ver-cur.safetensors" -q && "$TPSHARD" merge "$T/ver-013" -o "$T/ver-013.safetensors" -q
+if cmp -s "$T/ver-cur.safetensors" "$T/ver-013.safetensors"; then
+    ok "merge drops the scale buffers: both classes merge to the same file"
+else
+    notok "merge drops the scale buffers: both classes merge to the same file"
+fi
+# A rank file without its constants is caught by check (the file's CRC and the manifest).
+cp -r "$T/ver-013" "$T/ver-swap"
+cp "$T/ver-013/tpshard.json" "$T/ver-swap/tpshard.json"
+python3 - "$T/ver-cur/tpshard.json" "$T/ver-swap/tpshard.json" <<'PY'
+import json, sys
+cur, swap = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+swap["target_extras"] = cur["target_extras"]
+del swap["target_version"]
+json.dump(swap, open(sys.argv[2], "w"))
+PY
+expect_exit 1 "lacks 'model.layers.0.self_attn.attn._k_scale'" "a set whose manifest lists scale buffers its files lack: check names them" \
+    "$TPSHARD" check "$T/ver-swap"
+# target_extras are read strictly: a list of {name, value}, and only beside a target.
+cp -r "$T/ver-cur" "$T/ver-notarget"
+python3 - "$T/ver-notarget/tpshard.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+del d["target"]
+json.dump(d, open(sys.argv[1], "w"))
+PY
+expect_exit 3 "target_extras: extras without a target" "a manifest with target_extras and no target: exit 3" \
+    "$TPSHARD" reshard "$T/ver-notarget" --tp 1 -o "$T/ver-notarget-out"
+cp -r "$T/ver-cur" "$T/ver-badextra"
+python3 - "$T/ver-badextra/tpshard.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+d["target_extras"][0] = {"name": d["target_extras"][0]["name"]}
+json.dump(d, open(sys.argv[1], "w"))
+PY
+expect_exit 3 "missing field 'value'" "a target_extras entry without its value: exit 3" \
+    "$TPSHARD" reshard "$T/ver-badextra" --tp 1 -o "$T/ver-badextra-out"

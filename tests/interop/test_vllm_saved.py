@@ -1,7 +1,8 @@
 """Sets vLLM saved itself (ShardedStateLoader.save_model, emulated from vLLM's
 sharded_state_loader.py), read by tpshard: inspect, check, reshard 8 -> 4 --target vllm equal
 to split --tp 4 --target vllm, merge bit-exact to the source; missing, extra and misshapen
-keys refused, named with their rank.
+keys refused, named with their rank.  Sets of the current release hold the attention scale
+buffers; one saved by vLLM 0.13 (none) reshards as 0.13's.
 
 The per-rank state dicts come from vLLM's weight-loader rules (test_vllm_sharded_state.expected),
 in the engine's module order, with a tied lm_head aliasing the embedding's storage; the saver's
@@ -22,9 +23,10 @@ from tap import report, tpshard  # noqa: E402
 import test_vllm_sharded_state as vs  # noqa: E402
 
 
-def engine_state_dict(hf, cfg, T, r):
-    """Rank r's model.state_dict() in vLLM's module order: embed, layers, norm, lm_head."""
-    want = vs.expected(hf, cfg, T, r)
+def engine_state_dict(hf, cfg, T, r, scales=True):
+    """Rank r's model.state_dict() in vLLM's module order: embed, layers, norm, lm_head
+    (scales: a release with the attention scale buffers, 0.14.0 and later)."""
+    want = vs.expected(hf, cfg, T, r, scales=scales)
     order = sorted(want, key=lambda k: (0 if k.startswith("model.embed") else 1 if k.startswith("model.layers.")
                                         else 2 if k.startswith("model.norm") else 3,
                                         int(k.split(".")[2]) if k.startswith("model.layers.") else 0, k))
@@ -61,10 +63,10 @@ def save_sharded_state(d, sds, max_size):
             save_file(cur, os.path.join(d, "model-rank-%d-part-%d.safetensors" % (r, part)))
 
 
-def vllm_saved(tmp, name, src, hf, cfg, T, max_size):
-    d = os.path.join(tmp, "%s-saved-%d" % (name, T))
+def vllm_saved(tmp, name, src, hf, cfg, T, max_size, scales=True):
+    d = os.path.join(tmp, "%s-saved-%d%s" % (name, T, "" if scales else "-013"))
     os.makedirs(d)
-    save_sharded_state(d, [engine_state_dict(hf, cfg, T, r) for r in range(T)], max_size)
+    save_sharded_state(d, [engine_state_dict(hf, cfg, T, r, scales) for r in range(T)], max_size)
     shutil.copy(os.path.join(src, "config.json"), d)
     with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:  # stale, as vLLM's tools copy it
         f.write('{"metadata": {}, "weight_map": {"model.embed_tokens.weight": "model-00001-of-00002.safetensors"}}')
@@ -122,6 +124,26 @@ def main():
                 extra = sorted(set(got) - set(hf))
                 report(not bad and not extra, "%s: merge equals the source tensors bit for bit" % name,
                        "differ/missing %s extra %s" % (bad[:5], extra[:5]))
+            if name == "llama-bf16":  # saved by vLLM 0.13 (no scale buffers): resharded as such
+                d13 = vllm_saved(tmp, name, src, hf, cfg, 8, 1500, scales=False)
+                out13 = os.path.join(tmp, "%s-re4-013" % name)
+                p = tpshard("reshard", d13, "--tp", 4, "-o", out13, "-q")
+                ref13 = os.path.join(tmp, "%s-split4-013" % name)
+                q = tpshard("split", src, "--tp", 4, "--target", "vllm", "--target-version", "0.13", "-o", ref13, "-q")
+                diff = vs.same_sets(out13, ref13, 4) if p.returncode == 0 and q.returncode == 0 else p.stderr + q.stderr
+                report(not diff, "%s: a vLLM 0.13-saved set reshards 8 -> 4 keeping its class (equals split "
+                       "--target-version 0.13)" % name, diff)
+                probs = vs.loads(out13, hf, cfg, 4, dtype, scales=False)
+                report(not probs, "%s: vLLM 0.13's loader takes it" % name, "\n".join(probs[:5]))
+                p = tpshard("check", d13)
+                report(p.returncode == 0, "%s: check passes on a vLLM 0.13-saved set" % name, p.stderr[-1500:])
+                # one rank without its scale buffers where the others have them: named
+                w = os.path.join(tmp, "%s-noscales" % name)
+                shutil.copytree(d, w)
+                rewrite(w, 3, lambda R: {k: v for k, v in R.items() if not k.endswith("_scale")})
+                p = tpshard("check", w)
+                report(p.returncode == 1 and "rank 3 lacks 'model.layers.0.self_attn.attn._k_scale'" in p.stderr,
+                       "%s: a rank missing the scale buffers is refused, named" % name, p.stderr[-1500:])
             # Wrong sets: each refused with exit 3, naming the key and the rank.
             key = "model.layers.1.self_attn.o_proj.weight"
             cases = [("missing", lambda R: {k: v for k, v in R.items() if k != key}, "rank 3 lacks '%s'" % key),

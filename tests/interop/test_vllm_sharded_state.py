@@ -35,6 +35,10 @@ separate q/k/v names (tpshard's own set), KV heads dealt round-robin (which the 
 misses too).  Also: reshard between
 tps (and between targets) equals split at the new tp, merge of a target set gives the
 source's tensors bit-exact, check passes, and the model's config.json is in the set.
+--target-version 0.13 (a vLLM release before the attention scale buffers) writes none; each
+class's loader refuses the other's set; reshard keeps the class.
+Refusals (exit 3): a tp the heads or the padded vocabulary refuse, a family without a mapping,
+and Qwen2-MoE at a tp above its experts (Qwen2MoeSparseMoeBlock raises ValueError there).
 
 Skips loudly when transformers cannot be imported (tests/interop/setup.sh).
 """
@@ -169,9 +173,13 @@ def pad_rows(w, multiple):
     return torch.cat([w, torch.zeros((padded - v,) + tuple(w.shape[1:]), dtype=w.dtype)])
 
 
-def expected(hf, cfg, T, r, vocab_quantum=64, kv_shard=None, engine="vllm"):
+def expected(hf, cfg, T, r, vocab_quantum=64, kv_shard=None, engine="vllm", scales=True):
     """vLLM's parameters at tp T, rank r, after loading the HF tensors hf (engine "sglang":
-    SGLang's, which differ for Qwen2-MoE's shared expert)."""
+    SGLang's, which differ for Qwen2-MoE's shared expert and have no scale buffers).  scales:
+    a vLLM release with PR #31395 (0.14.0 and later), whose Attention registers _k_scale,
+    _v_scale, _q_scale and _prob_scale as persistent 0-d float32 buffers, 1.0 without a
+    quantized KV cache (set_default_quant_scales(register_buffer=True)): in the state dict
+    the loader fills, under the attention module's prefix plus "attn."."""
     H, nq, nkv = cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads
     hd = H // nq
     out = {}
@@ -212,6 +220,9 @@ def expected(hf, cfg, T, r, vocab_quantum=64, kv_shard=None, engine="vllm"):
         if a + "o_proj.bias" in hf:
             out[a + "o_proj.bias"] = hf[a + "o_proj.bias"]  # RowParallelLinear: whole on every rank
         out[p + "input_layernorm.weight"] = hf[p + "input_layernorm.weight"]
+        if engine == "vllm" and scales:
+            for b in ("_k_scale", "_v_scale", "_q_scale", "_prob_scale"):
+                out[a + "attn." + b] = torch.tensor(1.0, dtype=torch.float32)
         out[p + "post_attention_layernorm.weight"] = hf[p + "post_attention_layernorm.weight"]
         if getattr(cfg, "num_local_experts", None):
             m = p + "block_sparse_moe."
@@ -270,7 +281,7 @@ def load(d, r, want, dtype):
                 t = s.get_tensor(key)
                 if tuple(t.shape) != tuple(param.shape):
                     problems.append("%s: shape %s, the parameter is %s" % (key, tuple(t.shape), tuple(param.shape)))
-                elif t.dtype != dtype:
+                elif t.dtype != (param.dtype if param.dim() == 0 else dtype):  # buffers: float32
                     problems.append("%s: dtype %s, the model's is %s" % (key, t.dtype, dtype))
                 elif not torch.equal(t.view(torch.uint8) if t.dim() else t, param.view(torch.uint8) if param.dim() else param):
                     problems.append("%s: values differ" % key)
@@ -314,7 +325,8 @@ def same_sets(a, b, T):
         if A[r].keys() != B[r].keys():
             return "rank %d keys differ: %s" % (r, sorted(set(A[r]) ^ set(B[r])))
         for k in A[r]:
-            if A[r][k].dtype != B[r][k].dtype or not torch.equal(A[r][k].view(torch.uint8), B[r][k].view(torch.uint8)):
+            if A[r][k].dtype != B[r][k].dtype or not torch.equal(A[r][k].reshape(-1).view(torch.uint8),
+                                                                 B[r][k].reshape(-1).view(torch.uint8)):
                 return "rank %d tensor %s differs" % (r, k)
     return ""
 
@@ -359,13 +371,10 @@ def main():
                 report(p.returncode == 0, "%s tp %d: check --source passes" % (name, T), p.stdout + p.stderr)
                 sg = os.path.join(tmp, "%s-sglang-%d" % (name, T))
                 p = tpshard("split", src, "--tp", T, "--target", "sglang", "-o", sg, "-q")
-                if name == "qwen2-moe":  # SGLang names the shared expert once, under the block
-                    probs = loads(sg, hf, cfg, T, dtype, engine="sglang") if p.returncode == 0 else [p.stderr]
-                    report(not probs, "%s tp %d: SGLang's loader takes the --target sglang set" % (name, T),
-                           "\n".join(probs[:10]))
-                else:
-                    report(p.returncode == 0 and not same_sets(out, sg, T),
-                           "%s tp %d: --target sglang gives the same rank files" % (name, T), p.stderr)
+                # SGLang: no scale buffers; Qwen2-MoE's shared expert named once, under the block
+                probs = loads(sg, hf, cfg, T, dtype, engine="sglang") if p.returncode == 0 else [p.stderr]
+                report(not probs, "%s tp %d: SGLang's loader takes the --target sglang set" % (name, T),
+                       "\n".join(probs[:10]))
             report(worst <= hf_tier.TOL, "%s: the TP forward from the fused per-rank tensors equals transformers' logits "
                    "at tp %s (max abs difference %.2g <= %g)" % (name, ",".join(map(str, tps)), worst, hf_tier.TOL),
                    "\n".join(detail))
@@ -397,13 +406,46 @@ def main():
             # merge back to the source, bit-exact
             merged = os.path.join(tmp, "%s-merged.safetensors" % name)
             p = tpshard("merge", os.path.join(tmp, "%s-vllm-%d" % (name, T)), "-o", merged, "-q")
+            from safetensors.torch import load_file
             ok = p.returncode == 0
             if ok:
-                from safetensors.torch import load_file
                 m = load_file(merged)
                 ok = m.keys() == hf.keys() and all(m[k].dtype == hf[k].dtype and torch.equal(
                     m[k].view(torch.uint8), hf[k].view(torch.uint8)) for k in hf)
             report(ok, "%s: merge of the tp %d vLLM set is the source, bit-exact" % (name, T), p.stderr)
+            # a vLLM release before the scale buffers (0.13): none written, and the two classes'
+            # loaders each refuse the other's set
+            old = os.path.join(tmp, "%s-vllm013-%d" % (name, T))
+            p = tpshard("split", src, "--tp", T, "--target", "vllm", "--target-version", "0.13", "-o", old, "-q")
+            probs = loads(old, hf, cfg, T, dtype, scales=False) if p.returncode == 0 else [p.stderr]
+            report(not probs, "%s tp %d: --target-version 0.13: vLLM 0.13's loader takes the set (no scale buffers)"
+                   % (name, T), "\n".join(probs[:5]))
+            probs = loads(old, hf, cfg, T, dtype)
+            report(any("Missing keys" in x and "attn._k_scale" in x for x in probs),
+                   "%s: the 0.13 set fails the current loader (Missing keys ...attn._k_scale)" % name, "\n".join(probs[:3]))
+            probs = loads(os.path.join(tmp, "%s-vllm-%d" % (name, T)), hf, cfg, T, dtype, scales=False)
+            report(any("KeyError" in x and "attn._q_scale" in x for x in probs),
+                   "%s: the current set fails vLLM 0.13's loader (KeyError ...attn._q_scale)" % name, "\n".join(probs[:3]))
+            if len(tps) > 1:  # reshard keeps the release class, --target-version changes it
+                a = tps[0]
+                re_old = os.path.join(tmp, "%s-re013-%d" % (name, a))
+                p = tpshard("reshard", old, "--tp", a, "-o", re_old, "-q")
+                probs = loads(re_old, hf, cfg, a, dtype, scales=False) if p.returncode == 0 else [p.stderr]
+                report(not probs, "%s: reshard of the 0.13 set to tp %d keeps the class (loads in 0.13)" % (name, a),
+                       "\n".join(probs[:5]))
+                re_new = os.path.join(tmp, "%s-re014-%d" % (name, a))
+                p = tpshard("reshard", old, "--tp", a, "--target-version", "current", "-o", re_new, "-q")
+                diff = same_sets(re_new, os.path.join(tmp, "%s-vllm-%d" % (name, a)), a) if p.returncode == 0 else p.stderr
+                report(not diff, "%s: reshard of the 0.13 set --target-version current equals split --target vllm" % name,
+                       diff)
+            merged013 = os.path.join(tmp, "%s-merged013.safetensors" % name)
+            p = tpshard("merge", old, "-o", merged013, "-q")
+            ok = p.returncode == 0
+            if ok:
+                m = load_file(merged013)
+                ok = m.keys() == hf.keys() and all(m[k].dtype == hf[k].dtype and torch.equal(
+                    m[k].view(torch.uint8), hf[k].view(torch.uint8)) for k in hf)
+            report(ok, "%s: merge of the 0.13 set is the source, bit-exact" % name, p.stderr)
             if name == "qwen2-moe":  # the shared expert under the names vLLM's saver drops
                 wrong = os.path.join(tmp, "wrong-shared")
                 write_wrong(wrong, T, lambda r: expected(hf, cfg, T, r, engine="sglang"))
@@ -444,10 +486,38 @@ def main():
                "tp 3 refused by the engine's vocabulary padding, naming the tp values that work", p.stderr)
         p = tpshard("split", src, "--tp", 3, "-o", os.path.join(tmp, "y3-plain"), "-q")
         report(p.returncode == 0, "tp 3 is fine for tpshard's own set (padded to a multiple of tp)", p.stderr)
-        p = tpshard("split", os.path.join(tap.TOP, "testdata", "models", "tiny-gpt2"), "--tp", 2, "--target", "vllm",
+        p = tpshard("split", os.path.join(tap.TOP, "testdata", "models", "tiny-olmo2"), "--tp", 2, "--target", "vllm",
                     "-o", os.path.join(tmp, "z"))
         report(p.returncode == 3 and "the presets with one: " in p.stderr and "llama" in p.stderr,
                "a family without a vllm mapping is exit 3 naming those with one", p.stderr)
+        for family, why in (("gpt2", "transposed, [out, in]"), ("neox", "query_key_value rows blocked")):
+            p = tpshard("split", os.path.join(tap.TOP, "testdata", "models", "tiny-" + family), "--tp", 2, "--target",
+                        "vllm", "-o", os.path.join(tmp, "z-" + family))
+            report(p.returncode == 3 and "--target vllm is refused" in p.stderr and why in p.stderr,
+                   "%s: --target vllm refused naming why (exit 3)" % family, p.stderr)
+        # Qwen2MoeSparseMoeBlock (vLLM's and SGLang's qwen2_moe.py) raises ValueError when the tp
+        # exceeds num_experts; the heads, widths and vocabulary allow tp 4 here, 2 experts do not
+        from transformers import Qwen2MoeConfig
+        cfg = Qwen2MoeConfig(**dict(BASE, moe_intermediate_size=32, shared_expert_intermediate_size=48, num_experts=2,
+                                    num_experts_per_tok=1))
+        src = os.path.join(tmp, "qwen2-moe-2-experts")
+        hf, _ = build(cfg, torch.float32, 98, src)
+        for target in ("vllm", "sglang"):
+            out = os.path.join(tmp, "e4-" + target)
+            p = tpshard("split", src, "--tp", 4, "--target", target, "-o", out)
+            report(p.returncode == 3 and "the checkpoint has 2 experts a layer" in p.stderr and
+                   "Qwen2MoeSparseMoeBlock" in p.stderr and "tp values that work: 1, 2\n" in p.stderr and
+                   not os.path.exists(out),
+                   "qwen2-moe with 2 experts: --target %s at tp 4 refused as the engine refuses it (exit 3)" % target,
+                   p.stderr)
+        p = tpshard("split", src, "--tp", 4, "-o", os.path.join(tmp, "e4-plain"), "-q")
+        report(p.returncode == 0, "qwen2-moe with 2 experts: tpshard's own set at tp 4 is fine", p.stderr)
+        p = tpshard("reshard", os.path.join(tmp, "e4-plain"), "--tp", 4, "--target", "vllm", "-o", os.path.join(tmp, "e4r"))
+        report(p.returncode == 3 and "the checkpoint has 2 experts a layer" in p.stderr,
+               "qwen2-moe with 2 experts: reshard --target vllm at tp 4 refused (exit 3)", p.stderr)
+        p = tpshard("split", src, "--tp", 2, "--target", "vllm", "-o", os.path.join(tmp, "e2"), "-q")
+        probs = loads(os.path.join(tmp, "e2"), hf, cfg, 2, torch.float32) if p.returncode == 0 else [p.stderr]
+        report(not probs, "qwen2-moe with 2 experts: --target vllm at tp 2 loads", "\n".join(probs[:5]))
     return tap.status()
 
 
