@@ -136,12 +136,26 @@ static tps_status fill_source(void *arg, unsigned char *buf, size_t cap, size_t 
     if (ss->sp_i != ss->i) {
         tps_spans_release(&ss->sp);
         ss->sp_i = (size_t)-1;
-        tps_status st = tps_spans_build(&t->part, t->dtype, t->ndim, t->shape, ss->m->tp, &ss->sp, err);
+        tps_partition fp;
+        tps_target_file_partition(t, &fp);
+        tps_status st = tps_spans_build(&fp, t->dtype, t->ndim, t->shape, ss->m->tp, &ss->sp, err);
         if (st) return st;
         ss->sp_i = ss->i;
     }
     *n = chunk_at(&ss->sp, t->nbytes, ss->g, cap);
-    tps_status st = ss->read(ss->ctx, ss->i, ss->g, buf, *n, err);
+    tps_status st = TPS_OK;
+    if (t->target_blocks) { /* the view [B, groups, block] of the source's [groups, B, block] */
+        uint64_t G, block;
+        st = tps_target_blocked_geometry(t, ss->m->tp, &G, &block, err);
+        for (size_t at = 0; st == TPS_OK && at < *n;) {
+            uint64_t run, src = tps_target_swap_offset(ss->g + at, t->target_blocks, G, block, &run);
+            size_t k = run < *n - at ? (size_t)run : *n - at;
+            st = ss->read(ss->ctx, ss->i, src, buf + at, k, err);
+            at += k;
+        }
+    } else {
+        st = ss->read(ss->ctx, ss->i, ss->g, buf, *n, err);
+    }
     ss->g += *n;
     return st;
 }
@@ -198,9 +212,23 @@ static tps_status cut_tensor(tps_manifest *m, size_t i, tps_prefetch *pf, size_t
 {
     tps_manifest_tensor *t = &m->tensors[i];
     tps_spans sp;
-    tps_status st = tps_spans_build(&t->part, t->dtype, t->ndim, t->shape, m->tp, &sp, err);
+    tps_partition fp;
+    tps_target_file_partition(t, &fp);
+    tps_status st = tps_spans_build(&fp, t->dtype, t->ndim, t->shape, m->tp, &sp, err);
     if (st) return st;
     uint32_t crc = 0;
+    /* Blocked rows stream in the view's order: the manifest's CRC is the source's, combined
+     * from each block's CRC in source order at the end. */
+    uint64_t G = 0, block = 0, nblk = 0;
+    uint32_t *bcrc = NULL;
+    if (t->target_blocks) {
+        TPS_CHECK(tps_target_blocked_geometry(t, m->tp, &G, &block, err));
+        nblk = G * t->target_blocks;
+        if (!(bcrc = calloc(nblk + 1, sizeof *bcrc))) {
+            st = tps_fail_oom(err, "copying blocked rows");
+            goto cleanup;
+        }
+    }
     uint64_t g = 0; /* position in the global tensor */
     uint64_t mid = helper ? m->tp / 2 : m->tp;
     while (g < t->nbytes) {
@@ -217,6 +245,13 @@ static tps_status cut_tensor(tps_manifest *m, size_t i, tps_prefetch *pf, size_t
             goto cleanup;
         }
         crc = (uint32_t)crc32_combine(crc, c, (z_off_t)n);
+        for (size_t at = 0; bcrc && at < n;) {
+            uint64_t v = g + at, k = block - v % block;
+            if (k > n - at) k = n - at;
+            uint64_t b = v / block;
+            bcrc[b] = (uint32_t)crc32_combine(bcrc[b], (uint32_t)crc32(0, buf + at, (uInt)k), (z_off_t)k);
+            at += (size_t)k;
+        }
         delivery lo = {&sp, buf, g, n, c, outs, 0, mid}, hi = lo;
         hi.r0 = mid;
         hi.r1 = m->tp;
@@ -230,8 +265,15 @@ static tps_status cut_tensor(tps_manifest *m, size_t i, tps_prefetch *pf, size_t
         prog->done += n;
         if (o->progress) o->progress(prog, o->progress_arg);
     }
+    if (bcrc) { /* view block b*G + h is source block h*B + b */
+        crc = 0;
+        for (uint64_t h = 0; h < G; h++)
+            for (uint64_t b = 0; b < t->target_blocks; b++)
+                crc = (uint32_t)crc32_combine(crc, bcrc[b * G + h], (z_off_t)block);
+    }
     t->crc = crc;
 cleanup:
+    free(bcrc);
     tps_spans_release(&sp);
     return st;
 }

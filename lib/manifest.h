@@ -40,6 +40,11 @@ typedef struct tps_manifest_tensor {
      * along a new leading dimension (MoE experts: [E, 2I/T, H]). */
     char *target_name;
     uint64_t target_stack;
+    /* With a target: 0, or B > 1 when rank files hold this tensor's rank slice with its rows
+     * blocked (lib/target.h, blocked:): the slice's dimension 0 is groups of one partition
+     * unit, each B equal blocks ([q_h; k_h; v_h] per GPT-NeoX head), and the file holds
+     * block 0 of every group, then block 1, ... ([q_r; k_r; v_r]). */
+    uint64_t target_blocks;
 } tps_manifest_tensor;
 
 typedef struct tps_manifest_file {

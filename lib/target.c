@@ -38,7 +38,15 @@ typedef struct tentry {
     size_t line;
 } tentry;
 
+/* blocked: entry: tensors whose rank files hold their rows blocked (target_blocks). */
+typedef struct tblocked {
+    char *match;
+    uint64_t blocks;
+} tblocked;
+
 struct tps_target {
+    tblocked *b;
+    size_t nb;
     char *name;
     char *source; /* what messages call the layout */
     uint64_t vocab_multiple;
@@ -64,6 +72,8 @@ void tps_target_free(tps_target *t)
         free(t->x[i].engine);
     }
     free(t->x);
+    for (size_t i = 0; i < t->nb; i++) free(t->b[i].match);
+    free(t->b);
     free(t->experts_rule);
     free(t->name);
     free(t->source);
@@ -395,6 +405,33 @@ tps_status tps_target_load(const char *layout_text, const char *layout_name, con
                 st = tps_fail_oom(err, "reading a target");
                 goto cleanup;
             }
+        } else if (ks && strcmp(ks, "blocked") == 0) {
+            if (v->type != YAML_SEQUENCE_NODE) {
+                st = ybad(&c, v, "blocked is a list of {match, blocks}");
+                goto cleanup;
+            }
+            size_t n = (size_t)(v->data.sequence.items.top - v->data.sequence.items.start);
+            if (!(t->b = calloc(n + 1, sizeof *t->b))) {
+                st = tps_fail_oom(err, "reading a target");
+                goto cleanup;
+            }
+            for (size_t i = 0; i < n; i++) {
+                yaml_node_t *en = yaml_document_get_node(&doc, v->data.sequence.items.start[i]);
+                const char *mt = en->type == YAML_MAPPING_NODE ? yscalar(ykey(&doc, en, "match")) : NULL;
+                const char *bs = en->type == YAML_MAPPING_NODE ? yscalar(ykey(&doc, en, "blocks")) : NULL;
+                char *end = NULL;
+                unsigned long long q = bs ? strtoull(bs, &end, 10) : 0;
+                if (!mt || !bs || *end || q < 2 || q > 64 || en->data.mapping.pairs.top - en->data.mapping.pairs.start != 2) {
+                    st = ybad(&c, en, "a blocked: entry is {match: NAME, blocks: 2 to 64}");
+                    goto cleanup;
+                }
+                t->nb = i + 1;
+                if (!(t->b[i].match = strdup(mt))) {
+                    st = tps_fail_oom(err, "reading a target");
+                    goto cleanup;
+                }
+                t->b[i].blocks = q;
+            }
         } else if (ks && strcmp(ks, "tensors") == 0) {
             if (v->type != YAML_SEQUENCE_NODE) {
                 st = ybad(&c, v, "tensors is a list of {into, from}");
@@ -410,7 +447,7 @@ tps_status tps_target_load(const char *layout_text, const char *layout_name, con
                 TPS_CHECK(parse_entry(&c, yaml_document_get_node(&doc, v->data.sequence.items.start[i]), &t->e[i]));
             }
         } else {
-            st = ybad(&c, k, "unknown key (vocab_multiple, tensors, extras, tp_at_most_experts)");
+            st = ybad(&c, k, "unknown key (vocab_multiple, tensors, extras, tp_at_most_experts, blocked)");
             goto cleanup;
         }
     }
@@ -488,6 +525,15 @@ static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *
 
 tps_status tps_target_check_manifest(const tps_manifest *m, const char *what, tps_error *err)
 {
+    for (size_t i = 0; i < m->ntensors; i++) {
+        const tps_manifest_tensor *t = &m->tensors[i];
+        uint64_t G, block;
+        tps_error e;
+        tps_error_clear(&e);
+        if (!t->target_blocks) continue;
+        if (!m->target) return tps_fail(err, TPS_EINVALID, "%s: tensor '%s' has blocked rows but the manifest names no target", what, t->name);
+        if (tps_target_blocked_geometry(t, m->tp, &G, &block, &e)) return tps_fail(err, TPS_EINVALID, "%s: %s", what, e.msg);
+    }
     size_t nruns = 0;
     for (size_t i = 0; i < m->ntensors; i++)
         if (m->tensors[i].target_name) nruns++;
@@ -546,6 +592,7 @@ static void clear_layout(tps_manifest *m)
         free(m->tensors[i].target_name);
         m->tensors[i].target_name = NULL;
         m->tensors[i].target_stack = 0;
+        m->tensors[i].target_blocks = 0;
         m->tensors[i].part.pad_multiple = 0;
     }
     for (size_t i = 0; i < m->nextras; i++) free(m->extras[i].name);
@@ -672,6 +719,11 @@ tps_status tps_target_apply(const tps_target *t, tps_manifest *m, tps_error *err
             goto cleanup;
         }
     }
+    for (size_t bi = 0; bi < t->nb; bi++)
+        for (size_t i = 0; i < N; i++) {
+            caps c = {0};
+            if (match(t->b[bi].match, m->tensors[i].name, &c)) m->tensors[i].target_blocks = t->b[bi].blocks;
+        }
     uint64_t experts = 0; /* the fewest experts a stack entry found in a layer */
     for (size_t ei = 0; ei < t->n; ei++) {
         const tentry *E = &t->e[ei];
@@ -861,6 +913,12 @@ tps_status tps_target_member_index(const tps_manifest *m, uint64_t r, tps_index 
             goto cleanup;
         }
         uint64_t off = x->offset;
+        if (t->target_blocks) {
+            TPS_CHECK(tps_target_blocked_member(vx, t, m->tp, want, x->file, off, err));
+            seen++;
+            i = j;
+            continue;
+        }
         for (size_t k = i; k < j; k++) {
             const tps_manifest_tensor *y = &m->tensors[k];
             uint64_t rs[TPS_MAX_DIMS];

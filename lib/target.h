@@ -27,6 +27,9 @@
  *           since: "0.14"             # the first engine release with them (--target-version)
  *           engine: vllm              # only for this target (not sglang through an alias)
  *       tp_at_most_experts: "RULE"    # the engine refuses a tp above a stack's experts
+ *       blocked:                      # rank files hold these rows reordered
+ *         - match: "gpt_neox.layers.*.attention.query_key_value.{weight,bias}"
+ *           blocks: 3                 # each partition unit is 3 blocks: [q_h; k_h; v_h]
  *     sglang: vllm                    # the same mapping
  *
  * or, where the engine's model holds what no mapping writes, `refuse: "why"` alone: the target
@@ -118,5 +121,27 @@ bool tps_target_versioned(const tps_target *t);
 bool tps_target_is_extra(const tps_target *t, const char *name);
 /* The engine's vocabulary multiple (0: no padding of its own). */
 uint64_t tps_target_vocab_multiple(const tps_target *t);
+
+/* Blocked rows (blocked: entries; the manifest's target_blocks B): the rank slice's
+ * dimension 0 is groups of one partition unit, each B blocks, and the rank file holds it
+ * with the two leading axes of [groups, B, block] swapped: GPT-NeoX's per-head
+ * [q_h; k_h; v_h] as vLLM's [q_r; k_r; v_r].  The copy engine cuts such a tensor as a view of
+ * the global tensor with the same swap ([B, heads, block]: all q, all k, all v) under the
+ * file partition (B segments of unit/B), which hands every rank exactly its file's bytes;
+ * the member index reads the rank slice back through the inverse swap.  So the manifest
+ * keeps the source's names, shapes, partitions and CRCs, and reshard, merge and verify see
+ * the source's tensors. */
+/* The geometry of t's blocking at tp: *groups (the partition units of the global tensor)
+ * and *block_bytes; TPS_EINVALID when t's partition cannot carry it at tp. */
+tps_status tps_target_blocked_geometry(const tps_manifest_tensor *t, uint64_t tp, uint64_t *groups,
+                                       uint64_t *block_bytes, tps_error *err);
+/* The partition the copy engine cuts t's view with (t->part when t is not blocked). */
+void tps_target_file_partition(const tps_manifest_tensor *t, tps_partition *out);
+/* Byte off of an [X, Y, block] array (bytes) as stored [Y, X, block]: the stored offset, and
+ * in *run the bytes from there that stay contiguous in both. */
+uint64_t tps_target_swap_offset(uint64_t off, uint64_t X, uint64_t Y, uint64_t block, uint64_t *run);
+/* Adds blocked tensor t's rank slice (shape rs) to a member index vx, read from file at base. */
+tps_status tps_target_blocked_member(tps_index *vx, const tps_manifest_tensor *t, uint64_t tp, const uint64_t *rs,
+                                     uint32_t file, uint64_t base, tps_error *err);
 
 #endif
