@@ -106,7 +106,39 @@ typedef struct source_stream {
     uint64_t g;
     tps_spans sp; /* of tensor sp_i */
     size_t sp_i;
+    uint32_t *src_crc; /* transposed tensors: the CRC of the source's order, read before their first chunk */
 } source_stream;
+
+typedef struct stream_at {
+    source_stream *ss;
+    size_t i;
+} stream_at;
+
+static tps_status read_at(void *ctx, uint64_t off, void *buf, size_t len, tps_error *err)
+{
+    const stream_at *a = ctx;
+    return a->ss->read(a->ss->ctx, a->i, off, buf, len, err);
+}
+
+/* A transposed tensor streams in the view's order, so the manifest's CRC (the source's
+ * order) takes a pass of its own; blocked rows combine their blocks' CRCs instead. */
+static tps_status source_crc(stream_at *a, const tps_manifest_tensor *t, uint32_t *out, tps_error *err)
+{
+    enum { CRC_CHUNK = 1 << 20 };
+    unsigned char *b = malloc(CRC_CHUNK);
+    if (!b) return tps_fail_oom(err, "checksumming a transposed tensor");
+    uint32_t c = 0;
+    tps_status st = TPS_OK;
+    for (uint64_t at = 0; at < t->nbytes && st == TPS_OK;) {
+        size_t n = t->nbytes - at < CRC_CHUNK ? (size_t)(t->nbytes - at) : CRC_CHUNK;
+        st = read_at(a, at, b, n, err);
+        if (st == TPS_OK) c = (uint32_t)crc32(c, b, (uInt)n);
+        at += n;
+    }
+    free(b);
+    *out = c;
+    return st;
+}
 
 /* The size of the chunk of tensor i at global byte g, the same for the reader and the consumer. */
 static size_t chunk_at(const tps_spans *sp, uint64_t nbytes, uint64_t g, size_t cap)
@@ -137,22 +169,20 @@ static tps_status fill_source(void *arg, unsigned char *buf, size_t cap, size_t 
         tps_spans_release(&ss->sp);
         ss->sp_i = (size_t)-1;
         tps_partition fp;
+        uint64_t vs[TPS_MAX_DIMS];
+        memcpy(vs, t->shape, sizeof vs);
         tps_target_file_partition(t, &fp);
-        tps_status st = tps_spans_build(&fp, t->dtype, t->ndim, t->shape, ss->m->tp, &ss->sp, err);
+        tps_target_file_shape(t, vs); /* the view's shape */
+        tps_status st = tps_spans_build(&fp, t->dtype, t->ndim, vs, ss->m->tp, &ss->sp, err);
         if (st) return st;
         ss->sp_i = ss->i;
     }
     *n = chunk_at(&ss->sp, t->nbytes, ss->g, cap);
     tps_status st = TPS_OK;
-    if (t->target_blocks) { /* the view [B, groups, block] of the source's [groups, B, block] */
-        uint64_t G, block;
-        st = tps_target_blocked_geometry(t, ss->m->tp, &G, &block, err);
-        for (size_t at = 0; st == TPS_OK && at < *n;) {
-            uint64_t run, src = tps_target_swap_offset(ss->g + at, t->target_blocks, G, block, &run);
-            size_t k = run < *n - at ? (size_t)run : *n - at;
-            st = ss->read(ss->ctx, ss->i, src, buf + at, k, err);
-            at += k;
-        }
+    if (t->target_blocks || t->target_transpose) { /* the view the file partition cuts (lib/target.h) */
+        stream_at a = {ss, ss->i};
+        if (ss->g == 0 && t->target_transpose) st = source_crc(&a, t, &ss->src_crc[ss->i], err);
+        if (st == TPS_OK) st = tps_target_view_read(t, ss->m->tp, read_at, &a, ss->g, buf, *n, err);
     } else {
         st = ss->read(ss->ctx, ss->i, ss->g, buf, *n, err);
     }
@@ -213,8 +243,11 @@ static tps_status cut_tensor(tps_manifest *m, size_t i, tps_prefetch *pf, size_t
     tps_manifest_tensor *t = &m->tensors[i];
     tps_spans sp;
     tps_partition fp;
+    uint64_t vs[TPS_MAX_DIMS];
+    memcpy(vs, t->shape, sizeof vs);
     tps_target_file_partition(t, &fp);
-    tps_status st = tps_spans_build(&fp, t->dtype, t->ndim, t->shape, m->tp, &sp, err);
+    tps_target_file_shape(t, vs); /* the view's shape */
+    tps_status st = tps_spans_build(&fp, t->dtype, t->ndim, vs, m->tp, &sp, err);
     if (st) return st;
     uint32_t crc = 0;
     /* Blocked rows stream in the view's order: the manifest's CRC is the source's, combined
@@ -299,6 +332,7 @@ static tps_status open_part(tps_manifest *m, uint64_t r, rank_out *ro, size_t p,
     for (size_t k = 0; k < n; k++) {
         const tps_manifest_tensor *t = &m->tensors[i0 + k];
         tps_partition_rank_shape(&t->part, t->ndim, t->shape, m->tp, r, shapes + k * TPS_MAX_DIMS);
+        tps_target_file_shape(t, shapes + k * TPS_MAX_DIMS);
         e[k] = (tps_sink_tensor){t->name, t->dtype, t->ndim, shapes + k * TPS_MAX_DIMS};
     }
     if (m->target) n = tps_target_file_tensors(m, i0, n, r, e, shapes); /* fused runs: one tensor each */
@@ -495,7 +529,7 @@ tps_status tps_cut(tps_manifest *m, const tps_cut_files *files, tps_global_read_
     source_stream ss = {.m = m, .read = read, .ctx = ctx, .sp_i = (size_t)-1};
     tps_prefetch *pf = NULL;
     tps_helper *helper = NULL;
-    if (!outs) {
+    if (!outs || !(ss.src_crc = calloc(m->ntensors + 1, sizeof *ss.src_crc))) {
         st = tps_fail_oom(err, "starting the copy");
         goto cleanup;
     }
@@ -519,6 +553,7 @@ tps_status tps_cut(tps_manifest *m, const tps_cut_files *files, tps_global_read_
         prog.tensor = m->tensors[i].name;
         TPS_CHECK(enter_tensor(m, outs, i, od, o, err));
         TPS_CHECK(cut_tensor(m, i, pf, chunk, outs, helper, o, &prog, err));
+        if (m->tensors[i].target_transpose) m->tensors[i].crc = ss.src_crc[i];
         if (o->tensor_done) TPS_CHECK(o->tensor_done(o->tensor_done_arg, i, m->tensors[i].crc, err));
     }
     for (uint64_t r = 0; r < m->tp; r++) {
@@ -539,6 +574,7 @@ cleanup:
     tps_helper_stop(helper);
     tps_prefetch_stop(pf);
     tps_spans_release(&ss.sp);
+    free(ss.src_crc);
     tps_io_set_uncached(false);
     for (uint64_t r = 0; outs && r < m->tp; r++)
         if (outs[r].w) o->sink->abort(outs[r].w);

@@ -208,6 +208,10 @@ tps_status tps_manifest_to_json(const tps_manifest *m, tps_buf *buf, tps_error *
             tps_jw_key(&w, "target_blocks");
             tps_jw_u64(&w, t->target_blocks);
         }
+        if (t->target_transpose) {
+            tps_jw_key(&w, "target_transpose");
+            tps_jw_bool(&w, true);
+        }
         tps_jw_key(&w, "rank_shapes");
         tps_jw_array_begin(&w);
         for (uint64_t r = 0; r < m->tp; r++) {
@@ -394,6 +398,11 @@ static tps_status load_tensor(loader *L, const tps_json *tj, uint64_t tp, tps_ma
         if (tps_json_get(tj, "target_stack")) TPS_CHECK(get_u64(L, tj, "target_stack", &t->target_stack));
     }
     if (tps_json_get(tj, "target_blocks")) TPS_CHECK(get_u64(L, tj, "target_blocks", &t->target_blocks));
+    if ((v = tps_json_get(tj, "target_transpose"))) {
+        if (v->type != TPS_JSON_BOOL)
+            return tps_fail(L->err, TPS_EINVALID, "%s: tensor '%s': target_transpose is true or false", L->path, t->name);
+        t->target_transpose = v->u.boolean;
+    }
     uint64_t nelem, nbytes;
     char what[2600];
     snprintf(what, sizeof what, "%.2000s: tensor '%.400s'", L->path, t->name);

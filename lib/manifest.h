@@ -45,6 +45,8 @@ typedef struct tps_manifest_tensor {
      * unit, each B equal blocks ([q_h; k_h; v_h] per GPT-NeoX head), and the file holds
      * block 0 of every group, then block 1, ... ([q_r; k_r; v_r]). */
     uint64_t target_blocks;
+    /* With a target: rank files hold this 2-D tensor's rank slice transposed (transposed:). */
+    bool target_transpose;
 } tps_manifest_tensor;
 
 typedef struct tps_manifest_file {

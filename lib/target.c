@@ -41,7 +41,7 @@ typedef struct tentry {
 /* blocked: entry: tensors whose rank files hold their rows blocked (target_blocks). */
 typedef struct tblocked {
     char *match;
-    uint64_t blocks;
+    uint64_t blocks; /* 0: a transposed: entry */
 } tblocked;
 
 struct tps_target {
@@ -411,10 +411,12 @@ tps_status tps_target_load(const char *layout_text, const char *layout_name, con
                 goto cleanup;
             }
             size_t n = (size_t)(v->data.sequence.items.top - v->data.sequence.items.start);
-            if (!(t->b = calloc(n + 1, sizeof *t->b))) {
+            tblocked *nb = realloc(t->b, (t->nb + n + 1) * sizeof *nb);
+            if (!nb) {
                 st = tps_fail_oom(err, "reading a target");
                 goto cleanup;
             }
+            t->b = nb;
             for (size_t i = 0; i < n; i++) {
                 yaml_node_t *en = yaml_document_get_node(&doc, v->data.sequence.items.start[i]);
                 const char *mt = en->type == YAML_MAPPING_NODE ? yscalar(ykey(&doc, en, "match")) : NULL;
@@ -425,12 +427,36 @@ tps_status tps_target_load(const char *layout_text, const char *layout_name, con
                     st = ybad(&c, en, "a blocked: entry is {match: NAME, blocks: 2 to 64}");
                     goto cleanup;
                 }
-                t->nb = i + 1;
-                if (!(t->b[i].match = strdup(mt))) {
+                t->b[t->nb] = (tblocked){strdup(mt), q};
+                if (!t->b[t->nb++].match) {
                     st = tps_fail_oom(err, "reading a target");
                     goto cleanup;
                 }
-                t->b[i].blocks = q;
+            }
+        } else if (ks && strcmp(ks, "transposed") == 0) {
+            if (v->type != YAML_SEQUENCE_NODE) {
+                st = ybad(&c, v, "transposed is a list of names");
+                goto cleanup;
+            }
+            size_t n = (size_t)(v->data.sequence.items.top - v->data.sequence.items.start);
+            tblocked *b = realloc(t->b, (t->nb + n + 1) * sizeof *b);
+            if (!b) {
+                st = tps_fail_oom(err, "reading a target");
+                goto cleanup;
+            }
+            t->b = b;
+            for (size_t i = 0; i < n; i++) {
+                yaml_node_t *en = yaml_document_get_node(&doc, v->data.sequence.items.start[i]);
+                const char *mt = yscalar(en);
+                if (!mt) {
+                    st = ybad(&c, en, "transposed lists names");
+                    goto cleanup;
+                }
+                t->b[t->nb] = (tblocked){strdup(mt), 0};
+                if (!t->b[t->nb++].match) {
+                    st = tps_fail_oom(err, "reading a target");
+                    goto cleanup;
+                }
             }
         } else if (ks && strcmp(ks, "tensors") == 0) {
             if (v->type != YAML_SEQUENCE_NODE) {
@@ -447,7 +473,7 @@ tps_status tps_target_load(const char *layout_text, const char *layout_name, con
                 TPS_CHECK(parse_entry(&c, yaml_document_get_node(&doc, v->data.sequence.items.start[i]), &t->e[i]));
             }
         } else {
-            st = ybad(&c, k, "unknown key (vocab_multiple, tensors, extras, tp_at_most_experts, blocked)");
+            st = ybad(&c, k, "unknown key (vocab_multiple, tensors, extras, tp_at_most_experts, blocked, transposed)");
             goto cleanup;
         }
     }
@@ -489,6 +515,7 @@ static tps_status run_shape(const tps_manifest *m, size_t i, size_t j, uint64_t 
             const tps_manifest_tensor *t = &m->tensors[i + s * per + k];
             uint64_t rs[TPS_MAX_DIMS];
             tps_partition_rank_shape(&t->part, t->ndim, t->shape, m->tp, r, rs);
+            tps_target_file_shape(t, rs);
             if (t->dtype != h->dtype || t->target_stack != h->target_stack || t->ndim < 1 ||
                 (k && (t->ndim != gnd || memcmp(rs + 1, g + 1, sizeof *rs * (size_t)(gnd - 1)))))
                 return tps_fail(err, TPS_EINVALID,
@@ -527,12 +554,13 @@ tps_status tps_target_check_manifest(const tps_manifest *m, const char *what, tp
 {
     for (size_t i = 0; i < m->ntensors; i++) {
         const tps_manifest_tensor *t = &m->tensors[i];
-        uint64_t G, block;
         tps_error e;
         tps_error_clear(&e);
-        if (!t->target_blocks) continue;
-        if (!m->target) return tps_fail(err, TPS_EINVALID, "%s: tensor '%s' has blocked rows but the manifest names no target", what, t->name);
-        if (tps_target_blocked_geometry(t, m->tp, &G, &block, &e)) return tps_fail(err, TPS_EINVALID, "%s: %s", what, e.msg);
+        if (!t->target_blocks && !t->target_transpose) continue;
+        if (!m->target)
+            return tps_fail(err, TPS_EINVALID, "%s: tensor '%s' is reordered for a target but the manifest names none",
+                            what, t->name);
+        if (tps_target_permute_check(t, m->tp, &e)) return tps_fail(err, TPS_EINVALID, "%s: %s", what, e.msg);
     }
     size_t nruns = 0;
     for (size_t i = 0; i < m->ntensors; i++)
@@ -593,6 +621,7 @@ static void clear_layout(tps_manifest *m)
         m->tensors[i].target_name = NULL;
         m->tensors[i].target_stack = 0;
         m->tensors[i].target_blocks = 0;
+        m->tensors[i].target_transpose = false;
         m->tensors[i].part.pad_multiple = 0;
     }
     for (size_t i = 0; i < m->nextras; i++) free(m->extras[i].name);
@@ -722,7 +751,9 @@ tps_status tps_target_apply(const tps_target *t, tps_manifest *m, tps_error *err
     for (size_t bi = 0; bi < t->nb; bi++)
         for (size_t i = 0; i < N; i++) {
             caps c = {0};
-            if (match(t->b[bi].match, m->tensors[i].name, &c)) m->tensors[i].target_blocks = t->b[bi].blocks;
+            if (!match(t->b[bi].match, m->tensors[i].name, &c)) continue;
+            if (t->b[bi].blocks) m->tensors[i].target_blocks = t->b[bi].blocks;
+            else m->tensors[i].target_transpose = true;
         }
     uint64_t experts = 0; /* the fewest experts a stack entry found in a layer */
     for (size_t ei = 0; ei < t->n; ei++) {
@@ -895,8 +926,12 @@ tps_status tps_target_member_index(const tps_manifest *m, uint64_t r, tps_index 
         size_t j = t->target_name ? run_end(m, i) : i + 1;
         uint64_t want[TPS_MAX_DIMS];
         int nd = t->ndim;
-        if (t->target_name) TPS_CHECK(run_shape(m, i, j, r, want, &nd, err));
-        else tps_partition_rank_shape(&t->part, t->ndim, t->shape, m->tp, r, want);
+        if (t->target_name) {
+            TPS_CHECK(run_shape(m, i, j, r, want, &nd, err));
+        } else {
+            tps_partition_rank_shape(&t->part, t->ndim, t->shape, m->tp, r, want);
+            tps_target_file_shape(t, want);
+        }
         const tps_tensor *x = tps_index_find(files, name);
         if (!x) {
             st = tps_fail(err, TPS_EINVALID, "%s: rank %llu lacks tensor '%s'", files->path, (unsigned long long)r,
@@ -913,17 +948,14 @@ tps_status tps_target_member_index(const tps_manifest *m, uint64_t r, tps_index 
             goto cleanup;
         }
         uint64_t off = x->offset;
-        if (t->target_blocks) {
-            TPS_CHECK(tps_target_blocked_member(vx, t, m->tp, want, x->file, off, err));
-            seen++;
-            i = j;
-            continue;
-        }
         for (size_t k = i; k < j; k++) {
             const tps_manifest_tensor *y = &m->tensors[k];
             uint64_t rs[TPS_MAX_DIMS];
             tps_partition_rank_shape(&y->part, y->ndim, y->shape, m->tp, r, rs);
-            TPS_CHECK(tps_index_add_tensor(vx, y->name, strlen(y->name), y->dtype, y->ndim, rs, x->file, off, NULL, err));
+            if (y->target_blocks || y->target_transpose) /* read back in the source's order */
+                TPS_CHECK(tps_target_blocked_member(vx, y, m->tp, rs, x->file, off, err));
+            else
+                TPS_CHECK(tps_index_add_tensor(vx, y->name, strlen(y->name), y->dtype, y->ndim, rs, x->file, off, NULL, err));
             off += vx->tensors[vx->ntensors - 1].nbytes;
         }
         seen++;

@@ -140,7 +140,22 @@ void tps_target_file_partition(const tps_manifest_tensor *t, tps_partition *out)
 /* Byte off of an [X, Y, block] array (bytes) as stored [Y, X, block]: the stored offset, and
  * in *run the bytes from there that stay contiguous in both. */
 uint64_t tps_target_swap_offset(uint64_t off, uint64_t X, uint64_t Y, uint64_t block, uint64_t *run);
-/* Adds blocked tensor t's rank slice (shape rs) to a member index vx, read from file at base. */
+/* Transposed (transposed: entries; the manifest's target_transpose): a 2-D tensor's rank
+ * slice [a, b] is held [b, a] (GPT-2's Conv1D weights as vLLM's [out, in]); the copy engine
+ * cuts the global tensor's transpose with the partition's dimension swapped. */
+/* t's blocking or transposition is one tp can carry; else TPS_EINVALID naming t. */
+tps_status tps_target_permute_check(const tps_manifest_tensor *t, uint64_t tp, tps_error *err);
+/* A rank shape of t as its rank files hold it (swapped when t is transposed). */
+void tps_target_file_shape(const tps_manifest_tensor *t, uint64_t *shape);
+/* Reads bytes [off, off+len) of an [X, Y, block] array stored [Y, X, block] through rd. */
+typedef tps_status (*tps_target_read_fn)(void *ctx, uint64_t off, void *buf, size_t len, tps_error *err);
+tps_status tps_target_swap_read(tps_target_read_fn rd, void *ctx, uint64_t off, void *buf, size_t len, uint64_t X,
+                                uint64_t Y, uint64_t block, tps_error *err);
+/* Bytes [off, off+len) of the global tensor t in the copy engine's order (the view the file
+ * partition cuts), read through rd, which gives the source's order. */
+tps_status tps_target_view_read(const tps_manifest_tensor *t, uint64_t tp, tps_target_read_fn rd, void *ctx,
+                                uint64_t off, void *buf, size_t len, tps_error *err);
+/* Adds permuted (blocked or transposed) tensor t's rank slice (shape rs) to a member index vx, read from file at base. */
 tps_status tps_target_blocked_member(tps_index *vx, const tps_manifest_tensor *t, uint64_t tp, const uint64_t *rs,
                                      uint32_t file, uint64_t base, tps_error *err);
 
