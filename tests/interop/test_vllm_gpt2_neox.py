@@ -11,9 +11,17 @@ attention scale buffers of current releases), not from tpshard's code:
     partial rotary, parallel residual, the row-parallel sums), vs transformers' logits;
   * a wrong set (tpshard's own target, HF's per-head interleaved rows) fails both;
   * reshard 2 -> 4 equals split at 4; merge gives the source's tensors bit-exact.
-GPT-2 stays refused (its Conv1D transpose is not written yet).
+GPT-2 likewise, from vLLM's gpt2.py (GPT2LMHeadModel.load_weights: the transformer. prefix
+added to a GPT2Model save's names, attn.bias / masked_bias skipped, the c_attn, c_proj and c_fc
+weights transposed from HF's Conv1D [in, out] to [out, in] before QKVParallelLinear (rank r's
+[q_r; k_r; v_r] rows), RowParallelLinear (attn.c_proj, mlp.c_proj: column slices, biases
+whole) and ColumnParallelLinear (c_fc) take them; wte padded to a multiple of 64 and tied, so
+the one key is lm_head.weight): the loader, the forward, a wrong set (c_attn's rows cut as one
+block, not per q, k and v), reshard, merge, and a save without the transformer. prefix giving
+the same files.
 """
 import os
+import shutil
 import sys
 import tempfile
 
@@ -172,7 +180,165 @@ def main():
     tap.report(ok, "neox: merge of the vllm set gives the source's tensors bit-exact", p.stderr)
     p = tap.tpshard("verify", os.path.join(tmp, "vllm-2"), "--source", src, "--layer", "all")
     tap.report(p.returncode == 0, "neox: verify --layer all passes on the vllm set", p.stdout[-500:] + p.stderr)
+    gpt2_cases(tmp)
+    shutil.rmtree(tmp, ignore_errors=True)
     return tap.status()
+
+
+def gpt2_expected(sd, cfg, T, r):
+    import torch
+    nh, H = cfg.n_head, cfg.n_embd
+    hd, n = H // nh, nh // T
+    out = {}
+    for k, v in sd.items():
+        if k.endswith((".attn.bias", ".attn.masked_bias")) and "c_" not in k:
+            continue
+        if not k.startswith(("transformer.", "lm_head")):
+            k = "transformer." + k
+        if k == "lm_head.weight":
+            continue  # tied: the embedding's parameter
+        if k.endswith(".weight") and any(c in k for c in ("c_attn", "c_proj", "c_fc")):
+            v = v.t()  # vLLM's load_weights: Conv1D [in, out] -> [out, in]
+        if k == "transformer.wte.weight":
+            V = v.shape[0]
+            P = (V + 63) // 64 * 64
+            w = torch.cat([v, v.new_zeros(P - V, v.shape[1])])
+            out["lm_head.weight"] = w[r * P // T:(r + 1) * P // T]
+        elif "c_attn" in k:  # QKVParallelLinear: each of q, k, v cut by heads
+            out[k] = torch.cat([part[r * n * hd:(r + 1) * n * hd] for part in v.split(H, 0)])
+        elif k.endswith("c_proj.weight"):  # RowParallelLinear
+            c = v.shape[1] // T
+            out[k] = v[:, r * c:(r + 1) * c]
+        elif "c_fc" in k:  # ColumnParallelLinear
+            c = v.shape[0] // T
+            out[k] = v[r * c:(r + 1) * c]
+        else:
+            out[k] = v
+    for i in range(cfg.n_layer):
+        for s in ("_k_scale", "_v_scale", "_q_scale", "_prob_scale"):
+            out["transformer.h.%d.attn.attn.%s" % (i, s)] = torch.tensor(1.0)
+    return {k: v.contiguous() for k, v in out.items()}
+
+
+def gpt2_forward(R, cfg, T, ids):
+    import torch
+    import torch.nn.functional as F
+    nh, H, V = cfg.n_head, cfg.n_embd, cfg.vocab_size
+    hd, n = H // nh, nh // T
+    S = ids.shape[1]
+    wte = torch.cat([R[r]["lm_head.weight"] for r in range(T)])[:V].float()
+    x = wte[ids[0]] + R[0]["transformer.wpe.weight"][:S].float()
+    mask = torch.full((S, S), float("-inf")).triu(1)
+    eps = cfg.layer_norm_epsilon
+    for i in range(cfg.n_layer):
+        p = "transformer.h.%d." % i
+        g = lambda r, k: R[r][p + k].float()  # noqa: E731
+        h = F.layer_norm(x, (H,), g(0, "ln_1.weight"), g(0, "ln_1.bias"), eps)
+        attn = 0
+        for r in range(T):
+            qkv = h @ g(r, "attn.c_attn.weight").T + g(r, "attn.c_attn.bias")
+            q, k, v = (t.reshape(S, n, hd).transpose(0, 1) for t in qkv.split(n * hd, -1))
+            a = torch.softmax(q @ k.transpose(-1, -2) / hd ** 0.5 + mask, -1) @ v
+            attn = attn + a.transpose(0, 1).reshape(S, n * hd) @ g(r, "attn.c_proj.weight").T
+        x = x + attn + g(0, "attn.c_proj.bias")
+        h = F.layer_norm(x, (H,), g(0, "ln_2.weight"), g(0, "ln_2.bias"), eps)
+        mlp = 0
+        for r in range(T):
+            f = F.gelu(h @ g(r, "mlp.c_fc.weight").T + g(r, "mlp.c_fc.bias"), approximate="tanh")
+            mlp = mlp + f @ g(r, "mlp.c_proj.weight").T
+        x = x + mlp + g(0, "mlp.c_proj.bias")
+    x = F.layer_norm(x, (H,), R[0]["transformer.ln_f.weight"].float(), R[0]["transformer.ln_f.bias"].float(), eps)
+    return x @ wte.T
+
+
+def gpt2_cases(tmp):
+    import json
+    import torch
+    from safetensors.torch import load_file, save_file
+    from transformers import GPT2Config, GPT2LMHeadModel
+    import vllm_emul
+
+    torch.manual_seed(1)
+    cfg = GPT2Config(vocab_size=100, n_embd=64, n_layer=2, n_head=4, n_positions=64, n_inner=None,
+                     activation_function="gelu_new", resid_pdrop=0, embd_pdrop=0, attn_pdrop=0)
+    model = GPT2LMHeadModel(cfg).eval()
+    with torch.no_grad():
+        for prm in model.parameters():
+            prm.copy_(torch.randn_like(prm) * 0.2)
+    src = os.path.join(tmp, "gpt2")
+    model.save_pretrained(src, safe_serialization=True)
+    sd = load_file(os.path.join(src, "model.safetensors"))
+    ids = torch.randint(0, cfg.vocab_size, (1, 9))
+    with torch.no_grad():
+        ref = model(ids).logits[0].float()
+    for target in ("vllm", "sglang"):
+        for T in (1, 2, 4):
+            d = os.path.join(tmp, "g-%s-%d" % (target, T))
+            p = tap.tpshard("split", src, "--tp", T, "--target", target, "-o", d, "-q")
+            if not tap.report(p.returncode == 0, "gpt2 --target %s tp %d: split" % (target, T), p.stderr):
+                continue
+            probs = []
+            for r in range(T):
+                want = gpt2_expected(sd, cfg, T, r)
+                if target == "sglang":
+                    want = {k: v for k, v in want.items() if "attn.attn._" not in k}
+                probs += ["rank %d: %s" % (r, x) for x in vllm_emul.load(d, r, want, torch.float32)]
+            tap.report(not probs, "gpt2 --target %s tp %d: the engine's loader takes every rank exactly" % (target, T),
+                       "\n".join(probs[:5]))
+            with torch.no_grad():
+                got = gpt2_forward(vllm_emul.rank_tensors(d, T), cfg, T, ids)
+            diff = (got - ref).abs().max().item()
+            tap.report(diff <= 1e-4, "gpt2 --target %s tp %d: tensor-parallel forward from the rank files = "
+                       "transformers (max abs %.2g)" % (target, T, diff))
+
+    d = os.path.join(tmp, "g-own-2")
+    tap.tpshard("split", src, "--tp", 2, "-o", d, "-q")
+    tap.report(bool(vllm_emul.load(d, 0, gpt2_expected(sd, cfg, 2, 0), torch.float32)),
+               "gpt2: tpshard's own set (Conv1D [in, out]) fails the engine's loader", "it loaded")
+
+    def one_block(r):  # c_attn's transposed rows cut as one block, not per q, k and v
+        out = gpt2_expected(sd, cfg, 2, r)
+        for k, v in sd.items():
+            if k.endswith("c_attn.weight"):
+                w = v.t()
+                out[k] = w[r * w.shape[0] // 2:(r + 1) * w.shape[0] // 2].contiguous()
+        return out
+    wrong = os.path.join(tmp, "g-wrong-2")
+    vllm_emul.write_wrong(wrong, 2, one_block)
+    probs = vllm_emul.load(wrong, 0, gpt2_expected(sd, cfg, 2, 0), torch.float32)
+    tap.report(any("c_attn" in x for x in probs), "gpt2: c_attn rows cut as one block: the loader's values differ",
+               "\n".join(probs))
+    with torch.no_grad():
+        bad = gpt2_forward(vllm_emul.rank_tensors(wrong, 2), cfg, 2, ids)
+    tap.report((bad - ref).abs().max().item() > 1e-2, "gpt2: c_attn rows cut as one block: the forward differs")
+
+    re4 = os.path.join(tmp, "g-re-4")
+    p = tap.tpshard("reshard", os.path.join(tmp, "g-vllm-2"), "--tp", 4, "-o", re4, "-q")
+    tap.report(p.returncode == 0 and not vllm_emul.same_sets(re4, os.path.join(tmp, "g-vllm-4"), 4),
+               "gpt2: reshard of the vllm set 2 -> 4 equals split at 4", p.stderr)
+    p = tap.tpshard("check", os.path.join(tmp, "g-vllm-4"))
+    tap.report(p.returncode == 0, "gpt2: check passes on the vllm set", p.stdout + p.stderr)
+    merged = os.path.join(tmp, "g-merged.safetensors")
+    p = tap.tpshard("merge", os.path.join(tmp, "g-vllm-4"), "-o", merged, "-q")
+    ok = p.returncode == 0
+    if ok:
+        m = load_file(merged)
+        ok = m.keys() == sd.keys() and all(torch.equal(vllm_emul.raw(m[k]), vllm_emul.raw(sd[k])) for k in sd)
+    tap.report(ok, "gpt2: merge of the vllm set gives the source's tensors bit-exact", p.stderr)
+    p = tap.tpshard("verify", os.path.join(tmp, "g-vllm-2"), "--source", src, "--layer", "all")
+    tap.report(p.returncode == 0, "gpt2: verify --layer all passes on the vllm set", p.stdout[-500:] + p.stderr)
+
+    # A save without the transformer. prefix (GPT2Model's names): the same files.
+    bare = os.path.join(tmp, "gpt2-bare")
+    os.makedirs(bare)
+    save_file({k[len("transformer."):] if k.startswith("transformer.") else k: v.contiguous() for k, v in sd.items()},
+              os.path.join(bare, "model.safetensors"), metadata={"format": "pt"})
+    with open(os.path.join(src, "config.json")) as f, open(os.path.join(bare, "config.json"), "w") as g:
+        json.dump(json.load(f), g)
+    d = os.path.join(tmp, "g-bare-2")
+    p = tap.tpshard("split", bare, "--tp", 2, "--target", "vllm", "-o", d, "-q")
+    why = vllm_emul.same_sets(d, os.path.join(tmp, "g-vllm-2"), 2) if p.returncode == 0 else p.stderr
+    tap.report(not why, "gpt2 without the transformer. prefix: --target vllm gives the same files", why)
 
 
 def _interleaved(sd, cfg, T, r):
