@@ -33,8 +33,9 @@
  *     sglang: vllm                    # the same mapping
  *
  * or, where the engine's model holds what no mapping writes, `refuse: "why"` alone: the target
- * is then TPS_EINVALID naming why, and the preset is not listed among those with one (GPT-2,
- * GPT-NeoX: the engines' layout is no run of byte ranges of the source).
+ * is then TPS_EINVALID naming why, and the preset is not listed among those with one.  What is
+ * no run of byte ranges of the source, a rank's rows reordered (GPT-NeoX) or transposed
+ * (GPT-2's Conv1D), the blocked: and transposed: entries write (below).
  *
  * In from and into, '*' matches one dot-free run and '{a,b}' one alternative; each is a
  * capture, and into's wildcards take the captures of from's first pattern in order (less
