@@ -30,6 +30,7 @@
  *       blocked:                      # rank files hold these rows reordered
  *         - match: "gpt_neox.layers.*.attention.query_key_value.{weight,bias}"
  *           blocks: 3                 # each partition unit is 3 blocks: [q_h; k_h; v_h]
+ *       transposed: ["transformer.h.*.attn.c_attn.weight", ...]   # 2-D slices held [b, a]
  *     sglang: vllm                    # the same mapping
  *
  * or, where the engine's model holds what no mapping writes, `refuse: "why"` alone: the target

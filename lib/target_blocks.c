@@ -2,6 +2,7 @@
  * two leading axes of [groups, B, block] swapped.  Both directions are the same swap of an
  * [X, Y, block] array, so a run never crosses a block: GPT-NeoX's blocks are head_dim rows
  * (head_dim * hidden elements), long runs that the copy engine and pread take as they are. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -126,7 +127,43 @@ tps_status tps_target_view_read(const tps_manifest_tensor *t, uint64_t tp, tps_t
 typedef struct blocked_view {
     uint32_t file;
     uint64_t base, A, B, block;
+    /* A transpose read a row at a time (merge, verify) would be one pread per element: the
+     * view keeps a tile, requested rows [t0, t1) of every stored row, up to 1 MiB. */
+    pthread_mutex_t mu;
+    unsigned char *tile;
+    uint64_t t0, t1;
 } blocked_view;
+
+enum { TILE_BYTES = 1 << 20 };
+
+/* Bytes [off, off+len) of the requested [A, B] elements from v's tile, loading the tile that
+ * starts at off's row when it does not hold them all. */
+static tps_status tile_read(blocked_view *v, const tps_source_file *f, uint64_t off, unsigned char *out, size_t len,
+                            tps_error *err)
+{
+    uint64_t es = v->block, rowb = v->B * es;
+    uint64_t x0 = off / rowb, x1 = (off + len + rowb - 1) / rowb;
+    if (!v->tile || x0 < v->t0 || x1 > v->t1) {
+        uint64_t k = TILE_BYTES / rowb ? TILE_BYTES / rowb : 1;
+        if (k < x1 - x0) return TPS_EARG; /* larger than a tile: the caller gathers directly */
+        if (!v->tile && !(v->tile = malloc((size_t)(k * rowb)))) return tps_fail_oom(err, "reading transposed rows");
+        uint64_t t1 = x0 + k < v->A ? x0 + k : v->A;
+        unsigned char *run = malloc((size_t)((t1 - x0) * es));
+        if (!run) return tps_fail_oom(err, "reading transposed rows");
+        tps_status st = TPS_OK;
+        for (uint64_t y = 0; y < v->B && st == TPS_OK; y++) {
+            st = tps_pread_full(f->fd, f->path, v->base + (y * v->A + x0) * es, run, (size_t)((t1 - x0) * es), err);
+            for (uint64_t x = x0; st == TPS_OK && x < t1; x++)
+                memcpy(v->tile + ((x - x0) * v->B + y) * es, run + (x - x0) * es, (size_t)es);
+        }
+        free(run);
+        v->t0 = x0;
+        v->t1 = st == TPS_OK ? t1 : x0; /* a failed load holds nothing */
+        if (st) return st;
+    }
+    memcpy(out, v->tile + (off - v->t0 * rowb), len);
+    return TPS_OK;
+}
 
 typedef struct blocked_state {
     blocked_view **v;
@@ -147,8 +184,14 @@ static tps_status file_read(void *ctx, uint64_t off, void *buf, size_t len, tps_
 static tps_status blocked_read(const tps_index *ix, const tps_tensor *t, uint64_t off, void *buf, size_t len,
                                tps_error *err)
 {
-    const blocked_view *v = t->reader_data;
+    blocked_view *v = (blocked_view *)t->reader_data;
     file_at a = {&ix->files[v->file], v->base};
+    if (v->block < 512) { /* a transpose */
+        pthread_mutex_lock(&v->mu);
+        tps_status st = tile_read(v, a.f, off, buf, len, err);
+        pthread_mutex_unlock(&v->mu);
+        if (st != TPS_EARG) return st;
+    }
     return tps_target_swap_read(file_read, &a, off, buf, len, v->A, v->B, v->block, err);
 }
 
@@ -156,7 +199,11 @@ static void blocked_release(void *state)
 {
     blocked_state *s = state;
     if (!s) return;
-    for (size_t i = 0; i < s->n; i++) free(s->v[i]);
+    for (size_t i = 0; i < s->n; i++) {
+        pthread_mutex_destroy(&s->v[i]->mu);
+        free(s->v[i]->tile);
+        free(s->v[i]);
+    }
     free(s->v);
     free(s);
 }
@@ -186,10 +233,18 @@ tps_status tps_target_blocked_member(tps_index *vx, const tps_manifest_tensor *t
     }
     blocked_view *v = calloc(1, sizeof *v);
     if (!v) return tps_fail_oom(err, "reading blocked rows");
-    if (t->target_transpose) /* the slice [a, b] from the file's [b, a] */
-        *v = (blocked_view){file, base, rs[0], rs[1], (tps_dtype_bits(t->dtype) / 8)};
-    else
-        *v = (blocked_view){file, base, G / tp, t->target_blocks, block};
+    if (t->target_transpose) { /* the slice [a, b] from the file's [b, a] */
+        v->A = rs[0];
+        v->B = rs[1];
+        v->block = tps_dtype_bits(t->dtype) / 8;
+    } else {
+        v->A = G / tp;
+        v->B = t->target_blocks;
+        v->block = block;
+    }
+    v->file = file;
+    v->base = base;
+    pthread_mutex_init(&v->mu, NULL);
     s->v[s->n++] = v;
     return tps_index_add_tensor(vx, t->name, strlen(t->name), t->dtype, t->ndim, rs, file, base, v, err);
 }
