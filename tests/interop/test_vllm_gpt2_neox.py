@@ -180,6 +180,21 @@ def main():
     tap.report(ok, "neox: merge of the vllm set gives the source's tensors bit-exact", p.stderr)
     p = tap.tpshard("verify", os.path.join(tmp, "vllm-2"), "--source", src, "--layer", "all")
     tap.report(p.returncode == 0, "neox: verify --layer all passes on the vllm set", p.stdout[-500:] + p.stderr)
+    # The same set as the engine's saver leaves it (no tpshard.json): adopted, resharded, merged.
+    saved = os.path.join(tmp, "saved-2")
+    shutil.copytree(os.path.join(tmp, "vllm-2"), saved)
+    os.remove(os.path.join(saved, "tpshard.json"))
+    p = tap.tpshard("reshard", saved, "--tp", 4, "--target", "vllm", "-o", os.path.join(tmp, "saved-4"), "-q")
+    tap.report(p.returncode == 0 and not vllm_emul.same_sets(os.path.join(tmp, "saved-4"), os.path.join(tmp, "vllm-4"), 4),
+               "neox: a set without tpshard.json reshards 2 -> 4 as split at 4", p.stderr)
+    p = tap.tpshard("merge", saved, "-o", os.path.join(tmp, "saved.safetensors"), "-q")
+    ok = p.returncode == 0
+    if ok:
+        from safetensors.torch import load_file
+        m = load_file(os.path.join(tmp, "saved.safetensors"))
+        s = load_file(os.path.join(src, "model.safetensors"))
+        ok = m.keys() == s.keys() and all(torch.equal(vllm_emul.raw(m[k]), vllm_emul.raw(s[k])) for k in s)
+    tap.report(ok, "neox: a set without tpshard.json merges to the source bit-exact", p.stderr)
     gpt2_cases(tmp)
     shutil.rmtree(tmp, ignore_errors=True)
     return tap.status()
