@@ -2,8 +2,10 @@
 
 Run with build/venv-megatron's python (tests/interop/setup_megatron.sh).  Megatron-Core's
 GPTModel with the local (non-TransformerEngine) layer spec is built on the CPU, one process per
-rank (tensor x pipeline), gloo over 127.0.0.1.  Two stubs make that possible: the "current CUDA
-device" query answers "cpu", and the CUDA RNG tracker's fork() is a no-op (dropout is 0).
+rank (tensor x pipeline), gloo over 127.0.0.1.  Small stubs make that possible: the "current
+CUDA device" query answers "cpu", Tensor.cuda() keeps the tensor where it is (the tied
+embeddings' first/last-stage all-reduce), and the CUDA RNG tracker's fork() is a no-op
+(dropout is 0).
 
   state_dict_keys(args, tp, pp)       each rank's real state_dict_for_save_checkpoint() keys
                                       and shapes (None for the _extra_state values, which are
@@ -148,6 +150,9 @@ class _CpuRngTracker:
 
 def _install_stubs():
     torch.cuda.current_device = lambda: "cpu"
+    # tied embeddings with pp > 1: LanguageModule moves the shared weight to the GPU before
+    # the first/last-stage all-reduce; gloo reduces it where it is
+    torch.Tensor.cuda = lambda self, *a, **k: self
     from megatron.core.tensor_parallel import random as mrandom
     mrandom._CUDA_RNG_STATE_TRACKER = _CpuRngTracker()
     mrandom._CUDA_RNG_STATE_TRACKER_INITIALIZED = True
@@ -274,13 +279,29 @@ def _worker(rank, world, port, tp, pp, job, payload, outdir):
         raise
 
 
+_PRELOADED = False
+
+
+def _preload():
+    """Ranks are forked from one server that imported Megatron once (an import costs seconds
+    per rank with spawn); the server itself never ran torch ops, so forking it is safe."""
+    global _PRELOADED
+    if not _PRELOADED:
+        import multiprocessing
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        multiprocessing.get_context("forkserver").set_forkserver_preload(
+            ["megatron_real", "megatron.core.models.gpt", "megatron.core.parallel_state"])
+        _PRELOADED = True
+
+
 def _run(tp, pp, job, payload):
     """Starts tp*pp ranks; returns {global rank: result} of the ranks that produced one."""
     world = tp * pp
+    _preload()
     with tempfile.TemporaryDirectory(prefix="mgreal") as outdir:
         try:
             mp.start_processes(_worker, args=(world, _free_port(), tp, pp, job, payload, outdir),
-                               nprocs=world, join=True, start_method="spawn")
+                               nprocs=world, join=True, start_method="forkserver")
         except Exception as e:
             errs = sorted(glob.glob(os.path.join(outdir, "error*.txt")))
             text = "".join(open(p).read() for p in errs[:1])
