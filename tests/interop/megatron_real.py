@@ -105,6 +105,7 @@ def _transformer_config(args, tp, pp):
         add_qkv_bias=bool(_get(args, "add_qkv_bias", False)),
         qk_layernorm=bool(_get(args, "qk_layernorm", False)),
         hidden_dropout=0.0, attention_dropout=0.0,
+        init_method_std=_get(args, "init_method_std", 0.02),
         use_cpu_initialization=True, perform_initialization=True, params_dtype=torch.float32,
         pipeline_dtype=torch.float32,
         bias_activation_fusion=False, bias_dropout_fusion=False, masked_softmax_fusion=False,
