@@ -1,6 +1,6 @@
 """Megatron-LM legacy (--ckpt-format torch) checkpoints for the tests, written and read with
-torch alone, independently of tpshard, following /work/shared/reference/targets.md Part 2
-and interop.md B (the rules of Megatron's tools/checkpoint loaders and savers).
+torch alone, independently of tpshard, following the targets spec Part 2
+and the interop spec B (the rules of Megatron's tools/checkpoint loaders and savers).
 
     write_checkpoint(out_dir, full, args, tp, pp, ...)   full mcore tensors -> a checkpoint
     read_checkpoint(ckpt_dir)      -> (args Namespace, {mcore global name: full tensor})
@@ -84,7 +84,7 @@ def padded_vocab(v, divisible_by, tp):
 
 def megatron_args(**fields):
     """The args of a Megatron GPT model as a dict: the fields Megatron's loaders need
-    (interop.md C.2 item 3) with Llama-like defaults; `fields` override them."""
+    (the interop spec C.2 item 3) with Llama-like defaults; `fields` override them."""
     a = collections.OrderedDict(
         num_layers=2, hidden_size=16, ffn_hidden_size=32, num_attention_heads=4,
         num_query_groups=2, group_query_attention=True, kv_channels=4, seq_length=64,
