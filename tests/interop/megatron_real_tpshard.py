@@ -20,9 +20,9 @@ with the vocab-parallel logits gathered.  The logits must equal those of the sou
   * merge --target hf of a Megatron checkpoint: transformers' logits of the merged model
     equal real Megatron's of the checkpoint.
 
-A step whose tpshard part has not landed yet (formats/megatron_read.h for reading,
-formats/torch_write.h for writing, lib/megatron_hf.h for the Hugging Face conversion) is
-skipped, saying so; once the part is there its failure is a failure.
+A step whose tpshard part has not landed yet (its command's --help does not name --pp,
+--target megatron or --target) is skipped, saying so; once the part is there its failure is
+a failure.
 """
 import json
 import os
@@ -32,25 +32,31 @@ import tempfile
 import torch
 
 import megatron_real as mr
-from tap import TOP, TPSHARD, report, status, tpshard
+from tap import TPSHARD, report, status, tpshard
 
 TOKENS = [3, 17, 99, 42, 0, 64, 5, 77, 31]
 TOL = 1e-4
 
 
-def have(*paths):
-    return all(os.path.exists(os.path.join(TOP, p)) for p in paths)
+def cli_has(cmd, word):
+    """Whether `tpshard CMD --help -v` names word: the #18 parts land one by one."""
+    r = tpshard(cmd, "--help", "-v")
+    return word in (r.stdout + r.stderr)
 
 
-READ = ("formats/megatron_read.h",)
-WRITE = READ + ("formats/torch_write.h",)
-HF = WRITE + ("lib/megatron_hf.h",)
+# (the command, a word its help must name, what the step needs)
+RESHARD = ("reshard", "--pp", "reshard reading and writing Megatron checkpoints (--pp)")
+SPLIT = ("split", "megatron", "split --target megatron")
+MERGE = ("merge", "--target", "merge --target hf")
 
 
-def skip(what, needs):
-    missing = [p for p in needs if not os.path.exists(os.path.join(TOP, p))]
-    print("skip - megatron real tpshard: %s: tpshard lacks %s (issue #18 part not merged)"
-          % (what, ", ".join(missing)))
+def have(feature):
+    return cli_has(feature[0], feature[1])
+
+
+def skip(what, feature):
+    print("skip - megatron real tpshard: %s: tpshard has no %s yet (its issue #18 part is not "
+          "merged)" % (what, feature[2]))
 
 
 def close(got, want, what):
@@ -99,8 +105,8 @@ def scaled_full(mf, args, seed):
 
 def reshard_cases(mf, tmp):
     what = "reshard of fixture checkpoints"
-    if not have(*WRITE):
-        skip(what, WRITE)
+    if not have(RESHARD):
+        skip(what, RESHARD)
         return
     args = fixture_args(mf)
     full = scaled_full(mf, args, 7)
@@ -132,8 +138,8 @@ def reshard_cases(mf, tmp):
 
 def real_source_case(tmp):
     what = "reshard of real Megatron's checkpoint"
-    if not have(*WRITE):
-        skip(what, WRITE)
+    if not have(RESHARD):
+        skip(what, RESHARD)
         return
     args = mr.llama_args(100, 64, 4, 8, 2, 128, max_pos=64, make_vocab_size_divisible_by=4)
     args.init_method_std = 0.2  # O(1) logits
@@ -149,10 +155,12 @@ def real_source_case(tmp):
 
 
 def split_cases(tmp):
-    what = "split --target megatron / merge --target hf"
-    if not have(*HF):
-        skip(what, HF)
+    if not have(SPLIT):
+        skip("split --target megatron, merge --target hf", SPLIT)
         return
+    merge = have(MERGE)
+    if not merge:
+        skip("merge --target hf", MERGE)
     for name, tie, tp, pp in [("untied", False, 2, 2), ("tied", True, 4, 1)]:
         hf = mr.random_llama(os.path.join(tmp, "hf-" + name), vocab=100, hidden=64, layers=4,
                              heads=8, kv_heads=2, inter=128, tie=tie, seed=3)
@@ -166,7 +174,7 @@ def split_cases(tmp):
               "megatron real tpshard: split --target megatron (%s, tp%d pp%d) of a HF Llama: "
               "real Megatron's logits equal transformers'" % (name, tp, pp))
         back = os.path.join(tmp, "merged-" + name)
-        if run_ok("merge --target hf", "merge", ck, "--target", "hf", "-o", back + "/"):
+        if merge and run_ok("merge --target hf", "merge", ck, "--target", "hf", "-o", back + "/"):
             with open(os.path.join(back, "config.json")) as f:
                 json.load(f)
             close(mr.hf_logits(back, TOKENS), mr.load_and_forward(ck, TOKENS),
@@ -178,8 +186,8 @@ def main():
     if not os.access(TPSHARD, os.X_OK):
         print("not ok - tpshard binary missing at " + TPSHARD)
         return 1
-    if not have(*WRITE):  # nothing to run: say so without importing Megatron
-        skip("reshard and split --target megatron", HF)
+    if not have(RESHARD) and not have(SPLIT):  # say so without importing Megatron
+        skip("reshard, split --target megatron", RESHARD)
         return status()
     import megatron_fixture as mf
     torch.manual_seed(0)
