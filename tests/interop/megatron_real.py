@@ -18,14 +18,16 @@ embeddings' first/last-stage all-reduce), and the CUDA RNG tracker's fork() is a
                                       parallel logits gathered: [tokens, V] (padding removed)
   save_checkpoint(args, tp, pp, dir)  real GPTModel ranks (CPU-initialized from one seed, so
                                       their full tensors do not depend on tp) saved as
-                                      Megatron's save_checkpoint lays them out (targets.md 2.1)
+                                      Megatron's save_checkpoint lays them out (megatron/
+                                      training/checkpointing.py: tracker, iter_NNNNNNN,
+                                      mp_rank_XX[_YYY]/model_optim_rng.pt)
   hf_llama_to_megatron(...)           Megatron's own HF Llama -> mcore rules (loader_llama_
                                       mistral set_attn_state / saver chunk_weight), written
                                       independently of tpshard, for harness self-checks
   hf_logits(model_dir, tokens)        transformers' forward of a HF model: the reference
 
 The outer dict (args Namespace, checkpoint_version, iteration) is written by this file: the
-PyPI package has no training code (python-tiers.md).
+PyPI package has no training code (save_checkpoint, argument parsing, tools/checkpoint).
 """
 
 import argparse
@@ -41,6 +43,9 @@ import traceback
 import warnings
 
 warnings.filterwarnings("ignore")
+# the ranks (forked from a server started with this environment) stay quiet about the missing
+# TransformerEngine / Apex
+os.environ.setdefault("PYTHONWARNINGS", "ignore")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 
 import torch  # noqa: E402
@@ -54,7 +59,8 @@ import torch.multiprocessing as mp  # noqa: E402
 def llama_args(vocab_size, hidden_size, num_layers, num_heads, num_kv_heads, ffn_hidden_size,
                tp=1, pp=1, max_pos=128, rope_theta=10000.0, eps=1e-5, untie=True,
                make_vocab_size_divisible_by=128, params_dtype=torch.float32):
-    """A Megatron args Namespace for a Llama-style model (interop.md C.2 item 3)."""
+    """A Megatron args Namespace for a Llama-style model: the fields Megatron's loaders read
+    (load_args_from_checkpoint, check_checkpoint_args in megatron/training/checkpointing.py)."""
     mult = make_vocab_size_divisible_by * tp
     padded = -(-vocab_size // mult) * mult
     a = dict(

@@ -219,4 +219,6 @@ def main():
 
 
 if __name__ == "__main__":
+    # line by line: a library that forks would otherwise flush a second copy of the buffer
+    sys.stdout.reconfigure(line_buffering=True)
     sys.exit(main())

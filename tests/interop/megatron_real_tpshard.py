@@ -187,7 +187,8 @@ def main():
         print("not ok - tpshard binary missing at " + TPSHARD)
         return 1
     if not have(RESHARD) and not have(SPLIT):  # say so without importing Megatron
-        skip("reshard, split --target megatron", RESHARD)
+        skip("reshard, split --target megatron",
+             ("", "", "Megatron reshard (--pp) nor split --target megatron"))
         return status()
     import megatron_fixture as mf
     torch.manual_seed(0)
@@ -199,4 +200,6 @@ def main():
 
 
 if __name__ == "__main__":
+    # line by line: a library that forks would otherwise flush a second copy of the buffer
+    sys.stdout.reconfigure(line_buffering=True)
     sys.exit(main())
