@@ -10,8 +10,10 @@ with the vocab-parallel logits gathered.  The logits must equal those of the sou
 
   * reshard of Megatron checkpoints written by megatron_fixture.py (GQA Llama-style, 8 heads,
     2 query groups): TP2 -> TP1, TP2 -> TP4 and TP2 -> TP8 (more ranks than query groups:
-    each rank a plain row chunk of a group's block), TP2/PP2 -> TP4/PP1, TP1 -> TP2/PP2
-    with tied embeddings (the last stage's output_layer copy);
+    each rank a plain row chunk of a group's block), TP2/PP2 -> TP4/PP1, tied embeddings
+    TP1 -> TP2/PP2 (the last stage's output_layer copy) and back TP2/PP2 -> TP1; every
+    output rank file has exactly the keys and shapes of the real GPTModel's rank (a tied
+    one-stage model keeps output_layer._extra_state without output_layer.weight);
   * reshard of real Megatron's own checkpoint (GPTModel ranks at TP2 saved per the spec):
     TP2 -> TP4/PP2, whose files must also have exactly the real key set of each rank;
   * split --target megatron of a random transformers Llama (untied TP2/PP2, tied TP4):
@@ -116,6 +118,7 @@ def reshard_cases(mf, tmp):
     for tp, pp in [(1, 1), (4, 1), (8, 1)]:
         out = os.path.join(tmp, "fx-tp2-to-tp%d" % tp)
         if run_ok("reshard tp2 -> tp%d" % tp, "reshard", src2, "--tp", tp, "-o", out):
+            keys_equal_real(out, "reshard tp2 -> tp%d" % tp)
             close(mr.load_and_forward(out, TOKENS), ref,
                   "megatron real tpshard: reshard tp2 -> tp%d%s loads strict into real "
                   "GPTModel and equals the source" % (tp, " (tp > query groups)" if tp > 2 else ""))
@@ -123,6 +126,7 @@ def reshard_cases(mf, tmp):
     mf.write_checkpoint(src22, full, args, 2, 2)
     out = os.path.join(tmp, "fx-tp2pp2-to-tp4pp1")
     if run_ok("reshard tp2/pp2 -> tp4/pp1", "reshard", src22, "--tp", 4, "--pp", 1, "-o", out):
+        keys_equal_real(out, "reshard tp2/pp2 -> tp4/pp1")
         close(mr.load_and_forward(out, TOKENS), ref,
               "megatron real tpshard: reshard tp2/pp2 -> tp4/pp1 equals the source")
     targs = fixture_args(mf, untie_embeddings_and_output_weights=False)
@@ -130,10 +134,21 @@ def reshard_cases(mf, tmp):
     tsrc = os.path.join(tmp, "fx-tied-tp1")
     mf.write_checkpoint(tsrc, tfull, targs, 1, 1)
     out = os.path.join(tmp, "fx-tied-to-tp2pp2")
+    tref = mr.load_and_forward(tsrc, TOKENS)
     if run_ok("reshard tied tp1 -> tp2/pp2", "reshard", tsrc, "--tp", 2, "--pp", 2, "-o", out):
-        close(mr.load_and_forward(out, TOKENS), mr.load_and_forward(tsrc, TOKENS),
+        keys_equal_real(out, "reshard tied tp1 -> tp2/pp2")
+        close(mr.load_and_forward(out, TOKENS), tref,
               "megatron real tpshard: reshard tied tp1 -> tp2/pp2 (output_layer copy on the "
               "last stage) equals the source")
+    # back to one stage: the copy goes, its _extra_state stays (real Megatron's tied pp1 model
+    # has output_layer._extra_state without output_layer.weight)
+    tsrc22 = os.path.join(tmp, "fx-tied-tp2pp2")
+    mf.write_checkpoint(tsrc22, tfull, targs, 2, 2)
+    out = os.path.join(tmp, "fx-tied-tp2pp2-to-tp1")
+    if run_ok("reshard tied tp2/pp2 -> tp1", "reshard", tsrc22, "--tp", 1, "--pp", 1, "-o", out):
+        keys_equal_real(out, "reshard tied tp2/pp2 -> tp1/pp1")
+        close(mr.load_and_forward(out, TOKENS), tref,
+              "megatron real tpshard: reshard tied tp2/pp2 -> tp1/pp1 equals the source")
 
 
 def real_source_case(tmp):
