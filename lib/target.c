@@ -206,6 +206,11 @@ static yaml_node_t *find_target(yaml_document_t *doc, const char *name)
     return t && t->type == YAML_MAPPING_NODE ? t : NULL;
 }
 
+/* A target mapping may be `refuse: "why"` alone: the family has parameters the mapping
+ * cannot write (a tensor the engine cuts where the preset keeps it whole, a persistent buffer),
+ * and a named refusal beats a set the engine rejects at load. */
+static const char *refusal(yaml_document_t *doc, const yaml_node_t *t) { return yscalar(ykey(doc, t, "refuse")); }
+
 static bool text_has_target(const char *text, const char *name)
 {
     yaml_parser_t p;
@@ -214,7 +219,8 @@ static bool text_has_target(const char *text, const char *name)
     yaml_parser_set_input_string(&p, (const unsigned char *)text, strlen(text));
     bool ok = false;
     if (yaml_parser_load(&p, &doc)) {
-        ok = find_target(&doc, name) != NULL;
+        yaml_node_t *t = find_target(&doc, name);
+        ok = t && !refusal(&doc, t);
         yaml_document_delete(&doc);
     }
     yaml_parser_delete(&p);
@@ -253,6 +259,11 @@ tps_status tps_target_load(const char *layout_text, const char *layout_name, con
                 k += (size_t)snprintf(have + k, sizeof have - k, "%s%s", k ? ", " : "", pr->name);
         st = tps_fail(err, TPS_EINVALID, "%s has no mapping for --target %s; the presets with one: %s", layout_name,
                       name, k ? have : "(none)");
+        goto cleanup;
+    }
+    const char *why = refusal(&doc, tn);
+    if (why) {
+        st = tps_fail(err, TPS_EINVALID, "%s: --target %s is refused: %s", layout_name, name, why);
         goto cleanup;
     }
     if (!(t->name = strdup(name)) || !(t->source = strdup(layout_name))) {

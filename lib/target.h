@@ -22,6 +22,9 @@
  *           tied: true                # only when the source has no lm_head.weight
  *     sglang: vllm                    # the same mapping
  *
+ * or, where the engine's model holds what no mapping writes, `refuse: "why"` alone: the target
+ * is then TPS_EINVALID naming why, and the preset is not listed among those with one.
+ *
  * In from and into, '*' matches one dot-free run and '{a,b}' one alternative; each is a
  * capture, and into's wildcards take the captures of from's first pattern in order (less
  * the last one with stack).  A rank file holds each into tensor as its members' rank slices

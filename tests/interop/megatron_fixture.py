@@ -476,7 +476,8 @@ def hf_llama_to_megatron_full(hf_sd, config):
     nq = _cfg(config, "num_attention_heads")
     ng = _cfg(config, "num_key_value_heads", nq) or nq
     H = _cfg(config, "hidden_size")
-    hd = _cfg(config, "head_dim") or H // nq
+    # head_dim may differ from H / nq (Qwen3, Gemma); the q_proj rows say which it is
+    hd = _cfg(config, "head_dim") or hf_sd["model.layers.0.self_attn.q_proj.weight"].shape[0] // nq
     L = _cfg(config, "num_hidden_layers")
     out = collections.OrderedDict()
     out["embedding.word_embeddings.weight"] = hf_sd["model.embed_tokens.weight"]

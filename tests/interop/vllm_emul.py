@@ -1,0 +1,276 @@
+"""vLLM's and SGLang's sharded_state, emulated from their sources (not from tpshard's code), for
+the interop tests of both tiers (plain torch and safetensors: torch 1.13 and 2 alike).
+
+  * expected(): the per-rank state dict an engine's model holds at tp T once it has loaded the
+    Hugging Face checkpoint, by the engine's weight-loader rules (vllm/model_executor/layers/
+    linear.py, vocab_parallel_embedding.py, fused_moe): QKVParallelLinear's [q_r; k_r; v_r]
+    with a KV head shared by T / nkv ranks (shard id = rank // replicas) when T exceeds the KV
+    heads, MergedColumnParallelLinear's [gate_r; up_r], RowParallelLinear's column slice with
+    its bias whole on every rank, VocabParallelEmbedding / ParallelLMHead rows of the
+    vocabulary padded with zero rows to a multiple of 64 and cut in T equal blocks, FusedMoE's
+    w13_weight [E, 2I/T, H] and w2_weight [E, H, I/T], norms (Qwen3's and Gemma 3's per-head
+    q_norm / k_norm included) and the router whole.  The families of the torch-2 tier:
+      - Qwen3 (qwen3.py: Qwen3ForCausalLM ties by module alias, self.lm_head =
+        self.model.embed_tokens; qkv bias = attention_bias, o_proj without bias);
+      - Qwen3-MoE (qwen3_moe.py: Qwen3MoeSparseMoeBlock's experts (FusedMoE) and gate
+        (ReplicatedLinear), Qwen3MoeMLP on mlp_only_layers; a tied lm_head.weight is the
+        embedding's parameter);
+      - Gemma 2 and Gemma 3 text (gemma2.py, gemma3.py: no lm_head module at all, the logits
+        come from model.embed_tokens, so its name is the one kept; qkv and o_proj biases =
+        attention_bias; the sandwich norms; the embedding normalizer a non-persistent buffer
+        since vLLM PR #19788, so no key).
+    Of names that share one storage the saver keeps the smallest (_filter_subtensors): a tied
+    Qwen3's table is lm_head.weight.
+  * load(): what ShardedStateLoader.load_weights does with the files of one rank: glob
+    model-rank-{r}-part-*.safetensors, look every key up in the state dict (an unknown or
+    repeated key is the KeyError vLLM raises), copy it in, and require nothing left over
+    (ValueError "Missing keys").  Where the real loader narrows a smaller tensor into a prefix
+    of its parameter silently, this one requires the exact shape, and the values bit-equal and
+    in the model's dtype.
+  * unfuse(): a rank's engine tensors back into that rank's slices under Hugging Face names,
+    split by the engine's own per-rank sizes (q: nq/T heads, k and v: nkv/T heads or one
+    replicated head; gate/up halves; each expert of w13_weight and w2_weight), for a
+    tensor-parallel forward run from the engine's files alone.
+  * save_sharded_state(): ShardedStateLoader.save_model on those state dicts
+    (_filter_subtensors, parts by max size in state_dict order with an empty part 0 when the
+    first tensor alone exceeds it, no __metadata__), for tests of sets the engine saved itself.
+"""
+import glob
+import os
+
+import torch
+
+PATTERN = "model-rank-{rank}-part-{part}.safetensors"
+
+
+def head_dim(cfg):
+    return getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+
+
+def pad_rows(w, quantum):
+    """pad_vocab_size: zero rows at the global end up to a multiple of quantum."""
+    V = w.shape[0]
+    padded = -(-V // quantum) * quantum
+    return torch.cat([w, w.new_zeros((padded - V,) + tuple(w.shape[1:]))]) if padded > V else w
+
+
+def is_gemma(cfg):
+    return cfg.model_type in ("gemma2", "gemma3_text")
+
+
+def sparse_layer(cfg, i):
+    """Qwen3MoeDecoderLayer's choice: a sparse block unless mlp_only_layers names the layer or
+    decoder_sparse_step skips it."""
+    return (getattr(cfg, "num_experts", 0) and i not in (getattr(cfg, "mlp_only_layers", None) or [])
+            and (i + 1) % cfg.decoder_sparse_step == 0)
+
+
+def kv_heads_of(cfg, T, r, kv_shard=None):
+    """(KV heads a rank holds, the KV shard rank r loads)."""
+    nkv = cfg.num_key_value_heads
+    nkv_r, rep = (nkv // T, 1) if nkv >= T else (1, T // nkv)
+    return nkv_r, (r // rep if kv_shard is None else kv_shard(r))
+
+
+SCALES = ("_k_scale", "_v_scale", "_q_scale", "_prob_scale")
+
+
+def expected(hf, cfg, T, r, vocab_quantum=64, kv_shard=None, scales=False):
+    """The engine's parameters at tp T, rank r, after loading the HF tensors hf (in the model's
+    module order: embedding, layers, final norm, head).  scales: the build registers the
+    attention scale buffers (vLLM PR #31395: self_attn.attn._k_scale, _v_scale, _q_scale,
+    _prob_scale, 0-d float32 1.0 on every Attention module)."""
+    nq, hd = cfg.num_attention_heads, head_dim(cfg)
+    out = {}
+    table = pad_rows(hf["model.embed_tokens.weight"], vocab_quantum)
+    assert table.shape[0] % T == 0, "divide(padded vocabulary, tp) asserts"
+    P = table.shape[0] // T
+    rows = lambda w: pad_rows(w, vocab_quantum)[r * P:(r + 1) * P]
+    tied = cfg.tie_word_embeddings or "lm_head.weight" not in hf
+    if is_gemma(cfg) or not tied:
+        out["model.embed_tokens.weight"] = rows(hf["model.embed_tokens.weight"])
+    nkv_r, s = kv_heads_of(cfg, T, r, kv_shard)
+    q_rows = slice(r * nq // T * hd, (r + 1) * nq // T * hd)
+    kv_rows = slice(s * nkv_r * hd, (s + 1) * nkv_r * hd)
+    for i in range(cfg.num_hidden_layers):
+        p = "model.layers.%d." % i
+        a = p + "self_attn."
+        for suffix in ("weight", "bias"):
+            if a + "q_proj." + suffix in hf:
+                out[a + "qkv_proj." + suffix] = torch.cat([hf[a + "q_proj." + suffix][q_rows],
+                                                           hf[a + "k_proj." + suffix][kv_rows],
+                                                           hf[a + "v_proj." + suffix][kv_rows]])
+        out[a + "o_proj.weight"] = hf[a + "o_proj.weight"][:, q_rows]
+        for name in SCALES if scales else ():
+            out[a + "attn." + name] = torch.tensor(1.0)
+        if a + "o_proj.bias" in hf:
+            out[a + "o_proj.bias"] = hf[a + "o_proj.bias"]  # RowParallelLinear: whole on every rank
+        for norm in ("q_norm", "k_norm"):
+            if a + norm + ".weight" in hf:
+                out[a + norm + ".weight"] = hf[a + norm + ".weight"]
+        norms = ["input_layernorm", "post_attention_layernorm"]
+        if is_gemma(cfg):
+            norms += ["pre_feedforward_layernorm", "post_feedforward_layernorm"]
+        for norm in norms:
+            out[p + norm + ".weight"] = hf[p + norm + ".weight"]
+        m = p + "mlp."
+        if sparse_layer(cfg, i):
+            I = cfg.moe_intermediate_size
+            cols = slice(r * I // T, (r + 1) * I // T)
+            out[m + "gate.weight"] = hf[m + "gate.weight"]  # ReplicatedLinear
+            e = lambda k, w: hf["%sexperts.%d.%s.weight" % (m, k, w)]
+            out[m + "experts.w13_weight"] = torch.stack([torch.cat([e(k, "gate_proj")[cols], e(k, "up_proj")[cols]])
+                                                         for k in range(cfg.num_experts)])
+            out[m + "experts.w2_weight"] = torch.stack([e(k, "down_proj")[:, cols] for k in range(cfg.num_experts)])
+        else:
+            I = cfg.intermediate_size
+            cols = slice(r * I // T, (r + 1) * I // T)
+            out[m + "gate_up_proj.weight"] = torch.cat([hf[m + "gate_proj.weight"][cols],
+                                                        hf[m + "up_proj.weight"][cols]])
+            out[m + "down_proj.weight"] = hf[m + "down_proj.weight"][:, cols]
+    out["model.norm.weight"] = hf["model.norm.weight"]
+    if not is_gemma(cfg):  # ParallelLMHead; tied, the smallest of its two names survives
+        out["lm_head.weight"] = rows(hf["model.embed_tokens.weight" if tied else "lm_head.weight"])
+    return out
+
+
+def engine_state_dict(hf, cfg, T, r):
+    """Rank r's model.state_dict() as the engine holds it: expected() with a tied Qwen3
+    embedding also under model.embed_tokens.weight, the same storage (what the saver sees)."""
+    want = expected(hf, cfg, T, r)
+    if is_gemma(cfg) or "model.embed_tokens.weight" in want:
+        return want
+    return dict({"model.embed_tokens.weight": want["lm_head.weight"]}, **want)
+
+
+def raw(t):
+    """A tensor's bytes (0-d ones too, as the attention scale buffers are)."""
+    return t.contiguous().reshape(-1).view(torch.uint8)
+
+
+def load(d, r, want, dtype):
+    """ShardedStateLoader.load_weights for rank r of directory d against the parameters want;
+    the problems (empty when the rank loads exactly)."""
+    from safetensors import safe_open
+    files = glob.glob(os.path.join(d, PATTERN.format(rank=r, part="*")))
+    if not files:
+        return ["Could not find checkpoint files '%s'" % PATTERN]
+    state = dict(want)
+    problems = []
+    for f in files:
+        with safe_open(f, "pt") as s:
+            for key in s.keys():
+                if key not in state:
+                    problems.append("KeyError: %r" % key)
+                    continue
+                param = state.pop(key)
+                t = s.get_tensor(key)
+                if tuple(t.shape) != tuple(param.shape):
+                    problems.append("%s: shape %s, the parameter is %s" % (key, tuple(t.shape), tuple(param.shape)))
+                elif t.dtype != dtype:
+                    problems.append("%s: dtype %s, the model's is %s" % (key, t.dtype, dtype))
+                elif not torch.equal(raw(t), raw(param)):
+                    problems.append("%s: values differ" % key)
+    if state:
+        problems.append("Missing keys %s in loaded state!" % (tuple(state),))
+    return problems
+
+
+def loads(d, hf, cfg, T, dtype, **kw):
+    probs = []
+    for r in range(T):
+        probs += ["rank %d: %s" % (r, p) for p in load(d, r, expected(hf, cfg, T, r, **kw), dtype)]
+    return probs
+
+
+def rank_tensors(d, T):
+    """Each rank's tensors from its files, found by name as the engine finds them."""
+    from safetensors import safe_open
+    out = []
+    for r in range(T):
+        R = {}
+        for f in glob.glob(os.path.join(d, PATTERN.format(rank=r, part="*"))):
+            with safe_open(f, "pt") as s:
+                R.update({k: s.get_tensor(k) for k in s.keys()})
+        out.append(R)
+    return out
+
+
+def same_sets(a, b, T):
+    """"" when both directories hold the same tensors at every rank, byte for byte; else why not."""
+    A, B = rank_tensors(a, T), rank_tensors(b, T)
+    for r in range(T):
+        if not A[r]:
+            return "rank %d has no tensors in %s" % (r, a)
+        if A[r].keys() != B[r].keys():
+            return "rank %d keys differ: %s" % (r, sorted(set(A[r]) ^ set(B[r])))
+        for k in A[r]:
+            if A[r][k].dtype != B[r][k].dtype or not torch.equal(raw(A[r][k]), raw(B[r][k])):
+                return "rank %d tensor %s differs" % (r, k)
+    return ""
+
+
+def write_wrong(d, T, tensors_of_rank):
+    """A set written by hand: each rank's tensors under the engine's file names."""
+    from safetensors.torch import save_file
+    os.makedirs(d)
+    for r in range(T):
+        save_file({k: v.contiguous() for k, v in tensors_of_rank(r).items()},
+                  os.path.join(d, PATTERN.format(rank=r, part=0)))
+
+
+def unfuse(R, cfg, T):
+    """A rank's engine tensors as that rank's slices under Hugging Face names (float32)."""
+    nq, hd = cfg.num_attention_heads, head_dim(cfg)
+    nkv_r, _ = kv_heads_of(cfg, T, 0)
+    q_size, kv_size = nq // T * hd, nkv_r * hd
+    out = {}
+    for k, v in R.items():
+        v = v.float()
+        if ".qkv_proj." in k:
+            assert v.shape[0] == q_size + 2 * kv_size, "%s: %s rows" % (k, v.shape[0])
+            for c, part in zip("qkv", v.split([q_size, kv_size, kv_size])):
+                out[k.replace("qkv_proj", c + "_proj")] = part
+        elif ".gate_up_proj." in k:
+            out[k.replace("gate_up_proj", "gate_proj")], out[k.replace("gate_up_proj", "up_proj")] = v.chunk(2)
+        elif k.endswith("experts.w13_weight"):
+            base = k[:-len("w13_weight")]
+            for e in range(v.shape[0]):
+                gate, up = v[e].chunk(2)
+                out["%s%d.gate_proj.weight" % (base, e)], out["%s%d.up_proj.weight" % (base, e)] = gate, up
+        elif k.endswith("experts.w2_weight"):
+            base = k[:-len("w2_weight")]
+            for e in range(v.shape[0]):
+                out["%s%d.down_proj.weight" % (base, e)] = v[e]
+        else:
+            out[k] = v
+    if "model.embed_tokens.weight" not in out:  # tied: the engine's one table serves as both
+        out["model.embed_tokens.weight"] = out.pop("lm_head.weight")
+    return out
+
+
+def filter_subtensors(sd):
+    """vLLM's _filter_subtensors: of tensors sharing one storage extent, the smallest key
+    survives; empty tensors are dropped."""
+    by_ptr = {}
+    for k, t in sd.items():
+        if t.numel():
+            by_ptr.setdefault((t.data_ptr(), t.numel() * t.element_size()), []).append(k)
+    keep = {min(ks) for ks in by_ptr.values()}
+    return {k: t for k, t in sd.items() if k in keep}
+
+
+def save_sharded_state(d, sds, max_size):
+    """ShardedStateLoader.save_model of each rank's state dict sds[r] into d."""
+    from safetensors.torch import save_file
+    for r, sd in enumerate(sds):
+        part, total, cur = 0, 0, {}
+        for k, t in filter_subtensors(sd).items():
+            size = t.numel() * t.element_size()
+            if max_size is not None and total + size > max_size:
+                save_file(cur, os.path.join(d, PATTERN.format(rank=r, part=part)))
+                part, total, cur = part + 1, 0, {}
+            cur[k] = t.contiguous()
+            total += size
+        if cur:
+            save_file(cur, os.path.join(d, PATTERN.format(rank=r, part=part)))
