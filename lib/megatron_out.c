@@ -268,7 +268,9 @@ static tps_status stage_entries(const tps_manifest *m, const tps_megatron_out *m
     }
     for (size_t k = 0; k < nextra; k++) {
         uint64_t s;
-        if (used[k] || tps_megatron_local_name(extra[k], mo->layer_first, mo->pp, &s, local, sizeof local, err) ||
+        tps_error e;
+        tps_error_clear(&e);
+        if (used[k] || tps_megatron_local_name(extra[k], mo->layer_first, mo->pp, &s, local, sizeof local, &e) ||
             s != p)
             continue;
         used[k] = true;
