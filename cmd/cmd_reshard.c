@@ -86,7 +86,9 @@ static int reshard_megatron(const char *dir)
     }
     const tps_megatron_model *mm = &msrc->model;
     uint64_t div = mm->vocab_divisor, q = div * o.tp;
-    /* The vocabulary rows at the new tp: Megatron's padding, from the true size. */
+    /* The vocabulary rows at the new tp: Megatron's padding, from the true size.  The source's
+     * partitions pad to its own padded rows (112 at tp 4 for 100 rows), which tp 8 need not
+     * divide: the new tp's quantum is set while the set is retargeted, then restored for reading. */
     uint64_t *saved = calloc(ss->m->ntensors + 1, sizeof *saved);
     if (!saved) {
         tps_fail_oom(&err, "resharding");
