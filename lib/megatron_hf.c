@@ -449,7 +449,10 @@ tps_status tps_megatron_hf_view(const tps_megatron_hf *h, tps_layout *l, const t
     TPS_CHECK(tps_index_new(ix->path, "megatron-view", &v, err));
     v->ops = &view_ops;
     v->state = s;
-    for (size_t f = 0; f < ix->nfiles; f++) TPS_CHECK(tps_index_add_file(v, ix->files[f].path, NULL, err));
+    for (size_t f = 0; f < ix->nfiles; f++) {
+        uint32_t id;
+        TPS_CHECK(tps_index_add_file(v, ix->files[f].path, &id, err));
+    }
     for (size_t i = 0; i < ix->ntensors; i++) {
         const tps_tensor *t = &ix->tensors[i];
         if (used[i] || tps_layout_skip_match(l, t->name) != SIZE_MAX) continue;
