@@ -40,6 +40,9 @@ CMD_OBJ := $(CMD_SRC:%.c=$(BUILD)/%.o)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 UNIT_HELPERS := $(filter-out tests/unit/test_%.c,$(wildcard tests/unit/*.c))
 UNIT_HELPER_OBJ := $(UNIT_HELPERS:%.c=$(BUILD)/%.o)
+# Programs the interop tests drive (linked with the library; tests/run.sh does not run them).
+TOOL_SRC := $(wildcard tests/tools/*.c)
+TOOL_BIN := $(TOOL_SRC:tests/tools/%.c=$(BUILD)/tests/tools/%)
 
 
 
@@ -93,7 +96,12 @@ $(BUILD)/tests/%: tests/unit/%.c $(UNIT_HELPER_OBJ) $(BUILD)/libtpshard.a
 	@echo "  CC      $<"
 	$(Q)$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $< $(UNIT_HELPER_OBJ) $(BUILD)/libtpshard.a $(OPT_LIBS) $(LDLIBS)
 
-test: tpshard $(UNIT_BIN) $(TEST_DEPS)
+$(BUILD)/tests/tools/%: tests/tools/%.c $(BUILD)/libtpshard.a
+	@mkdir -p $(dir $@)
+	@echo "  CC      $<"
+	$(Q)$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libtpshard.a $(OPT_LIBS) $(LDLIBS)
+
+test: tpshard $(UNIT_BIN) $(TOOL_BIN) $(TEST_DEPS)
 	$(Q)sh tests/run.sh
 
 demo: tpshard
@@ -108,7 +116,7 @@ lint:
 	    HDR_CFLAGS='-std=c11 -D_GNU_SOURCE $(WARN) $(DEPS_CFLAGS)' sh tests/lint/run.sh
 
 # What make test compiles with $(CC), short of linking ./tpshard.
-lint-build: $(LIB_OBJ) $(CMD_OBJ) $(UNIT_BIN) $(REPLAY_BIN)
+lint-build: $(LIB_OBJ) $(CMD_OBJ) $(UNIT_BIN) $(TOOL_BIN) $(REPLAY_BIN)
 
 install: tpshard
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1

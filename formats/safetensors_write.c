@@ -2,44 +2,19 @@
  * into a hidden temporary sibling that only commit renames onto the real name. */
 #include "safetensors.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-#include <zlib.h>
 
 #include "../lib/buf.h"
 #include "../lib/checked.h"
-#include "../lib/crc.h"
-#include "../lib/iocache.h"
 #include "../lib/json.h"
-
-/* Large enough that streaming costs few syscalls, small enough to not matter next to the
- * copy engine's own buffers. */
-#define WBUF_SIZE (1u << 20)
-/* Pieces at least this large are written straight from the caller's memory: copying them
- * into the buffer first would only add a pass over the bytes. */
-#define DIRECT_MIN ((size_t)256 << 10)
-/* Linux transfers at most 0x7ffff000 bytes per write(). */
-#define MAX_WRITE ((size_t)1 << 30)
-/* Writeback is started every this many bytes, so the disk works while the copy goes on and
- * the fsync at commit has little left to do (instead of one long flush at the end). */
-#define KICK_BYTES ((uint64_t)8 << 20)
+#include "outfile.h"
 
 struct tps_st_writer {
-    char *path;
-    char *tmp;
-    int fd;
-    unsigned char *buf;
-    size_t buflen;
-    uint64_t total;   /* the file size the header announces */
-    uint64_t written; /* bytes accepted so far, header included */
-    uint64_t flushed, kicked; /* bytes handed to write(); bytes whose writeback was started */
-    uint32_t crc;
-    bool failed; /* a write failed: the file is incomplete and only abort is useful */
-    bool count_only; /* opened with a NULL path: no file, only the size and CRC it would have */
+    tps_outfile *out;
+    uint64_t total; /* the file size the header announces */
+    bool failed;    /* more bytes than announced were offered: only abort is useful */
 };
 
 static int cmp_str(const void *a, const void *b)
@@ -159,72 +134,6 @@ cleanup:
     return st;
 }
 
-/* ".NAME.tmp.PID" next to path: same directory, so the final rename is atomic. */
-static char *temp_name(const char *path)
-{
-    const char *slash = strrchr(path, '/');
-    size_t dlen = slash ? (size_t)(slash - path) + 1 : 0;
-    size_t need = strlen(path) + 32;
-    char *t = malloc(need);
-    if (t) snprintf(t, need, "%.*s.%s.tmp.%ld", (int)dlen, path, path + dlen, (long)getpid());
-    return t;
-}
-
-static tps_status write_all(tps_st_writer *w, const void *p, size_t n, tps_error *err)
-{
-    const char *c = p;
-    while (n > 0) {
-        ssize_t r = tps_io_write(w->fd, c, n < MAX_WRITE ? n : MAX_WRITE);
-        if (r < 0) {
-            if (errno == EINTR) continue;
-            w->failed = true;
-            /* ENOSPC, EDQUO, EIO: all resource failures, named with the file being made. */
-            return tps_fail_errno(err, errno, "%s: writing %zu bytes to %s failed", w->path, n, w->tmp);
-        }
-        c += r;
-        n -= (size_t)r;
-        w->flushed += (uint64_t)r;
-    }
-    if (w->flushed - w->kicked >= KICK_BYTES) {
-        /* Only a hint: file systems without it (tmpfs) return at once, and fsync at commit
-         * remains what makes the file durable. */
-        sync_file_range(w->fd, (off_t)w->kicked, (off_t)(w->flushed - w->kicked), SYNC_FILE_RANGE_WRITE);
-        w->kicked = w->flushed;
-    }
-    return TPS_OK;
-}
-
-static tps_status flush(tps_st_writer *w, tps_error *err)
-{
-    if (w->count_only) return TPS_OK;
-    tps_status st = write_all(w, w->buf, w->buflen, err);
-    w->buflen = 0;
-    return st;
-}
-
-/* Header bytes and data bytes take the same path, so the CRC covers the whole file; crc is
- * that of p[0, n) when known (have_crc), else computed here. */
-static tps_status put(tps_st_writer *w, const void *p, size_t n, bool have_crc, uint32_t crc, tps_error *err)
-{
-    tps_status st;
-    w->crc = have_crc ? (uint32_t)crc32_combine(w->crc, crc, (z_off_t)n) : tps_crc32(w->crc, p, n);
-    w->written += n;
-    if (w->count_only) return TPS_OK; /* the CRC and size are all it keeps */
-    if (n >= DIRECT_MIN) {
-        if ((st = flush(w, err))) return st;
-        return write_all(w, p, n, err);
-    }
-    if (n <= WBUF_SIZE - w->buflen) {
-        memcpy(w->buf + w->buflen, p, n);
-        w->buflen += n;
-        return TPS_OK;
-    }
-    if ((st = flush(w, err))) return st;
-    memcpy(w->buf, p, n);
-    w->buflen = n;
-    return TPS_OK;
-}
-
 tps_status tps_st_writer_open(const char *path, const tps_st_entry *entries, size_t n, const tps_kv *meta,
                               size_t nmeta, tps_st_writer **out, tps_error *err)
 {
@@ -236,31 +145,19 @@ tps_status tps_st_writer_open(const char *path, const tps_st_entry *entries, siz
     const char *label = path ? path : "(a rank file this run does not write)";
     TPS_CHECK(build_header(label, entries, n, meta, nmeta, &hdr, &data_total, err));
     w = calloc(1, sizeof *w);
-    if (w) {
-        w->fd = -1;
-        w->count_only = !path;
-    }
-    if (!w || !(w->buf = malloc(WBUF_SIZE)) || !(w->path = strdup(label)) ||
-        (path && !(w->tmp = temp_name(path)))) {
+    if (!w) {
         st = tps_fail_oom(err, "opening a safetensors writer");
         goto cleanup;
     }
-    w->crc = 0;
     if (!tps_add_u64(8 + (uint64_t)hdr.len, data_total, &w->total)) {
         st = tps_fail(err, TPS_EINVALID, "%s: the file size overflows 64 bits", label);
         goto cleanup;
     }
-    if (path) w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (path && w->fd < 0) {
-        st = tps_fail_errno(err, errno, "%s: cannot create temporary file %s", path, w->tmp);
-        free(w->tmp);
-        w->tmp = NULL; /* not ours (EEXIST) or never made: abort must not remove it */
-        goto cleanup;
-    }
+    TPS_CHECK(tps_outfile_open(path, label, &w->out, err));
     unsigned char prefix[8];
     for (int i = 0; i < 8; i++) prefix[i] = (unsigned char)((uint64_t)hdr.len >> (8 * i));
-    TPS_CHECK(put(w, prefix, 8, false, 0, err));
-    TPS_CHECK(put(w, hdr.data, hdr.len, false, 0, err));
+    TPS_CHECK(tps_outfile_put(w->out, prefix, 8, false, 0, err));
+    TPS_CHECK(tps_outfile_put(w->out, hdr.data, hdr.len, false, 0, err));
     *out = w;
     w = NULL;
 cleanup:
@@ -272,14 +169,15 @@ cleanup:
 static tps_status write_data(tps_st_writer *w, const void *buf, size_t len, bool have_crc, uint32_t crc,
                              tps_error *err)
 {
-    if (w->failed) return tps_fail(err, TPS_EIO, "%s: an earlier write failed", w->path);
+    const char *name = tps_outfile_name(w->out);
+    if (w->failed || tps_outfile_failed(w->out)) return tps_fail(err, TPS_EIO, "%s: an earlier write failed", name);
     uint64_t end;
-    if (!tps_add_u64(w->written, len, &end) || end > w->total) {
+    if (!tps_add_u64(tps_outfile_size(w->out), len, &end) || end > w->total) {
         w->failed = true;
         return tps_fail(err, TPS_EINVALID, "%s: %zu more bytes would pass the %llu bytes the header announces",
-                        w->path, len, (unsigned long long)w->total);
+                        name, len, (unsigned long long)w->total);
     }
-    return put(w, buf, len, have_crc, crc, err);
+    return tps_outfile_put(w->out, buf, len, have_crc, crc, err);
 }
 
 tps_status tps_st_writer_write(tps_st_writer *w, const void *buf, size_t len, tps_error *err)
@@ -292,57 +190,22 @@ tps_status tps_st_writer_write_crc(tps_st_writer *w, const void *buf, size_t len
     return write_data(w, buf, len, true, crc, err);
 }
 
-static tps_status sync_dir(const char *path, tps_error *err)
-{
-    const char *slash = strrchr(path, '/');
-    char dir[4096];
-    if (!slash) strcpy(dir, ".");
-    else if (slash == path) strcpy(dir, "/");
-    else if ((size_t)(slash - path) < sizeof dir) snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
-    else return tps_fail(err, TPS_EIO, "%s: directory name too long to sync", path);
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return tps_fail_errno(err, errno, "%s: cannot open directory %s to sync it", path, dir);
-    int rc = fsync(fd), e = errno;
-    close(fd);
-    /* Some file systems cannot sync a directory at all (EINVAL); nothing more can be done there. */
-    if (rc != 0 && e != EINVAL) return tps_fail_errno(err, e, "%s: syncing directory %s failed", path, dir);
-    return TPS_OK;
-}
-
 tps_status tps_st_writer_commit(tps_st_writer *w, uint32_t *crc, uint64_t *size, tps_error *err)
 {
     tps_status st = TPS_OK;
+    const char *name = tps_outfile_name(w->out);
     if (w->failed) {
-        st = tps_fail(err, TPS_EIO, "%s: not committed: an earlier write failed", w->path);
+        st = tps_fail(err, TPS_EIO, "%s: not committed: an earlier write failed", name);
         goto cleanup;
     }
-    if (w->written != w->total) {
+    if (tps_outfile_size(w->out) != w->total) {
         st = tps_fail(err, TPS_EINVALID,
                       "%s: not committed: %llu of the %llu bytes the header announces were written",
-                      w->path, (unsigned long long)w->written, (unsigned long long)w->total);
+                      name, (unsigned long long)tps_outfile_size(w->out), (unsigned long long)w->total);
         goto cleanup;
     }
-    if (w->count_only) goto done;
-    TPS_CHECK(flush(w, err));
-    if (fsync(w->fd) != 0) {
-        st = tps_fail_errno(err, errno, "%s: fsync of %s failed", w->path, w->tmp);
-        goto cleanup;
-    }
-    int fd = w->fd;
-    w->fd = -1;
-    if (close(fd) != 0) {
-        st = tps_fail_errno(err, errno, "%s: closing %s failed", w->path, w->tmp);
-        goto cleanup;
-    }
-    if (rename(w->tmp, w->path) != 0) {
-        st = tps_fail_errno(err, errno, "%s: renaming %s onto it failed", w->path, w->tmp);
-        goto cleanup;
-    }
-    free(w->tmp);
-    w->tmp = NULL; /* renamed: nothing left for abort to remove */
-    TPS_CHECK(sync_dir(w->path, err));
-done:
-    if (crc) *crc = w->crc;
+    TPS_CHECK(tps_outfile_commit(w->out, err));
+    if (crc) *crc = tps_outfile_crc(w->out);
     if (size) *size = w->total;
 cleanup:
     tps_st_writer_abort(w);
@@ -352,11 +215,7 @@ cleanup:
 void tps_st_writer_abort(tps_st_writer *w)
 {
     if (!w) return;
-    if (w->fd >= 0) close(w->fd);
-    if (w->tmp) unlink(w->tmp);
-    free(w->tmp);
-    free(w->path);
-    free(w->buf);
+    tps_outfile_abort(w->out);
     free(w);
 }
 

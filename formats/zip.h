@@ -48,6 +48,20 @@
 #define TPS_ZIP_STORED 0
 #define TPS_ZIP_DEFLATE 8
 
+/* Record signatures and fixed lengths (APPNOTE 4.3), shared with the writer (zip_write.h). */
+#define TPS_ZIP_SIG_LOCAL 0x04034b50u
+#define TPS_ZIP_SIG_CENTRAL 0x02014b50u
+#define TPS_ZIP_SIG_EOCD 0x06054b50u
+#define TPS_ZIP_SIG_Z64_EOCD 0x06064b50u
+#define TPS_ZIP_SIG_Z64_LOC 0x07064b50u
+#define TPS_ZIP_SIG_DESCRIPTOR 0x08074b50u
+#define TPS_ZIP_LOCAL_LEN 30u
+#define TPS_ZIP_CENTRAL_LEN 46u
+#define TPS_ZIP_EOCD_LEN 22u
+#define TPS_ZIP_Z64_EOCD_LEN 56u
+#define TPS_ZIP_Z64_LOC_LEN 20u
+#define TPS_ZIP_EXTRA_ZIP64 0x0001u
+
 /* Open flags. */
 #define TPS_ZIP_CRC_ZERO_IS_ABSENT 1u
 

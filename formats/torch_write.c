@@ -1,0 +1,332 @@
+#include "torch_write.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+#include "../lib/buf.h"
+#include "../lib/checked.h"
+#include "../lib/crc.h"
+#include "../lib/json.h"
+#include "pickle_write.h"
+#include "zip_write.h"
+
+#define ROOT_DEFAULT "model_optim_rng"
+
+/* The torch dtype of each tensor element type (str(dtype) without "torch."). */
+static const struct {
+    tps_dtype dt;
+    const char *name;
+} dtype_names[] = {
+    {TPS_DT_BOOL, "bool"},           {TPS_DT_U8, "uint8"},
+    {TPS_DT_I8, "int8"},             {TPS_DT_F8_E5M2, "float8_e5m2"},
+    {TPS_DT_F8_E4M3, "float8_e4m3fn"}, {TPS_DT_F8_E8M0, "float8_e8m0fnu"},
+    {TPS_DT_F8_E4M3FNUZ, "float8_e4m3fnuz"}, {TPS_DT_F8_E5M2FNUZ, "float8_e5m2fnuz"},
+    {TPS_DT_I16, "int16"},           {TPS_DT_U16, "uint16"},
+    {TPS_DT_F16, "float16"},         {TPS_DT_BF16, "bfloat16"},
+    {TPS_DT_I32, "int32"},           {TPS_DT_U32, "uint32"},
+    {TPS_DT_F32, "float32"},         {TPS_DT_C64, "complex64"},
+    {TPS_DT_F64, "float64"},         {TPS_DT_I64, "int64"},
+    {TPS_DT_U64, "uint64"},
+};
+
+static const tps_torch_dtype *torch_dtype(tps_dtype dt)
+{
+    for (size_t i = 0; i < sizeof dtype_names / sizeof dtype_names[0]; i++)
+        if (dtype_names[i].dt == dt) return tps_torch_dtype_by_name(dtype_names[i].name);
+    return NULL;
+}
+
+typedef struct tps_torch_file {
+    tps_zipw *z;
+    char *root;
+    size_t n;
+    uint64_t *nbytes; /* per tensor, in sink order */
+    size_t cur;       /* the tensor whose record is open (n: all written) */
+    bool failed;
+    char *label;
+} torch_file;
+
+static void file_free(torch_file *f)
+{
+    if (!f) return;
+    tps_zipw_abort(f->z);
+    free(f->root);
+    free(f->nbytes);
+    free(f->label);
+    free(f);
+}
+
+/* The root folder torch.save gives the archive: the file's base name up to its last dot. */
+static char *root_name(const char *path)
+{
+    if (!path) return strdup(ROOT_DEFAULT);
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    const char *dot = strrchr(base, '.');
+    size_t n = dot && dot != base ? (size_t)(dot - base) : strlen(base);
+    char *r = malloc(n + 1);
+    if (r) {
+        memcpy(r, base, n);
+        r[n] = 0;
+    }
+    return r;
+}
+
+/* Opens the record of tensor f->cur, first ending (as empty records) the zero-byte tensors
+ * before it. */
+static tps_status next_record(torch_file *f, tps_error *err)
+{
+    char name[4096];
+    for (; f->cur < f->n; f->cur++) {
+        snprintf(name, sizeof name, "%s/data/%zu", f->root, f->cur);
+        tps_status st = tps_zipw_begin(f->z, name, f->nbytes[f->cur], err);
+        if (st) return st;
+        if (f->nbytes[f->cur]) return TPS_OK;
+        if ((st = tps_zipw_end(f->z, err))) return st;
+    }
+    return TPS_OK;
+}
+
+typedef struct meta_in {
+    const char *top, *model_key, *entries;
+} meta_in;
+
+static tps_status read_meta(const char *label, const tps_kv *meta, size_t nmeta, meta_in *m, tps_error *err)
+{
+    *m = (meta_in){NULL, "model", NULL};
+    for (size_t i = 0; i < nmeta; i++) {
+        const char *k = meta[i].key;
+        if (!k || !meta[i].value) return tps_fail(err, TPS_EINVALID, "%s: metadata entry %zu has no key or value", label, i);
+        if (strncmp(k, "torch.", 6) != 0) continue;
+        const char **slot = strcmp(k, "torch.top") == 0 ? &m->top
+                            : strcmp(k, "torch.model_key") == 0 ? &m->model_key
+                            : strcmp(k, "torch.model_entries") == 0 ? &m->entries : NULL;
+        if (!slot)
+            return tps_fail(err, TPS_EINVALID, "%s: unknown metadata key '%s' (a torch archive takes torch.top, torch.model_key, torch.model_entries)",
+                            label, k);
+        *slot = meta[i].value;
+    }
+    return TPS_OK;
+}
+
+static tps_status sink_open(const char *path, const tps_sink_tensor *t, size_t n, const tps_kv *meta, size_t nmeta,
+                            tps_sink_file **out, tps_error *err)
+{
+    tps_status st = TPS_OK;
+    *out = NULL;
+    const char *label = path ? path : "(a rank file this run does not write)";
+    meta_in m;
+    tps_json_doc *topdoc = NULL, *entdoc = NULL;
+    tps_pickle_entry *pe = NULL;
+    char *keys = NULL; /* n storage keys of 24 bytes */
+    size_t *slot = NULL;
+    tps_buf pkl = TPS_BUF_INIT;
+    tps_name_hash names = TPS_NAME_HASH_INIT(tps_sink_tensor, name);
+    tps_name_hash keyset = TPS_NAME_HASH_INIT(tps_pickle_entry, key);
+    torch_file *f = calloc(1, sizeof *f);
+    if (!f || !(f->nbytes = calloc(n ? n : 1, sizeof *f->nbytes)) || !(f->root = root_name(path)) ||
+        !(f->label = strdup(label)) || !(keys = malloc((n ? n : 1) * 24))) {
+        st = tps_fail_oom(err, "opening a torch archive writer");
+        goto cleanup;
+    }
+    f->n = n;
+    TPS_CHECK(read_meta(label, meta, nmeta, &m, err));
+    for (size_t i = 0; i < n; i++) {
+        size_t dup;
+        if (!t[i].name || t[i].ndim < 0 || t[i].ndim > TPS_MAX_DIMS || (t[i].ndim > 0 && !t[i].shape)) {
+            st = tps_fail(err, TPS_EINVALID, "%s: tensor %zu has no name or an invalid rank", label, i);
+            goto cleanup;
+        }
+        if (!tps_name_hash_add(&names, t, i, &dup)) {
+            st = tps_fail_oom(err, "opening a torch archive writer");
+            goto cleanup;
+        }
+        if (dup != SIZE_MAX) {
+            st = tps_fail(err, TPS_EINVALID, "%s: tensor name '%s' given twice", label, t[i].name);
+            goto cleanup;
+        }
+        if (!torch_dtype(t[i].dtype)) {
+            st = tps_fail(err, TPS_EINVALID, "%s: tensor '%s' has dtype %s, which a torch archive cannot hold", label, t[i].name,
+                          tps_dtype_name(t[i].dtype));
+            goto cleanup;
+        }
+        char what[512];
+        snprintf(what, sizeof what, "%s: tensor '%s'", label, t[i].name);
+        uint64_t nelem;
+        if (!tps_prod_u64(t[i].shape, t[i].ndim, &nelem)) {
+            st = tps_fail(err, TPS_EINVALID, "%s: the element count of its shape overflows 64 bits", what);
+            goto cleanup;
+        }
+        TPS_CHECK(tps_dtype_nbytes(t[i].dtype, nelem, &f->nbytes[i], what, err));
+        snprintf(keys + 24 * i, 24, "%zu", i);
+    }
+    const tps_json *top = NULL;
+    if (m.top) {
+        char what[512];
+        snprintf(what, sizeof what, "%s: torch.top", label);
+        TPS_CHECK(tps_json_parse(m.top, strlen(m.top), what, &topdoc, err));
+        top = tps_json_root(topdoc);
+        if (top->type != TPS_JSON_OBJECT) {
+            st = tps_fail(err, TPS_EINVALID, "%s: torch.top is not a JSON object", label);
+            goto cleanup;
+        }
+    }
+    /* The state dict's entries: the tensors by name, None for the other keys. */
+    size_t ne = n;
+    const tps_json *ents = NULL;
+    if (m.entries) {
+        char what[512];
+        snprintf(what, sizeof what, "%s: torch.model_entries", label);
+        TPS_CHECK(tps_json_parse(m.entries, strlen(m.entries), what, &entdoc, err));
+        ents = tps_json_root(entdoc);
+        if (ents->type != TPS_JSON_ARRAY) {
+            st = tps_fail(err, TPS_EINVALID, "%s: torch.model_entries is not a JSON array", label);
+            goto cleanup;
+        }
+        ne = ents->u.array.n;
+    }
+    pe = calloc(ne ? ne : 1, sizeof *pe);
+    slot = calloc(n ? n : 1, sizeof *slot);
+    if (!pe || !slot) {
+        st = tps_fail_oom(err, "opening a torch archive writer");
+        goto cleanup;
+    }
+    for (size_t j = 0; j < ne; j++) {
+        size_t i = j;
+        if (ents) {
+            const tps_json *k = ents->u.array.items[j];
+            if (k->type != TPS_JSON_STRING || strlen(k->u.string.s) != k->u.string.len) {
+                st = tps_fail(err, TPS_EINVALID, "%s: torch.model_entries item %zu is not a string", label, j);
+                goto cleanup;
+            }
+            pe[j].key = k->u.string.s;
+            i = tps_name_hash_find(&names, t, k->u.string.s);
+            if (i == SIZE_MAX) continue; /* None */
+            if (slot[i]) {
+                st = tps_fail(err, TPS_EINVALID, "%s: torch.model_entries names tensor '%s' twice", label, t[i].name);
+                goto cleanup;
+            }
+        }
+        slot[i] = j + 1;
+        pe[j] = (tps_pickle_entry){t[i].name, torch_dtype(t[i].dtype), t[i].ndim, t[i].shape, keys + 24 * i};
+    }
+    for (size_t i = 0; i < n; i++)
+        if (!slot[i]) {
+            st = tps_fail(err, TPS_EINVALID, "%s: tensor '%s' is not in torch.model_entries", label, t[i].name);
+            goto cleanup;
+        }
+    /* A None key repeated, or equal to a tensor's, would be a duplicate dict key. */
+    for (size_t j = 0; ents && j < ne; j++) {
+        size_t dup;
+        if (!tps_name_hash_add(&keyset, pe, j, &dup)) {
+            st = tps_fail_oom(err, "opening a torch archive writer");
+            goto cleanup;
+        }
+        if (dup != SIZE_MAX) {
+            st = tps_fail(err, TPS_EINVALID, "%s: torch.model_entries gives '%s' twice", label, pe[j].key);
+            goto cleanup;
+        }
+    }
+    {
+        char what[512];
+        snprintf(what, sizeof what, "%s: the pickle", label);
+        TPS_CHECK(tps_pickle_write_checkpoint(top, m.model_key, pe, ne, what, &pkl, err));
+    }
+    const char *z64 = getenv("TPS_TORCH_ZIP64");
+    TPS_CHECK(tps_zipw_open(path, label, z64 && strcmp(z64, "1") == 0, &f->z, err));
+    {
+        char name[4096];
+        snprintf(name, sizeof name, "%s/data.pkl", f->root);
+        TPS_CHECK(tps_zipw_record(f->z, name, pkl.data, pkl.len, err));
+    }
+    TPS_CHECK(next_record(f, err));
+    *out = (tps_sink_file *)f;
+    f = NULL;
+cleanup:
+    file_free(f);
+    tps_json_doc_free(topdoc);
+    tps_json_doc_free(entdoc);
+    tps_name_hash_free(&names);
+    tps_name_hash_free(&keyset);
+    tps_buf_release(&pkl);
+    free(pe);
+    free(slot);
+    free(keys);
+    return st;
+}
+
+static tps_status write_data(torch_file *f, const void *buf, size_t len, bool have_crc, uint32_t crc, tps_error *err)
+{
+    const unsigned char *p = buf;
+    if (f->failed) return tps_fail(err, TPS_EIO, "%s: an earlier write failed", f->label);
+    while (len > 0) {
+        if (f->cur >= f->n) {
+            f->failed = true;
+            return tps_fail(err, TPS_EINVALID, "%s: %zu bytes more than the tensors hold", f->label, len);
+        }
+        uint64_t left = tps_zipw_left(f->z);
+        size_t take = len < left ? len : (size_t)left;
+        uint32_t c = crc;
+        if (have_crc && take < len) {
+            /* The caller's CRC spans two records: the first piece's is computed, the rest's
+             * follows from crc(AB) = crc32_combine(crc(A), 0, |B|) ^ crc(B). */
+            c = tps_crc32(0, p, take);
+            crc ^= (uint32_t)crc32_combine(c, 0, (z_off_t)(len - take));
+        }
+        tps_status st = tps_zipw_data(f->z, p, take, have_crc, c, err);
+        if (!st && take == left) {
+            st = tps_zipw_end(f->z, err);
+            f->cur++;
+            if (!st) st = next_record(f, err);
+        }
+        if (st) {
+            f->failed = true;
+            return st;
+        }
+        p += take;
+        len -= take;
+    }
+    return TPS_OK;
+}
+
+static tps_status sink_write(tps_sink_file *f, const void *buf, size_t len, tps_error *err)
+{
+    return write_data((torch_file *)f, buf, len, false, 0, err);
+}
+
+static tps_status sink_write_crc(tps_sink_file *f, const void *buf, size_t len, uint32_t crc, tps_error *err)
+{
+    return write_data((torch_file *)f, buf, len, true, crc, err);
+}
+
+static tps_status sink_commit(tps_sink_file *sf, uint32_t *crc, uint64_t *size, tps_error *err)
+{
+    torch_file *f = (torch_file *)sf;
+    tps_status st = TPS_OK;
+    char name[4096];
+    if (f->failed) {
+        st = tps_fail(err, TPS_EIO, "%s: not committed: an earlier write failed", f->label);
+        goto cleanup;
+    }
+    if (f->cur < f->n) {
+        st = tps_fail(err, TPS_EINVALID, "%s: not committed: tensor %zu of %zu has %llu bytes still to come", f->label, f->cur, f->n,
+                      (unsigned long long)tps_zipw_left(f->z));
+        goto cleanup;
+    }
+    snprintf(name, sizeof name, "%s/version", f->root);
+    TPS_CHECK(tps_zipw_record(f->z, name, "3\n", 2, err));
+    snprintf(name, sizeof name, "%s/byteorder", f->root);
+    TPS_CHECK(tps_zipw_record(f->z, name, "little", 6, err));
+    tps_zipw *z = f->z;
+    f->z = NULL; /* commit frees it */
+    st = tps_zipw_commit(z, crc, size, err);
+cleanup:
+    file_free(f);
+    return st;
+}
+
+static void sink_abort(tps_sink_file *f) { file_free((torch_file *)f); }
+
+const tps_sink tps_torch_sink = {"torch", sink_open, sink_write, sink_write_crc, sink_commit, sink_abort};
