@@ -62,7 +62,7 @@ static int plan_megatron(const char *src, const tps_index *view, const char *arg
         kept = NULL;
     }
     if ((st == TPS_EINVALID || st == TPS_EARG) && problems.n)
-        tps_cli_print_problems("split", src, "Megatron does not cut this model so", &problems,
+        tps_cli_print_problems("split", src, "Megatron cannot cut this model", &problems,
                                tps_layout_sizes(*ml), NULL, tps_common.json);
     else if (st)
         tps_cli_report("split", &err);
