@@ -140,7 +140,6 @@ static bool valid_utf8(const unsigned char *s, size_t n)
         unsigned c = s[i];
         size_t k;
         uint32_t cp;
-        if (c == 0) return false;
         if (c < 0x80) {
             i++;
             continue;
@@ -171,13 +170,30 @@ static bool valid_utf8(const unsigned char *s, size_t n)
 
 static tps_status push_str(vm *m, const unsigned char *s, size_t n)
 {
-    if (!valid_utf8(s, n)) return bad(m, NULL, "string is not valid UTF-8 or contains NUL");
+    /* NUL is a valid character (protocol 2 pickles bytes as a latin-1 str); a tensor name with
+     * one is refused where the index adds it. */
+    if (!valid_utf8(s, n)) return bad(m, NULL, "string is not valid UTF-8");
     tps_pv *v = node(m, TPS_PV_STR);
     if (!v || !(v->u.str.s = malloc(n + 1))) return oom(m);
     memcpy(v->u.str.s, s, n);
     v->u.str.s[n] = '\0';
     v->u.str.len = n;
     return push(m, v);
+}
+
+static tps_status push_bytes(vm *m, const unsigned char *s, size_t n)
+{
+    tps_pv *v = node(m, TPS_PV_BYTES);
+    if (!v || !(v->u.str.s = malloc(n + 1))) return oom(m);
+    memcpy(v->u.str.s, s, n);
+    v->u.str.s[n] = '\0';
+    v->u.str.len = n;
+    return push(m, v);
+}
+
+static uint32_t le32(const unsigned char *a)
+{
+    return (uint32_t)a[0] | (uint32_t)a[1] << 8 | (uint32_t)a[2] << 16 | (uint32_t)a[3] << 24;
 }
 
 static tps_status push_int(vm *m, int64_t i)
@@ -223,6 +239,70 @@ static tps_status pop_mark(vm *m, tps_pv_kind kind, tps_pv **out)
     return TPS_OK;
 }
 
+/* The classes kept as opaque values: torch's weights_only defaults that a state dict may
+ * hold as plain values, and Megatron-Core's safe_globals.py (interop.md B.2b). */
+static const char *const opaque_globals[] = {
+    "argparse.Namespace", "types.SimpleNamespace", "pathlib.PosixPath", "numpy.core.multiarray._reconstruct",
+    "numpy._core.multiarray._reconstruct", "numpy.ndarray", "numpy.dtype", "numpy.dtypes.UInt32DType",
+    "megatron.core.enums.ModelType", "megatron.core.transformer.enums.AttnBackend",
+    "megatron.core.transformer.enums.CudaGraphModule", "megatron.core.transformer.enums.CudaGraphScope",
+    "megatron.core.transformer.enums.InferenceCudaGraphScope", "megatron.core.optimizer.OptimizerConfig",
+    "megatron.core.optimizer.optimizer_config.OptimizerConfig", "megatron.core.rerun_state_machine.RerunDiagnostic",
+    "megatron.core.rerun_state_machine.RerunMode", "megatron.core.rerun_state_machine.RerunState", "io.BytesIO",
+    "_io.BytesIO", "signal.Signals", "torch._C.Generator", "torch.Size", "torch.device", "builtins.bytearray",
+    "__builtin__.bytearray", "builtins.complex", "__builtin__.complex",
+};
+
+static bool is_builtin(const char *mod) { return strcmp(mod, "builtins") == 0 || strcmp(mod, "__builtin__") == 0; }
+
+/* Makes the GLOBAL node of mod.name, or refuses a name outside the allow-list. */
+static tps_status resolve_global(vm *m, const char *mod, const char *name)
+{
+    tps_pv *g = node(m, TPS_PV_GLOBAL);
+    if (!g) return oom(m);
+    size_t ml = strlen(mod), nl = strlen(name);
+    if (!(g->u.global.name = malloc(ml + nl + 2))) return oom(m);
+    memcpy(g->u.global.name, mod, ml);
+    g->u.global.name[ml] = '.';
+    memcpy(g->u.global.name + ml + 1, name, nl + 1);
+    const tps_torch_dtype *dt = NULL;
+    bool opaque = false;
+    for (size_t i = 0; i < sizeof opaque_globals / sizeof opaque_globals[0] && !opaque; i++)
+        opaque = strcmp(opaque_globals[i], g->u.global.name) == 0;
+    if (opaque) g->u.global.kind = TPS_PG_OPAQUE;
+    else if (strcmp(mod, "collections") == 0 && strcmp(name, "OrderedDict") == 0) g->u.global.kind = TPS_PG_ORDEREDDICT;
+    else if (strcmp(mod, "torch._utils") == 0 && strcmp(name, "_rebuild_tensor") == 0) g->u.global.kind = TPS_PG_REBUILD_TENSOR;
+    else if (strcmp(mod, "torch._utils") == 0 && strcmp(name, "_rebuild_tensor_v2") == 0) g->u.global.kind = TPS_PG_REBUILD_V2;
+    else if (strcmp(mod, "torch._utils") == 0 && strcmp(name, "_rebuild_tensor_v3") == 0) g->u.global.kind = TPS_PG_REBUILD_V3;
+    else if (strcmp(mod, "torch._utils") == 0 && strcmp(name, "_rebuild_parameter") == 0) g->u.global.kind = TPS_PG_REBUILD_PARAM;
+    else if (strcmp(mod, "torch.storage") == 0 && strcmp(name, "UntypedStorage") == 0) g->u.global.kind = TPS_PG_STORAGE_TYPE;
+    else if (strcmp(mod, "_codecs") == 0 && strcmp(name, "encode") == 0) g->u.global.kind = TPS_PG_CODECS_ENCODE;
+    else if (is_builtin(mod) && strcmp(name, "bytes") == 0) g->u.global.kind = TPS_PG_BYTES;
+    else if (is_builtin(mod) && (strcmp(name, "set") == 0 || strcmp(name, "frozenset") == 0)) g->u.global.kind = TPS_PG_SET;
+    else if (strcmp(mod, "torch") == 0 && (dt = dtype_by_storage(name)) != NULL) {
+        g->u.global.kind = TPS_PG_STORAGE_TYPE;
+        g->u.global.dt = dt;
+    } else if (strcmp(mod, "torch") == 0 && (dt = tps_torch_dtype_by_name(name)) != NULL) {
+        g->u.global.kind = TPS_PG_DTYPE;
+        g->u.global.dt = dt;
+    } else {
+        return tps_fail(m->err, TPS_EINVALID,
+                        "%s: refused GLOBAL %s.%s (pickle offset %zu): only torch tensor-rebuilding names and the plain "
+                        "classes of torch's weights_only and Megatron's safe_globals are allowed; nothing from a checkpoint "
+                        "is imported or executed",
+                        m->what, mod, name, m->op_ofs);
+    }
+    return push(m, g);
+}
+
+static bool global_part_ok(const char *s, size_t n, size_t cap)
+{
+    if (n == 0 || n + 1 >= cap) return false;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)s[i] < 0x20 || (unsigned char)s[i] >= 0x7f) return false;
+    return true;
+}
+
 static tps_status op_global(vm *m)
 {
     char mod[128], name[128];
@@ -239,28 +319,23 @@ static tps_status op_global(vm *m)
         }
         parts[k][i] = '\0';
     }
-    tps_pv *g = node(m, TPS_PV_GLOBAL);
-    if (!g) return oom(m);
-    const tps_torch_dtype *dt = NULL;
-    if (strcmp(mod, "collections") == 0 && strcmp(name, "OrderedDict") == 0) g->u.global.kind = TPS_PG_ORDEREDDICT;
-    else if (strcmp(mod, "torch._utils") == 0 && strcmp(name, "_rebuild_tensor") == 0) g->u.global.kind = TPS_PG_REBUILD_TENSOR;
-    else if (strcmp(mod, "torch._utils") == 0 && strcmp(name, "_rebuild_tensor_v2") == 0) g->u.global.kind = TPS_PG_REBUILD_V2;
-    else if (strcmp(mod, "torch._utils") == 0 && strcmp(name, "_rebuild_tensor_v3") == 0) g->u.global.kind = TPS_PG_REBUILD_V3;
-    else if (strcmp(mod, "torch._utils") == 0 && strcmp(name, "_rebuild_parameter") == 0) g->u.global.kind = TPS_PG_REBUILD_PARAM;
-    else if (strcmp(mod, "torch.storage") == 0 && strcmp(name, "UntypedStorage") == 0) g->u.global.kind = TPS_PG_STORAGE_TYPE;
-    else if (strcmp(mod, "torch") == 0 && (dt = dtype_by_storage(name)) != NULL) {
-        g->u.global.kind = TPS_PG_STORAGE_TYPE;
-        g->u.global.dt = dt;
-    } else if (strcmp(mod, "torch") == 0 && (dt = tps_torch_dtype_by_name(name)) != NULL) {
-        g->u.global.kind = TPS_PG_DTYPE;
-        g->u.global.dt = dt;
-    } else {
-        return tps_fail(m->err, TPS_EINVALID,
-                        "%s: refused GLOBAL %s.%s (pickle offset %zu): only torch tensor-rebuilding names are allowed; nothing "
-                        "from a checkpoint is imported or executed",
-                        m->what, mod, name, m->op_ofs);
-    }
-    return push(m, g);
+    return resolve_global(m, mod, name);
+}
+
+/* STACK_GLOBAL (protocol 4): module and name are the two strings on top of the stack. */
+static tps_status op_stack_global(vm *m)
+{
+    tps_pv *mv = NULL, *nv = NULL;
+    tps_status st = pop(m, &nv);
+    if (!st) st = pop(m, &mv);
+    if (st) return st;
+    char mod[128], name[128];
+    if (mv->kind != TPS_PV_STR || nv->kind != TPS_PV_STR || !global_part_ok(mv->u.str.s, mv->u.str.len, sizeof mod) ||
+        !global_part_ok(nv->u.str.s, nv->u.str.len, sizeof name))
+        return bad(m, NULL, "STACK_GLOBAL of something other than two short printable ASCII strings");
+    memcpy(mod, mv->u.str.s, mv->u.str.len + 1);
+    memcpy(name, nv->u.str.s, nv->u.str.len + 1);
+    return resolve_global(m, mod, name);
 }
 
 static bool as_u64(const tps_pv *v, uint64_t *out)
@@ -324,6 +399,35 @@ static tps_status rebuild_tensor(vm *m, tps_pg_kind kind, const tps_pv *args, tp
     return TPS_OK;
 }
 
+/* _codecs.encode(s, "latin1"): protocol 2's way of pickling bytes; each code point of s is
+ * one byte. */
+static tps_status codecs_encode(vm *m, const tps_pv *args, tps_pv **out)
+{
+    if (args->u.seq.n != 2 || args->u.seq.items[0]->kind != TPS_PV_STR || args->u.seq.items[1]->kind != TPS_PV_STR ||
+        (strcmp(args->u.seq.items[1]->u.str.s, "latin1") != 0 && strcmp(args->u.seq.items[1]->u.str.s, "latin-1") != 0))
+        return bad(m, NULL, "_codecs.encode called with something other than (str, 'latin1')");
+    const unsigned char *s = (const unsigned char *)args->u.seq.items[0]->u.str.s;
+    size_t n = args->u.seq.items[0]->u.str.len, k = 0;
+    tps_pv *b = node(m, TPS_PV_BYTES);
+    if (!b || !(b->u.str.s = malloc(n + 1))) return oom(m);
+    for (size_t i = 0; i < n; k++) { /* valid UTF-8 (checked when pushed) */
+        unsigned c = s[i];
+        if (c < 0x80) {
+            b->u.str.s[k] = (char)c;
+            i++;
+        } else if ((c & 0xE0) == 0xC0 && ((c & 0x1F) << 6 | (s[i + 1] & 0x3F)) < 0x100) {
+            b->u.str.s[k] = (char)((c & 0x1F) << 6 | (s[i + 1] & 0x3F));
+            i += 2;
+        } else {
+            return bad(m, NULL, "_codecs.encode of a character outside latin-1");
+        }
+    }
+    b->u.str.s[k] = '\0';
+    b->u.str.len = k;
+    *out = b;
+    return TPS_OK;
+}
+
 static tps_status op_reduce(vm *m)
 {
     tps_pv *args = NULL, *fn = NULL, *res = NULL;
@@ -351,8 +455,60 @@ static tps_status op_reduce(vm *m)
     case TPS_PG_STORAGE_TYPE:
     case TPS_PG_DTYPE:
         return bad(m, NULL, "REDUCE calls a storage type or dtype, which a state dict never does");
+    case TPS_PG_OPAQUE:
+        if (!(res = node(m, TPS_PV_OBJECT))) return oom(m);
+        res->u.obj.cls = fn;
+        res->u.obj.args = args;
+        break;
+    case TPS_PG_CODECS_ENCODE:
+        st = codecs_encode(m, args, &res);
+        if (st) return st;
+        break;
+    case TPS_PG_BYTES:
+        if (args->u.seq.n != 0) return bad(m, NULL, "builtins.bytes called with arguments (only bytes() is protocol 2's b'')");
+        if (!(res = node(m, TPS_PV_BYTES)) || !(res->u.str.s = calloc(1, 1))) return oom(m);
+        break;
+    case TPS_PG_SET:
+        if (args->u.seq.n > 1 || (args->u.seq.n == 1 && args->u.seq.items[0]->kind != TPS_PV_LIST))
+            return bad(m, NULL, "set/frozenset called with something other than one list");
+        if (!(res = node(m, TPS_PV_SET))) return oom(m);
+        for (size_t i = 0; args->u.seq.n && i < args->u.seq.items[0]->u.seq.n; i++)
+            TPS_CHECK(seq_add(m, res, args->u.seq.items[0]->u.seq.items[i]));
+        break;
     }
+    if (fn->u.global.kind == TPS_PG_ORDEREDDICT && res) res->u.dict.ordered = true;
     return push(m, res);
+cleanup:
+    return st;
+}
+
+/* NEWOBJ / NEWOBJ_EX: cls.__new__(cls, *args), kept as an opaque object of an allowed class
+ * (an OrderedDict made this way is an empty dict). */
+static tps_status op_newobj(vm *m, bool ex)
+{
+    tps_pv *kw = NULL, *args = NULL, *cls = NULL, *res = NULL;
+    tps_status st = TPS_OK;
+    if (ex) {
+        TPS_CHECK(pop(m, &kw));
+        if (kw->kind != TPS_PV_DICT || kw->u.dict.n) return bad(m, NULL, "NEWOBJ_EX with keyword arguments");
+    }
+    TPS_CHECK(pop(m, &args));
+    TPS_CHECK(pop(m, &cls));
+    if (args->kind != TPS_PV_TUPLE) return bad(m, NULL, "NEWOBJ arguments are not a tuple");
+    if (cls->kind != TPS_PV_GLOBAL) return bad(m, NULL, "NEWOBJ of something that is not an allowed class");
+    if (cls->u.global.kind == TPS_PG_ORDEREDDICT && args->u.seq.n == 0) {
+        if (!(res = node(m, TPS_PV_DICT))) return oom(m);
+        res->u.dict.ordered = true;
+        return push(m, res);
+    }
+    if (cls->u.global.kind != TPS_PG_OPAQUE) return bad(m, NULL, "NEWOBJ of something that is not an allowed class");
+    if (!(res = node(m, TPS_PV_OBJECT))) return oom(m);
+    res->u.obj.cls = cls;
+    res->u.obj.args = args;
+    res->u.obj.newobj = true;
+    return push(m, res);
+cleanup:
+    return st;
 }
 
 static tps_status op_persid(vm *m)
@@ -395,7 +551,7 @@ static const char *opcode_name(unsigned char op)
     case 0x94: return "MEMOIZE";
     case 0x8c: return "SHORT_BINUNICODE";
     case 0x8d: return "BINUNICODE8";
-    case 'B': case 'C': case 0x8e: return "BINBYTES";
+    case 0x8e: return "BINBYTES8";
     case 'i': return "INST";
     case 'o': return "OBJ";
     case 'p': return "PUT";
@@ -547,12 +703,75 @@ static tps_status step(vm *m, bool *stop)
         if (x->kind != TPS_PV_LIST) return bad(m, NULL, "APPENDS to something that is not a list");
         for (size_t i = 0; i < y->u.seq.n; i++) TPS_CHECK(seq_add(m, x, y->u.seq.items[i]));
         return push(m, x);
-    case 'b': /* BUILD: only an OrderedDict's __dict__ (its _metadata), which is dropped */
+    case 'b': /* BUILD: an OrderedDict's __dict__ (its _metadata, dropped), or an opaque object's state */
         TPS_CHECK(pop(m, &y));
         TPS_CHECK(pop(m, &x));
+        if (x->kind == TPS_PV_OBJECT) {
+            if (x->u.obj.state) return bad(m, NULL, "BUILD twice on one object");
+            x->u.obj.state = y;
+            return push(m, x);
+        }
         if (x->kind != TPS_PV_DICT || (y->kind != TPS_PV_DICT && y->kind != TPS_PV_NONE))
-            return bad(m, NULL, "BUILD on something other than a dict");
+            return bad(m, NULL, "BUILD on something other than a dict or an allowed object");
         return push(m, x);
+    case 0x93: return op_stack_global(m);
+    case 0x81: return op_newobj(m, false);
+    case 0x92: return op_newobj(m, true);
+    case 0x95: /* FRAME: a length hint only */
+        TPS_CHECK(take(m, 8, &a));
+        break;
+    case 0x94: return memo_put(m, m->memo_puts); /* MEMOIZE */
+    case 0x8c: /* SHORT_BINUNICODE */
+        TPS_CHECK(take(m, 1, &a));
+        {
+            size_t n = a[0];
+            TPS_CHECK(take(m, n, &a));
+            return push_str(m, a, n);
+        }
+    case 0x8d: { /* BINUNICODE8 */
+        TPS_CHECK(take(m, 8, &a));
+        uint64_t n = le32(a) | (uint64_t)le32(a + 4) << 32;
+        if (n > m->len - m->pos) return bad(m, NULL, "pickle truncated inside an opcode argument");
+        TPS_CHECK(take(m, (size_t)n, &a));
+        return push_str(m, a, (size_t)n);
+    }
+    case 'C': /* SHORT_BINBYTES */
+        TPS_CHECK(take(m, 1, &a));
+        {
+            size_t n = a[0];
+            TPS_CHECK(take(m, n, &a));
+            return push_bytes(m, a, n);
+        }
+    case 'B': { /* BINBYTES */
+        TPS_CHECK(take(m, 4, &a));
+        uint32_t n = le32(a);
+        TPS_CHECK(take(m, n, &a));
+        return push_bytes(m, a, n);
+    }
+    case 0x8f: return push(m, node(m, TPS_PV_SET)); /* EMPTY_SET */
+    case 0x90: /* ADDITEMS */
+        TPS_CHECK(pop_mark(m, TPS_PV_TUPLE, &y));
+        TPS_CHECK(pop(m, &x));
+        if (x->kind != TPS_PV_SET) return bad(m, NULL, "ADDITEMS to something that is not a set");
+        for (size_t i = 0; i < y->u.seq.n; i++) TPS_CHECK(seq_add(m, x, y->u.seq.items[i]));
+        return push(m, x);
+    case 0x91: /* FROZENSET */
+        TPS_CHECK(pop_mark(m, TPS_PV_SET, &x));
+        return push(m, x);
+    case '2': /* DUP */
+        if (!m->sp || (m->nmarks && m->sp <= m->marks[m->nmarks - 1])) return bad(m, NULL, "stack underflow (malformed pickle)");
+        return push(m, m->stack[m->sp - 1]);
+    case '0': /* POP: a value, or the topmost MARK when nothing is above it */
+        if (m->nmarks && m->sp == m->marks[m->nmarks - 1]) {
+            m->nmarks--;
+            break;
+        }
+        TPS_CHECK(pop(m, &x));
+        break;
+    case '1': /* POP_MARK */
+        if (!m->nmarks) return bad(m, NULL, "no MARK on the stack");
+        m->sp = m->marks[--m->nmarks];
+        break;
     default: {
         char msg[96];
         snprintf(msg, sizeof msg, "refused pickle opcode 0x%02x (%s): not in the weights-only subset", op, opcode_name(op));
@@ -607,7 +826,9 @@ void tps_pickle_free(tps_pickle *p)
     if (!p) return;
     for (size_t i = 0; i < p->nnodes; i++) {
         tps_pv *v = p->nodes[i];
-        if (v->kind == TPS_PV_STR) free(v->u.str.s);
+        if (v->kind == TPS_PV_STR || v->kind == TPS_PV_BYTES) free(v->u.str.s);
+        else if (v->kind == TPS_PV_SET) free(v->u.seq.items);
+        else if (v->kind == TPS_PV_GLOBAL) free(v->u.global.name);
         else if (v->kind == TPS_PV_TUPLE || v->kind == TPS_PV_LIST) free(v->u.seq.items);
         else if (v->kind == TPS_PV_DICT) {
             free(v->u.dict.keys);

@@ -10,22 +10,33 @@
  *       offset (size..) (stride..) NEWFALSE (OrderedDict() ) TUPLE REDUCE
  *     ... SETITEMS, [EMPTY_DICT .. BUILD], STOP
  *
- * Accepted opcodes (the weights_only set of §2.7, less NEWOBJ/EMPTY_SET, which a state dict
- * never needs): PROTO, STOP, MARK, GLOBAL, BINPUT, LONG_BINPUT, BINGET, LONG_BINGET, TUPLE,
- * TUPLE1-3, EMPTY_TUPLE, EMPTY_LIST, EMPTY_DICT, BINUNICODE (UTF-8 checked), SHORT_BINSTRING,
- * BININT, BININT1, BININT2, LONG1 (up to 8 bytes), BINFLOAT, NONE, NEWTRUE, NEWFALSE,
- * REDUCE, BINPERSID, SETITEM, SETITEMS, APPEND, APPENDS, BUILD.  Any other opcode is refused
- * with its byte value and name.
+ * Accepted opcodes: the weights_only set (PROTO, STOP, MARK, GLOBAL, BINPUT, LONG_BINPUT,
+ * BINGET, LONG_BINGET, TUPLE, TUPLE1-3, EMPTY_TUPLE, EMPTY_LIST, EMPTY_DICT, EMPTY_SET,
+ * BINUNICODE (UTF-8 checked), SHORT_BINSTRING, BININT, BININT1, BININT2, LONG1 (up to 8
+ * bytes), BINFLOAT, NONE, NEWTRUE, NEWFALSE, REDUCE, NEWOBJ, BINPERSID, SETITEM, SETITEMS,
+ * APPEND, APPENDS, BUILD) plus, because a Megatron checkpoint may have been written with
+ * another protocol (interop.md C.3), SHORT_BINUNICODE, BINUNICODE8, SHORT_BINBYTES,
+ * BINBYTES, ADDITEMS, FROZENSET, FRAME, MEMOIZE, STACK_GLOBAL, NEWOBJ_EX (empty kwargs),
+ * DUP, POP, POP_MARK.  Any other opcode is refused with its byte value and name.
  *
- * Accepted GLOBALs (anything else, and any module sys/os/posix/nt, refused by name):
+ * Accepted GLOBALs (GLOBAL or STACK_GLOBAL; anything else, and any module sys/os/posix/nt,
+ * refused by name and byte offset):
  *   collections.OrderedDict                      -> an empty dict when called with ()
  *   torch._utils._rebuild_tensor(_v2, _v3)       -> a tensor node
  *   torch._utils._rebuild_parameter              -> its tensor argument
  *   torch.<X>Storage, torch.storage.UntypedStorage (only as a persistent-id type)
- *   torch.<dtype> (str(dtype) names; only as _rebuild_tensor_v3's dtype argument)
- * REDUCE only on these callables; SETITEM(S) only on dicts; APPEND(S) only on lists; BUILD
- * only on a dict (the OrderedDict _metadata state, which is dropped).  BINPERSID takes
- * ('storage', storage type, key, location, numel); a 6-tuple is the legacy format.
+ *   torch.<dtype> (str(dtype) names): _rebuild_tensor_v3's dtype, or a value (args.params_dtype)
+ *   _codecs.encode, builtins.bytes               -> bytes; builtins.set/frozenset -> a set
+ *   the classes torch's weights_only defaults and Megatron's safe_globals.py allow
+ *   (argparse.Namespace, types.SimpleNamespace, pathlib.PosixPath, numpy's _reconstruct/
+ *   ndarray/dtype/UInt32DType, Megatron's enums and OptimizerConfig, io/_io.BytesIO,
+ *   signal.Signals, torch._C.Generator, torch.Size, torch.device, builtins.bytearray/complex)
+ *                                                -> an opaque TPS_PV_OBJECT recording the
+ *      call's arguments and BUILD state; nothing is constructed.
+ * REDUCE only on these callables; SETITEM(S) only on dicts; APPEND(S) only on lists;
+ * ADDITEMS only on sets; BUILD on a dict (the OrderedDict _metadata state, dropped) or once
+ * on an opaque object.  BINPERSID takes ('storage', storage type, key, location, numel); a
+ * 6-tuple is the legacy format.
  * Memory is bounded: at most TPS_PICKLE_MAX_OBJECTS values (about 64 bytes each; a state
  * dict needs about 20 per tensor, so this allows some 400,000 tensors); the stack and mark
  * stack hold at most that many; memo indices must be assigned in order as Python's pickler
@@ -60,7 +71,10 @@ typedef enum tps_pv_kind {
     TPS_PV_DICT,
     TPS_PV_GLOBAL,
     TPS_PV_STORAGE,
-    TPS_PV_TENSOR
+    TPS_PV_TENSOR,
+    TPS_PV_BYTES,  /* u.str (may hold NULs): SHORT_BINBYTES/BINBYTES, _codecs.encode(s, "latin1") */
+    TPS_PV_SET,    /* u.seq: EMPTY_SET/ADDITEMS, FROZENSET, builtins.set([...]) */
+    TPS_PV_OBJECT  /* an allowed class called (REDUCE) or instantiated (NEWOBJ): u.obj */
 } tps_pv_kind;
 
 typedef enum tps_pg_kind {
@@ -70,7 +84,11 @@ typedef enum tps_pg_kind {
     TPS_PG_REBUILD_V3,
     TPS_PG_REBUILD_PARAM,
     TPS_PG_STORAGE_TYPE, /* dt is the storage's dtype; NULL for UntypedStorage (bytes) */
-    TPS_PG_DTYPE
+    TPS_PG_DTYPE,
+    TPS_PG_OPAQUE,        /* an allowed class (argparse.Namespace, an enum, ...): kept as a value */
+    TPS_PG_CODECS_ENCODE, /* _codecs.encode(str, "latin1"): protocol 2's bytes */
+    TPS_PG_BYTES,         /* builtins.bytes(): protocol 2's b"" */
+    TPS_PG_SET            /* builtins.set / frozenset */
 } tps_pg_kind;
 
 typedef struct tps_pv tps_pv;
@@ -82,7 +100,7 @@ struct tps_pv {
         int64_t i;
         double f;
         struct {
-            char *s; /* NUL-terminated, valid UTF-8 without NUL */
+            char *s; /* NUL-terminated, valid UTF-8; may hold NULs (a latin-1 str of bytes): use len */
             size_t len;
         } str;
         struct {
@@ -92,11 +110,19 @@ struct tps_pv {
         struct {
             tps_pv **keys, **vals;
             size_t n, cap;
+            bool ordered; /* made by collections.OrderedDict() */
         } dict;
         struct {
             tps_pg_kind kind;
             const tps_torch_dtype *dt;
+            char *name; /* "module.name" as the pickle spells it */
         } global;
+        struct {
+            const tps_pv *cls; /* the TPS_PV_GLOBAL (kind TPS_PG_OPAQUE) */
+            const tps_pv *args; /* a tuple */
+            const tps_pv *state; /* BUILD's argument, or NULL */
+            bool newobj; /* NEWOBJ (cls.__new__(cls, *args)) rather than REDUCE (cls(*args)) */
+        } obj;
         struct {
             const tps_torch_dtype *dt; /* NULL: UntypedStorage, numel counts bytes */
             char *key;                 /* the record is data/<key> */

@@ -358,21 +358,39 @@ static tps_status refuse(pw *w, const tps_json *v, const char *why)
     return tps_fail(w->err, TPS_EINVALID, "%s: %s (JSON offset %zu)", w->what, why, v->offset);
 }
 
-/* Items of a list (or the pairs of a dict) in Python's batches: one item APPEND/SETITEM,
- * several MARK .. APPENDS/SETITEMS, 1000 at most per batch. */
-static tps_status batched(pw *w, size_t n, bool dict, tps_status (*item)(pw *, const void *, size_t), const void *ctx)
+/* How CPython's C pickler (_pickle.c) batches the items of a container: at most 1000 per
+ * MARK .. APPENDS/SETITEMS.  An exact list or dict of one item takes APPEND/SETITEM; longer
+ * ones take MARK .. APPENDS/SETITEMS for every batch, even a last batch of one (and an exact
+ * dict whose size is a multiple of 1000 ends with an empty batch: batch_dict_exact loops
+ * while the last batch was full).  Items from an iterator (an OrderedDict's reduce) go as
+ * batch_dict does: a last batch of one item is a SETITEM. */
+typedef enum batch_kind { LIST_EXACT, DICT_EXACT, DICT_ITER } batch_kind;
+
+static tps_status batched(pw *w, size_t n, batch_kind kind, tps_status (*item)(pw *, const void *, size_t), const void *ctx)
 {
-    for (size_t start = 0;; start += BATCH) {
-        size_t m = n - start < BATCH ? n - start : BATCH;
-        if (m > 1) op(w, OP_MARK);
-        for (size_t i = start; i < start + m; i++) {
-            tps_status st = item(w, ctx, i);
-            if (st) return st;
+    bool dict = kind != LIST_EXACT;
+    tps_status st;
+    if (n == 0) return TPS_OK;
+    if (n == 1 || kind == DICT_ITER) {
+        for (size_t start = 0; start < n; start += BATCH) {
+            size_t m = n - start < BATCH ? n - start : BATCH;
+            if (m > 1) op(w, OP_MARK);
+            for (size_t i = start; i < start + m; i++)
+                if ((st = item(w, ctx, i))) return st;
+            op(w, m > 1 ? (dict ? OP_SETITEMS : OP_APPENDS) : (dict ? OP_SETITEM : OP_APPEND));
         }
-        if (m > 1) op(w, dict ? OP_SETITEMS : OP_APPENDS);
-        else if (m == 1) op(w, dict ? OP_SETITEM : OP_APPEND);
-        if (m < BATCH) return TPS_OK;
+        return TPS_OK;
     }
+    size_t start = 0, m;
+    do {
+        m = n - start < BATCH ? n - start : BATCH;
+        op(w, OP_MARK);
+        for (size_t i = start; i < start + m; i++)
+            if ((st = item(w, ctx, i))) return st;
+        op(w, dict ? OP_SETITEMS : OP_APPENDS);
+        start += m;
+    } while (kind == DICT_EXACT ? m == BATCH : start < n);
+    return TPS_OK;
 }
 
 static tps_status list_item(pw *w, const void *ctx, size_t i) { return value(w, ((const tps_json *)ctx)->u.array.items[i]); }
@@ -381,7 +399,7 @@ static tps_status list(pw *w, const tps_json *a)
 {
     op(w, OP_EMPTY_LIST);
     put(w);
-    return batched(w, a->u.array.n, false, list_item, a);
+    return batched(w, a->u.array.n, LIST_EXACT, list_item, a);
 }
 
 static tps_status object_item(pw *w, const void *ctx, size_t i)
@@ -417,7 +435,7 @@ static tps_status pair_item(pw *w, const void *ctx, size_t i)
     return st;
 }
 
-static tps_status pairs(pw *w, const tps_json *a, const char *form)
+static tps_status pairs(pw *w, const tps_json *a, const char *form, batch_kind kind)
 {
     if (a->type != TPS_JSON_ARRAY) return tps_fail(w->err, TPS_EINVALID, "%s: %s takes an array of [key, value] pairs (JSON offset %zu)", w->what, form, a->offset);
     for (size_t i = 0; i < a->u.array.n; i++) {
@@ -425,7 +443,7 @@ static tps_status pairs(pw *w, const tps_json *a, const char *form)
         if (p->type != TPS_JSON_ARRAY || p->u.array.n != 2)
             return tps_fail(w->err, TPS_EINVALID, "%s: %s item at JSON offset %zu is not a [key, value] pair", w->what, form, p->offset);
     }
-    return batched(w, a->u.array.n, true, pair_item, a);
+    return batched(w, a->u.array.n, kind, pair_item, a);
 }
 
 /* A tuple of the JSON array's items: EMPTY_TUPLE, TUPLE1-3 or MARK .. TUPLE, then memoized
@@ -518,14 +536,14 @@ static tps_status special(pw *w, const tps_json *v, const char *name)
     if (strcmp(name, "$dict") == 0) {
         op(w, OP_EMPTY_DICT);
         put(w);
-        return pairs(w, a, "$dict");
+        return pairs(w, a, "$dict", DICT_EXACT);
     }
     if (strcmp(name, "$odict") == 0) {
         global(w, "collections.OrderedDict");
         op(w, OP_EMPTY_TUPLE);
         op(w, OP_REDUCE);
         put(w);
-        return pairs(w, a, "$odict");
+        return pairs(w, a, "$odict", DICT_ITER);
     }
     if (strcmp(name, "$bytes") == 0) return bytes(w, a);
     if (strcmp(name, "$set") == 0) {
@@ -598,7 +616,7 @@ static tps_status value(pw *w, const tps_json *v)
         }
         op(w, OP_EMPTY_DICT);
         put(w);
-        return batched(w, v->u.object.n, true, object_item, v);
+        return batched(w, v->u.object.n, DICT_EXACT, object_item, v);
     }
     }
     return refuse(w, v, "unknown JSON value");
@@ -720,7 +738,7 @@ static tps_status top_item(pw *w, const void *ctx, size_t i)
     op(w, OP_EMPTY_TUPLE);
     op(w, OP_REDUCE);
     put(w);
-    return batched(w, c->n, true, entry_item, c->e);
+    return batched(w, c->n, DICT_ITER, entry_item, c->e);
 }
 
 tps_status tps_pickle_write_checkpoint(const tps_json *top, const char *model_key, const tps_pickle_entry *e, size_t n,
@@ -741,7 +759,7 @@ tps_status tps_pickle_write_checkpoint(const tps_json *top, const char *model_ke
     op(&w, 2);
     op(&w, OP_EMPTY_DICT);
     put(&w);
-    tps_status st = batched(&w, (top ? top->u.object.n : 0) + 1, true, top_item, &c);
+    tps_status st = batched(&w, (top ? top->u.object.n : 0) + 1, DICT_EXACT, top_item, &c);
     if (!st) op(&w, OP_STOP);
     return finish(&w, st);
 }

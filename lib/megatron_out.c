@@ -268,7 +268,9 @@ static tps_status stage_entries(const tps_manifest *m, const tps_megatron_out *m
     }
     for (size_t k = 0; k < nextra; k++) {
         uint64_t s;
-        if (used[k] || tps_megatron_local_name(extra[k], mo->layer_first, mo->pp, &s, local, sizeof local, err) ||
+        tps_error e;
+        tps_error_clear(&e);
+        if (used[k] || tps_megatron_local_name(extra[k], mo->layer_first, mo->pp, &s, local, sizeof local, &e) ||
             s != p)
             continue;
         used[k] = true;
@@ -367,9 +369,30 @@ tps_status tps_megatron_out_plan(tps_manifest *m, const tps_megatron_out_opts *o
             goto cleanup;
         }
     /* The _extra_state keys: the source's, or one per linear (Megatron-Core's local spec). */
+    bool out_weight = false;
+    for (size_t i = 0; i < nv; i++) out_weight |= strcmp(v[i].t.name, "output_layer.weight") == 0;
     if (o->n_extra_state) {
-        extra = o->extra_state;
-        nextra = o->n_extra_state;
+        /* output_layer's follows its weight: a tied copy made or dropped takes it along (when the
+         * source had _extra_state keys at all, and had it where it had the weight). */
+        if (!(extra = calloc(o->n_extra_state + 2, sizeof *extra))) {
+            st = tps_fail_oom(err, "planning a Megatron checkpoint");
+            goto cleanup;
+        }
+        bool had = false;
+        for (size_t k = 0; k < o->n_extra_state; k++) {
+            if (strcmp(o->extra_state[k], "output_layer._extra_state") == 0) {
+                had = true;
+                continue;
+            }
+            if (!(extra[nextra++] = strdup(o->extra_state[k]))) {
+                st = tps_fail_oom(err, "planning a Megatron checkpoint");
+                goto cleanup;
+            }
+        }
+        if (out_weight && (had || !has_out) && !(extra[nextra++] = strdup("output_layer._extra_state"))) {
+            st = tps_fail_oom(err, "planning a Megatron checkpoint");
+            goto cleanup;
+        }
     } else {
         if (!(extra = calloc(nv + 1, sizeof *extra))) {
             st = tps_fail_oom(err, "planning a Megatron checkpoint");
@@ -449,10 +472,8 @@ cleanup:
         free(v[i].t.target_name);
     }
     free(v);
-    if (extra && extra != o->extra_state) {
-        for (size_t k = 0; k < nextra; k++) free(extra[k]);
-        free(extra);
-    }
+    for (size_t k = 0; extra && k < nextra; k++) free(extra[k]);
+    free(extra);
     free(used);
     tps_buf_release(&args);
     tps_buf_release(&top);

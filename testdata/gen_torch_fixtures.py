@@ -378,7 +378,7 @@ def bad():
     put(BAD_TORCH, "builtins_eval.bin", archive(b"\x80\x02cbuiltins\neval\n" + op_tuple([op_unicode("__import__('os').system('touch %s')" % MARKER)]) + b"R."), 3, "refused GLOBAL builtins.eval")
     put(BAD_TORCH, "reduce_unknown_callable.bin", archive(state_dict_pickle([ok_tensor, ("x", b"ctorch._utils\n_rebuild_device_tensor_from_numpy\n" + op_tuple([]) + b"R")])), 3, "refused GLOBAL torch._utils._rebuild_device_tensor_from_numpy")
     put(BAD_TORCH, "reduce_storage_type.bin", archive(state_dict_pickle([("x", b"ctorch\nFloatStorage\n" + op_tuple([op_int(4)]) + b"R")])), 3, "REDUCE calls a storage type")
-    put(BAD_TORCH, "stack_global.bin", archive(b"\x80\x04" + b"\x8c\x02os\x8c\x06system\x93" + op_tuple([touch]) + b"R."), 3, "opcode 0x8c (SHORT_BINUNICODE)")
+    put(BAD_TORCH, "stack_global.bin", archive(b"\x80\x04" + b"\x8c\x02os\x8c\x06system\x93" + op_tuple([touch]) + b"R."), 3, "refused GLOBAL os.system")
     put(BAD_TORCH, "unknown_opcode.bin", archive(b"\x80\x02\xff."), 3, "refused pickle opcode 0xff")
     put(BAD_TORCH, "inst_opcode.bin", archive(b"\x80\x02(ios\nsystem\n" + touch + b"."), 3, "opcode 0x69 (INST)")
     put(BAD_TORCH, "pickle_no_stop.bin", archive(b"\x80\x02}"), 3, "pickle ends without STOP")
