@@ -9,7 +9,9 @@
 #include "commands.h"
 #include "formats/checkpoint.h"
 #include "layout_args.h"
+#include "formats/megatron_read.h"
 #include "formats/shardset.h"
+#include "inspect_megatron.h"
 #include "lib/adopt.h"
 #include "lib/buf.h"
 #include "lib/json.h"
@@ -179,6 +181,7 @@ static int run_inspect(char **args, int nargs)
     tps_error_clear(&err);
     tps_index *ix = NULL;
     if (tps_is_shard_set(args[0]) || tps_adopt_is_engine_set(args[0])) return inspect_shard_set(args[0]);
+    if (tps_megatron_is_checkpoint(args[0])) return tps_inspect_megatron(args[0], tps_common.json);
     char part_of[TPS_ERROR_MSG_MAX]; /* one file of a multi-file checkpoint is shown, and said to be one */
     if (tps_checkpoint_open_part(args[0], &ix, part_of, sizeof part_of, &err) != TPS_OK)
         return tps_cli_report("inspect", &err);
@@ -215,6 +218,9 @@ const tps_cmd tps_cmd_inspect = {
     .usage = "inspect PATH [--json]",
     .details = "PATH is a safetensors file, a Hugging Face multi-file directory or index,\n"
                "a torch.save .bin archive, an .npz/.npy file, or a shard set's rank file.\n"
+               "A Megatron-LM checkpoint directory (holding latest_checkpointed_iteration.txt,\n"
+               "or an iter_*/release directory of mp_rank_* folders) is shown with its TP x PP\n"
+               "grid, iteration, model args and every rank file's model tensors.\n"
                "A shard-set directory (holding tpshard.json) is shown from its manifest: source,\n"
                "layout, files, and every tensor's cut as `plan` prints it; --json prints the\n"
                "manifest.  `tpshard check` reads the files themselves.\n",

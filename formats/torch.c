@@ -27,7 +27,7 @@ bool tps_torch_is_pickle_magic(const unsigned char *magic, size_t n, uint64_t fi
     return hlen > file_size;
 }
 
-typedef struct walker {
+typedef struct tps_torch_file {
     tps_index *ix;
     tps_zip *zip;
     const char *path;
@@ -36,7 +36,8 @@ typedef struct walker {
     bool big;
     tps_buf name;
     size_t visits_left; /* shared containers can make a tree exponentially larger than its DAG */
-} walker;
+} tps_torch_file;
+typedef tps_torch_file walker;
 
 static tps_status add_tensor(walker *w, const tps_pv *t, tps_error *err)
 {
@@ -208,7 +209,16 @@ cleanup:
     return st;
 }
 
-static tps_status read_archive(tps_index *ix, tps_zip *z, const char *path, uint32_t file, tps_error *err)
+tps_status tps_torch_file_add_tensor(tps_torch_file *f, const char *name, const struct tps_pv *tensor, tps_error *err)
+{
+    if (tensor->kind != TPS_PV_TENSOR) return tps_fail(err, TPS_EINVALID, "%s: '%s' is not a tensor", f->path, name);
+    tps_buf_reset(&f->name);
+    tps_buf_puts(&f->name, name);
+    return add_tensor(f, tensor, err);
+}
+
+static tps_status read_archive(tps_index *ix, tps_zip *z, const char *path, uint32_t file, tps_torch_pick_fn pick, void *ctx,
+                               tps_error *err)
 {
     tps_status st = TPS_OK;
     char *root = NULL, *pkl = NULL;
@@ -256,7 +266,8 @@ static tps_status read_archive(tps_index *ix, tps_zip *z, const char *path, uint
     }
     /* Tied weights visit a tensor twice; a real state dict stays far below this. */
     w.visits_left = 4 * tps_pickle_count(pk) + 1024;
-    TPS_CHECK(walk(&w, choose_state_dict(top), 0, err));
+    if (pick) TPS_CHECK(pick(ctx, &w, top, err));
+    else TPS_CHECK(walk(&w, choose_state_dict(top), 0, err));
     if (w.name.oom) {
         st = tps_fail_oom(err, "naming tensors");
         goto cleanup;
@@ -299,13 +310,18 @@ static tps_status check_magic(const tps_source_file *f, tps_error *err)
 
 tps_status tps_torch_add_file(tps_index *ix, const char *path, tps_error *err)
 {
+    return tps_torch_add_file_pick(ix, path, NULL, NULL, err);
+}
+
+tps_status tps_torch_add_file_pick(tps_index *ix, const char *path, tps_torch_pick_fn pick, void *ctx, tps_error *err)
+{
     uint32_t file;
     tps_zip *z;
     tps_status st = tps_index_add_file(ix, path, &file, err);
     if (!st) st = check_magic(&ix->files[file], err);
     if (!st) st = open_zip(ix, file, &z, err);
     if (!st) tps_zip_set_flags(z, TPS_ZIP_CRC_ZERO_IS_ABSENT);
-    if (!st) st = read_archive(ix, z, ix->files[file].path, file, err);
+    if (!st) st = read_archive(ix, z, ix->files[file].path, file, pick, ctx, err);
     return st;
 }
 
@@ -336,7 +352,7 @@ static tps_status open_common(const char *path, bool allow_npz, tps_index **out,
         }
     }
     tps_zip_set_flags(z, TPS_ZIP_CRC_ZERO_IS_ABSENT);
-    TPS_CHECK(read_archive(ix, z, ix->files[file].path, file, err));
+    TPS_CHECK(read_archive(ix, z, ix->files[file].path, file, NULL, NULL, err));
 done:
     *out = ix;
     ix = NULL;

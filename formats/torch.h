@@ -59,6 +59,16 @@ tps_status tps_zip_checkpoint_open(const char *path, tps_index **out, tps_error 
  * state (tps_view_state_init); used once per file of a multi-file checkpoint. */
 tps_status tps_torch_add_file(tps_index *ix, const char *path, tps_error *err);
 
+/* For a reader that picks an archive's tensors itself (Megatron's model_optim_rng.pt holds
+ * args, optimizer and RNG state beside the model): tps_torch_add_file with pick called on the
+ * pickle's top-level dict while the archive is open; pick adds the tensors it wants, under
+ * names of its choice, with tps_torch_file_add_tensor (nothing else is indexed). */
+struct tps_pv;
+typedef struct tps_torch_file tps_torch_file;
+typedef tps_status (*tps_torch_pick_fn)(void *ctx, tps_torch_file *f, const struct tps_pv *top, tps_error *err);
+tps_status tps_torch_add_file_pick(tps_index *ix, const char *path, tps_torch_pick_fn pick, void *ctx, tps_error *err);
+tps_status tps_torch_file_add_tensor(tps_torch_file *f, const char *name, const struct tps_pv *tensor, tps_error *err);
+
 /* A Hugging Face pytorch_model.bin.index.json, or a file named *.bin.index.json
  * ({"metadata": {...}, "weight_map": {"tensor": "pytorch_model-00001-of-00002.bin"}}), as
  * one checkpoint (format "torch-index").  Every weight_map file must be a plain name in

@@ -1,0 +1,10 @@
+/* tpshard inspect on a Megatron-LM checkpoint directory (formats/megatron_read.h). */
+#ifndef TPS_INSPECT_MEGATRON_H
+#define TPS_INSPECT_MEGATRON_H
+
+#include <stdbool.h>
+
+/* Prints the checkpoint (human or --json); returns the exit code. */
+int tps_inspect_megatron(const char *path, bool json);
+
+#endif
