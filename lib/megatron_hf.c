@@ -710,7 +710,8 @@ tps_status tps_megatron_hf_args(const tps_megatron_hf *h, const tps_layout *l, c
     }
     /* What every Megatron GPT model from a Hugging Face one has: the sizes tpshard checked
      * against the tensors where config.json lacks them, then the fixed choices
-     * (interop.md C.2 item 3; targets.md 2.8). */
+     * (what Megatron's tools/checkpoint loaders read: loader_base.ensure_required_arguments,
+     * check_checkpoint_args in megatron/training/checkpointing.py). */
     arg_u64(&w, "num_layers", s->layers);
     arg_u64(&w, "hidden_size", s->hidden);
     arg_u64(&w, "ffn_hidden_size", s->intermediate);
