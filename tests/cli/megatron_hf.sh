@@ -63,3 +63,25 @@ expect_exit 2 "--dtype" "--dtype with --target megatron: exit 2" \
 check "--dry-run with --target megatron: plans, writes nothing" \
     "$TPSHARD" split "$M/tiny-llama" --tp 2 --pp 2 --target megatron -o "$T/dry" --dry-run -q
 if [ -e "$T/dry" ]; then notok "--dry-run wrote $T/dry"; else ok "--dry-run wrote nothing"; fi
+
+# RoPE scaling: Llama-3.1's (factor with Megatron's fixed 1, 4, 8192) goes into args; one
+# Megatron does not compute is refused naming it.
+for kind in llama3 yarn; do
+    mkdir -p "$T/rope-$kind"
+    cp "$M/tiny-llama/model.safetensors" "$T/rope-$kind/"
+    if [ "$kind" = llama3 ]; then
+        rs='"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},'
+    else
+        rs='"rope_scaling": {"rope_type": "yarn", "factor": 4.0},'
+    fi
+    sed "s/\"rope_theta\"/$rs \"rope_theta\"/" "$M/tiny-llama/config.json" >"$T/rope-$kind/config.json"
+done
+check "Llama-3.1 rope_scaling: split --target megatron" \
+    "$TPSHARD" split "$T/rope-llama3" --tp 2 --target megatron -o "$T/rope-llama3-mg" -q
+if grep -q "rope_scaling_factor" "$T"/rope-llama3-mg/iter_0000001/mp_rank_00/model_optim_rng.pt 2>/dev/null; then
+    ok "Llama-3.1 rope_scaling: args carry rope_scaling_factor"
+else
+    notok "Llama-3.1 rope_scaling: args carry rope_scaling_factor"
+fi
+expect_exit 3 "rope_scaling of type 'yarn'" "yarn rope_scaling: exit 3 naming it" \
+    "$TPSHARD" split "$T/rope-yarn" --tp 2 --target megatron -o "$T/rope-yarn-mg"
