@@ -9,6 +9,7 @@
 #include "buf.h"
 #include "checked.h"
 #include "json.h"
+#include "megatron_args.h"
 #include "presets.h"
 #include "target.h"
 
@@ -798,7 +799,9 @@ static bool truthy(const tps_json *args, const char *key)
 static tps_status parse_args(const char *args_json, tps_json_doc **doc, const tps_json **args, tps_error *err)
 {
     TRY(tps_json_parse(args_json, strlen(args_json), "the checkpoint's args", doc, err));
-    *args = tps_json_root(*doc);
+    /* The Namespace as the reader encodes it, or its fields alone. */
+    const tps_json *f = tps_megatron_args_fields(tps_json_root(*doc));
+    *args = f ? f : tps_json_root(*doc);
     if ((*args)->type != TPS_JSON_OBJECT) {
         tps_json_doc_free(*doc);
         *doc = NULL;
