@@ -258,6 +258,8 @@ static tps_status model_walk(pick_ctx *c, const tps_pv *d, int depth, tps_error 
         return tps_fail(err, TPS_EINVALID, "%s: model dicts nested more than %d deep (or a cycle)", c->path, MAX_NEST);
     for (size_t i = 0; i < d->u.dict.n; i++) {
         const tps_pv *k = d->u.dict.keys[i], *v = d->u.dict.vals[i];
+        tps_status vst = tps_torch_file_visit(c->tf, err);
+        if (vst) return vst;
         if (k->kind != TPS_PV_STR || memchr(k->u.str.s, '\0', k->u.str.len))
             return tps_fail(err, TPS_EINVALID, "%s: a model key is not a plain string (pickle offset %zu)", c->path, k->offset);
         size_t mark = c->name.len;

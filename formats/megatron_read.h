@@ -1,5 +1,5 @@
 /* Megatron-LM legacy checkpoints (--ckpt-format torch), read without executing anything
- * (targets.md Part 2, interop.md B and C.3).
+ * (the targets spec Part 2, the interop spec B and C.3).
  *
  * Layout (megatron/training/checkpointing.py):
  *   ROOT/latest_checkpointed_iteration.txt   "N" (decimal, > 0) or "release"

@@ -240,7 +240,7 @@ static tps_status pop_mark(vm *m, tps_pv_kind kind, tps_pv **out)
 }
 
 /* The classes kept as opaque values: torch's weights_only defaults that a state dict may
- * hold as plain values, and Megatron-Core's safe_globals.py (interop.md B.2b). */
+ * hold as plain values, and Megatron-Core's safe_globals.py (the interop spec B.2b). */
 static const char *const opaque_globals[] = {
     "argparse.Namespace", "types.SimpleNamespace", "pathlib.PosixPath", "numpy.core.multiarray._reconstruct",
     "numpy._core.multiarray._reconstruct", "numpy.ndarray", "numpy.dtype", "numpy.dtypes.UInt32DType",

@@ -15,7 +15,7 @@
  * BINUNICODE (UTF-8 checked), SHORT_BINSTRING, BININT, BININT1, BININT2, LONG1 (up to 8
  * bytes), BINFLOAT, NONE, NEWTRUE, NEWFALSE, REDUCE, NEWOBJ, BINPERSID, SETITEM, SETITEMS,
  * APPEND, APPENDS, BUILD) plus, because a Megatron checkpoint may have been written with
- * another protocol (interop.md C.3), SHORT_BINUNICODE, BINUNICODE8, SHORT_BINBYTES,
+ * another protocol (the interop spec C.3), SHORT_BINUNICODE, BINUNICODE8, SHORT_BINBYTES,
  * BINBYTES, ADDITEMS, FROZENSET, FRAME, MEMOIZE, STACK_GLOBAL, NEWOBJ_EX (empty kwargs),
  * DUP, POP, POP_MARK.  Any other opcode is refused with its byte value and name.
  *

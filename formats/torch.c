@@ -217,6 +217,13 @@ tps_status tps_torch_file_add_tensor(tps_torch_file *f, const char *name, const 
     return add_tensor(f, tensor, err);
 }
 
+tps_status tps_torch_file_visit(tps_torch_file *f, tps_error *err)
+{
+    if (f->visits_left-- == 0)
+        return tps_fail(err, TPS_EINVALID, "%s: the pickle refers to its shared containers too many times", f->path);
+    return TPS_OK;
+}
+
 static tps_status read_archive(tps_index *ix, tps_zip *z, const char *path, uint32_t file, tps_torch_pick_fn pick, void *ctx,
                                tps_error *err)
 {

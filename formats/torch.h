@@ -68,6 +68,9 @@ typedef struct tps_torch_file tps_torch_file;
 typedef tps_status (*tps_torch_pick_fn)(void *ctx, tps_torch_file *f, const struct tps_pv *top, tps_error *err);
 tps_status tps_torch_add_file_pick(tps_index *ix, const char *path, tps_torch_pick_fn pick, void *ctx, tps_error *err);
 tps_status tps_torch_file_add_tensor(tps_torch_file *f, const char *name, const struct tps_pv *tensor, tps_error *err);
+/* Counts one visit of a value by pick's walk: shared containers can make the tree of a
+ * small pickle exponentially large, so a walk gets the budget the built-in one has. */
+tps_status tps_torch_file_visit(tps_torch_file *f, tps_error *err);
 
 /* A Hugging Face pytorch_model.bin.index.json, or a file named *.bin.index.json
  * ({"metadata": {...}, "weight_map": {"tensor": "pytorch_model-00001-of-00002.bin"}}), as

@@ -289,13 +289,24 @@ typedef struct staged {
     size_t src, order;
 } staged;
 
+/* Within a stage: the embeddings, the layers in order, the final norm, the output layer
+ * (GPTModel's module order); tensors of one layer keep their source order. */
+static uint64_t stage_rank(const char *n, uint64_t *layer)
+{
+    const char *rest;
+    *layer = 0;
+    if (first_stage_name(n)) return 0;
+    if (layer_of(n, layer, &rest)) return 1;
+    return strncmp(n, "output_layer.", 13) == 0 ? 3 : 2;
+}
+
 static int cmp_staged(const void *a, const void *b)
 {
     const staged *x = a, *y = b;
-    int rx = strncmp(x->t.name, "output_layer.", 13) == 0 ? 2 : last_stage_name(x->t.name) ? 1 : 0;
-    int ry = strncmp(y->t.name, "output_layer.", 13) == 0 ? 2 : last_stage_name(y->t.name) ? 1 : 0;
+    uint64_t lx, ly, rx = stage_rank(x->t.name, &lx), ry = stage_rank(y->t.name, &ly);
     if (x->stage != y->stage) return x->stage < y->stage ? -1 : 1;
-    if (rx != ry) return rx < ry ? -1 : 1; /* the final norm, then the output layer, end the last stage */
+    if (rx != ry) return rx < ry ? -1 : 1;
+    if (lx != ly) return lx < ly ? -1 : 1;
     return x->order < y->order ? -1 : x->order > y->order;
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Writes a tiny Megatron-LM legacy checkpoint (--ckpt-format torch) for CLI tests, at test
 time (no committed binaries): the writer is tests/interop/megatron_fixture.py, which follows
-the specification (targets.md Part 2), independently of tpshard.  Run with a Python that has
+the specification (the targets spec Part 2), independently of tpshard.  Run with a Python that has
 torch (Debian's /usr/bin/python3 or the interop venvs):
 
     gen_megatron.py OUT [--tp 2] [--pp 2] [--pp-layers 1,3] [--layers 4] [--legacy]

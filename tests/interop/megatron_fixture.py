@@ -1,6 +1,6 @@
 """Megatron-LM legacy (--ckpt-format torch) checkpoints for the tests, written and read with
-torch alone, independently of tpshard, following /work/shared/reference/targets.md Part 2
-and interop.md B (the rules of Megatron's tools/checkpoint loaders and savers).
+torch alone, independently of tpshard, following the targets spec Part 2
+and the interop spec B (the rules of Megatron's tools/checkpoint loaders and savers).
 
     write_checkpoint(out_dir, full, args, tp, pp, ...)   full mcore tensors -> a checkpoint
     read_checkpoint(ckpt_dir)      -> (args Namespace, {mcore global name: full tensor})
@@ -84,7 +84,7 @@ def padded_vocab(v, divisible_by, tp):
 
 def megatron_args(**fields):
     """The args of a Megatron GPT model as a dict: the fields Megatron's loaders need
-    (interop.md C.2 item 3) with Llama-like defaults; `fields` override them."""
+    (the interop spec C.2 item 3) with Llama-like defaults; `fields` override them."""
     a = collections.OrderedDict(
         num_layers=2, hidden_size=16, ffn_hidden_size=32, num_attention_heads=4,
         num_query_groups=2, group_query_attention=True, kv_channels=4, seq_length=64,
@@ -476,7 +476,8 @@ def hf_llama_to_megatron_full(hf_sd, config):
     nq = _cfg(config, "num_attention_heads")
     ng = _cfg(config, "num_key_value_heads", nq) or nq
     H = _cfg(config, "hidden_size")
-    hd = _cfg(config, "head_dim") or H // nq
+    # head_dim may differ from H / nq (Qwen3, Gemma); the q_proj rows say which it is
+    hd = _cfg(config, "head_dim") or hf_sd["model.layers.0.self_attn.q_proj.weight"].shape[0] // nq
     L = _cfg(config, "num_hidden_layers")
     out = collections.OrderedDict()
     out["embedding.word_embeddings.weight"] = hf_sd["model.embed_tokens.weight"]

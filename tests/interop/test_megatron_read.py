@@ -233,6 +233,28 @@ def hostile(tmp):
                    "exit %d\n%s%s" % (p.returncode, p.stdout, p.stderr))
 
 
+def shared_dict_bomb(tmp):
+    """A model dict whose 30 keys all name one shared dict, 12 levels deep (30^12 paths from a
+    5 KB pickle): refused by the walk's visit budget, promptly."""
+    p = b"\x80\x02}q\x000"
+    for lvl in range(1, 13):
+        p += b"}r" + struct.pack("<I", lvl) + b"("
+        for i in range(30):
+            p += ustr("k%d" % i) + b"j" + struct.pack("<I", lvl - 1)
+        p += b"u0"
+    p += b"}(" + ustr("model") + b"j" + struct.pack("<I", 12) + b"u."
+    d = os.path.join(tmp, "bomb")
+    write_zip_pickle(os.path.join(d, "iter_0000001", "mp_rank_00", "model_optim_rng.pt"), p)
+    with open(os.path.join(d, "latest_checkpointed_iteration.txt"), "w") as f:
+        f.write("1")
+    try:
+        r = subprocess.run([tap.TPSHARD, "inspect", d], capture_output=True, text=True, timeout=60)
+        tap.report(r.returncode == 3 and "shared containers too many times" in r.stderr,
+                   "a model dict of shared dicts (30^12 paths) is refused (exit 3)", r.stderr)
+    except subprocess.TimeoutExpired:
+        tap.report(False, "a model dict of shared dicts (30^12 paths) is refused (exit 3)", "still running after 60 s")
+
+
 def refusals(tmp):
     args = mf.megatron_args(num_layers=2, vocab_size=37)
     full = mf.random_full(args)
@@ -291,6 +313,46 @@ def refusals(tmp):
     refused("a torch_dist iteration directory is refused by name (exit 3)", d, "a distributed (torch_dist/torch_dcp) checkpoint")
 
 
+def hf_conversion():
+    """hf_llama_to_megatron_full's grouped QKV, checked row by row against the spec's layout:
+    group g's block is [q heads g*nq/ng .. (g+1)*nq/ng-1; k_g; v_g]; fc1 = [gate; up]."""
+    H, nq, ng, hd, L, V, F = 16, 8, 2, 4, 2, 11, 24
+    g = torch.Generator().manual_seed(3)
+    sd = {"model.embed_tokens.weight": torch.randn(V, H, generator=g), "model.norm.weight": torch.randn(H, generator=g),
+          "lm_head.weight": torch.randn(V, H, generator=g)}
+    for i in range(L):
+        p = "model.layers.%d." % i
+        for n, shape in (("self_attn.q_proj.weight", (nq * hd, H)), ("self_attn.k_proj.weight", (ng * hd, H)),
+                         ("self_attn.v_proj.weight", (ng * hd, H)), ("self_attn.q_proj.bias", (nq * hd,)),
+                         ("self_attn.k_proj.bias", (ng * hd,)), ("self_attn.v_proj.bias", (ng * hd,)),
+                         ("self_attn.o_proj.weight", (H, nq * hd)), ("mlp.gate_proj.weight", (F, H)),
+                         ("mlp.up_proj.weight", (F, H)), ("mlp.down_proj.weight", (H, F)),
+                         ("input_layernorm.weight", (H,)), ("post_attention_layernorm.weight", (H,))):
+            sd[p + n] = torch.randn(*shape, generator=g)
+    cfg = {"num_attention_heads": nq, "num_key_value_heads": ng, "hidden_size": H, "num_hidden_layers": L,
+           "tie_word_embeddings": False}
+    full = mf.hf_llama_to_megatron_full(sd, cfg)
+    ok = True
+    per = nq // ng
+    B = (per + 2) * hd
+    for i in range(L):
+        p, o = "model.layers.%d.self_attn." % i, "decoder.layers.%d." % i
+        for kind in ("weight", "bias"):
+            qkv = full[o + "self_attention.linear_qkv." + kind]
+            q, k, v = sd[p + "q_proj." + kind], sd[p + "k_proj." + kind], sd[p + "v_proj." + kind]
+            ok = ok and qkv.shape[0] == ng * B
+            for grp in range(ng):
+                blk = qkv[grp * B:(grp + 1) * B]
+                ok = ok and torch.equal(blk[:per * hd], q[grp * per * hd:(grp + 1) * per * hd])
+                ok = ok and torch.equal(blk[per * hd:per * hd + hd], k[grp * hd:(grp + 1) * hd])
+                ok = ok and torch.equal(blk[per * hd + hd:], v[grp * hd:(grp + 1) * hd])
+        fc1 = full[o + "mlp.linear_fc1.weight"]
+        ok = ok and torch.equal(fc1[:F], sd["model.layers.%d.mlp.gate_proj.weight" % i]) and \
+            torch.equal(fc1[F:], sd["model.layers.%d.mlp.up_proj.weight" % i])
+    ok = ok and torch.equal(full["output_layer.weight"], sd["lm_head.weight"])
+    tap.report(ok, "(fixture) hf_llama_to_megatron_full groups QKV per query group as the spec lays it out")
+
+
 def main():
     if not os.access(DUMP, os.X_OK) or not os.access(tap.TPSHARD, os.X_OK):
         print("not ok - tpshard or build/tests/test_megatron_read missing (run make)")
@@ -312,7 +374,9 @@ def main():
                                       group_query_attention=False, kv_channels=4, num_attention_heads=4,
                                       ffn_hidden_size=32))
         hostile(tmp)
+        shared_dict_bomb(tmp)
         refusals(tmp)
+        hf_conversion()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return tap.status()
