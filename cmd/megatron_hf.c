@@ -11,6 +11,7 @@
 #include "layout_args.h"
 #include "output_args.h"
 #include "progress.h"
+#include "formats/megatron_set.h"
 #include "formats/safetensors.h"
 #include "formats/torch_write.h"
 #include "lib/buf.h"
@@ -137,7 +138,8 @@ int tps_cli_split_megatron(const char *src, const tps_layout_args *la, const tps
     tps_megatron_write(mm, mo, &tps_torch_sink, mg_read, &source, &wo, &err);
     tps_progress_end(&ps);
     if ((rc = tps_cli_report("split", &err)) != 0) goto done;
-    if (!tps_common.quiet && !o->dry_run)
+    if (o->dry_run && !tps_common.quiet) tps_cli_print_plan(mm, NULL, tps_common.json);
+    else if (!tps_common.quiet)
         printf("split %s into a Megatron-LM checkpoint in %s (tp %llu, pp %llu, %zu tensors, %zu files)\n", src,
                o->out, (unsigned long long)mm->tp, (unsigned long long)mo->pp, mm->ntensors, mm->nfiles);
 done:
@@ -156,3 +158,86 @@ done:
     return rc;
 }
 
+/* config.json beside the weights: inside the directory written, or for -o FILE beside FILE. */
+static tps_status write_config(const char *out, bool file, const char *text, tps_error *err)
+{
+    tps_buf path = TPS_BUF_INIT;
+    if (file) {
+        const char *slash = strrchr(out, '/');
+        if (slash) tps_buf_printf(&path, "%.*s/config.json", (int)(slash - out), out);
+        else tps_buf_puts(&path, "config.json");
+    } else {
+        tps_buf_printf(&path, "%s/config.json", out);
+    }
+    const char *p = tps_buf_cstr(&path);
+    tps_status st = p ? tps_write_file_atomic(p, text, strlen(text), err) : tps_fail_oom(err, "writing config.json");
+    tps_buf_release(&path);
+    return st;
+}
+
+int tps_cli_merge_hf(const char *src, const tps_megatron_merge_opts *o)
+{
+    tps_error err;
+    tps_error_clear(&err);
+    tps_shardset *ss = NULL;
+    tps_megatron_source *ms = NULL;
+    tps_manifest *um = NULL, *hm = NULL;
+    tps_megatron_hf *h = NULL;
+    tps_megatron_unview *rd = NULL;
+    tps_layout *l = NULL;
+    char *preset = NULL, *arch = NULL, *model_type = NULL, *config = NULL;
+    int rc = 0;
+    tps_status st = tps_megatron_shardset_open(src, o->vocab, &ss, &ms, &err);
+    if (st == TPS_OK) st = tps_manifest_unsharded(ss->m, &um, &err);
+    if (st == TPS_OK) st = tps_megatron_hf_choose(ms->args_json, &preset, &arch, &model_type, &err);
+    const tps_manifest_tensor *emb = um ? tps_manifest_find(um, "embedding.word_embeddings.weight") : NULL;
+    if (st == TPS_OK && !emb) st = tps_fail(&err, TPS_EINVALID, "%s: no embedding.word_embeddings.weight", src);
+    if (st == TPS_OK) st = tps_layout_load_preset(preset, &l, &err);
+    if (st == TPS_OK) st = tps_megatron_hf_load(tps_layout_text(l), preset, &h, &err);
+    if (st == TPS_OK)
+        st = tps_megatron_hf_config(h, ms->args_json, arch, model_type, emb->shape[0], &config, &err);
+    if (st == TPS_OK) st = tps_layout_apply_config_text(l, config, strlen(config), "the config.json from args", NULL, &err);
+    if (st == TPS_OK) {
+        ss->compare_replicas = true;
+        st = tps_megatron_hf_unview(h, l, um, tps_shardset_source_read, ss, &hm, &rd, &err);
+    }
+    if (st) {
+        rc = tps_cli_report("merge", &err);
+        goto done;
+    }
+    const char *inputs[] = {ss->dir, NULL};
+    tps_progress_state ps;
+    tps_write_opts wo =
+        tps_cli_write_opts(o->out, o->force, inputs, NULL, NULL, o->file ? 0 : o->max_shard ? o->max_shard : 5000000000ull, &ps);
+    wo.kind = o->file ? TPS_OUT_FILE : TPS_OUT_CHECKPOINT;
+    wo.cut.checkpoint = true;
+    wo.before_publish = o->file ? NULL : tps_cli_write_config_into;
+    wo.before_publish_arg = config;
+    rc = tps_cli_write("merge", hm, tps_megatron_hf_unview_read, rd, &wo);
+    if (rc == 0 && o->file && (st = write_config(o->out, true, config, &err)) != TPS_OK) rc = tps_cli_report("merge", &err);
+    if (rc == 0 && !tps_common.quiet)
+        printf("merged %s (Megatron-LM, tp %llu) into %s as %s (%zu tensors)\n", src, (unsigned long long)ss->m->tp,
+               o->out, arch, hm->ntensors);
+done:
+    free(preset);
+    free(arch);
+    free(model_type);
+    free(config);
+    tps_megatron_unview_free(rd);
+    tps_megatron_hf_free(h);
+    tps_layout_free(l);
+    tps_manifest_free(hm);
+    tps_manifest_free(um);
+    tps_megatron_source_free(ms);
+    tps_shardset_free(ss);
+    return rc;
+}
+
+tps_status tps_cli_write_config_into(const tps_outdir *od, void *arg, tps_error *err)
+{
+    char *path = tps_outdir_path(od, "config.json");
+    if (!path) return tps_fail_oom(err, "writing config.json");
+    tps_status st = tps_write_file_atomic(path, arg, strlen(arg), err);
+    free(path);
+    return st;
+}

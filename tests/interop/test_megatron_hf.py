@@ -188,7 +188,7 @@ def megatron_forward(ranks, args, ids, cos, sin, cfg):
 
 
 def check_merge(name, tmp, ckpt, src_sd, model, ids, want, into_file=False):
-    out = os.path.join(tmp, "merged-" + name)
+    out = os.path.join(tmp, ("merged-file-" if into_file else "merged-") + name)
     target = os.path.join(out, "model.safetensors") if into_file else out + "/"
     if into_file:
         os.makedirs(out, exist_ok=True)
