@@ -19,6 +19,7 @@ its group's [q; k; v] block; pp 1 and 2):
     over the ranks sharing a group, which then pick their q heads; linear_fc1 chunked into
     [gate_r; up_r]; row-parallel partial sums added; the vocabulary-parallel head gathered
     and its zero padding dropped) and compares the logits with transformers' (<= 1e-4);
+  * runs `tpshard check` and `tpshard verify` (every layer, and the whole model) on it;
   * merges it back with `tpshard merge --target hf` (into a directory, and as DIR/model.safetensors):
     every tensor bit-equal to the original save, and transformers loading the merged
     directory's config.json and weights gives the original's logits.
@@ -252,6 +253,14 @@ def run_case(tmp, name, cfg, grid):
                                   "transformers (max diff %.2e)" % (what, d))
         except Exception as e:  # noqa: BLE001 - a shape the forward cannot use is the finding
             tap.report(False, "%s: Megatron's tensor-parallel forward from the rank files" % what, repr(e))
+        r = tap.tpshard("check", out)
+        tap.report(r.returncode == 0, "%s: tpshard check proves the files' checksums" % what, r.stdout + r.stderr)
+        if getattr(a, "num_experts", None):
+            print("skip - %s: tpshard verify: the megatron_gpt preset's block is dense (no MoE block yet)" % what)
+        elif tp <= a.num_query_groups:  # verify refuses tp above the groups by name
+            for how in (("--layer", "all"), ("--whole-model",)):
+                r = tap.tpshard("verify", out, *how)
+                tap.report(r.returncode == 0, "%s: tpshard verify %s" % (what, " ".join(how)), r.stdout + r.stderr)
         if tp == 2 and pp == 1:  # the forward can fail: rank 0's and 1's query groups swapped
             bad = [dict(R) for R in ranks]
             k = "decoder.layers.0.self_attention.linear_qkv.weight"
