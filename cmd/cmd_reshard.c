@@ -33,9 +33,9 @@ static const tps_opt reshard_opts[] = {
     {"target", 0, TPS_OPT_STRING, &o.target, "NAME", "tpshard, vllm or sglang (default: DIR's)"},
     {"name-template", 0, TPS_OPT_STRING, &o.name_template, "T", "file names with {rank}, {tp}, {part}"},
     {"only-rank", 0, TPS_OPT_STRING, &o.only, "R[,R...]", "write only these ranks (full manifest)"},
-    {"pp", 0, TPS_OPT_UINT, &o.pp, "P", "Megatron: the new pipeline size (default: the source's)"},
-    {"pp-layers", 0, TPS_OPT_STRING, &o.pp_layers, "A,B,...", "Megatron: layers per pipeline stage"},
-    {"vocab-size", 0, TPS_OPT_UINT, &o.vocab, "V", "Megatron: the true vocabulary, when the args lack it"},
+    {"pp", 0, TPS_OPT_UINT, &o.pp, "P", "Megatron: the new pipeline size"},
+    {"pp-layers", 0, TPS_OPT_STRING, &o.pp_layers, "A,B,...", "Megatron: layers per stage"},
+    {"vocab-size", 0, TPS_OPT_UINT, &o.vocab, "V", "Megatron: the true vocabulary size"},
     {"force", 'f', TPS_OPT_FLAG, &o.force, NULL, "replace an earlier shard set (nothing else)"},
     TPS_COMMON_OPTS,
     TPS_OPTS_END,
@@ -86,7 +86,9 @@ static int reshard_megatron(const char *dir)
     }
     const tps_megatron_model *mm = &msrc->model;
     uint64_t div = mm->vocab_divisor, q = div * o.tp;
-    /* The vocabulary rows at the new tp: Megatron's padding, from the true size. */
+    /* The vocabulary rows at the new tp: Megatron's padding, from the true size.  The source's
+     * partitions pad to its own padded rows (112 at tp 4 for 100 rows), which tp 8 need not
+     * divide: the new tp's quantum is set while the set is retargeted, then restored for reading. */
     uint64_t *saved = calloc(ss->m->ntensors + 1, sizeof *saved);
     if (!saved) {
         tps_fail_oom(&err, "resharding");

@@ -43,8 +43,9 @@
 /* Python's Pickler._BATCHSIZE: items per APPENDS/SETITEMS. */
 #define BATCH 1000
 
-/* targets.md 2.2 / interop.md B.2b: torch's weights_only defaults that a value outside a
- * tensor can use, plus Megatron-Core's safe_globals (megatron/core/safe_globals.py).  Both
+/* torch's weights_only defaults that a value outside a tensor can use
+ * (pytorch/pytorch:torch/_weights_only_unpickler.py, _get_allowed_globals), plus what
+ * Megatron-Core registers (NVIDIA/Megatron-LM:megatron/core/safe_globals.py).  Both
  * spellings where Python's module moved (numpy 2, Python 3.13's pathlib, protocol 2's
  * __builtin__). */
 static const char *const allowed_globals[] = {

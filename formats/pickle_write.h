@@ -4,26 +4,27 @@
  * "$newobj"; "$tensor" is refused) turned back into pickle opcodes, and the state dict of
  * a torch.save archive.
  *
- * The bytes are those CPython's pickle.dumps(value, protocol=2) writes for the same value,
- * using only opcodes torch's weights_only unpickler accepts (interop.md B.2b): PROTO 2,
- * BINUNICODE (never SHORT_BINUNICODE), BININT1/BININT2/BININT, LONG1, BINFLOAT, NONE,
- * NEWTRUE/NEWFALSE, EMPTY_TUPLE/TUPLE1-3/MARK..TUPLE, EMPTY_LIST + APPEND/APPENDS,
- * EMPTY_DICT + SETITEM/SETITEMS (batches of 1000, as Python's), GLOBAL, REDUCE, NEWOBJ,
- * BUILD, BINPERSID, BINPUT/LONG_BINPUT after every object Python memoizes (strings,
- * non-empty tuples, lists, dicts, globals, reduced objects), BINGET/LONG_BINGET where Python
- * would find the object in its memo: a global named twice, and a string equal to one
- * already written (Python's memo goes by identity; equal strings are one object where the
- * pickled program interned them, and reading back cannot tell the difference).  Protocol-2
- * forms: bytes as _codecs.encode(latin-1 str, 'latin1') (empty bytes too, where Python
- * calls __builtin__.bytes(), a global weights_only lacks); a set as __builtin__.set(list);
- * an enum as GLOBAL Class + (value,) + REDUCE; a Namespace as GLOBAL + () + NEWOBJ +
- * state dict + BUILD.
+ * The bytes are those CPython's pickle.dumps(value, protocol=2) (the C pickler, _pickle.c,
+ * which torch.save uses) writes for the same value, using only opcodes torch's weights_only
+ * unpickler accepts (pytorch/pytorch:torch/_weights_only_unpickler.py): PROTO 2, BINUNICODE
+ * (never SHORT_BINUNICODE), BININT1/BININT2/BININT, LONG1, BINFLOAT, NONE, NEWTRUE/NEWFALSE,
+ * EMPTY_TUPLE/TUPLE1-3/MARK..TUPLE, EMPTY_LIST + APPEND/APPENDS, EMPTY_DICT +
+ * SETITEM/SETITEMS (batched as the C pickler batches), GLOBAL, REDUCE, NEWOBJ, BUILD,
+ * BINPERSID, BINPUT/LONG_BINPUT after every object Python memoizes (strings, non-empty
+ * tuples, lists, dicts, globals, reduced objects), BINGET/LONG_BINGET where Python would
+ * find the object in its memo: a global named twice, and a string equal to one already
+ * written (Python's memo goes by identity; equal strings are one object where the pickled
+ * program interned them, and reading back cannot tell the difference).  Protocol-2 forms:
+ * bytes as _codecs.encode(latin-1 str, 'latin1') (empty bytes too, where Python calls
+ * __builtin__.bytes(), a global weights_only lacks); a set as __builtin__.set(list); an
+ * enum as GLOBAL Class + (value,) + REDUCE (Megatron's form; never getattr); a Namespace as
+ * GLOBAL + () + NEWOBJ + state dict + BUILD.
  *
- * Globals ("$global", "$reduce", "$newobj") must be on the allow-list of targets.md 2.2
- * (torch's weights_only defaults plus Megatron's safe_globals); anything else is refused
- * by name and JSON byte offset, TPS_EINVALID.  So are integers needing more than 255
- * bytes (LONG4), "$tensor" values, keys starting with "$" outside "$dict", and unhashable
- * dict keys (lists, dicts, sets). */
+ * Globals ("$global", "$reduce", "$newobj") must be on the allow-list: torch's weights_only
+ * defaults plus what NVIDIA/Megatron-LM:megatron/core/safe_globals.py registers.  Anything
+ * else is refused by name and JSON byte offset, TPS_EINVALID.  So are integers needing more
+ * than 255 bytes (LONG4), "$tensor" values, keys starting with "$" outside "$dict", and
+ * unhashable dict keys (lists, dicts, sets). */
 #ifndef TPS_PICKLE_WRITE_H
 #define TPS_PICKLE_WRITE_H
 

@@ -194,7 +194,7 @@ tps_status tps_st_writer_commit(tps_st_writer *w, uint32_t *crc, uint64_t *size,
 {
     tps_status st = TPS_OK;
     const char *name = tps_outfile_name(w->out);
-    if (w->failed) {
+    if (w->failed || tps_outfile_failed(w->out)) {
         st = tps_fail(err, TPS_EIO, "%s: not committed: an earlier write failed", name);
         goto cleanup;
     }

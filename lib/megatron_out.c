@@ -467,8 +467,11 @@ tps_status tps_megatron_out_plan(tps_manifest *m, const tps_megatron_out_opts *o
     } else {
         tps_buf_puts(&top, "null");
     }
-    tps_buf_printf(&top, ",\"checkpoint_version\":%s,\"iteration\":%" PRId64 "}",
-                   o->checkpoint_version_json ? o->checkpoint_version_json : "3.0", o->iteration);
+    tps_buf_printf(&top, ",\"checkpoint_version\":%s",
+                   o->checkpoint_version_json ? o->checkpoint_version_json : "3.0");
+    /* A release checkpoint's files carry no iteration of their own (Megatron's saver: none). */
+    if (!o->release || o->iteration) tps_buf_printf(&top, ",\"iteration\":%" PRId64, o->iteration);
+    tps_buf_puts(&top, "}");
     const char *ts = tps_buf_cstr(&top);
     if (!ts || !(mo->top_json = strdup(ts)) || !mo->iter_dir || !mo->tracker) {
         st = tps_fail_oom(err, "planning a Megatron checkpoint");

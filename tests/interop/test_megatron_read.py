@@ -353,6 +353,32 @@ def hf_conversion():
     tap.report(ok, "(fixture) hf_llama_to_megatron_full groups QKV per query group as the spec lays it out")
 
 
+def args_round_trip(tmp):
+    """The contract's JSON is what the torch writer (mg-write's build/tests/tools/torch_write_tool)
+    reads: args as this reader encodes them, pickled back by the writer, equal the Namespace
+    torch.load gives (enums, PosixPath, Signals, dtypes, tuples included)."""
+    tool = os.environ.get("TPS_TORCH_WRITE_TOOL") or os.path.join(tap.TOP, "build", "tests", "tools", "torch_write_tool")
+    if not os.access(tool, os.X_OK):
+        print("skip - args JSON round trip through the torch writer: %s is not built here" % tool)
+        return
+    import pickle
+    for legacy in (False, True):
+        d = os.path.join(tmp, "roundtrip_%d" % legacy)
+        a = mf.megatron_args(num_layers=2)
+        mf.write_checkpoint(d, mf.random_full(a), a, 2, 1, legacy_names=legacy, with_rng=True)
+        got, why = dump(d)
+        r = subprocess.run([tool, "pickle", got["args"]], capture_output=True, text=True) if got else None
+        if not r or r.returncode:
+            tap.report(False, "args JSON round trip through the torch writer", why + (r.stderr if r else ""))
+            continue
+        back = vars(pickle.loads(bytes.fromhex(r.stdout.strip())))
+        orig = vars(mf._load(rank_path(os.path.join(d, "iter_0000001"), 0, 0, 1))["args"])
+        bad = [k for k in orig if k not in back or back[k] != orig[k] or type(back[k]) is not type(orig[k])]
+        tap.report(not bad and list(back) == list(orig),
+                   "args JSON round trip through the torch writer gives the same Namespace (%s)" % ("legacy" if legacy else "mcore"),
+                   "; ".join("%s: %r != %r" % (k, back.get(k), orig[k]) for k in bad))
+
+
 def main():
     if not os.access(DUMP, os.X_OK) or not os.access(tap.TPSHARD, os.X_OK):
         print("not ok - tpshard or build/tests/test_megatron_read missing (run make)")
@@ -377,6 +403,7 @@ def main():
         shared_dict_bomb(tmp)
         refusals(tmp)
         hf_conversion()
+        args_round_trip(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return tap.status()

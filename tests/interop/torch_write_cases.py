@@ -2,7 +2,8 @@
 Python themselves; shared by test_torch_write.py (Debian torch 1.13, the full unpickler) and
 torch2_torch_write.py (PyPI torch 2.5.1, weights_only=True with Megatron's safe globals).
 
-The writer is driven by build/tests/tools/torch_write_tool: `pickle JSON` prints the pickle
+The writer is driven by build/tests/tools/torch_write_tool (or the one TPS_TORCH_WRITE_TOOL
+names, e.g. a sanitizer build's): `pickle JSON` prints the pickle
 of a JSON-encoded value (the issue-18 contract's encoding), `write IN.safetensors OUT ...`
 streams IN's tensors into a torch archive.  The truth is independent of the C code:
 
@@ -18,6 +19,8 @@ streams IN's tensors into a torch archive.  The truth is independent of the C co
     entry under the root folder "model_optim_rng/", CRCs right (testzip), each record's data
     64-byte aligned; a counting file (OUT "-") has the real file's size and CRC; a file
     forced to ZIP64 (TPS_TORCH_ZIP64=1) has ZIP64 extras, a saturated end record, and loads;
+  * data.pkl is byte-identical to what this torch's own torch.save pickles for the same
+    dict (args Namespace, OrderedDict state dict with a None entry, every dtype above);
   * refusals: a global outside the allow-list, a tensor value in args, an unknown torch.*
     metadata key, a state dict order that misses a tensor: the tool fails, naming it.
 
@@ -42,7 +45,7 @@ import torch
 import tap
 from tap import report
 
-TOOL = os.path.join(tap.TOP, "build", "tests", "tools", "torch_write_tool")
+TOOL = os.environ.get("TPS_TORCH_WRITE_TOOL") or os.path.join(tap.TOP, "build", "tests", "tools", "torch_write_tool")
 
 # Megatron's checkpoints hold enums as Class(value) (GLOBAL + REDUCE); Python 3.11's own
 # Enum pickling goes through getattr, which weights_only refuses, so the stubs reduce by value.
@@ -249,8 +252,8 @@ TOP = {
         "attention_backend": {"$reduce": ["megatron.core.transformer.enums.AttnBackend", [5]]},
         "data_path": ["a", "b"], "split": {"$tuple": [969, 30, 1]},
         "nested": {"x": [1, {"$tuple": []}, {"y": None}], "$ok": {"$dict": [["$k", 1], [2, "two"]]}},
-        "blob": {"$bytes": "0001feff"}, "ids": {"$set": [3, 1, 2]}, "empty_blob": {"$bytes": ""},
-        "device": {"$reduce": ["torch.device", ["cpu"]]}, "size": {"$reduce": ["torch.Size", [[2, 3]]]}}]},
+        "blob": {"$bytes": "0001feff"}, "ids": {"$set": [1, 2, 3]}, "empty_blob": {"$bytes": ""},
+        "device": {"$reduce": ["torch.device", ["cpu"]]}, "size": {"$reduce": ["torch.Size", [{"$tuple": [2, 3]}]]}}]},
     "checkpoint_version": 3.0,
     "iteration": 7,
     "num_floating_point_operations_so_far": 0,
@@ -371,6 +374,36 @@ def check_archive(load, float8, workdir, label):
                "file %s, commit %s, counting %s %s" % (want_line, r.stdout.strip(), r2.stdout.strip(), r2.stderr))
 
 
+def check_torch_save_pickle(float8, workdir):
+    """The writer's data.pkl against torch.save's own for the same top-level dict (tensors in
+    the sink's order, so torch numbers the storages as the writer does; a None entry)."""
+    tensors = make_tensors(float8)
+    src = os.path.join(workdir, "cmp.safetensors")
+    save_safetensors(src, tensors)
+    # Empty bytes are the one value written unlike Python (see formats/pickle_write.h); and
+    # torch.device('cpu')'s 'cpu' is a string object other than the storages' location 'cpu',
+    # which Python's by-identity memo writes twice and the writer's by-value memo once.
+    args = json.loads(json.dumps(TOP["args"]))
+    del args["$newobj"][2]["empty_blob"]
+    del args["$newobj"][2]["device"]
+    top = {"iteration": 7, "checkpoint_version": 3.0, "args": args}
+    order = list(tensors.keys())
+    order.insert(2, ENTRIES_EXTRA[0])
+    ours = os.path.join(workdir, "cmp", "model_optim_rng.pt")
+    ref = os.path.join(workdir, "cmp", "ref", "model_optim_rng.pt")
+    os.makedirs(os.path.dirname(ref), exist_ok=True)
+    r = tool("write", src, ours, "--meta", "torch.top=" + json.dumps(top), "--meta", "torch.model_entries=" + json.dumps(order))
+    if not report(r.returncode == 0, "the tool writes the torch.save comparison file", r.stderr):
+        return
+    sd = collections.OrderedDict((k, tensors.get(k)) for k in order)
+    torch.save({**{k: from_json(v) for k, v in top.items()}, "model": sd}, ref)
+    with zipfile.ZipFile(ours) as a, zipfile.ZipFile(ref) as b:
+        pa, pb = a.read("model_optim_rng/data.pkl"), b.read("model_optim_rng/data.pkl")
+    at = next((i for i, (x, y) in enumerate(zip(pa, pb)) if x != y), min(len(pa), len(pb)))
+    report(pa == pb, "data.pkl is byte-identical to torch %s's torch.save of the same dict%s" % (torch.__version__, " (float8 too)" if float8 else ""),
+           "first difference at byte %d of %d/%d:\n  ours  %s\n  torch %s" % (at, len(pa), len(pb), pa[at:at + 40].hex(), pb[at:at + 40].hex()))
+
+
 def check_refusals(load, workdir):
     tensors = make_tensors(False)
     src = os.path.join(workdir, "in.safetensors")
@@ -409,5 +442,6 @@ def run(tier, load, float8):
         stub_megatron(os.path.join(tmp, "stub"))
         check_pickles()
         check_archive(load, float8, tmp, tier)
+        check_torch_save_pickle(float8, tmp)
         check_refusals(load, tmp)
     return tap.status()

@@ -5,6 +5,8 @@
  * file gives the same; forced ZIP64 still reads; refusals leave no file.  What torch itself
  * makes of the files is tests/interop/test_torch_write.py. */
 #include <dirent.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -198,6 +200,36 @@ TEST(torch_sink_refusals_leave_no_file)
     CHECK_EQ_U64(dir_entries(), 0);
 }
 
+/* A file-size limit makes write() fail with EFBIG, as a full disk fails with ENOSPC: an
+ * I/O error naming the file, commit refuses, nothing is left. */
+TEST(torch_sink_reports_write_failure)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/model_optim_rng.pt", scratch);
+    struct rlimit old, lim;
+    if (getrlimit(RLIMIT_FSIZE, &old) != 0) return;
+    lim = old;
+    lim.rlim_cur = 100000;
+    void (*old_handler)(int) = signal(SIGXFSZ, SIG_IGN);
+    CHECK(setrlimit(RLIMIT_FSIZE, &lim) == 0);
+    tps_sink_tensor t = {"big", TPS_DT_U8, 1, (uint64_t[]){3u << 20}};
+    tps_error err, e2;
+    tps_error_clear(&err);
+    tps_error_clear(&e2);
+    tps_sink_file *f = NULL;
+    CHECK(tps_torch_sink.open(path, &t, 1, NULL, 0, &f, &err) == TPS_OK);
+    unsigned char *buf = calloc(1, 1u << 20);
+    tps_status st = TPS_OK;
+    for (int i = 0; f && buf && i < 3 && st == TPS_OK; i++) st = tps_torch_sink.write(f, buf, 1u << 20, &err);
+    CHECK(st == TPS_EIO);
+    CHECK_CONTAINS(err.msg, "model_optim_rng.pt");
+    if (f) CHECK(tps_torch_sink.commit(f, NULL, NULL, &e2) == TPS_EIO);
+    setrlimit(RLIMIT_FSIZE, &old);
+    signal(SIGXFSZ, old_handler);
+    CHECK_EQ_U64(dir_entries(), 0);
+    free(buf);
+}
+
 TEST(pickle_write_allow_list)
 {
     CHECK(tps_pickle_write_allowed("argparse.Namespace"));
@@ -218,6 +250,7 @@ int main(void)
     RUN(torch_sink_round_trip_through_the_reader);
     RUN(torch_sink_forced_zip64_reads_back);
     RUN(torch_sink_refusals_leave_no_file);
+    RUN(torch_sink_reports_write_failure);
     RUN(pickle_write_allow_list);
     rmdir(scratch);
     for (size_t i = 0; i < NT; i++) free(tensors[i].data);
