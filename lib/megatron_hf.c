@@ -479,8 +479,8 @@ tps_status tps_megatron_hf_view(const tps_megatron_hf *h, tps_layout *l, const t
             const tps_tensor *mt = NULL;
             if (tps_target_name_subst(e->from[k], &c, w, name, sizeof name)) mt = tps_index_find(ix, name);
             if (!mt) {
-                st = tps_fail(err, TPS_EINVALID, "%s: '%s' has '%s' but not '%s'; %s is made of both", ix->path,
-                              ix->path, t->name, name, into);
+                st = tps_fail(err, TPS_EINVALID, "%s: has '%s' but not '%s'; %s is made of both", ix->path, t->name,
+                              name, into);
                 goto cleanup;
             }
             m[k] = (size_t)(mt - ix->tensors);

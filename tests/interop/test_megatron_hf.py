@@ -23,8 +23,9 @@ its group's [q; k; v] block; pp 1 and 2):
   * merges it back with `tpshard merge --target hf` (into a directory, and as DIR/model.safetensors):
     every tensor bit-equal to the original save, and transformers loading the merged
     directory's config.json and weights gives the original's logits.
-A checkpoint written by megatron_fixture alone (not by tpshard) also merges into the original
-tensors.  Refusals: a family with no Megatron mapping (exit 3, naming the presets that have
+A checkpoint written by megatron_fixture alone (not by tpshard), with the local layer spec's
+names and with TransformerEngine's (norms inside the fused linears, TEGroupedMLP experts),
+also merges into the original tensors.  Refusals: a family with no Megatron mapping (exit 3, naming the presets that have
 one), and a tp Megatron cannot cut the query groups by (exit 3, naming the tp values that fit).
 
 Cases: Llama (GQA), Mistral, Qwen2 (q/k/v biases, tied embeddings), Mixtral (SequentialMLP
@@ -32,6 +33,7 @@ experts).  Skips loudly when transformers cannot be imported (tests/interop/setu
 """
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -277,6 +279,28 @@ def run_case(tmp, name, cfg, grid):
     fx = os.path.join(tmp, "fixture-" + name)
     mf.write_checkpoint(fx, full, mf.megatron_args_from_hf(cfg_json, make_vocab_size_divisible_by=128), 2, 2)
     check_merge("fixture-" + name, tmp, fx, src_sd, model, ids, want)
+    # The same under TransformerEngine's names: the norms inside the fused linears, the experts
+    # of a TEGroupedMLP as linear_fc1.weight{e}.
+    fx = os.path.join(tmp, "fixture-te-" + name)
+    mf.write_checkpoint(fx, te_names(full), mf.megatron_args_from_hf(cfg_json, make_vocab_size_divisible_by=128), 2, 1)
+    check_merge("fixture-te-" + name, tmp, fx, src_sd, model, ids, want)
+
+
+def te_names(full):
+    out = type(full)()
+    for k, v in full.items():
+        m = re.match(r"(decoder\.layers\.\d+\.)(.*)$", k)
+        if m:
+            p, rest = m.groups()
+            rest = {"input_layernorm.weight": "self_attention.linear_qkv.layer_norm_weight"}.get(rest, rest)
+            if p + "mlp.router.weight" not in full:  # a dense layer: the MLP norm inside linear_fc1
+                rest = {"pre_mlp_layernorm.weight": "mlp.linear_fc1.layer_norm_weight"}.get(rest, rest)
+            e = re.match(r"mlp\.experts\.local_experts\.(\d+)\.(linear_fc[12])\.weight$", rest)
+            if e:
+                rest = "mlp.experts.%s.weight%s" % (e.group(2), e.group(1))
+            k = p + rest
+        out[k] = v
+    return out
 
 
 def refusals(tmp):
