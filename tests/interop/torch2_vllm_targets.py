@@ -49,6 +49,7 @@ import torch
 import hf_tier as hf
 import vllm_emul as ve
 from hf_tier import IDS, report, tpshard
+from test_vllm_sharded_state import release_classes
 
 BASE = dict(vocab_size=100, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=8,
             num_key_value_heads=2, head_dim=16, max_position_embeddings=64, rms_norm_eps=1e-6)
@@ -171,28 +172,12 @@ def run_case(tmp, seed, name, cfg, dtype):
         report(not diff, "%s: reshard of the --target vllm set tp %d -> %d equals split at tp %d" % (name, a, b, b),
                diff)
     T = tps[-1]
-    release_classes(tmp, name, src, tensors, cfg, dtype, T)
+    release_classes(tmp, name, src, tensors, cfg, dtype, T)  # test_vllm_sharded_state's
     merged = os.path.join(tmp, "%s-merged.safetensors" % name)
     p = tpshard("merge", os.path.join(tmp, "%s-vllm-%d" % (name, T)), "-o", merged, "-q")
     report(p.returncode == 0 and merged_is_source(merged, tensors),
            "%s: merge of the tp %d vLLM set is the source, bit-exact" % (name, T), p.stderr)
     return src, tensors, want, forward
-
-
-def release_classes(tmp, name, src, tensors, cfg, dtype, T):
-    """vLLM's attention scale buffers by release class: --target-version 0.13 (before PR #31395)
-    writes none, and each class's loader refuses the other's set."""
-    old = os.path.join(tmp, "%s-vllm013-%d" % (name, T))
-    p = tpshard("split", src, "--tp", T, "--target", "vllm", "--target-version", "0.13", "-o", old, "-q")
-    probs = ve.loads(old, tensors, cfg, T, dtype, scales=False) if p.returncode == 0 else [p.stderr]
-    report(not probs, "%s tp %d: --target-version 0.13: vLLM 0.13's loader takes the set (no scale buffers)"
-           % (name, T), "\n".join(probs[:5]))
-    probs = ve.loads(old, tensors, cfg, T, dtype)
-    report(any("Missing keys" in x and "attn._k_scale" in x for x in probs),
-           "%s: the 0.13 set fails the current loader (Missing keys ...attn._k_scale)" % name, "\n".join(probs[:3]))
-    probs = ve.loads(os.path.join(tmp, "%s-vllm-%d" % (name, T)), tensors, cfg, T, dtype, scales=False)
-    report(any("KeyError" in x and "attn._q_scale" in x for x in probs),
-           "%s: the current set fails vLLM 0.13's loader (KeyError ...attn._q_scale)" % name, "\n".join(probs[:3]))
 
 
 def saved_by_engine(tmp, name, src, tensors, cfg, dtype, T=4, to=2):
