@@ -4,8 +4,9 @@
 #   sh .ci/deps.sh test    the above, plus OpenMPI, the interop tier's Python packages
 #                          (Debian's python3-torch and python3-numpy, PyPI's safetensors in
 #                          build/venv; PyPI's torch 2 and newer transformers in
-#                          build/venv-torch2) and clang with libFuzzer and the sanitizer runtimes
-#                          (make fuzz, the sanitized test run in .ci/run)
+#                          build/venv-torch2; megatron-core on it in build/venv-megatron) and
+#                          clang with libFuzzer and the sanitizer runtimes (make fuzz, the
+#                          sanitized test run in .ci/run)
 set -eu
 what=${1:-build}
 SUDO=
@@ -48,6 +49,8 @@ if [ "$what" = test ]; then
     fuzzer_links || echo "deps: warning: clang cannot link -fsanitize=fuzzer,address,undefined; make fuzz will fail"
     sh "$(dirname "$0")/../tests/interop/setup.sh"
     sh "$(dirname "$0")/../tests/interop/setup_torch2.sh"
+    # Real Megatron-Core on the torch-2 venv (the Megatron checkpoints' outside truth).
+    sh "$(dirname "$0")/../tests/interop/setup_megatron.sh"
     # The GPTQ/AWQ producers' own pack and dequantize code (two files; needs the torch-2 venv).
     [ "${TPS_TORCH2:-1}" = 0 ] || sh "$(dirname "$0")/../tests/interop/setup_quant_refs.sh"
 fi

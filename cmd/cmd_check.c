@@ -10,6 +10,7 @@
 #include "cli.h"
 #include "commands.h"
 #include "formats/checkpoint.h"
+#include "formats/megatron_read.h"
 #include "formats/shardset.h"
 #include "lib/buf.h"
 #include "lib/adopt.h"
@@ -205,12 +206,15 @@ static int cmp_file_key(const void *a, const void *b)
     return strcmp(x->name, y->name);
 }
 
-/* The manifest's entry for rank r's file called path (by its base name), from the sorted
- * table (binary search: a set may have thousands of files). */
+/* The manifest's entry for rank r's file called path (by its name inside the set's directory
+ * dir: a Megatron checkpoint's are iter_.../mp_rank_XX/...), from the sorted table (binary
+ * search: a set may have thousands of files). */
 static const tps_manifest_file *manifest_file(const tps_manifest_file *const *byname, size_t n, uint64_t r,
-                                              const char *path)
+                                              const char *dir, const char *path)
 {
     const char *base = strrchr(path, '/');
+    size_t dl = strlen(dir);
+    if (strncmp(path, dir, dl) == 0 && path[dl] == '/') base = path + dl;
     tps_manifest_file key = {.name = (char *)(base ? base + 1 : path), .rank = r};
     const tps_manifest_file *k = &key;
     const tps_manifest_file *const *hit = bsearch(&k, byname, n, sizeof *byname, cmp_file_key);
@@ -327,12 +331,12 @@ static void check_files(tps_shardset *ss, const uint32_t *rank_crc, findings *f,
         for (size_t k = 0; k < m->nfiles; k++)
             if (m->files[k].rank == r && m->files[k].part > last) last = m->files[k].part;
         for (size_t fi = 0; xlen && fi < ix->nfiles; fi++) {
-            const tps_manifest_file *mf = manifest_file(byname, m->nfiles, r, ix->files[fi].path);
+            const tps_manifest_file *mf = manifest_file(byname, m->nfiles, r, ss->dir, ix->files[fi].path);
             if (mf && mf->part == last) crc[fi] = crc32_combine(crc[fi], xcrc, (z_off_t)xlen);
         }
         for (size_t fi = 0; fi < ix->nfiles; fi++)
             if (hdr_ok[fi])
-                compare_file(&ix->files[fi], manifest_file(byname, m->nfiles, r, ix->files[fi].path), (uint32_t)crc[fi],
+                compare_file(&ix->files[fi], manifest_file(byname, m->nfiles, r, ss->dir, ix->files[fi].path), (uint32_t)crc[fi],
                              f, cov);
         free(hdr_ok);
     }
@@ -372,7 +376,7 @@ static void check_partial_files(tps_shardset *ss, findings *f, coverage *cov, tp
                 prog->tensor = sf->path;
                 tps_progress_update(prog, ps);
             }
-            if (read_ok) compare_file(sf, manifest_file(byname, m->nfiles, r, sf->path), crc, f, cov);
+            if (read_ok) compare_file(sf, manifest_file(byname, m->nfiles, r, ss->dir, sf->path), crc, f, cov);
         }
     }
 done:
@@ -473,7 +477,7 @@ static int run_check(char **args, int nargs)
     int nthreads = 0;
     int rc = 0;
     finding_oom_hook = getenv("TPSHARD_TEST_FINDING_OOM") != NULL;
-    if (!tps_is_shard_set(dir) && !tps_adopt_is_engine_set(dir)) {
+    if (!tps_is_shard_set(dir) && !tps_adopt_is_engine_set(dir) && !tps_megatron_is_checkpoint(dir)) {
         tps_cli_errorf("check", "%s: not a shard set (no %s)", dir, TPS_MANIFEST_NAME);
         return TPS_EXIT_INVALID;
     }
@@ -554,7 +558,13 @@ static int run_check(char **args, int nargs)
     }
     tps_progress_end(&ps);
     tps_error_clear(&err);
-    check_files(ss, rank_crc, &f, &cov, &err);
+    if (m->nfiles && strchr(m->files[0].name, '/')) { /* a Megatron checkpoint: torch files, read whole */
+        tps_progress_begin(&ps, "check");
+        check_partial_files(ss, &f, &cov, &job.prog, &ps, &err);
+        tps_progress_end(&ps);
+    } else {
+        check_files(ss, rank_crc, &f, &cov, &err);
+    }
 report:
     if (f.oom) {
         /* Some finding is missing from the list: neither a pass nor a complete report. */

@@ -7,6 +7,7 @@
 
 #include "cli.h"
 #include "commands.h"
+#include "megatron_hf.h"
 #include "output_args.h"
 #include "formats/shardset.h"
 #include "lib/unsharded.h"
@@ -15,6 +16,7 @@ static struct {
     uint64_t max_shard;
     const char *out;
     bool force;
+    const char *target;
 } o;
 
 static const tps_opt merge_opts[] = {
@@ -22,6 +24,7 @@ static const tps_opt merge_opts[] = {
      "FILE.safetensors for one file, or a directory for a Hugging Face multi-file set"},
     {"max-shard-size", 0, TPS_OPT_SIZE, &o.max_shard, "SIZE", "largest file of a directory output (default 5GB)"},
     {"force", 'f', TPS_OPT_FLAG, &o.force, NULL, "replace a file or an earlier merged directory"},
+    {"target", 0, TPS_OPT_STRING, &o.target, "hf", "a Megatron-LM checkpoint as a Hugging Face model"},
     TPS_COMMON_OPTS,
     TPS_OPTS_END,
 };
@@ -49,6 +52,13 @@ static int run_merge(char **args, int nargs)
                              o.out, o.out);
     if (kind == TPS_OUT_FILE && o.max_shard)
         return tps_cli_usage("merge", "--max-shard-size applies to a directory output, not to %s", o.out);
+    if (o.target && strcmp(o.target, "hf") != 0)
+        return tps_cli_usage("merge", "--target '%s': expected hf (a Megatron-LM checkpoint as a Hugging Face model)",
+                             o.target);
+    if (o.target) {
+        tps_megatron_merge_opts mo = {o.out, kind == TPS_OUT_FILE, o.max_shard, 0, o.force};
+        return tps_cli_merge_hf(args[0], &mo);
+    }
     tps_error err;
     tps_error_clear(&err);
     tps_shardset *ss = NULL;
@@ -92,7 +102,11 @@ const tps_cmd tps_cmd_merge = {
                "replicas are compared; a mismatch is exit 1 naming the tensor and the file or\n"
                "ranks, and nothing is written.  A directory output must exist or end in '/'.\n"
                "Tensors the split skipped (buffers such as rotary_emb.inv_freq, not weights) are\n"
-               "not restored; stderr says which.\n",
+               "not restored; stderr says which.\n"
+               "--target hf merges a Megatron-LM checkpoint into a Hugging Face model: Llama-style\n"
+               "names (q/k/v ungrouped, gate/up separated), the vocabulary padding removed, and\n"
+               "config.json from the checkpoint's args (Llama, Qwen2 with qkv biases, Mixtral),\n"
+               "written into DIR or beside FILE.safetensors.\n",
     .opts = merge_opts,
     .min_args = 1,
     .max_args = 1,

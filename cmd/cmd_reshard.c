@@ -8,7 +8,11 @@
 #include "layout_args.h"
 #include "output_args.h"
 #include "progress.h"
+#include "formats/megatron_read.h"
+#include "formats/megatron_set.h"
 #include "formats/shardset.h"
+#include "formats/torch_write.h"
+#include "lib/megatron_out.h"
 
 static struct {
     uint64_t tp;
@@ -19,6 +23,8 @@ static struct {
     const char *target_version;
     uint64_t max_shard;
     bool force;
+    uint64_t pp, vocab;
+    const char *pp_layers;
 } o;
 
 static const tps_opt reshard_opts[] = {
@@ -29,6 +35,9 @@ static const tps_opt reshard_opts[] = {
     {"target-version", 0, TPS_OPT_STRING, &o.target_version, "V", "the engine release (default: DIR's)"},
     {"name-template", 0, TPS_OPT_STRING, &o.name_template, "T", "file names with {rank}, {tp}, {part}"},
     {"only-rank", 0, TPS_OPT_STRING, &o.only, "R[,R...]", "write only these ranks (full manifest)"},
+    {"pp", 0, TPS_OPT_UINT, &o.pp, "P", "Megatron: the new pipeline size"},
+    {"pp-layers", 0, TPS_OPT_STRING, &o.pp_layers, "A,B,...", "Megatron: layers per stage"},
+    {"vocab-size", 0, TPS_OPT_UINT, &o.vocab, "V", "Megatron: the true vocabulary size"},
     {"force", 'f', TPS_OPT_FLAG, &o.force, NULL, "replace an earlier shard set (nothing else)"},
     TPS_COMMON_OPTS,
     TPS_OPTS_END,
@@ -53,11 +62,131 @@ static tps_status check_source(void *ctx, size_t i, uint32_t crc, tps_error *err
     return tps_shardset_source_check(s->ss, s->src[i], crc, err);
 }
 
+/* A Megatron-LM checkpoint resharded to tp x pp (lib/megatron_out.h), written through the
+ * torch sink: stages as parts, the vocabulary re-padded from the true size for the new tp. */
+static int reshard_megatron(const char *dir)
+{
+    tps_error err;
+    tps_error_clear(&err);
+    if (o.target && strcmp(o.target, "megatron") != 0)
+        return tps_cli_usage("reshard", "a Megatron checkpoint reshards to a Megatron checkpoint (--target megatron)");
+    if (o.only || o.name_template || o.max_shard)
+        return tps_cli_usage("reshard", "--only-rank, --name-template and --max-shard-size do not apply to a Megatron "
+                                        "checkpoint");
+    if (tps_tp_check(o.tp, "--tp", &err)) return tps_cli_report("reshard", &err);
+    int rc = 0;
+    tps_shardset *ss = NULL;
+    tps_megatron_source *msrc = NULL;
+    tps_manifest *m = NULL;
+    tps_megatron_out *mo = NULL;
+    size_t *pre = NULL;
+    char split[4096];
+    reshard_source source = {NULL, NULL};
+    if (tps_megatron_shardset_open(dir, o.vocab, &ss, &msrc, &err)) {
+        rc = tps_cli_report("reshard", &err);
+        goto done;
+    }
+    const tps_megatron_model *mm = &msrc->model;
+    uint64_t div = mm->vocab_divisor, q = div * o.tp;
+    /* The vocabulary rows at the new tp: Megatron's padding, from the true size.  The source's
+     * partitions pad to its own padded rows (112 at tp 4 for 100 rows), which tp 8 need not
+     * divide: the new tp's quantum is set while the set is retargeted, then restored for reading. */
+    uint64_t *saved = calloc(ss->m->ntensors + 1, sizeof *saved);
+    if (!saved) {
+        tps_fail_oom(&err, "resharding");
+        rc = tps_cli_report("reshard", &err);
+        goto done;
+    }
+    for (size_t i = 0; i < ss->m->ntensors; i++) {
+        tps_manifest_tensor *t = &ss->m->tensors[i];
+        if (!t->part.pad || t->part.replicated) continue;
+        if (!msrc->vocab_known && t->shape[t->part.dim] % q) {
+            rc = tps_cli_usage("reshard", "%s: the args carry no vocab_size, and the %llu padded vocabulary rows are "
+                                          "no multiple of make_vocab_size_divisible_by x tp = %llu: give the true "
+                                          "vocabulary with --vocab-size V",
+                               dir, (unsigned long long)t->shape[t->part.dim], (unsigned long long)q);
+            free(saved);
+            goto done;
+        }
+        saved[i] = t->part.pad_multiple;
+        t->part.pad_multiple = q;
+    }
+    rc = tps_cli_retarget("reshard", dir, ss->m, o.tp, &m);
+    for (size_t i = 0; i < ss->m->ntensors; i++)
+        if (saved[i]) ss->m->tensors[i].part.pad_multiple = saved[i];
+    free(saved);
+    if (rc) goto done;
+    /* The stages: --pp / --pp-layers, else the source's split. */
+    tps_megatron_out_opts oo = {.pp = o.pp, .pp_layers = o.pp_layers, .num_layers = mm->layers, .vocab_divisor = div,
+                                .tied = !mm->untied, .args_json = msrc->args_json,
+                                .checkpoint_version_json = msrc->checkpoint_version_json,
+                                .iteration = msrc->iteration, .release = msrc->release,
+                                .extra_state = msrc->extra_state, .n_extra_state = msrc->n_extra_state};
+    if (o.pp_layers && !o.pp) {
+        oo.pp = 1;
+        for (const char *c = o.pp_layers; *c; c++) oo.pp += *c == ',';
+    }
+    if (!oo.pp) {
+        oo.pp = ss->m->files[ss->m->nfiles - 1].part + 1;
+        size_t n = 0;
+        split[0] = '\0';
+        for (uint64_t p = 0; p < oo.pp; p++)
+            n += (size_t)snprintf(split + n, sizeof split - n, "%s%llu", p ? "," : "",
+                                  (unsigned long long)(msrc->layer_first[p + 1] - msrc->layer_first[p]));
+        oo.pp_layers = n < sizeof split ? split : NULL;
+    }
+    if (!(pre = calloc(m->ntensors + 1, sizeof *pre))) {
+        tps_fail_oom(&err, "resharding");
+        rc = tps_cli_report("reshard", &err);
+        goto done;
+    }
+    for (size_t i = 0; i < m->ntensors; i++) pre[i] = (size_t)(tps_manifest_find(ss->m, m->tensors[i].name) - ss->m->tensors);
+    if (tps_megatron_out_plan(m, &oo, &mo, &err)) {
+        rc = tps_cli_report("reshard", &err);
+        goto done;
+    }
+    if (!(source.src = calloc(m->ntensors + 1, sizeof *source.src))) {
+        tps_fail_oom(&err, "resharding");
+        rc = tps_cli_report("reshard", &err);
+        goto done;
+    }
+    source.ss = ss;
+    for (size_t i = 0; i < m->ntensors; i++) source.src[i] = pre[mo->src[i]];
+    ss->compare_replicas = true;
+    const char *inputs[] = {dir, NULL};
+    tps_progress_state ps;
+    tps_write_opts wo = tps_cli_write_opts(o.out, o.force, inputs, NULL, NULL, 0, &ps);
+    wo.cut.tensor_done = check_source;
+    wo.cut.tensor_done_arg = &source;
+    tps_progress_begin(&ps, "reshard");
+    tps_megatron_write(m, mo, &tps_torch_sink, read_source, &source, &wo, &err);
+    tps_progress_end(&ps);
+    rc = tps_cli_report("reshard", &err);
+    if (rc == 0 && !tps_common.quiet) {
+        fprintf(stderr, "reshard: optimizer and RNG state are not written: load with --no-load-optim --no-load-rng "
+                        "(or --finetune), or reshard the optimizer with Megatron's distributed-optimizer tools\n");
+        printf("resharded %s from tp %llu x pp %llu to tp %llu x pp %llu in %s\n", dir, (unsigned long long)ss->m->tp,
+               (unsigned long long)(ss->m->files[ss->m->nfiles - 1].part + 1), (unsigned long long)m->tp,
+               (unsigned long long)mo->pp, o.out);
+    }
+done:
+    free(source.src);
+    free(pre);
+    tps_megatron_out_free(mo);
+    tps_manifest_free(m);
+    tps_megatron_source_free(msrc);
+    tps_shardset_free(ss);
+    return rc;
+}
+
 static int run_reshard(char **args, int nargs)
 {
     (void)nargs;
     const char *dir = args[0];
     if (!o.out) return tps_cli_usage("reshard", "-o DIR is required");
+    if (tps_megatron_is_checkpoint(dir)) return reshard_megatron(dir);
+    if (o.pp || o.pp_layers || o.vocab)
+        return tps_cli_usage("reshard", "--pp, --pp-layers and --vocab-size apply to a Megatron checkpoint");
     tps_error err;
     tps_error_clear(&err);
     if (tps_tp_check(o.tp, "--tp", &err)) return tps_cli_report("reshard", &err);

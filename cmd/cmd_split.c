@@ -6,6 +6,7 @@
 #include "cli.h"
 #include "commands.h"
 #include "layout_args.h"
+#include "megatron_hf.h"
 #include "output_args.h"
 #include "progress.h"
 #include "lib/convert.h"
@@ -20,6 +21,8 @@ static struct {
     const char *target_version;
     uint64_t max_shard;
     bool force, dry_run;
+    uint64_t pp;
+    const char *pp_layers;
 } o;
 
 static const tps_opt split_opts[] = {
@@ -30,8 +33,10 @@ static const tps_opt split_opts[] = {
     {"output", 'o', TPS_OPT_STRING, &o.out, "DIR", "output directory (absent or empty)"},
     {"dtype", 0, TPS_OPT_STRING, &o.dtype, "bf16|f16|f32", "convert floating tensors (nearest even)"},
     {"max-shard-size", 0, TPS_OPT_SIZE, &o.max_shard, "SIZE", "cut each rank into parts of at most SIZE"},
-    {"target", 0, TPS_OPT_STRING, &o.target, "NAME", "tpshard (default), vllm or sglang: an engine's names"},
+    {"target", 0, TPS_OPT_STRING, &o.target, "NAME", "tpshard (default), vllm, sglang or megatron"},
     {"target-version", 0, TPS_OPT_STRING, &o.target_version, "V", "the engine release (default: current)"},
+    {"pp", 0, TPS_OPT_UINT, &o.pp, "P", "--target megatron: pipeline stages (default 1)"},
+    {"pp-layers", 0, TPS_OPT_STRING, &o.pp_layers, "A,B,..", "--target megatron: layers per stage"},
     {"name-template", 0, TPS_OPT_STRING, &o.name_template, "T", "file names with {rank}, {tp}, {part}"},
     {"only-rank", 0, TPS_OPT_STRING, &o.only, "R[,R...]", "write only these ranks (full manifest)"},
     {"force", 'f', TPS_OPT_FLAG, &o.force, NULL, "replace an earlier shard set (nothing else)"},
@@ -58,6 +63,16 @@ static int run_split(char **args, int nargs)
     (void)nargs;
     const char *src = args[0];
     if (!o.out && !o.dry_run) return tps_cli_usage("split", "-o DIR is required (or --dry-run)");
+    bool megatron = o.target && strcmp(o.target, "megatron") == 0;
+    if ((o.pp || o.pp_layers) && !megatron) return tps_cli_usage("split", "--pp and --pp-layers go with --target megatron");
+    if (megatron) {
+        if (o.dtype || o.only || o.name_template || o.max_shard || o.target_version)
+            return tps_cli_usage("split", "--target megatron writes Megatron's own files: no --dtype, --only-rank, "
+                                          "--name-template, --max-shard-size or --target-version");
+        if (o.la.tp == 0) return tps_cli_usage("split", "--tp N is required (N >= 1)");
+        tps_megatron_split_opts mo = {o.out, o.pp, o.pp_layers, o.force, o.dry_run};
+        return tps_cli_split_megatron(src, &o.la, &mo);
+    }
     tps_dtype to = TPS_DT_COUNT;
     if (o.dtype && !tps_convert_parse_dtype(o.dtype, &to))
         return tps_cli_usage("split", "--dtype expects bf16, f16 or f32, not '%s'", o.dtype);
@@ -129,7 +144,13 @@ const tps_cmd tps_cmd_split = {
                "--max-shard-size (default 5GiB), and the source's config.json and tokenizer files.\n"
                "--target-version V: the engine release the set is for, where its state dict\n"
                "changed (default current: vLLM 0.14 and later hold 0-d F32 attention scale\n"
-               "buffers, attn._k_scale etc.; --target-version 0.13 writes none).\n",
+               "buffers, attn._k_scale etc.; --target-version 0.13 writes none).\n"
+               "--target megatron writes a Megatron-LM checkpoint (--ckpt-format torch) of a Llama,\n"
+               "Mistral, Qwen2 or Mixtral model at --tp N and --pp P (or --pp-layers A,B,..):\n"
+               "latest_checkpointed_iteration.txt (1), iter_0000001/mp_rank_XX[_YYY]/\n"
+               "model_optim_rng.pt with Megatron-Core names (q/k/v grouped per query group in\n"
+               "linear_qkv, [gate; up] in linear_fc1, the vocabulary zero-padded to a multiple of\n"
+               "128*N) and args from config.json; no optimizer or RNG state.\n",
     .opts = split_opts,
     .min_args = 1,
     .max_args = 1,

@@ -1,6 +1,7 @@
 /* Opening a tpshard shard set (a directory with tpshard.json and one safetensors file per
  * rank, or per rank and part) with the safetensors reader for its rank files.  The set's
- * reading logic is lib/manifest.h's tps_shardset; this only hands it the format. */
+ * reading logic is lib/manifest.h's tps_shardset; this only hands it the format.  A Megatron-LM
+ * checkpoint directory opens as a shard set too (formats/megatron_set.h). */
 #ifndef TPS_FORMATS_SHARDSET_H
 #define TPS_FORMATS_SHARDSET_H
 

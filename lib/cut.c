@@ -1,8 +1,10 @@
 #include "cut.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -311,6 +313,22 @@ cleanup:
     return st;
 }
 
+/* The directories of a file name with '/' (a caller's file_name), under the output. */
+static tps_status make_parents(const tps_outdir *od, const char *name, tps_error *err)
+{
+    for (const char *slash = strchr(name, '/'); slash; slash = strchr(slash + 1, '/')) {
+        char dir[1024];
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - name), name);
+        char *path = tps_outdir_path(od, dir);
+        if (!path) return tps_fail_oom(err, "making directories");
+        int rc = mkdir(path, 0755);
+        int e = errno;
+        free(path);
+        if (rc && e != EEXIST) return tps_fail_errno(err, e, "%s: cannot make directory %s", od->tmp, dir);
+    }
+    return TPS_OK;
+}
+
 /* Opens part p of rank r: the writer for tensors [first[p], first[p+1]). */
 static tps_status open_part(tps_manifest *m, uint64_t r, rank_out *ro, size_t p, const tps_outdir *od,
                             const tps_cut_opts *o, tps_error *err)
@@ -343,8 +361,12 @@ static tps_status open_part(tps_manifest *m, uint64_t r, rank_out *ro, size_t p,
             st = tps_fail_oom(err, "naming rank files");
             goto cleanup;
         }
+        TPS_CHECK(make_parents(od, m->files[ro->file0 + p].name, err));
     }
-    st = ro->sink->open(path, e, n, meta, o->checkpoint ? 0 : 2, &ro->w, err);
+    const tps_kv *kv = meta;
+    size_t nkv = o->checkpoint ? 0 : 2;
+    if (o->file_meta) kv = o->file_meta(o->files_arg, r, p, &nkv);
+    st = ro->sink->open(path, e, n, kv, nkv, &ro->w, err);
     ro->cur = p;
 cleanup:
     free(path);
@@ -379,7 +401,8 @@ static tps_status enter_tensor(tps_manifest *m, rank_out *outs, size_t i, const 
 
 /* Splits rank r's tensors, in manifest order, into parts of at most max data bytes (0: one
  * part); a slice larger than max gets a part of its own. */
-static tps_status plan_parts(const tps_manifest *m, uint64_t r, uint64_t max, rank_out *ro, tps_error *err)
+static tps_status plan_parts(const tps_manifest *m, uint64_t r, uint64_t max, const tps_cut_opts *o, rank_out *ro,
+                             tps_error *err)
 {
     tps_status st = TPS_OK;
     uint64_t *bytes = calloc(m->ntensors + 1, sizeof *bytes);
@@ -389,7 +412,10 @@ static tps_status plan_parts(const tps_manifest *m, uint64_t r, uint64_t max, ra
         goto cleanup;
     }
     for (size_t i = 0; max && i < m->ntensors; i++) TPS_CHECK(tps_manifest_rank_bytes(m, i, r, &bytes[i], err));
-    if (m->target) TPS_CHECK(tps_target_parts(m, bytes, max, ro->first, &ro->nparts, err));
+    if (o->nparts) {
+        memcpy(ro->first, o->part_first, (o->nparts + 1) * sizeof *ro->first);
+        ro->nparts = o->nparts;
+    } else if (m->target) TPS_CHECK(tps_target_parts(m, bytes, max, ro->first, &ro->nparts, err));
     else tps_parts_greedy(bytes, m->ntensors, max, ro->first, &ro->nparts);
 cleanup:
     free(bytes);
@@ -401,6 +427,7 @@ static tps_status file_name(const tps_cut_opts *o, const char *tmpl, uint64_t r,
                             char *out, size_t size, tps_error *err)
 {
     /* A plain checkpoint in one file may be given its name (merge -o FILE.safetensors). */
+    if (o->file_name) return o->file_name(o->files_arg, r, T, p, out, size, err);
     if (!o->checkpoint || (o->name_template && nparts == 1)) return tps_format_name(tmpl, r, T, p, out, size, err);
     if (nparts == 1) snprintf(out, size, "model.safetensors");
     else snprintf(out, size, "model-%05zu-of-%05zu.safetensors", p + 1, nparts);
@@ -497,7 +524,7 @@ tps_status tps_cut_files_plan(tps_manifest *m, const tps_cut_opts *o, tps_cut_fi
         return tps_fail_oom(err, "planning the files");
     }
     f->tp = m->tp;
-    for (uint64_t r = 0; r < m->tp; r++) TPS_CHECK(plan_parts(m, r, o->max_part_bytes, &f->outs[r], err));
+    for (uint64_t r = 0; r < m->tp; r++) TPS_CHECK(plan_parts(m, r, o->nparts ? 0 : o->max_part_bytes, o, &f->outs[r], err));
     TPS_CHECK(name_files(m, f->outs, o, tmpl, err));
     *out = f;
     f = NULL;

@@ -52,6 +52,16 @@ typedef struct tps_cut_opts {
      * anyway; a failure stops the copy.  NULL for none. */
     tps_status (*tensor_done)(void *arg, size_t i, uint32_t crc, tps_error *err);
     void *tensor_done_arg;
+    /* A layout of files the caller decides (a Megatron checkpoint, lib/megatron_out.h): with
+     * nparts > 0 every rank has the same parts, part p holding manifest tensors
+     * [part_first[p], part_first[p+1]) (max_part_bytes unused); file_name (NULL: the template's)
+     * names part p of rank r, and may hold '/' (the directories are made under the output);
+     * file_meta (NULL: tp_rank and tp_size) gives that file's sink metadata. */
+    const size_t *part_first;
+    size_t nparts;
+    tps_status (*file_name)(void *arg, uint64_t r, uint64_t tp, size_t p, char *out, size_t size, tps_error *err);
+    const tps_kv *(*file_meta)(void *arg, uint64_t r, size_t p, size_t *n);
+    void *files_arg;
 } tps_cut_opts;
 
 #define TPS_DEFAULT_NAME_TEMPLATE "model-rank-{rank}-of-{tp}.safetensors"

@@ -97,10 +97,13 @@ static const char *const gemma3_keys[] = {"rope_local_base_freq", "layer_types",
 /* lib/quant.h; read in tps_layout_apply_config_text. */
 static const char *const quant_keys[] = {"quantization_config", NULL};
 
+/* Megatron-LM's args.normalization (lib/megatron_args.h writes it): the norm a block leaves open. */
+static const char *const normalization_keys[] = {"normalization", NULL};
+
 static const char *const *const block_key_lists[] = {eps_keys, theta_keys, pct_keys, topk_keys, act_keys,
                                                       parallel_residual_keys, rope_scaling_keys, gemma_keys, moe_keys,
                                                       falcon_keys, rope_interleave_keys,
-                                                      gemma3_keys, quant_keys};
+                                                      gemma3_keys, quant_keys, normalization_keys};
 
 /* The first of keys present with a non-null value; NULL when none is. */
 static const tps_json *first_key(const tps_json *root, const char *const *keys, const char **which)
@@ -369,6 +372,14 @@ static tps_status apply_config(tps_layout *l, const char *path, const tps_json *
                             path, key);
         l->cfg.act = (tps_act_kind)a;
         l->cfg_set |= 1u << TPS_BF_ACT;
+    }
+    const tps_json *nk = tps_json_get(root, normalization_keys[0]);
+    if (nk && nk->type == TPS_JSON_STRING && l->has_block && !(l->block_set & (1u << TPS_BF_NORM))) {
+        if (strcmp(nk->u.string.s, "RMSNorm") && strcmp(nk->u.string.s, "LayerNorm"))
+            return tps_fail(err, TPS_EINVALID, "%s: normalization \"%s\" is neither RMSNorm nor LayerNorm", path,
+                            nk->u.string.s);
+        l->cfg.norm = strcmp(nk->u.string.s, "RMSNorm") == 0 ? TPS_NORM_RMS : TPS_NORM_LAYER;
+        l->cfg_set |= 1u << TPS_BF_NORM;
     }
     if ((st = apply_gemma_keys(l, path, root, err)) != TPS_OK) return st;
     if ((st = apply_moe_config(l, path, root, err)) != TPS_OK) return st;

@@ -1144,3 +1144,31 @@ tps_status tps_target_sources(const tps_target *t, const char *name, uint64_t S,
     }
     return TPS_OK;
 }
+
+bool tps_target_name_match(const char *pattern, const char *name, tps_target_caps *c)
+{
+    caps k = {0};
+    bool ok = match(pattern, name, &k);
+    c->n = k.n;
+    for (int i = 0; i < k.n; i++) {
+        c->s[i] = k.s[i];
+        c->len[i] = k.len[i];
+    }
+    return ok;
+}
+
+bool tps_target_name_subst(const char *pattern, const tps_target_caps *c, int ncap, char *out, size_t size)
+{
+    caps k = {0};
+    k.n = c->n;
+    for (int i = 0; i < c->n && i < MAX_CAPS; i++) {
+        k.s[i] = c->s[i];
+        k.len[i] = c->len[i];
+    }
+    return subst(pattern, &k, ncap, out, size);
+}
+
+int tps_target_name_wildcards(const char *pattern)
+{
+    return wildcards(pattern);
+}

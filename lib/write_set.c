@@ -93,6 +93,7 @@ tps_status tps_write_set(tps_manifest *m, tps_global_read_fn read, void *ctx, co
     TPS_CHECK(tps_outdir_begin(o->out, o->kind, o->force, o->inputs, &od, err));
     TPS_CHECK(tps_cut(m, files, read, ctx, od, &co, err));
     if (o->side_files) TPS_CHECK(tps_target_copy_side_files(o->side_files, od, err));
+    if (o->before_publish) TPS_CHECK(o->before_publish(od, o->before_publish_arg, err));
     if (o->kind == TPS_OUT_SHARDSET) TPS_CHECK(tps_publish_shardset(m, od, err));
     else TPS_CHECK(tps_outdir_commit(od, err));
     tps_outdir_free(od);

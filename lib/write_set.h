@@ -34,6 +34,11 @@ typedef struct tps_write_opts {
     tps_cut_opts cut;           /* the engine's options; its write_rank is set from only_ranks */
     const char *side_files;     /* NULL, or a directory whose non-weight files (config.json, tokenizer)
                                    the output gets a copy of (lib/target.h): a serving engine's set */
+    /* After the files, before the manifest is published: more files of the caller's own (a
+     * Megatron checkpoint's tracker, lib/megatron_out.h) written into od's temporary directory.
+     * NULL for none. */
+    tps_status (*before_publish)(const tps_outdir *od, void *arg, tps_error *err);
+    void *before_publish_arg;
 } tps_write_opts;
 
 /* Refuses a tp of 0 or above TPS_MAX_TP (TPS_EARG), naming what (e.g. "--tp"). */

@@ -7,6 +7,8 @@
 #            tests/interop/torch2_*.py     (the torch-2 tier: PyPI torch 2 and a transformers
 #                                           that has the newer families; skipped loudly
 #                                           without build/venv-torch2, setup_torch2.sh)
+#            tests/interop/megatron_real_*.py (real Megatron-Core: build/venv-megatron,
+#                                           setup_megatron.sh; skipped loudly without it)
 # A tier that prints "not ok" or exits non-zero without saying why counts as failed.
 # TPS_TEST_FILTER=pattern runs only the scripts/binaries whose name contains pattern.
 set -u
@@ -18,6 +20,7 @@ export TPSHARD="$top/tpshard"
 export TPS_TOP="$top"
 export TPS_PYTHON="${TPS_PYTHON:-$(sh tests/interop/python.sh 2>/dev/null || true)}"
 export TPS_PYTHON_TORCH2="${TPS_PYTHON_TORCH2:-$(sh tests/interop/python_torch2.sh 2>/dev/null || true)}"
+export TPS_PYTHON_MEGATRON="${TPS_PYTHON_MEGATRON:-$(sh tests/interop/python_megatron.sh 2>/dev/null || true)}"
 
 run_one() { # name command...
     name=$1
@@ -55,6 +58,7 @@ interop_tier() {
 }
 interop_tier "$TPS_PYTHON" setup.sh tests/interop/test_*.py
 interop_tier "$TPS_PYTHON_TORCH2" setup_torch2.sh tests/interop/torch2_*.py
+interop_tier "$TPS_PYTHON_MEGATRON" setup_megatron.sh tests/interop/megatron_real_*.py
 
 passed=$(grep -c '^ok - ' "$log")
 failed=$(grep -c '^not ok' "$log")

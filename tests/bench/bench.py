@@ -174,6 +174,9 @@ class Bench:
                 rm(d)
                 sh([TPSHARD, "split", self.src, "--tp", str(tp), "--preset", "llama", "-o", d, "-q"])
             self.sets[tp] = d
+        self.megatron = None
+        if self.tmpfs_ok:  # a Megatron-LM checkpoint of the same model at tp 8 (issue 18)
+            self.megatron = self.setup_megatron()
         self.bin = None
         if env("BENCH_BIN", "1") == "1" and self.python and self.tmpfs_ok:
             self.bin = os.path.join(os.path.dirname(self.src), "pytorch_model.bin")
@@ -182,7 +185,35 @@ class Bench:
                     "import sys, torch; from safetensors.torch import load_file; "
                     "torch.save(load_file(sys.argv[1]), sys.argv[2])", self.src, self.bin])
         self.inputs = [self.src, self.fp8] + [f for tp in sorted(self.sets) for f in self.shard_files(self.sets[tp])] + \
-            ([self.bin] if self.bin else [])
+            ([self.bin] if self.bin else []) + (self.megatron_files() if self.megatron else [])
+
+    def setup_megatron(self):
+        """The checkpoint as Megatron-LM saves it at tp 8 (iter_0000001/mp_rank_XX/model_optim_rng.pt),
+        written by tpshard's split --target megatron, else by the test tier's megatron_fixture."""
+        d = os.path.join(os.path.dirname(self.src), "megatron-tp8")
+        if os.path.exists(os.path.join(d, "latest_checkpointed_iteration.txt")):
+            return d
+        rm(d)
+        r = subprocess.run([TPSHARD, "split", self.src, "--tp", "8", "--preset", "llama", "--target", "megatron",
+                            "-o", d, "-q"], capture_output=True, text=True)
+        if r.returncode == 0:
+            return d
+        rm(d)
+        if not self.python:
+            self.notes.append("Megatron reshard skipped: no split --target megatron and no Python with torch")
+            return None
+        sh([self.python, "-c",
+            "import sys, json, os; sys.path.insert(0, os.path.join(sys.argv[3], 'tests/interop'));"
+            "import megatron_fixture as mf; from safetensors.torch import load_file;"
+            "cfg = json.load(open(os.path.join(os.path.dirname(sys.argv[1]), 'config.json')));"
+            "full = mf.hf_llama_to_megatron_full(load_file(sys.argv[1]), cfg);"
+            "args = mf.megatron_args_from_hf(cfg, make_vocab_size_divisible_by=128);"
+            "mf.write_checkpoint(sys.argv[2], full, args, 8, 1)", self.src, d, TOP])
+        return d
+
+    def megatron_files(self):
+        return sorted(os.path.join(dp, f) for dp, _, fs in os.walk(self.megatron) for f in fs
+                      if f == "model_optim_rng.pt")
 
     def setup_scale(self):
         os.makedirs(self.tmpfs, exist_ok=True)
@@ -255,6 +286,13 @@ class Bench:
                          pre=lambda: self.warm(f8), post=clean)
             self.measure("reshard 4->8", [TPSHARD, "reshard", s4, "--tp", "8", "-o", o, "-q"], n,
                          pre=lambda: self.warm(f4), post=clean)
+            if self.megatron:
+                fm = self.megatron_files()
+                mbytes = sum(os.path.getsize(f) for f in fm)
+                self.measure("cp -r megatron tp8", ["cp", "-r", self.megatron, o], mbytes,
+                             pre=lambda: self.warm(fm), post=clean)
+                self.measure("reshard megatron 8->4", [TPSHARD, "reshard", self.megatron, "--tp", "4", "-o", o, "-q"],
+                             mbytes, pre=lambda: self.warm(fm), post=clean)
             self.measure("merge tp8", [TPSHARD, "merge", s8, "-o", o + ".safetensors", "-q"], n,
                          pre=lambda: self.warm(f8), post=lambda: rm(o + ".safetensors"))
             self.measure("check tp8", [TPSHARD, "check", s8, "-q"], set_bytes, pre=lambda: self.warm(f8))
@@ -314,6 +352,7 @@ class Bench:
         target("reshard 8->4 / split tp4", "reshard 8->4", "split tp4", 1.3)
         target("reshard 4->8 / split tp8", "reshard 4->8", "split tp8", 1.3)
         target("merge tp8 / cp", "merge tp8", "cp (to tmpfs)", 1.2)
+        target("reshard megatron 8->4 / cp -r of it", "reshard megatron 8->4", "cp -r megatron tp8", 1.3)
         target("check throughput / cat throughput", "cat tp8 shards > /dev/null", "check tp8", 0.8, le=False)
         target("split from .bin / from safetensors", "split tp8 from .bin", "split tp8", 1.1)
         q, b = "split tp8, FP8 block-scaled", "split tp8"

@@ -4,11 +4,12 @@ to split --tp 4 --target vllm, merge bit-exact to the source; missing, extra and
 keys refused, named with their rank.  Sets of the current release hold the attention scale
 buffers; one saved by vLLM 0.13 (none) reshards as 0.13's.
 
-The per-rank state dicts come from vLLM's weight-loader rules (test_vllm_sharded_state.expected),
-in the engine's module order, with a tied lm_head aliasing the embedding's storage; the saver's
-steps are then applied as vLLM's code does them: _filter_subtensors (aliases of one storage
-keep the smallest key), parts by max size in state_dict order (an empty part 0 when the first
-tensor alone exceeds it), no __metadata__, file names model-rank-{rank}-part-{part}.safetensors.
+The per-rank state dicts and the saver are tests/interop/vllm_emul.py's, written from vLLM's
+source: engine_state_dict() (the weight-loader rules, in the engine's module order, with a tied
+lm_head aliasing the embedding's storage) and save_sharded_state() (the saver's steps as
+vLLM's code does them: _filter_subtensors (aliases of one storage keep the smallest key), parts
+by max size in state_dict order (an empty part 0 when the first tensor alone exceeds it), no
+__metadata__, file names model-rank-{rank}-part-{part}.safetensors).
 The source's model.safetensors.index.json and config.json are copied beside the rank files."""
 import os
 import shutil
@@ -21,52 +22,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tap  # noqa: E402
 from tap import report, tpshard  # noqa: E402
 import test_vllm_sharded_state as vs  # noqa: E402
-
-
-def engine_state_dict(hf, cfg, T, r, scales=True):
-    """Rank r's model.state_dict() in vLLM's module order: embed, layers, norm, lm_head
-    (scales: a release with the attention scale buffers, 0.14.0 and later)."""
-    want = vs.expected(hf, cfg, T, r, scales=scales)
-    order = sorted(want, key=lambda k: (0 if k.startswith("model.embed") else 1 if k.startswith("model.layers.")
-                                        else 2 if k.startswith("model.norm") else 3,
-                                        int(k.split(".")[2]) if k.startswith("model.layers.") else 0, k))
-    sd = {}
-    if cfg.tie_word_embeddings:  # the lm_head's weight is the embedding's parameter
-        sd["model.embed_tokens.weight"] = want["lm_head.weight"]
-    for k in order:
-        sd[k] = want[k]
-    return sd
-
-
-def filter_subtensors(sd):
-    """vLLM's _filter_subtensors: of tensors sharing one storage extent, the smallest key survives."""
-    by_ptr = {}
-    for k, t in sd.items():
-        if t.numel():
-            by_ptr.setdefault((t.data_ptr(), t.numel() * t.element_size()), []).append(k)
-    keep = {min(ks) for ks in by_ptr.values()}
-    return {k: t for k, t in sd.items() if k in keep}
-
-
-def save_sharded_state(d, sds, max_size):
-    from safetensors.torch import save_file
-    for r, sd in enumerate(sds):
-        part, total, cur = 0, 0, {}
-        for k, t in filter_subtensors(sd).items():
-            size = t.numel() * t.element_size()
-            if max_size is not None and total + size > max_size:
-                save_file(cur, os.path.join(d, "model-rank-%d-part-%d.safetensors" % (r, part)))
-                part, total, cur = part + 1, 0, {}
-            cur[k] = t.contiguous()
-            total += size
-        if cur:
-            save_file(cur, os.path.join(d, "model-rank-%d-part-%d.safetensors" % (r, part)))
+import vllm_emul as ve  # noqa: E402
 
 
 def vllm_saved(tmp, name, src, hf, cfg, T, max_size, scales=True):
     d = os.path.join(tmp, "%s-saved-%d%s" % (name, T, "" if scales else "-013"))
     os.makedirs(d)
-    save_sharded_state(d, [engine_state_dict(hf, cfg, T, r, scales) for r in range(T)], max_size)
+    ve.save_sharded_state(d, [ve.engine_state_dict(hf, cfg, T, r, scales=scales) for r in range(T)], max_size)
     shutil.copy(os.path.join(src, "config.json"), d)
     with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:  # stale, as vLLM's tools copy it
         f.write('{"metadata": {}, "weight_map": {"model.embed_tokens.weight": "model-00001-of-00002.safetensors"}}')
@@ -112,9 +74,9 @@ def main():
             if report(p.returncode == 0, "%s: reshard 8 -> 4 --target vllm" % name, p.stderr):
                 ref4 = os.path.join(tmp, "%s-split4" % name)
                 q = tpshard("split", src, "--tp", 4, "--target", "vllm", "-o", ref4, "-q")
-                diff = vs.same_sets(out4, ref4, 4) if q.returncode == 0 else q.stderr
+                diff = ve.same_sets(out4, ref4, 4) if q.returncode == 0 else q.stderr
                 report(not diff, "%s: reshard 8 -> 4 equals split --tp 4 --target vllm, byte for byte" % name, diff)
-                probs = vs.loads(out4, hf, cfg, 4, dtype)
+                probs = ve.loads(out4, hf, cfg, 4, dtype)
                 report(not probs, "%s: vLLM's loader takes the resharded set" % name, "\n".join(probs[:10]))
             merged = os.path.join(tmp, "%s-merged.safetensors" % name)
             p = tpshard("merge", d, "-o", merged, "-q")
@@ -130,10 +92,10 @@ def main():
                 p = tpshard("reshard", d13, "--tp", 4, "-o", out13, "-q")
                 ref13 = os.path.join(tmp, "%s-split4-013" % name)
                 q = tpshard("split", src, "--tp", 4, "--target", "vllm", "--target-version", "0.13", "-o", ref13, "-q")
-                diff = vs.same_sets(out13, ref13, 4) if p.returncode == 0 and q.returncode == 0 else p.stderr + q.stderr
+                diff = ve.same_sets(out13, ref13, 4) if p.returncode == 0 and q.returncode == 0 else p.stderr + q.stderr
                 report(not diff, "%s: a vLLM 0.13-saved set reshards 8 -> 4 keeping its class (equals split "
                        "--target-version 0.13)" % name, diff)
-                probs = vs.loads(out13, hf, cfg, 4, dtype, scales=False)
+                probs = ve.loads(out13, hf, cfg, 4, dtype, scales=False)
                 report(not probs, "%s: vLLM 0.13's loader takes it" % name, "\n".join(probs[:5]))
                 p = tpshard("check", d13)
                 report(p.returncode == 0, "%s: check passes on a vLLM 0.13-saved set" % name, p.stderr[-1500:])

@@ -1,23 +1,13 @@
 """Truth from outside for `--target vllm` / `--target sglang`: vLLM's sharded_state loader.
 
-Written from vLLM's source (vllm/model_executor/model_loader/sharded_state_loader.py,
+The engine's side is tests/interop/vllm_emul.py (shared with the torch-2 tier and
+test_vllm_saved.py), written from vLLM's source (sharded_state_loader.py,
 ShardedStateLoader.load_weights; the weight loaders of linear.py, vocab_parallel_embedding.py
 and fused_moe) and the design notes on vLLM's sharded_state, not from tpshard's code:
-
-  * expected(): the per-rank state dict a vLLM model at tp T holds once it has loaded the
-    Hugging Face checkpoint: QKVParallelLinear's [q_r; k_r; v_r] with KV heads shared by
-    T / nkv ranks (shard id = rank // replicas) when T exceeds them, MergedColumnParallelLinear's
-    [gate_r; up_r], RowParallelLinear's column slices with the whole bias on every rank,
-    VocabParallelEmbedding / ParallelLMHead rows of the vocabulary padded with zero rows to a
-    multiple of 64 and then cut in T equal blocks, a tied embedding under the one name the
-    saver keeps (lm_head.weight), Mixtral's FusedMoE w13_weight [E, 2I/T, H] and w2_weight
-    [E, H, I/T], norms and the router whole;
-  * load(): what load_weights does with the files of one rank: glob
-    model-rank-{r}-part-*.safetensors, look every key up in the state dict (an unknown or
-    repeated key is the KeyError vLLM raises), copy it in, and require nothing left over
-    (ValueError "Missing keys").  Where the real loader narrows a smaller tensor into a prefix
-    of its parameter silently, this one requires the exact shape, and the values bit-equal
-    and in the model's dtype.
+vllm_emul.expected() is the per-rank state dict a vLLM (or SGLang) model at tp T holds once it
+has loaded the Hugging Face checkpoint, vllm_emul.load() what load_weights does with one rank's
+files, requiring exact keys, exact shapes (a smaller one is a failure: the real loader narrows
+it into a prefix of its parameter silently), bit-equal values and the model's dtype.
 
   * fused_forward(): the whole model the tensor-parallel way in torch from those fused per-rank
     tensors alone (qkv_proj split by the engine's per-rank q and KV sizes, gate_up_proj and
@@ -28,8 +18,8 @@ and fused_moe) and the design notes on vLLM's sharded_state, not from tpshard's 
 Cases: Llama (GQA, o_proj bias, untied, bfloat16), Llama tied, Qwen2 (q/k/v biases, tied),
 Mixtral, Phi-3 (HF stores it fused; vLLM's Phi3ForCausalLM is a Llama), Qwen2-MoE (a sparse layer with the gated shared expert, whose surviving names in
 current vLLM are mlp.experts._shared_experts.{gate_up_proj,down_proj,expert_gate}, and a dense
-one; SGLang's names differ there), at every tp of 1, 2, 4, 8 the heads allow; --target sglang gives the same files (SGLang's
-loader emulated for Qwen2-MoE).
+one; SGLang's names differ there), at every tp of 1, 2, 4, 8 the heads allow; --target sglang's set taken by SGLang's loader
+(no scale buffers; Qwen2-MoE's shared expert under SGLang's names).
 The loader is shown to fail on wrong sets: the vocabulary padded to a multiple of tp only,
 separate q/k/v names (tpshard's own set), KV heads dealt round-robin (which the forward
 misses too).  Also: reshard between
@@ -43,7 +33,6 @@ and Qwen2-MoE at a tp above its experts (Qwen2MoeSparseMoeBlock raises ValueErro
 Skips loudly when transformers cannot be imported (tests/interop/setup.sh).
 """
 import copy
-import glob
 import os
 import sys
 import tempfile
@@ -56,6 +45,7 @@ warnings.filterwarnings("ignore", message="nn.functional.sigmoid is deprecated")
 
 import hf_tier
 import tap
+import vllm_emul as ve
 from tap import report, tpshard
 
 BASE = dict(vocab_size=100, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=8,
@@ -77,13 +67,6 @@ def cases():
                                             num_experts=8, num_experts_per_tok=2, mlp_only_layers=[1])),
          torch.float32),
     ]
-
-
-def qwen2_moe_layer(cfg, i):
-    """Qwen2MoeDecoderLayer's choice (vLLM qwen2_moe.py): a sparse block unless mlp_only_layers
-    names the layer or decoder_sparse_step skips it."""
-    return (getattr(cfg, "num_experts", 0) and i not in (getattr(cfg, "mlp_only_layers", None) or [])
-            and (i + 1) % cfg.decoder_sparse_step == 0)
 
 
 def build(cfg, dtype, seed, path):
@@ -141,7 +124,7 @@ def fused_forward(ranks, cfg, T, ids, cos, sin):
                     weight = (top * (chosen == e)).sum(-1, keepdim=True)
                     h = hn @ w13[e].T
                     mlp += weight * ((torch.nn.functional.silu(h[:, :half]) * h[:, half:]) @ w2[e].T)
-        elif qwen2_moe_layer(cfg, i):  # Qwen2MoeSparseMoeBlock: routed experts plus the gated shared expert
+        elif ve.sparse_layer(cfg, i):  # Qwen2MoeSparseMoeBlock: routed experts plus the gated shared expert
             m = p + "mlp."
             w = torch.softmax(hn @ ranks[0][m + "gate.weight"].T, dim=-1)
             top, chosen = torch.topk(w, cfg.num_experts_per_tok, dim=-1)
@@ -167,129 +150,6 @@ def fused_forward(ranks, cfg, T, ids, cos, sin):
     return gather_logits(ranks, x, "lm_head.weight", cfg.vocab_size)
 
 
-def pad_rows(w, multiple):
-    v = w.shape[0]
-    padded = (v + multiple - 1) // multiple * multiple
-    return torch.cat([w, torch.zeros((padded - v,) + tuple(w.shape[1:]), dtype=w.dtype)])
-
-
-def expected(hf, cfg, T, r, vocab_quantum=64, kv_shard=None, engine="vllm", scales=True):
-    """vLLM's parameters at tp T, rank r, after loading the HF tensors hf (engine "sglang":
-    SGLang's, which differ for Qwen2-MoE's shared expert and have no scale buffers).  scales:
-    a vLLM release with PR #31395 (0.14.0 and later), whose Attention registers _k_scale,
-    _v_scale, _q_scale and _prob_scale as persistent 0-d float32 buffers, 1.0 without a
-    quantized KV cache (set_default_quant_scales(register_buffer=True)): in the state dict
-    the loader fills, under the attention module's prefix plus "attn."."""
-    H, nq, nkv = cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads
-    hd = H // nq
-    out = {}
-    # VocabParallelEmbedding / ParallelLMHead: pad_vocab_size(V, 64), then divide(padded, T)
-    emb = pad_rows(hf["model.embed_tokens.weight"], vocab_quantum)
-    P = emb.shape[0] // T
-    assert emb.shape[0] % T == 0
-    rows = lambda w: pad_rows(w, vocab_quantum)[r * P:(r + 1) * P]
-    if cfg.tie_word_embeddings:  # the saver keeps the smallest name: lm_head.weight
-        out["lm_head.weight"] = rows(hf["model.embed_tokens.weight"])
-    else:
-        out["model.embed_tokens.weight"] = rows(hf["model.embed_tokens.weight"])
-        out["lm_head.weight"] = rows(hf["lm_head.weight"])
-    out["model.norm.weight"] = hf["model.norm.weight"]
-    # QKVParallelLinear.weight_loader
-    if nkv >= T:
-        nkv_r, rep = nkv // T, 1
-    else:
-        nkv_r, rep = 1, T // nkv
-    s = r // rep if kv_shard is None else kv_shard(r)
-    q_rows = slice(r * nq // T * hd, (r + 1) * nq // T * hd)
-    kv_rows = slice(s * nkv_r * hd, (s + 1) * nkv_r * hd)
-    for i in range(cfg.num_hidden_layers):
-        p = "model.layers.%d." % i
-        a = p + "self_attn."
-        if a + "qkv_proj.weight" in hf:  # Phi-3: QKVParallelLinear splits the fused tensor by output_sizes
-            w = hf[a + "qkv_proj.weight"]
-            hf = dict(hf, **dict(zip((a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"),
-                                     w.split([nq * hd, nkv * hd, nkv * hd]))))
-            g = hf[p + "mlp.gate_up_proj.weight"]
-            hf = dict(hf, **dict(zip((p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"), g.chunk(2))))
-        for suffix in ("weight", "bias"):
-            if a + "q_proj." + suffix in hf:
-                out[a + "qkv_proj." + suffix] = torch.cat([hf[a + "q_proj." + suffix][q_rows],
-                                                           hf[a + "k_proj." + suffix][kv_rows],
-                                                           hf[a + "v_proj." + suffix][kv_rows]])
-        out[a + "o_proj.weight"] = hf[a + "o_proj.weight"][:, q_rows]
-        if a + "o_proj.bias" in hf:
-            out[a + "o_proj.bias"] = hf[a + "o_proj.bias"]  # RowParallelLinear: whole on every rank
-        out[p + "input_layernorm.weight"] = hf[p + "input_layernorm.weight"]
-        if engine == "vllm" and scales:
-            for b in ("_k_scale", "_v_scale", "_q_scale", "_prob_scale"):
-                out[a + "attn." + b] = torch.tensor(1.0, dtype=torch.float32)
-        out[p + "post_attention_layernorm.weight"] = hf[p + "post_attention_layernorm.weight"]
-        if getattr(cfg, "num_local_experts", None):
-            m = p + "block_sparse_moe."
-            I = cfg.intermediate_size
-            cols = slice(r * I // T, (r + 1) * I // T)
-            out[m + "gate.weight"] = hf[m + "gate.weight"]  # ReplicatedLinear
-            E = cfg.num_local_experts
-            e = lambda k, w: hf["%sexperts.%d.%s.weight" % (m, k, w)]
-            out[m + "experts.w13_weight"] = torch.stack([torch.cat([e(k, "w1")[cols], e(k, "w3")[cols]])
-                                                         for k in range(E)])
-            out[m + "experts.w2_weight"] = torch.stack([e(k, "w2")[:, cols] for k in range(E)])
-        elif qwen2_moe_layer(cfg, i):
-            m = p + "mlp."
-            I, S = cfg.moe_intermediate_size, cfg.shared_expert_intermediate_size
-            cols, scols = slice(r * I // T, (r + 1) * I // T), slice(r * S // T, (r + 1) * S // T)
-            out[m + "gate.weight"] = hf[m + "gate.weight"]  # ReplicatedLinear
-            e = lambda k, w: hf["%sexperts.%d.%s.weight" % (m, k, w)]
-            out[m + "experts.w13_weight"] = torch.stack([torch.cat([e(k, "gate_proj")[cols], e(k, "up_proj")[cols]])
-                                                         for k in range(cfg.num_experts)])
-            out[m + "experts.w2_weight"] = torch.stack([e(k, "down_proj")[:, cols] for k in range(cfg.num_experts)])
-            # vLLM: SharedFusedMoE keeps the shared expert (whose expert_gate is the block's
-            # shared_expert_gate) as experts._shared_experts; of a tensor's three names the
-            # saver keeps the smallest.  SGLang registers each once, under the block.
-            sh = m + ("experts._shared_experts." if engine == "vllm" else "shared_expert.")
-            out[sh + "gate_up_proj.weight"] = torch.cat([hf[m + "shared_expert.gate_proj.weight"][scols],
-                                                         hf[m + "shared_expert.up_proj.weight"][scols]])
-            out[sh + "down_proj.weight"] = hf[m + "shared_expert.down_proj.weight"][:, scols]
-            out[(sh + "expert_gate.weight") if engine == "vllm" else (m + "shared_expert_gate.weight")] = \
-                hf[m + "shared_expert_gate.weight"]  # a plain nn.Linear: whole on every rank
-        else:
-            I = cfg.intermediate_size
-            cols = slice(r * I // T, (r + 1) * I // T)
-            out[p + "mlp.gate_up_proj.weight"] = torch.cat([hf[p + "mlp.gate_proj.weight"][cols],
-                                                            hf[p + "mlp.up_proj.weight"][cols]])
-            out[p + "mlp.down_proj.weight"] = hf[p + "mlp.down_proj.weight"][:, cols]
-    return out
-
-
-def load(d, r, want, dtype):
-    """ShardedStateLoader.load_weights for rank r of directory d against the parameters want;
-    returns the problems (empty when the rank loads exactly)."""
-    from safetensors import safe_open
-    pattern = "model-rank-{rank}-part-{part}.safetensors"
-    files = glob.glob(os.path.join(d, pattern.format(rank=r, part="*")))
-    if not files:
-        return ["Could not find checkpoint files '%s'" % pattern]
-    state = dict(want)
-    problems = []
-    for f in files:
-        with safe_open(f, "pt") as s:
-            for key in s.keys():
-                if key not in state:
-                    problems.append("KeyError: %r" % key)
-                    continue
-                param = state.pop(key)
-                t = s.get_tensor(key)
-                if tuple(t.shape) != tuple(param.shape):
-                    problems.append("%s: shape %s, the parameter is %s" % (key, tuple(t.shape), tuple(param.shape)))
-                elif t.dtype != (param.dtype if param.dim() == 0 else dtype):  # buffers: float32
-                    problems.append("%s: dtype %s, the model's is %s" % (key, t.dtype, dtype))
-                elif not torch.equal(t.view(torch.uint8) if t.dim() else t, param.view(torch.uint8) if param.dim() else param):
-                    problems.append("%s: values differ" % key)
-    if state:
-        problems.append("Missing keys %s in loaded state!" % (tuple(state),))
-    return problems
-
-
 def legal_tps(cfg):
     nq, nkv, I = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.intermediate_size
     widths = [I] + [getattr(cfg, k) for k in ("moe_intermediate_size", "shared_expert_intermediate_size")
@@ -298,46 +158,22 @@ def legal_tps(cfg):
             and (nkv % t == 0 or t % nkv == 0) and t <= (getattr(cfg, "num_experts", None) or t)]
 
 
-def loads(d, hf, cfg, T, dtype, **kw):
-    probs = []
-    for r in range(T):
-        probs += ["rank %d: %s" % (r, p) for p in load(d, r, expected(hf, cfg, T, r, **kw), dtype)]
-    return probs
-
-
-def rank_tensors(d, T):
-    from safetensors import safe_open
-    out = []
-    for r in range(T):
-        R = {}
-        for f in glob.glob(os.path.join(d, "model-rank-%d-*.safetensors" % r)):
-            with safe_open(f, "pt") as s:
-                R.update({k: s.get_tensor(k) for k in s.keys()})
-        out.append(R)
-    return out
-
-
-def same_sets(a, b, T):
-    A, B = rank_tensors(a, T), rank_tensors(b, T)
-    for r in range(T):
-        if not A[r]:
-            return "rank %d has no tensors in %s" % (r, a)
-        if A[r].keys() != B[r].keys():
-            return "rank %d keys differ: %s" % (r, sorted(set(A[r]) ^ set(B[r])))
-        for k in A[r]:
-            if A[r][k].dtype != B[r][k].dtype or not torch.equal(A[r][k].reshape(-1).view(torch.uint8),
-                                                                 B[r][k].reshape(-1).view(torch.uint8)):
-                return "rank %d tensor %s differs" % (r, k)
-    return ""
-
-
-def write_wrong(d, T, tensors_of_rank):
-    """A set written by hand: each rank's tensors under the engine's file names."""
-    from safetensors.torch import save_file
-    os.makedirs(d)
-    for r in range(T):
-        save_file({k: v.contiguous() for k, v in tensors_of_rank(r).items()},
-                  os.path.join(d, "model-rank-%d-part-0.safetensors" % r))
+def release_classes(tmp, name, src, hf, cfg, dtype, T):
+    """A vLLM release before the attention scale buffers (--target-version 0.13, before PR
+    #31395): none written, and each class's loader refuses the other's set (the current one at
+    tmp/NAME-vllm-T).  The 0.13 set's directory."""
+    old = os.path.join(tmp, "%s-vllm013-%d" % (name, T))
+    p = tpshard("split", src, "--tp", T, "--target", "vllm", "--target-version", "0.13", "-o", old, "-q")
+    probs = ve.loads(old, hf, cfg, T, dtype, scales=False) if p.returncode == 0 else [p.stderr]
+    report(not probs, "%s tp %d: --target-version 0.13: vLLM 0.13's loader takes the set (no scale buffers)"
+           % (name, T), "\n".join(probs[:5]))
+    probs = ve.loads(old, hf, cfg, T, dtype)
+    report(any("Missing keys" in x and "attn._k_scale" in x for x in probs),
+           "%s: the 0.13 set fails the current loader (Missing keys ...attn._k_scale)" % name, "\n".join(probs[:3]))
+    probs = ve.loads(os.path.join(tmp, "%s-vllm-%d" % (name, T)), hf, cfg, T, dtype, scales=False)
+    report(any("KeyError" in x and "attn._q_scale" in x for x in probs),
+           "%s: the current set fails vLLM 0.13's loader (KeyError ...attn._q_scale)" % name, "\n".join(probs[:3]))
+    return old
 
 
 def main():
@@ -358,10 +194,10 @@ def main():
                 p = tpshard("split", src, "--tp", T, "--target", "vllm", "-o", out, "-q")
                 if not report(p.returncode == 0, "%s tp %d: split --target vllm" % (name, T), p.stderr):
                     continue
-                probs = loads(out, hf, cfg, T, dtype)
+                probs = ve.loads(out, hf, cfg, T, dtype)
                 report(not probs, "%s tp %d: vLLM's loader takes the set: exact keys, shapes, dtype, bytes" % (name, T),
                        "\n".join(probs[:10]))
-                diff = float((fused_forward(rank_tensors(out, T), cfg, T, hf_tier.IDS, cos, sin) - want).abs().max())
+                diff = float((fused_forward(ve.rank_tensors(out, T), cfg, T, hf_tier.IDS, cos, sin) - want).abs().max())
                 worst = max(worst, diff)
                 detail.append("tp %d: max abs logit difference %.3g" % (T, diff))
                 report(os.path.exists(os.path.join(out, "config.json")) and
@@ -372,7 +208,7 @@ def main():
                 sg = os.path.join(tmp, "%s-sglang-%d" % (name, T))
                 p = tpshard("split", src, "--tp", T, "--target", "sglang", "-o", sg, "-q")
                 # SGLang: no scale buffers; Qwen2-MoE's shared expert named once, under the block
-                probs = loads(sg, hf, cfg, T, dtype, engine="sglang") if p.returncode == 0 else [p.stderr]
+                probs = ve.loads(sg, hf, cfg, T, dtype, engine="sglang") if p.returncode == 0 else [p.stderr]
                 report(not probs, "%s tp %d: SGLang's loader takes the --target sglang set" % (name, T),
                        "\n".join(probs[:10]))
             report(worst <= hf_tier.TOL, "%s: the TP forward from the fused per-rank tensors equals transformers' logits "
@@ -384,10 +220,10 @@ def main():
                     continue
                 got = os.path.join(tmp, "%s-re-%d-%d" % (name, a, b))
                 p = tpshard("reshard", os.path.join(tmp, "%s-vllm-%d" % (name, a)), "--tp", b, "-o", got, "-q")
-                diff = same_sets(got, os.path.join(tmp, "%s-vllm-%d" % (name, b)), b) if p.returncode == 0 else p.stderr
+                diff = ve.same_sets(got, os.path.join(tmp, "%s-vllm-%d" % (name, b)), b) if p.returncode == 0 else p.stderr
                 report(not diff, "%s: reshard --target vllm set tp %d -> %d equals split at tp %d" % (name, a, b, b),
                        diff)
-                report(not loads(got, hf, cfg, b, dtype), "%s: the resharded set loads at tp %d" % (name, b))
+                report(not ve.loads(got, hf, cfg, b, dtype), "%s: the resharded set loads at tp %d" % (name, b))
             T = tps[-1]
             plain = os.path.join(tmp, "%s-plain-%d" % (name, T))
             # tpshard's own set under vLLM's file names: what the README once offered for vLLM
@@ -395,13 +231,13 @@ def main():
                         plain, "-q")
             to_v = os.path.join(tmp, "%s-to-vllm" % name)
             p2 = tpshard("reshard", plain, "--tp", T, "--target", "vllm", "-o", to_v, "-q")
-            diff = same_sets(to_v, os.path.join(tmp, "%s-vllm-%d" % (name, T)), T) if p2.returncode == 0 else p2.stderr
+            diff = ve.same_sets(to_v, os.path.join(tmp, "%s-vllm-%d" % (name, T)), T) if p2.returncode == 0 else p2.stderr
             report(p.returncode == 0 and not diff, "%s: reshard of tpshard's own set --target vllm equals split --target vllm"
                    % name, p.stderr + diff)
             back = os.path.join(tmp, "%s-back" % name)
             p = tpshard("reshard", os.path.join(tmp, "%s-vllm-%d" % (name, T)), "--tp", T, "--target", "tpshard", "-o",
                         back, "-q")
-            diff = same_sets(back, plain, T) if p.returncode == 0 else p.stderr
+            diff = ve.same_sets(back, plain, T) if p.returncode == 0 else p.stderr
             report(not diff, "%s: reshard --target tpshard of a vLLM set equals plain split" % name, diff)
             # merge back to the source, bit-exact
             merged = os.path.join(tmp, "%s-merged.safetensors" % name)
@@ -413,29 +249,17 @@ def main():
                 ok = m.keys() == hf.keys() and all(m[k].dtype == hf[k].dtype and torch.equal(
                     m[k].view(torch.uint8), hf[k].view(torch.uint8)) for k in hf)
             report(ok, "%s: merge of the tp %d vLLM set is the source, bit-exact" % (name, T), p.stderr)
-            # a vLLM release before the scale buffers (0.13): none written, and the two classes'
-            # loaders each refuse the other's set
-            old = os.path.join(tmp, "%s-vllm013-%d" % (name, T))
-            p = tpshard("split", src, "--tp", T, "--target", "vllm", "--target-version", "0.13", "-o", old, "-q")
-            probs = loads(old, hf, cfg, T, dtype, scales=False) if p.returncode == 0 else [p.stderr]
-            report(not probs, "%s tp %d: --target-version 0.13: vLLM 0.13's loader takes the set (no scale buffers)"
-                   % (name, T), "\n".join(probs[:5]))
-            probs = loads(old, hf, cfg, T, dtype)
-            report(any("Missing keys" in x and "attn._k_scale" in x for x in probs),
-                   "%s: the 0.13 set fails the current loader (Missing keys ...attn._k_scale)" % name, "\n".join(probs[:3]))
-            probs = loads(os.path.join(tmp, "%s-vllm-%d" % (name, T)), hf, cfg, T, dtype, scales=False)
-            report(any("KeyError" in x and "attn._q_scale" in x for x in probs),
-                   "%s: the current set fails vLLM 0.13's loader (KeyError ...attn._q_scale)" % name, "\n".join(probs[:3]))
+            old = release_classes(tmp, name, src, hf, cfg, dtype, T)
             if len(tps) > 1:  # reshard keeps the release class, --target-version changes it
                 a = tps[0]
                 re_old = os.path.join(tmp, "%s-re013-%d" % (name, a))
                 p = tpshard("reshard", old, "--tp", a, "-o", re_old, "-q")
-                probs = loads(re_old, hf, cfg, a, dtype, scales=False) if p.returncode == 0 else [p.stderr]
+                probs = ve.loads(re_old, hf, cfg, a, dtype, scales=False) if p.returncode == 0 else [p.stderr]
                 report(not probs, "%s: reshard of the 0.13 set to tp %d keeps the class (loads in 0.13)" % (name, a),
                        "\n".join(probs[:5]))
                 re_new = os.path.join(tmp, "%s-re014-%d" % (name, a))
                 p = tpshard("reshard", old, "--tp", a, "--target-version", "current", "-o", re_new, "-q")
-                diff = same_sets(re_new, os.path.join(tmp, "%s-vllm-%d" % (name, a)), a) if p.returncode == 0 else p.stderr
+                diff = ve.same_sets(re_new, os.path.join(tmp, "%s-vllm-%d" % (name, a)), a) if p.returncode == 0 else p.stderr
                 report(not diff, "%s: reshard of the 0.13 set --target-version current equals split --target vllm" % name,
                        diff)
             merged013 = os.path.join(tmp, "%s-merged013.safetensors" % name)
@@ -448,26 +272,26 @@ def main():
             report(ok, "%s: merge of the 0.13 set is the source, bit-exact" % name, p.stderr)
             if name == "qwen2-moe":  # the shared expert under the names vLLM's saver drops
                 wrong = os.path.join(tmp, "wrong-shared")
-                write_wrong(wrong, T, lambda r: expected(hf, cfg, T, r, engine="sglang"))
-                probs = loads(wrong, hf, cfg, T, dtype)
+                ve.write_wrong(wrong, T, lambda r: ve.expected(hf, cfg, T, r, engine="sglang"))
+                probs = ve.loads(wrong, hf, cfg, T, dtype)
                 report(any("KeyError" in x and "mlp.shared_expert" in x for x in probs),
                        "wrong set caught: Qwen2-MoE's shared expert under mlp.shared_expert* for vLLM",
                        "\n".join(probs[:3]))
             # the loader emulation catches wrong sets
             if name == "llama-tied":
                 T = 8
-                probs = loads(plain, hf, cfg, T, dtype)
+                probs = ve.loads(plain, hf, cfg, T, dtype)
                 report(any("KeyError" in x and "q_proj" in x for x in probs),
                        "wrong set caught: separate q/k/v names (tpshard's own set)", "\n".join(probs[:3]))
                 wrong = os.path.join(tmp, "wrong-vocab")
-                write_wrong(wrong, T, lambda r: expected(hf, cfg, T, r, vocab_quantum=T))
-                probs = loads(wrong, hf, cfg, T, dtype)
+                ve.write_wrong(wrong, T, lambda r: ve.expected(hf, cfg, T, r, vocab_quantum=T))
+                probs = ve.loads(wrong, hf, cfg, T, dtype)
                 report(any("lm_head.weight: shape" in x for x in probs),
                        "wrong set caught: the vocabulary padded to a multiple of tp only", "\n".join(probs[:3]))
                 wrong = os.path.join(tmp, "wrong-kv")
-                write_wrong(wrong, T, lambda r: expected(hf, cfg, T, r, kv_shard=lambda r: r % cfg.num_key_value_heads))
-                probs = loads(wrong, hf, cfg, T, dtype)
-                diff = float((fused_forward(rank_tensors(wrong, T), cfg, T, hf_tier.IDS, cos, sin) - want).abs().max())
+                ve.write_wrong(wrong, T, lambda r: ve.expected(hf, cfg, T, r, kv_shard=lambda r: r % cfg.num_key_value_heads))
+                probs = ve.loads(wrong, hf, cfg, T, dtype)
+                diff = float((fused_forward(ve.rank_tensors(wrong, T), cfg, T, hf_tier.IDS, cos, sin) - want).abs().max())
                 report(any("qkv_proj.weight: values differ" in x for x in probs) and diff > 100 * hf_tier.TOL,
                        "wrong set caught: KV heads dealt round-robin (the loader's bytes differ, the TP forward differs "
                        "from transformers' by %.2g)" % diff, "\n".join(probs[:3]))
@@ -512,7 +336,7 @@ def main():
         report(p.returncode == 3 and "the checkpoint has 2 experts a layer" in p.stderr,
                "qwen2-moe with 2 experts: reshard --target vllm at tp 4 refused (exit 3)", p.stderr)
         p = tpshard("split", src, "--tp", 2, "--target", "vllm", "-o", os.path.join(tmp, "e2"), "-q")
-        probs = loads(os.path.join(tmp, "e2"), hf, cfg, 2, torch.float32) if p.returncode == 0 else [p.stderr]
+        probs = ve.loads(os.path.join(tmp, "e2"), hf, cfg, 2, torch.float32) if p.returncode == 0 else [p.stderr]
         report(not probs, "qwen2-moe with 2 experts: --target vllm at tp 2 loads", "\n".join(probs[:5]))
     return tap.status()
 

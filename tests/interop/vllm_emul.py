@@ -9,7 +9,14 @@ the interop tests of both tiers (plain torch and safetensors: torch 1.13 and 2 a
     its bias whole on every rank, VocabParallelEmbedding / ParallelLMHead rows of the
     vocabulary padded with zero rows to a multiple of 64 and cut in T equal blocks, FusedMoE's
     w13_weight [E, 2I/T, H] and w2_weight [E, H, I/T], norms (Qwen3's and Gemma 3's per-head
-    q_norm / k_norm included) and the router whole.  The families of the torch-2 tier:
+    q_norm / k_norm included) and the router whole, vLLM's attention scale buffers (scales).
+    The families of both tiers:
+      - Llama, Mistral, Qwen2 (llama.py, qwen2.py), and Phi-3 (phi3.py: a LlamaForCausalLM; the
+        checkpoint's fused qkv_proj and gate_up_proj split by the layers' output sizes first);
+      - Mixtral (mixtral.py: block_sparse_moe.experts' w13_weight from w1 and w3, w2_weight);
+      - Qwen2-MoE (qwen2_moe.py: the gated shared expert, kept by vLLM's SharedFusedMoE as
+        mlp.experts._shared_experts.{gate_up_proj,down_proj,expert_gate}, by SGLang under
+        mlp.shared_expert and mlp.shared_expert_gate);
       - Qwen3 (qwen3.py: Qwen3ForCausalLM ties by module alias, self.lm_head =
         self.model.embed_tokens; qkv bias = attention_bias, o_proj without bias);
       - Qwen3-MoE (qwen3_moe.py: Qwen3MoeSparseMoeBlock's experts (FusedMoE) and gate
@@ -19,6 +26,8 @@ the interop tests of both tiers (plain torch and safetensors: torch 1.13 and 2 a
         come from model.embed_tokens, so its name is the one kept; qkv and o_proj biases =
         attention_bias; the sandwich norms; the embedding normalizer a non-persistent buffer
         since vLLM PR #19788, so no key).
+    Every one of them holds its attention in vLLM's Attention class as self_attn.attn, so a
+    current release's state dict has the four scale buffers in every layer.
     Of names that share one storage the saver keeps the smallest (_filter_subtensors): a tied
     Qwen3's table is lm_head.weight.
   * load(): what ShardedStateLoader.load_weights does with the files of one rank: glob
@@ -26,7 +35,7 @@ the interop tests of both tiers (plain torch and safetensors: torch 1.13 and 2 a
     repeated key is the KeyError vLLM raises), copy it in, and require nothing left over
     (ValueError "Missing keys").  Where the real loader narrows a smaller tensor into a prefix
     of its parameter silently, this one requires the exact shape, and the values bit-equal and
-    in the model's dtype.
+    in the model's dtype (the 0-d scale buffers in float32).
   * unfuse(): a rank's engine tensors back into that rank's slices under Hugging Face names,
     split by the engine's own per-rank sizes (q: nq/T heads, k and v: nkv/T heads or one
     replicated head; gate/up halves; each expert of w13_weight and w2_weight), for a
@@ -75,11 +84,41 @@ def kv_heads_of(cfg, T, r, kv_shard=None):
 SCALES = ("_k_scale", "_v_scale", "_q_scale", "_prob_scale")
 
 
-def expected(hf, cfg, T, r, vocab_quantum=64, kv_shard=None, scales=False):
+def unfused_source(hf, cfg):
+    """Phi-3's checkpoint holds qkv_proj [q; k; v] and gate_up_proj [gate; up] already fused
+    (whole, not per rank); vLLM's Phi3ForCausalLM is a LlamaForCausalLM (phi3.py), whose
+    QKVParallelLinear and MergedColumnParallelLinear split such a tensor by their output sizes
+    before cutting each part: hf with those parts under the separate names."""
+    nq, nkv, hd = cfg.num_attention_heads, cfg.num_key_value_heads, head_dim(cfg)
+    out = dict(hf)
+    for k in hf:
+        if k.endswith(".self_attn.qkv_proj.weight"):
+            a = k[:-len("qkv_proj.weight")]
+            out.update(zip((a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"),
+                           hf[k].split([nq * hd, nkv * hd, nkv * hd])))
+        elif k.endswith(".mlp.gate_up_proj.weight"):
+            m = k[:-len("gate_up_proj.weight")]
+            out.update(zip((m + "gate_proj.weight", m + "up_proj.weight"), hf[k].chunk(2)))
+    return out
+
+
+def experts(hf, m, E, cols, w13, w2):
+    """FusedMoE's w13_weight [E, 2I/T, H] ([w1_r; w3_r] per expert) and w2_weight [E, H, I/T]."""
+    e = lambda k, w: hf["%sexperts.%d.%s.weight" % (m, k, w)]
+    return {m + "experts.w13_weight": torch.stack([torch.cat([e(k, w13[0])[cols], e(k, w13[1])[cols]])
+                                                   for k in range(E)]),
+            m + "experts.w2_weight": torch.stack([e(k, w2)[:, cols] for k in range(E)])}
+
+
+def expected(hf, cfg, T, r, vocab_quantum=64, kv_shard=None, engine="vllm", scales=True):
     """The engine's parameters at tp T, rank r, after loading the HF tensors hf (in the model's
-    module order: embedding, layers, final norm, head).  scales: the build registers the
-    attention scale buffers (vLLM PR #31395: self_attn.attn._k_scale, _v_scale, _q_scale,
-    _prob_scale, 0-d float32 1.0 on every Attention module)."""
+    module order: embedding, layers, final norm, head).  engine "sglang": SGLang's, which name
+    Qwen2-MoE's shared expert once, under the block, and hold no scale buffers.  scales: a vLLM
+    release with PR #31395 (0.14.0 and later), whose Attention registers _k_scale, _v_scale,
+    _q_scale and _prob_scale as persistent 0-d float32 buffers, 1.0 without a quantized KV
+    cache (set_default_quant_scales(register_buffer=True)), under self_attn.attn. (the
+    module's buffers after its children's parameters); --target-version 0.13 has none."""
+    hf = unfused_source(hf, cfg)
     nq, hd = cfg.num_attention_heads, head_dim(cfg)
     out = {}
     table = pad_rows(hf["model.embed_tokens.weight"], vocab_quantum)
@@ -101,10 +140,10 @@ def expected(hf, cfg, T, r, vocab_quantum=64, kv_shard=None, scales=False):
                                                            hf[a + "k_proj." + suffix][kv_rows],
                                                            hf[a + "v_proj." + suffix][kv_rows]])
         out[a + "o_proj.weight"] = hf[a + "o_proj.weight"][:, q_rows]
-        for name in SCALES if scales else ():
-            out[a + "attn." + name] = torch.tensor(1.0)
         if a + "o_proj.bias" in hf:
             out[a + "o_proj.bias"] = hf[a + "o_proj.bias"]  # RowParallelLinear: whole on every rank
+        for name in SCALES if scales and engine == "vllm" else ():
+            out[a + "attn." + name] = torch.tensor(1.0, dtype=torch.float32)
         for norm in ("q_norm", "k_norm"):
             if a + norm + ".weight" in hf:
                 out[a + norm + ".weight"] = hf[a + norm + ".weight"]
@@ -113,15 +152,30 @@ def expected(hf, cfg, T, r, vocab_quantum=64, kv_shard=None, scales=False):
             norms += ["pre_feedforward_layernorm", "post_feedforward_layernorm"]
         for norm in norms:
             out[p + norm + ".weight"] = hf[p + norm + ".weight"]
+        if getattr(cfg, "num_local_experts", None):  # Mixtral's block_sparse_moe (w1 gate, w3 up)
+            m = p + "block_sparse_moe."
+            I = cfg.intermediate_size
+            out[m + "gate.weight"] = hf[m + "gate.weight"]  # ReplicatedLinear
+            out.update(experts(hf, m, cfg.num_local_experts, slice(r * I // T, (r + 1) * I // T), ("w1", "w3"), "w2"))
+            continue
         m = p + "mlp."
         if sparse_layer(cfg, i):
             I = cfg.moe_intermediate_size
-            cols = slice(r * I // T, (r + 1) * I // T)
             out[m + "gate.weight"] = hf[m + "gate.weight"]  # ReplicatedLinear
-            e = lambda k, w: hf["%sexperts.%d.%s.weight" % (m, k, w)]
-            out[m + "experts.w13_weight"] = torch.stack([torch.cat([e(k, "gate_proj")[cols], e(k, "up_proj")[cols]])
-                                                         for k in range(cfg.num_experts)])
-            out[m + "experts.w2_weight"] = torch.stack([e(k, "down_proj")[:, cols] for k in range(cfg.num_experts)])
+            out.update(experts(hf, m, cfg.num_experts, slice(r * I // T, (r + 1) * I // T), ("gate_proj", "up_proj"),
+                               "down_proj"))
+            if m + "shared_expert.gate_proj.weight" in hf:  # Qwen2-MoE's gated shared expert
+                S = cfg.shared_expert_intermediate_size
+                scols = slice(r * S // T, (r + 1) * S // T)
+                # vLLM: SharedFusedMoE keeps the shared expert (whose expert_gate is the block's
+                # shared_expert_gate) as experts._shared_experts; of a tensor's three names the
+                # saver keeps the smallest.  SGLang registers each once, under the block.
+                sh = m + ("experts._shared_experts." if engine == "vllm" else "shared_expert.")
+                out[sh + "gate_up_proj.weight"] = torch.cat([hf[m + "shared_expert.gate_proj.weight"][scols],
+                                                             hf[m + "shared_expert.up_proj.weight"][scols]])
+                out[sh + "down_proj.weight"] = hf[m + "shared_expert.down_proj.weight"][:, scols]
+                out[(sh + "expert_gate.weight") if engine == "vllm" else (m + "shared_expert_gate.weight")] = \
+                    hf[m + "shared_expert_gate.weight"]  # a plain nn.Linear: whole on every rank
         else:
             I = cfg.intermediate_size
             cols = slice(r * I // T, (r + 1) * I // T)
@@ -134,10 +188,10 @@ def expected(hf, cfg, T, r, vocab_quantum=64, kv_shard=None, scales=False):
     return out
 
 
-def engine_state_dict(hf, cfg, T, r):
-    """Rank r's model.state_dict() as the engine holds it: expected() with a tied Qwen3
-    embedding also under model.embed_tokens.weight, the same storage (what the saver sees)."""
-    want = expected(hf, cfg, T, r)
+def engine_state_dict(hf, cfg, T, r, **kw):
+    """Rank r's model.state_dict() as the engine holds it: expected() with a tied embedding
+    also under model.embed_tokens.weight, the same storage (what the saver sees)."""
+    want = expected(hf, cfg, T, r, **kw)
     if is_gemma(cfg) or "model.embed_tokens.weight" in want:
         return want
     return dict({"model.embed_tokens.weight": want["lm_head.weight"]}, **want)
@@ -167,7 +221,7 @@ def load(d, r, want, dtype):
                 t = s.get_tensor(key)
                 if tuple(t.shape) != tuple(param.shape):
                     problems.append("%s: shape %s, the parameter is %s" % (key, tuple(t.shape), tuple(param.shape)))
-                elif t.dtype != dtype:
+                elif t.dtype != (param.dtype if param.dim() == 0 else dtype):  # buffers: float32
                     problems.append("%s: dtype %s, the model's is %s" % (key, t.dtype, dtype))
                 elif not torch.equal(raw(t), raw(param)):
                     problems.append("%s: values differ" % key)
@@ -184,12 +238,13 @@ def loads(d, hf, cfg, T, dtype, **kw):
 
 
 def rank_tensors(d, T):
-    """Each rank's tensors from its files, found by name as the engine finds them."""
+    """Each rank's tensors from its files: the engine's model-rank-{r}-part-*, or tpshard's own
+    model-rank-{r}-of-{T} (a set resharded back to --target tpshard)."""
     from safetensors import safe_open
     out = []
     for r in range(T):
         R = {}
-        for f in glob.glob(os.path.join(d, PATTERN.format(rank=r, part="*"))):
+        for f in glob.glob(os.path.join(d, "model-rank-%d-*.safetensors" % r)):
             with safe_open(f, "pt") as s:
                 R.update({k: s.get_tensor(k) for k in s.keys()})
         out.append(R)
