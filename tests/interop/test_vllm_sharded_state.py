@@ -206,14 +206,7 @@ def main():
                    "at tp %s (max abs difference %.2g <= %g)" % (name, ",".join(map(str, tps)), worst, hf_tier.TOL),
                    "\n".join(detail))
             # reshard between tps, and between targets, equals split at the new tp
-            for a, b in zip(tps, tps[1:] + tps[:1]):
-                if a == b:
-                    continue
-                got = os.path.join(tmp, "%s-re-%d-%d" % (name, a, b))
-                p = tpshard("reshard", os.path.join(tmp, "%s-vllm-%d" % (name, a)), "--tp", b, "-o", got, "-q")
-                diff = ve.same_sets(got, os.path.join(tmp, "%s-vllm-%d" % (name, b)), b) if p.returncode == 0 else p.stderr
-                report(not diff, "%s: reshard --target vllm set tp %d -> %d equals split at tp %d" % (name, a, b, b),
-                       diff)
+            for b, got in ve.reshard_ring(tmp, name, tps):
                 report(not ve.loads(got, hf, cfg, b, dtype), "%s: the resharded set loads at tp %d" % (name, b))
             T = tps[-1]
             plain = os.path.join(tmp, "%s-plain-%d" % (name, T))

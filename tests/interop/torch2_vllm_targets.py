@@ -147,14 +147,7 @@ def run_case(tmp, seed, name, cfg, dtype):
                    "\n".join(probs[:10]))
     report(worst <= hf.TOL, "%s: the TP forward from the fused per-rank tensors equals transformers' logits at tp %s "
            "(max abs difference %.2g <= %g)" % (name, ",".join(map(str, tps)), worst, hf.TOL), "\n".join(detail))
-    for a, b in zip(tps, tps[1:] + tps[:1]):
-        if a == b:
-            continue
-        got = os.path.join(tmp, "%s-re-%d-%d" % (name, a, b))
-        p = tpshard("reshard", os.path.join(tmp, "%s-vllm-%d" % (name, a)), "--tp", b, "-o", got, "-q")
-        diff = ve.same_sets(got, os.path.join(tmp, "%s-vllm-%d" % (name, b)), b) if p.returncode == 0 else p.stderr
-        report(not diff, "%s: reshard of the --target vllm set tp %d -> %d equals split at tp %d" % (name, a, b, b),
-               diff)
+    ve.reshard_ring(tmp, name, tps)
     T = tps[-1]
     release_classes(tmp, name, src, tensors, cfg, dtype, T)  # test_vllm_sharded_state's
     merged = os.path.join(tmp, "%s-merged.safetensors" % name)

@@ -40,8 +40,9 @@ the interop tests of both tiers (plain torch and safetensors: torch 1.13 and 2 a
     split by the engine's own per-rank sizes (q: nq/T heads, k and v: nkv/T heads or one
     replicated head; gate/up halves; each expert of w13_weight and w2_weight), for a
     tensor-parallel forward run from the engine's files alone.
-  * split_vllm(), is_source(): the steps both tiers take with every family: split --target
-    vllm at a tp and hold the set to the loader above, and a merged file bit-equal to the source.
+  * split_vllm(), reshard_ring(), is_source(): the steps both tiers take with every family:
+    split --target vllm at a tp and hold the set to the loader above, reshard between those
+    sets, and a merged file bit-equal to the source.
   * save_sharded_state(): ShardedStateLoader.save_model on those state dicts
     (_filter_subtensors, parts by max size in state_dict order with an empty part 0 when the
     first tensor alone exceeds it, no __metadata__), for tests of sets the engine saved itself.
@@ -292,6 +293,23 @@ def split_vllm(tmp, name, src, hf, cfg, dtype, T):
     p = tpshard("check", out, "--source", src)
     report(p.returncode == 0, "%s tp %d: check --source passes" % (name, T), p.stdout + p.stderr)
     return out
+
+
+def reshard_ring(tmp, name, tps):
+    """reshard of each tmp/NAME-vllm-A (split_vllm's) to the next tp B of tps (the last to the
+    first), reported equal to split at B byte for byte.  The (B, directory) of each."""
+    from tap import report, tpshard
+    done = []
+    for a, b in zip(tps, tps[1:] + tps[:1]):
+        if a == b:
+            continue
+        got = os.path.join(tmp, "%s-re-%d-%d" % (name, a, b))
+        p = tpshard("reshard", os.path.join(tmp, "%s-vllm-%d" % (name, a)), "--tp", b, "-o", got, "-q")
+        diff = same_sets(got, os.path.join(tmp, "%s-vllm-%d" % (name, b)), b) if p.returncode == 0 else p.stderr
+        report(not diff, "%s: reshard of the --target vllm set tp %d -> %d equals split at tp %d" % (name, a, b, b),
+               diff)
+        done.append((b, got))
+    return done
 
 
 def write_wrong(d, T, tensors_of_rank):
