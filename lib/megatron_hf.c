@@ -12,6 +12,7 @@
 #include "megatron_args.h"
 #include "presets.h"
 #include "target.h"
+#include "yaml_query.h"
 
 #define MAX_FROM 8
 #define NAME_LEN 1024
@@ -81,44 +82,12 @@ void tps_megatron_hf_free(tps_megatron_hf *h)
 
 /* ---- the megatron: section ---- */
 
-typedef struct yctx {
-    yaml_document_t *doc;
-    const char *source;
-    tps_error *err;
-} yctx;
-
-static const char *yscalar(const yaml_node_t *n)
-{
-    return n && n->type == YAML_SCALAR_NODE ? (const char *)n->data.scalar.value : NULL;
-}
-
-static yaml_node_t *ykey(yaml_document_t *doc, const yaml_node_t *map, const char *key)
-{
-    if (!map || map->type != YAML_MAPPING_NODE) return NULL;
-    for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++) {
-        const char *k = yscalar(yaml_document_get_node(doc, p->key));
-        if (k && strcmp(k, key) == 0) return yaml_document_get_node(doc, p->value);
-    }
-    return NULL;
-}
-
-static tps_status ybad(yctx *c, const yaml_node_t *n, const char *msg)
-{
-    return tps_fail(c->err, TPS_EINVALID, "%s:%zu:%zu: targets: megatron: %s", c->source,
-                    n ? n->start_mark.line + 1 : 0, n ? n->start_mark.column + 1 : 0, msg);
-}
-
-static tps_status only_keys(yctx *c, const yaml_node_t *map, const char *const *allowed, const char *msg)
-{
-    for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++) {
-        yaml_node_t *kn = yaml_document_get_node(c->doc, p->key);
-        const char *k = yscalar(kn);
-        bool ok = false;
-        for (size_t i = 0; k && allowed[i]; i++) ok = ok || strcmp(k, allowed[i]) == 0;
-        if (!ok) return ybad(c, kn, msg);
-    }
-    return TPS_OK;
-}
+/* The shared libyaml queries (yaml_query.h), under the short names this file's parsers use. */
+typedef tps_yaml_ctx yctx;
+#define yscalar tps_yaml_scalar
+#define ykey tps_yaml_key
+#define ybad tps_yaml_fail
+#define only_keys tps_yaml_only_keys
 
 /* A scalar or a list of scalars into out[]. */
 static tps_status ylist(yctx *c, const yaml_node_t *n, char **out, size_t *count, const char *what)
@@ -198,19 +167,10 @@ static yaml_node_t *find_megatron(yaml_document_t *doc)
     return t && t->type == YAML_MAPPING_NODE ? t : NULL;
 }
 
-static bool text_has_megatron(const char *text)
+static bool has_megatron(yaml_document_t *doc, const void *unused)
 {
-    yaml_parser_t p;
-    yaml_document_t doc;
-    if (!yaml_parser_initialize(&p)) return false;
-    yaml_parser_set_input_string(&p, (const unsigned char *)text, strlen(text));
-    bool ok = false;
-    if (yaml_parser_load(&p, &doc)) {
-        ok = find_megatron(&doc) != NULL;
-        yaml_document_delete(&doc);
-    }
-    yaml_parser_delete(&p);
-    return ok;
+    (void)unused;
+    return find_megatron(doc) != NULL;
 }
 
 tps_status tps_megatron_hf_load(const char *layout_text, const char *layout_name, tps_megatron_hf **out,
@@ -232,17 +192,13 @@ tps_status tps_megatron_hf_load(const char *layout_text, const char *layout_name
         goto cleanup;
     }
     doc_ok = true;
-    yctx c = {&doc, layout_name, err};
+    yctx c = {&doc, layout_name, err, "megatron"};
     yaml_node_t *tn = find_megatron(&doc);
     if (!tn) {
-        char have[1024] = "";
-        size_t k = 0;
-        for (const tps_preset *pr = tps_presets; pr->name; pr++)
-            if (text_has_megatron(pr->yaml) && k < sizeof have)
-                k += (size_t)snprintf(have + k, sizeof have - k, "%s%s", k ? ", " : "", pr->name);
+        char have[1024];
         st = tps_fail(err, TPS_EINVALID,
                       "%s has no Hugging Face <-> Megatron mapping (targets: megatron:); the presets with one: %s",
-                      layout_name, k ? have : "(none)");
+                      layout_name, tps_yaml_presets_with(has_megatron, NULL, have, sizeof have));
         goto cleanup;
     }
     if (!(h->source = strdup(layout_name))) {
@@ -819,7 +775,7 @@ tps_status tps_megatron_hf_choose(const char *args_json, char **preset, char **a
     TRY(parse_args(args_json, &doc, &args, err));
     tps_status st = TPS_OK;
     for (const tps_preset *pr = tps_presets; pr->name && !*preset; pr++) {
-        if (!text_has_megatron(pr->yaml)) continue;
+        if (!tps_yaml_text_has(pr->yaml, has_megatron, NULL)) continue;
         tps_megatron_hf *h = NULL;
         char name[256];
         snprintf(name, sizeof name, "preset:%s", pr->name);

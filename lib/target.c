@@ -15,6 +15,7 @@
 #include "hf_index.h"
 #include "json.h"
 #include "presets.h"
+#include "yaml_query.h"
 
 #define MAX_CAPS 8
 #define MAX_FROM 8
@@ -154,49 +155,19 @@ static bool subst(const char *p, const caps *c, int ncap, char *out, size_t size
 
 /* ---- the targets: section ---- */
 
-typedef struct yctx {
-    yaml_document_t *doc;
-    const char *source;
-    tps_error *err;
-} yctx;
-
-static const char *yscalar(const yaml_node_t *n)
-{
-    return n && n->type == YAML_SCALAR_NODE ? (const char *)n->data.scalar.value : NULL;
-}
-
-static yaml_node_t *ykey(yaml_document_t *doc, const yaml_node_t *map, const char *key)
-{
-    if (!map || map->type != YAML_MAPPING_NODE) return NULL;
-    for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++) {
-        const char *k = yscalar(yaml_document_get_node(doc, p->key));
-        if (k && strcmp(k, key) == 0) return yaml_document_get_node(doc, p->value);
-    }
-    return NULL;
-}
-
-static tps_status ybad(yctx *c, const yaml_node_t *n, const char *msg)
-{
-    return tps_fail(c->err, TPS_EINVALID, "%s:%zu:%zu: targets: %s", c->source, n ? n->start_mark.line + 1 : 0,
-                    n ? n->start_mark.column + 1 : 0, msg);
-}
-
-static bool ytrue(const yaml_node_t *n)
-{
-    const char *s = yscalar(n);
-    return s && strcmp(s, "true") == 0;
-}
+/* The shared libyaml queries (yaml_query.h), under the short names this file's parsers use. */
+typedef tps_yaml_ctx yctx;
+#define yscalar tps_yaml_scalar
+#define ykey tps_yaml_key
+#define ybad tps_yaml_fail
+#define ytrue tps_yaml_true
 
 static tps_status parse_entry(yctx *c, const yaml_node_t *en, tentry *e)
 {
     static const char *const allowed[] = {"into", "from", "stack", "tied", NULL};
     if (en->type != YAML_MAPPING_NODE) return ybad(c, en, "each tensors: entry is a mapping with into and from");
-    for (yaml_node_pair_t *p = en->data.mapping.pairs.start; p < en->data.mapping.pairs.top; p++) {
-        const char *k = yscalar(yaml_document_get_node(c->doc, p->key));
-        bool ok = false;
-        for (size_t i = 0; k && allowed[i]; i++) ok = ok || strcmp(k, allowed[i]) == 0;
-        if (!ok) return ybad(c, yaml_document_get_node(c->doc, p->key), "unknown key (into, from, stack, tied)");
-    }
+    tps_status st = tps_yaml_only_keys(c, en, allowed, "unknown key (into, from, stack, tied)");
+    if (st != TPS_OK) return st;
     e->line = en->start_mark.line + 1;
     const char *into = yscalar(ykey(c->doc, en, "into"));
     yaml_node_t *from = ykey(c->doc, en, "from");
@@ -256,13 +227,8 @@ static tps_status parse_extra(yctx *c, const yaml_node_t *en, textra *x)
 {
     static const char *const allowed[] = {"names", "per", "value", "since", "engine", NULL};
     if (en->type != YAML_MAPPING_NODE) return ybad(c, en, "each extras: entry is a mapping with names, per and value");
-    for (yaml_node_pair_t *p = en->data.mapping.pairs.start; p < en->data.mapping.pairs.top; p++) {
-        const char *k = yscalar(yaml_document_get_node(c->doc, p->key));
-        bool ok = false;
-        for (size_t i = 0; k && allowed[i]; i++) ok = ok || strcmp(k, allowed[i]) == 0;
-        if (!ok)
-            return ybad(c, yaml_document_get_node(c->doc, p->key), "unknown key (names, per, value, since, engine)");
-    }
+    tps_status st = tps_yaml_only_keys(c, en, allowed, "unknown key (names, per, value, since, engine)");
+    if (st != TPS_OK) return st;
     yaml_node_t *names = ykey(c->doc, en, "names");
     const char *per = yscalar(ykey(c->doc, en, "per")), *value = yscalar(ykey(c->doc, en, "value"));
     const char *since = yscalar(ykey(c->doc, en, "since")), *engine = yscalar(ykey(c->doc, en, "engine"));
@@ -302,31 +268,10 @@ static yaml_node_t *find_target(yaml_document_t *doc, const char *name)
  * and a named refusal beats a set the engine rejects at load. */
 static const char *refusal(yaml_document_t *doc, const yaml_node_t *t) { return yscalar(ykey(doc, t, "refuse")); }
 
-static bool text_has_target(const char *text, const char *name)
+static bool has_target(yaml_document_t *doc, const void *name)
 {
-    yaml_parser_t p;
-    yaml_document_t doc;
-    if (!yaml_parser_initialize(&p)) return false;
-    yaml_parser_set_input_string(&p, (const unsigned char *)text, strlen(text));
-    bool ok = false;
-    if (yaml_parser_load(&p, &doc)) {
-        yaml_node_t *t = find_target(&doc, name);
-        ok = t && !refusal(&doc, t);
-        yaml_document_delete(&doc);
-    }
-    yaml_parser_delete(&p);
-    return ok;
-}
-
-/* The presets with a mapping for target name, for a refusal. */
-static const char *presets_with(const char *name, char *have, size_t size)
-{
-    size_t k = 0;
-    have[0] = '\0';
-    for (const tps_preset *pr = tps_presets; pr->name; pr++)
-        if (text_has_target(pr->yaml, name) && k < size)
-            k += (size_t)snprintf(have + k, size - k, "%s%s", k ? ", " : "", pr->name);
-    return k ? have : "(none)";
+    yaml_node_t *t = find_target(doc, name);
+    return t && !refusal(doc, t);
 }
 
 tps_status tps_target_load(const char *layout_text, const char *layout_name, const char *name, tps_target **out,
@@ -351,12 +296,12 @@ tps_status tps_target_load(const char *layout_text, const char *layout_name, con
         goto cleanup;
     }
     doc_ok = true;
-    yctx c = {&doc, layout_name, err};
+    yctx c = {&doc, layout_name, err, NULL};
     yaml_node_t *tn = find_target(&doc, name);
     char have[1024];
     if (!tn) {
         st = tps_fail(err, TPS_EINVALID, "%s has no mapping for --target %s; the presets with one: %s", layout_name,
-                      name, presets_with(name, have, sizeof have));
+                      name, tps_yaml_presets_with(has_target, name, have, sizeof have));
         goto cleanup;
     }
     const char *why = refusal(&doc, tn);

@@ -13,13 +13,12 @@ OUT receives latest_checkpointed_iteration.txt and iter_NNNNNNN/ (or release/);
 --full also writes the model's full tensors (Megatron-Core global names, true vocabulary).
 """
 import argparse
-import json
 import os
-import struct
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "interop"))
 import megatron_fixture as mf  # noqa: E402
+from gen_torch_fixtures import write_safetensors  # noqa: E402  (beside this script)
 
 
 def main():
@@ -47,22 +46,8 @@ def main():
                         iteration="release" if o.release else o.iteration, legacy_names=o.legacy,
                         extra_state=o.extra, with_optimizer=o.optimizer, with_rng=o.rng)
     if o.full:
-        write_safetensors(o.full, full)
+        write_safetensors(o.full, {k: v.float() for k, v in full.items()})
     return 0
-
-
-def write_safetensors(path, tensors):
-    """float32 tensors as a safetensors file (Debian's python3 has no safetensors module)."""
-    header, blobs, off = {}, [], 0
-    for k, v in tensors.items():
-        b = v.float().contiguous().numpy().astype("<f4").tobytes()
-        header[k] = {"dtype": "F32", "shape": list(v.shape), "data_offsets": [off, off + len(b)]}
-        blobs.append(b)
-        off += len(b)
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * (-len(h) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 
 
 if __name__ == "__main__":

@@ -190,21 +190,12 @@ def main():
             tps = legal_tps(cfg)
             worst, detail = 0.0, []
             for T in tps:
-                out = os.path.join(tmp, "%s-vllm-%d" % (name, T))
-                p = tpshard("split", src, "--tp", T, "--target", "vllm", "-o", out, "-q")
-                if not report(p.returncode == 0, "%s tp %d: split --target vllm" % (name, T), p.stderr):
+                out = ve.split_vllm(tmp, name, src, hf, cfg, dtype, T)
+                if out is None:
                     continue
-                probs = ve.loads(out, hf, cfg, T, dtype)
-                report(not probs, "%s tp %d: vLLM's loader takes the set: exact keys, shapes, dtype, bytes" % (name, T),
-                       "\n".join(probs[:10]))
                 diff = float((fused_forward(ve.rank_tensors(out, T), cfg, T, hf_tier.IDS, cos, sin) - want).abs().max())
                 worst = max(worst, diff)
                 detail.append("tp %d: max abs logit difference %.3g" % (T, diff))
-                report(os.path.exists(os.path.join(out, "config.json")) and
-                       not os.path.exists(os.path.join(out, "model.safetensors.index.json")),
-                       "%s tp %d: config.json copied, no weight index" % (name, T))
-                p = tpshard("check", out, "--source", src)
-                report(p.returncode == 0, "%s tp %d: check --source passes" % (name, T), p.stdout + p.stderr)
                 sg = os.path.join(tmp, "%s-sglang-%d" % (name, T))
                 p = tpshard("split", src, "--tp", T, "--target", "sglang", "-o", sg, "-q")
                 # SGLang: no scale buffers; Qwen2-MoE's shared expert named once, under the block
@@ -215,14 +206,7 @@ def main():
                    "at tp %s (max abs difference %.2g <= %g)" % (name, ",".join(map(str, tps)), worst, hf_tier.TOL),
                    "\n".join(detail))
             # reshard between tps, and between targets, equals split at the new tp
-            for a, b in zip(tps, tps[1:] + tps[:1]):
-                if a == b:
-                    continue
-                got = os.path.join(tmp, "%s-re-%d-%d" % (name, a, b))
-                p = tpshard("reshard", os.path.join(tmp, "%s-vllm-%d" % (name, a)), "--tp", b, "-o", got, "-q")
-                diff = ve.same_sets(got, os.path.join(tmp, "%s-vllm-%d" % (name, b)), b) if p.returncode == 0 else p.stderr
-                report(not diff, "%s: reshard --target vllm set tp %d -> %d equals split at tp %d" % (name, a, b, b),
-                       diff)
+            for b, got in ve.reshard_ring(tmp, name, tps):
                 report(not ve.loads(got, hf, cfg, b, dtype), "%s: the resharded set loads at tp %d" % (name, b))
             T = tps[-1]
             plain = os.path.join(tmp, "%s-plain-%d" % (name, T))
@@ -242,13 +226,7 @@ def main():
             # merge back to the source, bit-exact
             merged = os.path.join(tmp, "%s-merged.safetensors" % name)
             p = tpshard("merge", os.path.join(tmp, "%s-vllm-%d" % (name, T)), "-o", merged, "-q")
-            from safetensors.torch import load_file
-            ok = p.returncode == 0
-            if ok:
-                m = load_file(merged)
-                ok = m.keys() == hf.keys() and all(m[k].dtype == hf[k].dtype and torch.equal(
-                    m[k].view(torch.uint8), hf[k].view(torch.uint8)) for k in hf)
-            report(ok, "%s: merge of the tp %d vLLM set is the source, bit-exact" % (name, T), p.stderr)
+            report(p.returncode == 0 and ve.is_source(merged, hf), "%s: merge of the tp %d vLLM set is the source, bit-exact" % (name, T), p.stderr)
             old = release_classes(tmp, name, src, hf, cfg, dtype, T)
             if len(tps) > 1:  # reshard keeps the release class, --target-version changes it
                 a = tps[0]
@@ -264,12 +242,7 @@ def main():
                        diff)
             merged013 = os.path.join(tmp, "%s-merged013.safetensors" % name)
             p = tpshard("merge", old, "-o", merged013, "-q")
-            ok = p.returncode == 0
-            if ok:
-                m = load_file(merged013)
-                ok = m.keys() == hf.keys() and all(m[k].dtype == hf[k].dtype and torch.equal(
-                    m[k].view(torch.uint8), hf[k].view(torch.uint8)) for k in hf)
-            report(ok, "%s: merge of the 0.13 set is the source, bit-exact" % name, p.stderr)
+            report(p.returncode == 0 and ve.is_source(merged013, hf), "%s: merge of the 0.13 set is the source, bit-exact" % name, p.stderr)
             if name == "qwen2-moe":  # the shared expert under the names vLLM's saver drops
                 wrong = os.path.join(tmp, "wrong-shared")
                 ve.write_wrong(wrong, T, lambda r: ve.expected(hf, cfg, T, r, engine="sglang"))

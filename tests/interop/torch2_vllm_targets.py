@@ -114,13 +114,6 @@ def legal_tps(cfg):
             if t <= (getattr(cfg, "num_experts", None) or t)]
 
 
-def merged_is_source(merged, hf_tensors):
-    from safetensors.torch import load_file
-    m = load_file(merged)
-    return m.keys() == hf_tensors.keys() and all(m[k].dtype == hf_tensors[k].dtype and torch.equal(
-        m[k].view(torch.uint8), hf_tensors[k].view(torch.uint8)) for k in hf_tensors)
-
-
 def run_case(tmp, seed, name, cfg, dtype):
     src = os.path.join(tmp, name)
     tensors, model = build(cfg, dtype, seed, src)
@@ -129,21 +122,12 @@ def run_case(tmp, seed, name, cfg, dtype):
     tps = legal_tps(cfg)
     worst, detail = 0.0, []
     for T in tps:
-        out = os.path.join(tmp, "%s-vllm-%d" % (name, T))
-        p = tpshard("split", src, "--tp", T, "--target", "vllm", "-o", out, "-q")
-        if not report(p.returncode == 0, "%s tp %d: split --target vllm" % (name, T), p.stderr):
+        out = ve.split_vllm(tmp, name, src, tensors, cfg, dtype, T)
+        if out is None:
             continue
-        probs = ve.loads(out, tensors, cfg, T, dtype)
-        report(not probs, "%s tp %d: vLLM's loader takes the set: exact keys, shapes, dtype, bytes" % (name, T),
-               "\n".join(probs[:10]))
         diff = float((fused_forward(out, cfg, T, forward) - want).abs().max())
         worst = max(worst, diff)
         detail.append("tp %d: max abs logit difference %.3g" % (T, diff))
-        report(os.path.exists(os.path.join(out, "config.json")) and
-               not os.path.exists(os.path.join(out, "model.safetensors.index.json")),
-               "%s tp %d: config.json copied, no weight index" % (name, T))
-        p = tpshard("check", out, "--source", src)
-        report(p.returncode == 0, "%s tp %d: check --source passes" % (name, T), p.stdout + p.stderr)
         if T == 4:  # above the KV heads: verify splits the fused tensors back into their roles
             for args in (("--layer", "all"), ("--whole-model",)):
                 p = tpshard("verify", out, "--source", src, *args, "-q")
@@ -163,19 +147,12 @@ def run_case(tmp, seed, name, cfg, dtype):
                    "\n".join(probs[:10]))
     report(worst <= hf.TOL, "%s: the TP forward from the fused per-rank tensors equals transformers' logits at tp %s "
            "(max abs difference %.2g <= %g)" % (name, ",".join(map(str, tps)), worst, hf.TOL), "\n".join(detail))
-    for a, b in zip(tps, tps[1:] + tps[:1]):
-        if a == b:
-            continue
-        got = os.path.join(tmp, "%s-re-%d-%d" % (name, a, b))
-        p = tpshard("reshard", os.path.join(tmp, "%s-vllm-%d" % (name, a)), "--tp", b, "-o", got, "-q")
-        diff = ve.same_sets(got, os.path.join(tmp, "%s-vllm-%d" % (name, b)), b) if p.returncode == 0 else p.stderr
-        report(not diff, "%s: reshard of the --target vllm set tp %d -> %d equals split at tp %d" % (name, a, b, b),
-               diff)
+    ve.reshard_ring(tmp, name, tps)
     T = tps[-1]
     release_classes(tmp, name, src, tensors, cfg, dtype, T)  # test_vllm_sharded_state's
     merged = os.path.join(tmp, "%s-merged.safetensors" % name)
     p = tpshard("merge", os.path.join(tmp, "%s-vllm-%d" % (name, T)), "-o", merged, "-q")
-    report(p.returncode == 0 and merged_is_source(merged, tensors),
+    report(p.returncode == 0 and ve.is_source(merged, tensors),
            "%s: merge of the tp %d vLLM set is the source, bit-exact" % (name, T), p.stderr)
     return src, tensors, want, forward
 
@@ -208,7 +185,7 @@ def saved_by_engine(tmp, name, src, tensors, cfg, dtype, T=4, to=2):
         report(not probs, "%s: vLLM's loader takes the resharded set" % name, "\n".join(probs[:10]))
     merged = os.path.join(tmp, "%s-saved-merged.safetensors" % name)
     p = tpshard("merge", d, "-o", merged, "-q")
-    report(p.returncode == 0 and merged_is_source(merged, tensors),
+    report(p.returncode == 0 and ve.is_source(merged, tensors),
            "%s: merge of the vLLM-saved set is the source, bit-exact" % name, p.stderr)
 
 

@@ -40,6 +40,9 @@ the interop tests of both tiers (plain torch and safetensors: torch 1.13 and 2 a
     split by the engine's own per-rank sizes (q: nq/T heads, k and v: nkv/T heads or one
     replicated head; gate/up halves; each expert of w13_weight and w2_weight), for a
     tensor-parallel forward run from the engine's files alone.
+  * split_vllm(), reshard_ring(), is_source(): the steps both tiers take with every family:
+    split --target vllm at a tp and hold the set to the loader above, reshard between those
+    sets, and a merged file bit-equal to the source.
   * save_sharded_state(): ShardedStateLoader.save_model on those state dicts
     (_filter_subtensors, parts by max size in state_dict order with an empty part 0 when the
     first tensor alone exceeds it, no __metadata__), for tests of sets the engine saved itself.
@@ -263,6 +266,50 @@ def same_sets(a, b, T):
             if A[r][k].dtype != B[r][k].dtype or not torch.equal(raw(A[r][k]), raw(B[r][k])):
                 return "rank %d tensor %s differs" % (r, k)
     return ""
+
+
+def is_source(merged, hf):
+    """Whether the safetensors file merged holds exactly the tensors hf, bit for bit."""
+    from safetensors.torch import load_file
+    m = load_file(merged)
+    return m.keys() == hf.keys() and all(m[k].dtype == hf[k].dtype and torch.equal(raw(m[k]), raw(hf[k])) for k in hf)
+
+
+def split_vllm(tmp, name, src, hf, cfg, dtype, T):
+    """split --target vllm of src at tp T into tmp/NAME-vllm-T, reported: it exits 0, vLLM's
+    loader takes every rank, config.json is copied beside it and no weight index, check --source
+    passes.  The set's directory, or None when the split failed."""
+    from tap import report, tpshard
+    out = os.path.join(tmp, "%s-vllm-%d" % (name, T))
+    p = tpshard("split", src, "--tp", T, "--target", "vllm", "-o", out, "-q")
+    if not report(p.returncode == 0, "%s tp %d: split --target vllm" % (name, T), p.stderr):
+        return None
+    probs = loads(out, hf, cfg, T, dtype)
+    report(not probs, "%s tp %d: vLLM's loader takes the set: exact keys, shapes, dtype, bytes" % (name, T),
+           "\n".join(probs[:10]))
+    report(os.path.exists(os.path.join(out, "config.json")) and
+           not os.path.exists(os.path.join(out, "model.safetensors.index.json")),
+           "%s tp %d: config.json copied, no weight index" % (name, T))
+    p = tpshard("check", out, "--source", src)
+    report(p.returncode == 0, "%s tp %d: check --source passes" % (name, T), p.stdout + p.stderr)
+    return out
+
+
+def reshard_ring(tmp, name, tps):
+    """reshard of each tmp/NAME-vllm-A (split_vllm's) to the next tp B of tps (the last to the
+    first), reported equal to split at B byte for byte.  The (B, directory) of each."""
+    from tap import report, tpshard
+    done = []
+    for a, b in zip(tps, tps[1:] + tps[:1]):
+        if a == b:
+            continue
+        got = os.path.join(tmp, "%s-re-%d-%d" % (name, a, b))
+        p = tpshard("reshard", os.path.join(tmp, "%s-vllm-%d" % (name, a)), "--tp", b, "-o", got, "-q")
+        diff = same_sets(got, os.path.join(tmp, "%s-vllm-%d" % (name, b)), b) if p.returncode == 0 else p.stderr
+        report(not diff, "%s: reshard of the --target vllm set tp %d -> %d equals split at tp %d" % (name, a, b, b),
+               diff)
+        done.append((b, got))
+    return done
 
 
 def write_wrong(d, T, tensors_of_rank):

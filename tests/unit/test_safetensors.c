@@ -11,15 +11,14 @@
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <signal.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include "formats/safetensors.h"
+#include "tests/unit/tps_fsize.h"
 #include "tests/unit/tps_test.h"
 
 static char scratch[256];
@@ -253,12 +252,10 @@ TEST(writer_count_only_matches_real_file)
 TEST(writer_reports_write_failure)
 {
     scratch_reset();
-    struct rlimit old, lim;
-    if (getrlimit(RLIMIT_FSIZE, &old) != 0) return;
-    lim = old;
-    lim.rlim_cur = 100000;
-    void (*old_handler)(int) = signal(SIGXFSZ, SIG_IGN);
-    CHECK(setrlimit(RLIMIT_FSIZE, &lim) == 0);
+    tps_fsize_guard g;
+    bool limited = tps_fsize_limit(&g, 100000);
+    CHECK(limited);
+    if (!limited) return;
     static const uint64_t big[] = {3u << 20};
     const tps_st_entry e[] = {{"big", TPS_DT_U8, 1, big}};
     tps_error err;
@@ -274,8 +271,7 @@ TEST(writer_reports_write_failure)
     tps_error e2;
     tps_error_clear(&e2);
     if (w) CHECK(tps_st_writer_commit(w, NULL, NULL, &e2) == TPS_EIO);
-    setrlimit(RLIMIT_FSIZE, &old);
-    signal(SIGXFSZ, old_handler);
+    tps_fsize_restore(&g);
     CHECK_EQ_U64(count_entries(scratch), 0);
     free(buf);
 }

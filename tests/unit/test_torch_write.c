@@ -5,8 +5,6 @@
  * file gives the same; forced ZIP64 still reads; refusals leave no file.  What torch itself
  * makes of the files is tests/interop/test_torch_write.py. */
 #include <dirent.h>
-#include <signal.h>
-#include <sys/resource.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -15,6 +13,7 @@
 #include "formats/torch.h"
 #include "formats/torch_write.h"
 #include "lib/crc.h"
+#include "tps_fsize.h"
 #include "tps_test.h"
 
 static char scratch[] = "/tmp/tps_torch_write_XXXXXX";
@@ -206,12 +205,10 @@ TEST(torch_sink_reports_write_failure)
 {
     char path[256];
     snprintf(path, sizeof path, "%s/model_optim_rng.pt", scratch);
-    struct rlimit old, lim;
-    if (getrlimit(RLIMIT_FSIZE, &old) != 0) return;
-    lim = old;
-    lim.rlim_cur = 100000;
-    void (*old_handler)(int) = signal(SIGXFSZ, SIG_IGN);
-    CHECK(setrlimit(RLIMIT_FSIZE, &lim) == 0);
+    tps_fsize_guard g;
+    bool limited = tps_fsize_limit(&g, 100000);
+    CHECK(limited);
+    if (!limited) return;
     tps_sink_tensor t = {"big", TPS_DT_U8, 1, (uint64_t[]){3u << 20}};
     tps_error err, e2;
     tps_error_clear(&err);
@@ -224,8 +221,7 @@ TEST(torch_sink_reports_write_failure)
     CHECK(st == TPS_EIO);
     CHECK_CONTAINS(err.msg, "model_optim_rng.pt");
     if (f) CHECK(tps_torch_sink.commit(f, NULL, NULL, &e2) == TPS_EIO);
-    setrlimit(RLIMIT_FSIZE, &old);
-    signal(SIGXFSZ, old_handler);
+    tps_fsize_restore(&g);
     CHECK_EQ_U64(dir_entries(), 0);
     free(buf);
 }

@@ -1,10 +1,5 @@
 """Megatron-Core's megatron/core/enums.py ModelType (the values of Megatron-LM at HEAD)."""
-import enum
-
-
-class _Enum(enum.Enum):
-    def __reduce_ex__(self, proto):  # Class(value), as Megatron's allow-list expects (not getattr)
-        return type(self), (self.value,)
+from megatron._stub import PickledEnum as _Enum
 
 
 class ModelType(_Enum):

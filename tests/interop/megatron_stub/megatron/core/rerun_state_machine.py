@@ -1,10 +1,5 @@
 """megatron/core/rerun_state_machine.py: the enums of the rerun_state_machine entry."""
-import enum
-
-
-class _Enum(enum.Enum):
-    def __reduce_ex__(self, proto):  # Class(value), as Megatron's allow-list expects (not getattr)
-        return type(self), (self.value,)
+from megatron._stub import PickledEnum as _Enum
 
 
 class RerunMode(_Enum):

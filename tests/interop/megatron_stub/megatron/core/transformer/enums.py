@@ -1,10 +1,5 @@
 """megatron/core/transformer/enums.py: the enums that args pickles."""
-import enum
-
-
-class _Enum(enum.Enum):
-    def __reduce_ex__(self, proto):  # Class(value), as Megatron's allow-list expects (not getattr)
-        return type(self), (self.value,)
+from megatron._stub import PickledEnum as _Enum
 
 
 class AttnBackend(_Enum):
