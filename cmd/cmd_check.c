@@ -309,7 +309,7 @@ static void check_files(tps_shardset *ss, const uint32_t *rank_crc, findings *f,
         for (size_t k = 0; k < m->nfiles; k++)
             if (m->files[k].rank == r && m->files[k].part > last) last = m->files[k].part;
         for (size_t fi = 0; xlen && fi < ix->nfiles; fi++) {
-            const tps_manifest_file *mf = manifest_file(byname, m->nfiles, r, ix->files[fi].path);
+            const tps_manifest_file *mf = manifest_file(byname, m->nfiles, r, ss->dir, ix->files[fi].path);
             if (mf && mf->part == last) crc[fi] = crc32_combine(crc[fi], xcrc, (z_off_t)xlen);
         }
         for (size_t fi = 0; fi < ix->nfiles; fi++)
