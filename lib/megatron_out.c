@@ -379,28 +379,24 @@ tps_status tps_megatron_out_plan(tps_manifest *m, const tps_megatron_out_opts *o
             st = tps_fail(err, TPS_EARG, "pipeline stage %" PRIu64 " would hold no tensor", p);
             goto cleanup;
         }
-    /* The _extra_state keys: the source's, or one per linear (Megatron-Core's local spec). */
-    bool out_weight = false;
-    for (size_t i = 0; i < nv; i++) out_weight |= strcmp(v[i].t.name, "output_layer.weight") == 0;
+    /* The _extra_state keys: the source's, or one per linear (Megatron-Core's local spec).
+     * GPTModel's last stage always has output_layer (with tied embeddings at pp 1 it holds no
+     * weight, yet its _extra_state is saved): the key stays on the last stage whatever happens
+     * to the weight, and is added where a source that had _extra_state keys lacked it. */
     if (o->n_extra_state) {
-        /* output_layer's follows its weight: a tied copy made or dropped takes it along (when the
-         * source had _extra_state keys at all, and had it where it had the weight). */
         if (!(extra = calloc(o->n_extra_state + 2, sizeof *extra))) {
             st = tps_fail_oom(err, "planning a Megatron checkpoint");
             goto cleanup;
         }
         bool had = false;
         for (size_t k = 0; k < o->n_extra_state; k++) {
-            if (strcmp(o->extra_state[k], "output_layer._extra_state") == 0) {
-                had = true;
-                continue;
-            }
+            had |= strcmp(o->extra_state[k], "output_layer._extra_state") == 0;
             if (!(extra[nextra++] = strdup(o->extra_state[k]))) {
                 st = tps_fail_oom(err, "planning a Megatron checkpoint");
                 goto cleanup;
             }
         }
-        if (out_weight && (had || !has_out) && !(extra[nextra++] = strdup("output_layer._extra_state"))) {
+        if (!had && !(extra[nextra++] = strdup("output_layer._extra_state"))) {
             st = tps_fail_oom(err, "planning a Megatron checkpoint");
             goto cleanup;
         }
@@ -417,6 +413,12 @@ tps_status tps_megatron_out_plan(tps_manifest *m, const tps_megatron_out_opts *o
                 goto cleanup;
             }
             snprintf(extra[nextra++], ml + 14, "%.*s._extra_state", (int)ml, v[i].t.name);
+        }
+        bool out_weight = false;
+        for (size_t i = 0; i < nv; i++) out_weight |= strcmp(v[i].t.name, "output_layer.weight") == 0;
+        if (!out_weight && !(extra[nextra++] = strdup("output_layer._extra_state"))) {
+            st = tps_fail_oom(err, "planning a Megatron checkpoint");
+            goto cleanup;
         }
     }
     /* The manifest in the new order. */

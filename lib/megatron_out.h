@@ -82,7 +82,8 @@ typedef struct tps_megatron_out_opts {
     bool release;
     /* The _extra_state keys to write as None, GLOBAL names (layers renumbered); NULL with
      * n 0: Megatron-Core's local spec (linear_qkv, linear_proj, linear_fc1, linear_fc2 of every
-     * layer, output_layer when the last stage has output_layer.weight). */
+     * layer, and output_layer's on the last stage, weight or not: a tied one-stage GPTModel saves it
+     * without output_layer.weight).  Given keys are all written, output_layer's added if absent. */
     char **extra_state;
     size_t n_extra_state;
 } tps_megatron_out_opts;
