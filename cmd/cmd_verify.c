@@ -481,6 +481,21 @@ static void qkv_cut_from_manifest(const tps_shardset *ss, tps_block *b)
         b->qkv_row_chunks = true;
 }
 
+/* The megatron_gpt presets' block names a dense MLP; a Megatron MoE set (router, SequentialMLP
+ * local_experts or TEGroupedMLP weight{e}) would fail as a missing linear_fc1, so it is
+ * refused by name. */
+static tps_status megatron_moe_refusal(const tps_manifest *m, tps_error *err)
+{
+    if (!m->layout_name || strncmp(m->layout_name, "preset:megatron_gpt", 19) != 0) return TPS_OK;
+    for (size_t i = 0; i < m->ntensors; i++)
+        if (strstr(m->tensors[i].name, ".mlp.router.") || strstr(m->tensors[i].name, ".mlp.experts."))
+            return tps_fail(err, TPS_EINVALID,
+                            "verify does not compute Megatron MoE layers yet ('%s'); check, reshard and merge "
+                            "take the set",
+                            m->tensors[i].name);
+    return TPS_OK;
+}
+
 static int run_verify(char **args, int nargs)
 {
     (void)nargs;
@@ -540,6 +555,7 @@ static int run_verify(char **args, int nargs)
                       dir, held, (unsigned long long)ss->m->tp, dir);
         goto cleanup;
     }
+    TPS_CHECK(megatron_moe_refusal(ss->m, &err));
     const char *text = ss->m->layout_text ? ss->m->layout_text : "";
     TPS_CHECK(tps_layout_parse(text, strlen(text), ss->m->layout_name ? ss->m->layout_name : "manifest layout", &l,
                                &err));

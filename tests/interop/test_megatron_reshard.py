@@ -172,6 +172,30 @@ def verify_above_groups(tmp, fields):
            r.stdout + r.stderr)
 
 
+def verify_moe_refused(tmp, fields):
+    """A Megatron MoE set (router, SequentialMLP local_experts) reshards, and verify refuses it
+    by name (exit 3) instead of failing on a missing linear_fc1."""
+    args, full = model(**dict(fields, num_experts=2, moe_router_topk=1))
+    H, F = args["hidden_size"], args["ffn_hidden_size"]
+    moe = {}
+    for k, v in full.items():
+        if ".mlp.linear_fc1." in k or ".mlp.linear_fc2." in k:
+            layer = k[: k.index(".mlp.") + 5]
+            if k.endswith("linear_fc1.weight"):
+                moe[layer + "router.weight"] = torch.randn(2, H)
+                for e in range(2):
+                    moe[layer + "experts.local_experts.%d.linear_fc1.weight" % e] = torch.randn(2 * F, H)
+                    moe[layer + "experts.local_experts.%d.linear_fc2.weight" % e] = torch.randn(H, F)
+            continue
+        moe[k] = v
+    d = write(os.path.join(tmp, "moe-tp2"), moe, args, 2, 1)
+    r = tpshard("reshard", d, "--tp", 1, "-o", os.path.join(tmp, "moe-tp1"))
+    report(r.returncode == 0, "reshard of a Megatron MoE set (SequentialMLP local_experts)", r.stdout + r.stderr)
+    r = tpshard("verify", d)
+    report(r.returncode == 3 and "verify does not compute Megatron MoE layers yet" in r.stderr,
+           "verify refuses a Megatron MoE set by name (exit 3)", r.stdout + r.stderr)
+
+
 def main():
     if not os.access(tap.TPSHARD, os.X_OK):
         print("not ok - tpshard binary missing at " + tap.TPSHARD)
@@ -246,6 +270,7 @@ def main():
         report(r.returncode == 1, "verify fails a set whose qkv was cut blocked (vLLM's order), exit 1",
                r.stdout + r.stderr)
         verify_above_groups(tmp, wide)
+        verify_moe_refused(tmp, gqa)
 
         # Refusals.
         r = tpshard("reshard", src, "--tp", 3, "-o", os.path.join(tmp, "r3"))
