@@ -115,4 +115,9 @@ tps_status tps_megatron_write(tps_manifest *m, const tps_megatron_out *mo, const
 
 void tps_megatron_out_free(tps_megatron_out *mo); /* accepts NULL */
 
+/* --force onto dir, which holds the tracker: TPS_OK when everything there is what
+ * tps_megatron_write wrote (tpshard.json, the tracker, and under the iteration directories
+ * only the files tpshard.json lists); else TPS_EINVALID naming the first foreign entry. */
+tps_status tps_megatron_out_replaceable(const char *dir, tps_error *err);
+
 #endif

@@ -196,6 +196,23 @@ def verify_moe_refused(tmp, fields):
            "verify refuses a Megatron MoE set by name (exit 3)", r.stdout + r.stderr)
 
 
+def force_onto_megatron(tmp, src):
+    """reshard -f replaces a Megatron checkpoint tpshard wrote (its manifest names files inside
+    the rank directories), and nothing else: a foreign file in a rank directory is refused."""
+    out = os.path.join(tmp, "force")
+    r = tpshard("reshard", src, "--tp", 2, "--pp", 2, "-o", out)
+    report(r.returncode == 0, "reshard for -f", r.stdout + r.stderr)
+    r = tpshard("reshard", src, "--tp", 4, "--pp", 1, "-f", "-o", out)
+    it = os.path.join(out, "iter_0000001")
+    report(r.returncode == 0 and sorted(os.listdir(it)) == ["mp_rank_%02d" % i for i in range(4)],
+           "reshard -f replaces an earlier Megatron output (tp 2 x pp 2 -> tp 4)", r.stdout + r.stderr)
+    stray = os.path.join(it, "mp_rank_01", "notes.txt")
+    open(stray, "w").close()
+    r = tpshard("reshard", src, "--tp", 1, "--pp", 1, "-f", "-o", out)
+    report(r.returncode == 3 and "notes.txt" in r.stderr and os.path.exists(stray),
+           "reshard -f refuses a Megatron output holding a file tpshard did not write, naming it", r.stdout + r.stderr)
+
+
 def main():
     if not os.access(tap.TPSHARD, os.X_OK):
         print("not ok - tpshard binary missing at " + tap.TPSHARD)
@@ -244,6 +261,7 @@ def main():
         report(r.returncode == 0, "reshard for check", r.stdout + r.stderr)
         r = tpshard("check", out)
         report(r.returncode == 0, "check passes on a tpshard-written Megatron checkpoint", r.stdout + r.stderr)
+        force_onto_megatron(tmp, src)
         r = tpshard("check", src)
         report(r.returncode == 0, "check passes on a Megatron checkpoint tpshard did not write", r.stdout + r.stderr)
         flip_tensor_byte(os.path.join(out, "iter_0000001", "mp_rank_02", "model_optim_rng.pt"))
