@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "../lib/buf.h"
+#include "../lib/megatron_out.h"
 #include "pickle.h"
 #include "pickle_json.h"
 #include "torch.h"
