@@ -137,6 +137,16 @@ def blocked_qkv_writer(args):
     return cut
 
 
+def write_blocked(d, full, args, tp):
+    """write_checkpoint at tp x 1 with blocked_qkv_writer's wrong qkv cut."""
+    real_cut = mf.cut
+    mf.cut = blocked_qkv_writer(args)
+    try:
+        return write(d, full, args, tp, 1)
+    finally:
+        mf.cut = real_cut
+
+
 def verify_above_groups(tmp, fields):
     """tp 8 and 16 over 4 query groups: each rank a plain row chunk of its group's qkv block,
     which verify computes as Megatron-Core does (the qkv activations all-gathered among the
@@ -153,12 +163,7 @@ def verify_above_groups(tmp, fields):
             r = tpshard("verify", d, "--source", src, *extra)
             report(r.returncode == 0, "verify %s passes at tp %d x pp %d > 4 query groups (qkv row chunks, "
                    "activations all-gathered)" % (" ".join(extra), tp, pp), r.stdout + r.stderr)
-    real_cut = mf.cut
-    mf.cut = blocked_qkv_writer(args)
-    try:
-        bad = write(os.path.join(tmp, "v-wide-blocked"), full, args, 8, 1)
-    finally:
-        mf.cut = real_cut
+    bad = write_blocked(os.path.join(tmp, "v-wide-blocked"), full, args, 8)
     r = tpshard("verify", bad, "--source", src)
     report(r.returncode == 1, "verify fails tp 8 > 4 groups whose qkv chunks come from a blocked [Q; K; V] "
            "(same shapes), exit 1", r.stdout + r.stderr)
@@ -278,12 +283,7 @@ def main():
             r = tpshard("verify", good, "--source", full_path, *extra)
             report(r.returncode == 0, "verify %s passes on a tp 2 x pp 2 Megatron checkpoint" % " ".join(extra),
                    r.stdout + r.stderr)
-        real_cut = mf.cut
-        mf.cut = blocked_qkv_writer(args)
-        try:
-            bad_set = write(os.path.join(tmp, "v-blocked"), full, args, 2, 1)
-        finally:
-            mf.cut = real_cut
+        bad_set = write_blocked(os.path.join(tmp, "v-blocked"), full, args, 2)
         r = tpshard("verify", bad_set, "--source", full_path)
         report(r.returncode == 1, "verify fails a set whose qkv was cut blocked (vLLM's order), exit 1",
                r.stdout + r.stderr)
