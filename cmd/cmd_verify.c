@@ -467,23 +467,35 @@ static bool backend_config(tps_vbackend_config *c)
     return true;
 }
 
-/* Megatron-Core >= 0.16 at tp > query groups stores each rank a plain row chunk of its group's
- * [q; k; v] block and all-gathers the qkv activations at run time; the verify pass holds a
- * group's k and v on each rank sharing it (Falcon's convention) and would compare the wrong
- * computation, so it refuses by name. */
-static tps_status megatron_groups_refusal(const tps_manifest *m, tps_error *err)
+/* Megatron-Core >= 0.16 at tp above the query groups stores each rank a plain row chunk of
+ * its group's [q; k; v] block (the cut the manifest records: the group's block one segment),
+ * not its heads with the group's k and v as Falcon's cut does; Megatron's ranks then
+ * all-gather the qkv activations (verify/qkv_chunks.c).  Only Megatron runs such a cut: the
+ * same cut of a Falcon checkpoint is wrong for the engines that serve it, and fails. */
+static void qkv_cut_from_manifest(const tps_shardset *ss, tps_block *b)
+{
+    bool oom;
+    const char *ln = ss->m->layout_name;
+    if (!ln || strncmp(ln, "preset:megatron_gpt", 19) != 0) return;
+    char *name = b->qkv_grouped ? tps_verify_tensor_name(b, TPS_ROLE_QKV_W, 0, 0, &oom) : NULL;
+    const tps_manifest_tensor *t = name ? tps_manifest_find(ss->m, name) : NULL;
+    free(name);
+    if (t && !t->part.replicated && t->part.nseg == 1 && ss->m->tp > (t->part.groups ? t->part.groups : 1))
+        b->qkv_row_chunks = true;
+}
+
+/* The megatron_gpt presets' block names a dense MLP; a Megatron MoE set (router, SequentialMLP
+ * local_experts or TEGroupedMLP weight{e}) would fail as a missing linear_fc1, so it is
+ * refused by name. */
+static tps_status megatron_moe_refusal(const tps_manifest *m, tps_error *err)
 {
     if (!m->layout_name || strncmp(m->layout_name, "preset:megatron_gpt", 19) != 0) return TPS_OK;
-    for (size_t i = 0; i < m->ntensors; i++) {
-        const tps_partition *p = &m->tensors[i].part;
-        if (p->replicated || p->groups < 2 || m->tp <= p->groups) continue;
-        return tps_fail(err, TPS_EINVALID,
-                        "verify does not compute Megatron's tp %llu > %llu query groups yet (each rank holds a plain "
-                        "row chunk of a group's qkv block and Megatron all-gathers the qkv activations; '%s'): reshard "
-                        "to a tp dividing %llu to verify the cut",
-                        (unsigned long long)m->tp, (unsigned long long)p->groups, m->tensors[i].name,
-                        (unsigned long long)p->groups);
-    }
+    for (size_t i = 0; i < m->ntensors; i++)
+        if (strstr(m->tensors[i].name, ".mlp.router.") || strstr(m->tensors[i].name, ".mlp.experts."))
+            return tps_fail(err, TPS_EINVALID,
+                            "verify does not compute Megatron MoE layers yet ('%s'); check, reshard and merge "
+                            "take the set",
+                            m->tensors[i].name);
     return TPS_OK;
 }
 
@@ -546,7 +558,7 @@ static int run_verify(char **args, int nargs)
                       dir, held, (unsigned long long)ss->m->tp, dir);
         goto cleanup;
     }
-    TPS_CHECK(megatron_groups_refusal(ss->m, &err));
+    TPS_CHECK(megatron_moe_refusal(ss->m, &err));
     const char *text = ss->m->layout_text ? ss->m->layout_text : "";
     TPS_CHECK(tps_layout_parse(text, strlen(text), ss->m->layout_name ? ss->m->layout_name : "manifest layout", &l,
                                &err));
@@ -565,6 +577,7 @@ static int run_verify(char **args, int nargs)
     }
     tps_block b = *tps_layout_block(l);
     sizes_from_manifest(ss, &b);
+    qkv_cut_from_manifest(ss, &b);
 
     uint64_t T = ss->m->tp;
     ranks = calloc(T, sizeof *ranks);

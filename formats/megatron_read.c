@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "../lib/buf.h"
+#include "../lib/megatron_out.h"
 #include "pickle.h"
 #include "pickle_json.h"
 #include "torch.h"
@@ -317,7 +318,12 @@ static tps_status open_rank_file(tps_megatron_file *mf, pick_ctx *c, tps_error *
     if (!st) st = tps_view_state_init(mf->ix, err);
     c->mf = mf;
     c->path = mf->path;
-    if (!st) st = tps_torch_add_file_pick(mf->ix, mf->path, pick, c, err);
+    /* A rank file is mostly optimizer state that reshard, merge and verify never read:
+     * checking every record's CRC at open would read the whole file before the copy reads
+     * the model again (reshard at twice cp).  The records are left to `tpshard check`
+     * (tps_torch_verify_records), as a large checkpoint's are; a truncated or malformed
+     * archive is still refused here, and what reshard writes gets CRCs of its own. */
+    if (!st) st = tps_torch_add_file_pick_crc(mf->ix, mf->path, pick, c, false, err);
     return st;
 }
 

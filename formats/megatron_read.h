@@ -32,8 +32,7 @@
 #include "../lib/index.h"
 #include "../lib/json.h"
 
-#define TPS_MEGATRON_TRACKER "latest_checkpointed_iteration.txt"
-#define TPS_MEGATRON_FILE "model_optim_rng.pt"
+/* The tracker and rank file names: TPS_MEGATRON_TRACKER, TPS_MEGATRON_FILE (lib/megatron_out.h). */
 
 typedef struct tps_megatron_file {
     uint32_t tp_rank, pp_rank;

@@ -225,7 +225,7 @@ tps_status tps_torch_file_visit(tps_torch_file *f, tps_error *err)
 }
 
 static tps_status read_archive(tps_index *ix, tps_zip *z, const char *path, uint32_t file, tps_torch_pick_fn pick, void *ctx,
-                               tps_error *err)
+                               bool records_crc, tps_error *err)
 {
     tps_status st = TPS_OK;
     char *root = NULL, *pkl = NULL;
@@ -279,7 +279,7 @@ static tps_status read_archive(tps_index *ix, tps_zip *z, const char *path, uint
         st = tps_fail_oom(err, "naming tensors");
         goto cleanup;
     }
-    if (ix->files[file].size <= TPS_EAGER_CRC_MAX)
+    if (records_crc && ix->files[file].size <= TPS_EAGER_CRC_MAX)
         for (size_t i = 0; i < tps_zip_count(z); i++) TPS_CHECK(tps_zip_verify(z, tps_zip_entry_at(z, i), err));
 cleanup:
     tps_buf_release(&w.name);
@@ -322,13 +322,19 @@ tps_status tps_torch_add_file(tps_index *ix, const char *path, tps_error *err)
 
 tps_status tps_torch_add_file_pick(tps_index *ix, const char *path, tps_torch_pick_fn pick, void *ctx, tps_error *err)
 {
+    return tps_torch_add_file_pick_crc(ix, path, pick, ctx, true, err);
+}
+
+tps_status tps_torch_add_file_pick_crc(tps_index *ix, const char *path, tps_torch_pick_fn pick, void *ctx,
+                                       bool records_crc, tps_error *err)
+{
     uint32_t file;
     tps_zip *z;
     tps_status st = tps_index_add_file(ix, path, &file, err);
     if (!st) st = check_magic(&ix->files[file], err);
     if (!st) st = open_zip(ix, file, &z, err);
     if (!st) tps_zip_set_flags(z, TPS_ZIP_CRC_ZERO_IS_ABSENT);
-    if (!st) st = read_archive(ix, z, ix->files[file].path, file, pick, ctx, err);
+    if (!st) st = read_archive(ix, z, ix->files[file].path, file, pick, ctx, records_crc, err);
     return st;
 }
 
@@ -359,7 +365,7 @@ static tps_status open_common(const char *path, bool allow_npz, tps_index **out,
         }
     }
     tps_zip_set_flags(z, TPS_ZIP_CRC_ZERO_IS_ABSENT);
-    TPS_CHECK(read_archive(ix, z, ix->files[file].path, file, NULL, NULL, err));
+    TPS_CHECK(read_archive(ix, z, ix->files[file].path, file, NULL, NULL, true, err));
 done:
     *out = ix;
     ix = NULL;
@@ -376,4 +382,19 @@ tps_status tps_torch_open(const char *path, tps_index **out, tps_error *err)
 tps_status tps_zip_checkpoint_open(const char *path, tps_index **out, tps_error *err)
 {
     return open_common(path, true, out, err);
+}
+
+tps_status tps_torch_verify_records(const char *path, tps_error *err)
+{
+    tps_index *ix = NULL;
+    tps_status st = tps_index_new(path, "torch", &ix, err);
+    uint32_t file;
+    tps_zip *z = NULL;
+    if (!st) st = tps_index_add_file(ix, path, &file, err);
+    if (!st) st = tps_zip_open(ix->files[file].fd, ix->files[file].path, ix->files[file].size,
+                               TPS_ZIP_CRC_ZERO_IS_ABSENT, &z, err);
+    for (size_t i = 0; !st && i < tps_zip_count(z); i++) st = tps_zip_verify(z, tps_zip_entry_at(z, i), err);
+    tps_zip_free(z);
+    tps_index_free(ix);
+    return st;
 }

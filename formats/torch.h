@@ -67,6 +67,13 @@ struct tps_pv;
 typedef struct tps_torch_file tps_torch_file;
 typedef tps_status (*tps_torch_pick_fn)(void *ctx, tps_torch_file *f, const struct tps_pv *top, tps_error *err);
 tps_status tps_torch_add_file_pick(tps_index *ix, const char *path, tps_torch_pick_fn pick, void *ctx, tps_error *err);
+/* The same; records_crc false leaves every storage record's CRC to the caller whatever the
+ * file's size (data.pkl and the small records are still checked). */
+tps_status tps_torch_add_file_pick_crc(tps_index *ix, const char *path, tps_torch_pick_fn pick, void *ctx,
+                                       bool records_crc, tps_error *err);
+/* Recomputes the CRC-32 of every record of the torch archive at path (what open leaves to
+ * the caller): TPS_EMISMATCH naming the record on a difference. */
+tps_status tps_torch_verify_records(const char *path, tps_error *err);
 tps_status tps_torch_file_add_tensor(tps_torch_file *f, const char *name, const struct tps_pv *tensor, tps_error *err);
 /* Counts one visit of a value by pick's walk: shared containers can make the tree of a
  * small pickle exponentially large, so a walk gets the budget the built-in one has. */

@@ -201,6 +201,10 @@ typedef struct tps_block {
      * qweight and qzeros; int_bits 0: not integer-quantized (verify reads them off the shapes). */
     unsigned int_bits;
     bool gptq_v2;
+    /* Megatron-Core >= 0.16 at tp above the query groups (set by verify from the manifest's
+     * cut, no YAML key): each rank holds a plain row chunk of its group's [q; k; v] block,
+     * not its q heads with the group's k and v (Falcon's); verify/qkv_chunks.c. */
+    bool qkv_row_chunks;
 } tps_block;
 
 /* Whether the block's MLP is a mixture of experts (it names a router). */

@@ -82,7 +82,8 @@ typedef struct tps_megatron_out_opts {
     bool release;
     /* The _extra_state keys to write as None, GLOBAL names (layers renumbered); NULL with
      * n 0: Megatron-Core's local spec (linear_qkv, linear_proj, linear_fc1, linear_fc2 of every
-     * layer, output_layer when the last stage has output_layer.weight). */
+     * layer, and output_layer's on the last stage, weight or not: a tied one-stage GPTModel saves it
+     * without output_layer.weight).  Given keys are all written, output_layer's added if absent. */
     char **extra_state;
     size_t n_extra_state;
 } tps_megatron_out_opts;
@@ -113,5 +114,10 @@ tps_status tps_megatron_write(tps_manifest *m, const tps_megatron_out *mo, const
                               tps_global_read_fn read, void *ctx, const tps_write_opts *o, tps_error *err);
 
 void tps_megatron_out_free(tps_megatron_out *mo); /* accepts NULL */
+
+/* --force onto dir, which holds the tracker: TPS_OK when everything there is what
+ * tps_megatron_write wrote (tpshard.json, the tracker, and under the iteration directories
+ * only the files tpshard.json lists); else TPS_EINVALID naming the first foreign entry. */
+tps_status tps_megatron_out_replaceable(const char *dir, tps_error *err);
 
 #endif

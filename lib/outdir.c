@@ -15,6 +15,7 @@
 
 #include "cut.h"
 #include "manifest.h"
+#include "megatron_out.h"
 
 /* Atomic rather than volatile sig_atomic_t: the handler may run on any thread (the reader
  * thread, check's walkers) and the main thread reads it, which only an atomic makes defined
@@ -268,6 +269,12 @@ static tps_status refuse_foreign(const char *dir, tps_outdir_kind kind, tps_erro
     if (kind == TPS_OUT_SHARDSET) {
         tps_error e;
         tps_error_clear(&e);
+        /* A Megatron checkpoint's manifest names files inside its rank directories. */
+        char tracker[PATH_MAX];
+        struct stat tb;
+        if (snprintf(tracker, sizeof tracker, "%s/" TPS_MEGATRON_TRACKER, dir) < (int)sizeof tracker &&
+            stat(tracker, &tb) == 0 && tps_is_shard_set(dir))
+            return tps_megatron_out_replaceable(dir, err);
         /* Without a manifest nothing there is ours: the first entry is named below. */
         if (tps_is_shard_set(dir) && tps_manifest_load(dir, &m, &e))
             return tps_fail(err, TPS_EINVALID, "%s: not replaced: its manifest does not hold up (%s)", dir, e.msg);

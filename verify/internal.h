@@ -88,6 +88,11 @@ typedef struct vattn_map {
      * ((q_phase + h) % q_run) * stride), and KV head j at k_off / v_off + j * kv_stride.
      * q_run 0: q head h at q_off + h * stride, KV head j at k_off / v_off + j * stride. */
     uint64_t q_run, q_phase, q_gstride, kv_stride;
+    /* Not NULL: q, k and v rows are read from these activations (REAL of the precision the
+     * map is passed to; [n, act_ld], the offsets above index a row) instead of projected
+     * (verify/qkv_chunks.c: Megatron's all-gathered qkv). */
+    const void *act;
+    size_t act_ld;
 } vattn_map;
 
 /* Intermediate columns [i_first, i_first + i_n) of the held MLP tensors; a fused
@@ -150,6 +155,32 @@ bool tps_vrole_is_mlp(tps_block_role r);
 
 VOPS_DECLARE(double, f64)
 VOPS_DECLARE(float, f32)
+
+/* y[t, o - o0] (row stride ldy) = x[t] . w[o] + bias[o] for the held rows o in [o0, o1) of
+ * w ([rows, in], a Conv1D [in, rows]); bias NULL: none. */
+tps_status tps_vlinear_rows_f64(const tps_vt *w, const tps_vt *bias, bool conv1d, size_t n, const double *x,
+                                size_t ldx, uint64_t in, uint64_t o0, uint64_t o1, double *y, size_t ldy,
+                                tps_error *err);
+tps_status tps_vlinear_rows_f32(const tps_vt *w, const tps_vt *bias, bool conv1d, size_t n, const float *x,
+                                size_t ldx, uint64_t in, uint64_t o0, uint64_t o1, float *y, size_t ldy,
+                                tps_error *err);
+
+/* Megatron's qkv row chunks (tps_block.qkv_row_chunks, verify/qkv_chunks.c): whether the
+ * ranks of a T-rank pass hold plain row chunks of a query group's block. */
+static inline bool tps_vqkv_chunked(const tps_block *b, const vdims *d, uint64_t T)
+{
+    return b->qkv_row_chunks && d->kv < T;
+}
+/* Floats of the all-gathered qkv activations of n tokens: n (heads + 2 kv) head_dim. */
+size_t tps_vqkv_gather_len(const vdims *d, size_t n);
+/* The rank's attention partial sum (tps_vattn_f32's, o_proj's held columns): its chunk of
+ * the group's qkv projected, all-gathered into buf (tps_vqkv_gather_len floats) through
+ * comm, its q heads and the group's k and v taken from the group's rows.  xn NULL: the rank
+ * only joins the collective, with zeros (it computes nothing this stage); every rank
+ * enters it exactly once per attention stage, whatever happened. */
+tps_status tps_vattn_chunked_f32(const tps_block *b, const vdims *d, const vlayer *l, const vqk_reduce *qk,
+                                 tps_vcomm *comm, size_t n, const float *xn, float *buf, float *out,
+                                 tps_error *err);
 
 /* q_norm / k_norm (lib/block.h, tps_qk_norm_kind), applied in place to the projected q
  * [n, m->hn heads] (row stride qld) and k [n, m->kv_n heads] (stride kld) before RoPE.

@@ -329,7 +329,11 @@ int tps_vexpected_shape(const tps_block *b, const vdims *d, const vshare *s, tps
     case TPS_ROLE_K_B: case TPS_ROLE_V_B: vec = true; /* fall through */
     case TPS_ROLE_K_W: case TPS_ROLE_V_W: out = s->kv_n * hd; break;
     case TPS_ROLE_QKV_B: vec = true; /* fall through */
-    case TPS_ROLE_QKV_W: out = b->qkv_interleaved ? s->q_n * 3 * hd : (s->q_n + 2 * s->kv_n) * hd; break;
+    case TPS_ROLE_QKV_W:
+        out = b->qkv_interleaved ? s->q_n * 3 * hd : (s->q_n + 2 * s->kv_n) * hd;
+        /* Megatron's plain row chunk of the group's block: (heads + 2 kv) hd / T rows. */
+        if (b->qkv_row_chunks && s->q_n) out = (d->heads + 2 * d->kv) * hd / (d->heads / s->q_n);
+        break;
     case TPS_ROLE_O_W: out = H, in = s->q_n * hd; break;
     case TPS_ROLE_GATE_B: case TPS_ROLE_UP_B: case TPS_ROLE_FC_B: vec = true; /* fall through */
     case TPS_ROLE_GATE_W: case TPS_ROLE_UP_W: case TPS_ROLE_FC_W: out = s->i_n; break;

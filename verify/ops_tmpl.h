@@ -210,6 +210,27 @@ cleanup:
     return st;
 }
 
+/* vheads for activations already projected (vattn_map.act): copies of their rows. */
+static void F(vheads_act)(const vattn_map *m, size_t hd, size_t n, uint64_t off, uint64_t stride, size_t cnt,
+                          REAL *dst, size_t ldd)
+{
+    const REAL *a = m->act;
+    for (size_t h = 0; h < cnt; h++)
+        for (size_t t = 0; t < n; t++)
+            memcpy(dst + t * ldd + h * hd, a + t * m->act_ld + off + h * stride, hd * sizeof *dst);
+}
+
+tps_status F(tps_vlinear_rows)(const tps_vt *w, const tps_vt *bias, bool conv1d, size_t n, const REAL *x, size_t ldx,
+                               uint64_t in, uint64_t o0, uint64_t o1, REAL *y, size_t ldy, tps_error *err)
+{
+    REAL *sc = malloc((o1 - o0 + 1) * sizeof *sc);
+    if (!sc) return tps_fail_oom(err, "a verification scratch row");
+    tps_status st = F(vlinear)(w, conv1d, n, x, ldx, 0, in, o0, o1, y, ldy, err);
+    if (st == TPS_OK && bias) F(vadd_range)(bias, o0, n, (size_t)(o1 - o0), y, ldy, sc);
+    free(sc);
+    return st;
+}
+
 #include "mla_tmpl.h"
 
 tps_status F(tps_vattn)(const tps_block *b, const vdims *d, const vlayer *l, const vattn_map *m, size_t n,
@@ -236,11 +257,17 @@ tps_status F(tps_vattn)(const tps_block *b, const vdims *d, const vlayer *l, con
         run = m->q_run ? (size_t)m->q_run - at : hn;
         if (run > hn - h) run = hn - h;
         uint64_t off = m->q_run ? m->q_off + (m->q_phase + h) / m->q_run * m->q_gstride + at * m->stride : m->q_off;
-        TPS_CHECK(F(vheads)(b, d, qw, qb, n, xn, off, m->stride, run, q + h * hd, qld, sc, err));
+        if (m->act) F(vheads_act)(m, hd, n, off, m->stride, run, q + h * hd, qld);
+        else TPS_CHECK(F(vheads)(b, d, qw, qb, n, xn, off, m->stride, run, q + h * hd, qld, sc, err));
     }
     uint64_t kvs = m->kv_stride ? m->kv_stride : m->stride;
-    TPS_CHECK(F(vheads)(b, d, kw, kb, n, xn, m->k_off, kvs, kvn, k, kld, sc, err));
-    TPS_CHECK(F(vheads)(b, d, vw, vb, n, xn, m->v_off, kvs, kvn, v, kld, sc, err));
+    if (m->act) {
+        F(vheads_act)(m, hd, n, m->k_off, kvs, kvn, k, kld);
+        F(vheads_act)(m, hd, n, m->v_off, kvs, kvn, v, kld);
+    } else {
+        TPS_CHECK(F(vheads)(b, d, kw, kb, n, xn, m->k_off, kvs, kvn, k, kld, sc, err));
+        TPS_CHECK(F(vheads)(b, d, vw, vb, n, xn, m->v_off, kvs, kvn, v, kld, sc, err));
+    }
     TPS_CHECK(F(tps_vqk_norm)(b, d, l, m, n, q, qld, k, kld, err));
     F(tps_vrope)(b, d, n, hn, q, qld);
     F(tps_vrope)(b, d, n, kvn, k, kld);

@@ -53,6 +53,8 @@ typedef struct rank_job {
     vgate *gate; /* every thread waits until all were created (verify/gated_threads.h) */
     const tps_verify_opts *vo; /* rank 0 reports its stages */
     float *qk_buf;             /* 2 n: a whole-projection q/k norm's sums of squares */
+    float *qkv_buf;            /* Megatron's all-gathered qkv (verify/qkv_chunks.c); NULL: not chunked */
+    bool gathered;             /* this attention stage entered the qkv gather */
 } rank_job;
 
 static void note_dtype(vrank_out *o, const tps_vt *t)
@@ -116,7 +118,13 @@ static void rank_stage_run(rank_job *j, const vlayer *l, int stage, const float 
         tps_vattn_map_local(b, d, &s, &m);
         m.qk = qk;
         tps_vstage_norm_f32(b, d, l, TPS_VSTAGE_ATTN, j->n, in, scratch);
-        j->st = tps_vattn_f32(b, d, l, &m, j->n, scratch, false, o->partial[stage], &j->err);
+        if (j->qkv_buf) {
+            j->gathered = true;
+            j->st = tps_vattn_chunked_f32(b, d, l, qk, &j->comm, j->n, scratch, j->qkv_buf, o->partial[stage],
+                                          &j->err);
+        } else {
+            j->st = tps_vattn_f32(b, d, l, &m, j->n, scratch, false, o->partial[stage], &j->err);
+        }
     } else {
         vmlp_map m;
         tps_vmlp_map_local(d, &s, &m);
@@ -132,10 +140,18 @@ static void rank_stage(rank_job *j, const vlayer *l, int stage, const float *in,
 {
     rank_qk c = {&j->comm, j->d->kv, j->qk_buf, false};
     vqk_reduce qk = {rank_qk_sum, &c};
+    j->gathered = false;
     rank_stage_run(j, l, stage, in, scratch, &qk);
-    if (stage != TPS_VSTAGE_ATTN || !tps_vqk_whole(j->b) || c.entered) return;
     tps_error e;
-    tps_status st = rank_qk_sum(&c, NULL, j->n, &e);
+    tps_status st = TPS_OK;
+    if (stage == TPS_VSTAGE_ATTN && j->qkv_buf && !j->gathered)
+        st = tps_vattn_chunked_f32(j->b, j->d, l, &qk, &j->comm, j->n, NULL, j->qkv_buf, NULL, &e);
+    if (st != TPS_OK && j->st == TPS_OK) {
+        j->st = st;
+        j->err = e;
+    }
+    if (stage != TPS_VSTAGE_ATTN || !tps_vqk_whole(j->b) || c.entered) return;
+    st = rank_qk_sum(&c, NULL, j->n, &e);
     if (st != TPS_OK && j->st == TPS_OK) {
         j->st = st;
         j->err = e;
@@ -153,7 +169,9 @@ static void rank_body(rank_job *j, bool *elsewhere)
     size_t nh = j->n * d->hidden;
     float *h = malloc((nh + 1) * sizeof *h), *scratch = malloc((nh + 1) * sizeof *scratch);
     j->qk_buf = malloc((2 * j->n + 1) * sizeof *j->qk_buf);
-    if (!h || !scratch || !j->qk_buf) j->st = tps_fail_oom(&j->err, "a rank's activations");
+    bool chunked = tps_vqkv_chunked(j->b, d, j->comm.size);
+    j->qkv_buf = chunked ? malloc((tps_vqkv_gather_len(d, j->n) + 1) * sizeof *j->qkv_buf) : NULL;
+    if (!h || !scratch || !j->qk_buf || (chunked && !j->qkv_buf)) j->st = tps_fail_oom(&j->err, "a rank's activations");
     const tps_verify_opts *vo = j->comm.rank == 0 ? j->vo : NULL;
     tps_vstage(vo, "ranks: loading");
     if (j->st == TPS_OK) j->st = tps_vlayer_load(j->b, j->layer, d->experts, j->src, &l, &j->err);
@@ -197,6 +215,8 @@ cleanup:
     free(scratch);
     free(j->qk_buf);
     j->qk_buf = NULL;
+    free(j->qkv_buf);
+    j->qkv_buf = NULL;
 }
 
 static void *rank_main(void *arg)

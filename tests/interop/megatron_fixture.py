@@ -200,6 +200,8 @@ def _to_legacy(model, tied_head):
             enc["layers.%s.%s" % (m.group(1), rest)] = v
         elif k.startswith("decoder.final_layernorm."):
             enc["final_norm." + k[len("decoder.final_layernorm."):]] = v
+        elif k == "output_layer._extra_state" and "output_layer.weight" not in model:
+            pass  # legacy GPTModel has no output layer when tied at one stage
         elif k.startswith("output_layer."):
             if tied_head:
                 if k == "output_layer.weight":
@@ -281,7 +283,9 @@ def write_checkpoint(out_dir, full, args, tp, pp, *, pp_layers=None, iteration=1
             if extra_state != "absent":
                 locs = [loc for _, loc in names]
                 extras = [m + "._extra_state" for m in _linears_of_layer(locs)]
-                if "output_layer.weight" in model:
+                # GPTModel's last stage always has output_layer: tied at pp 1 it has no weight
+                # (the embeddings serve) but still saves its _extra_state, last in the dict
+                if p == pp - 1:
                     extras.append("output_layer._extra_state")
                 ordered = collections.OrderedDict()
                 for k, v in model.items():  # each _extra_state right after its module's tensors
@@ -290,6 +294,9 @@ def write_checkpoint(out_dir, full, args, tp, pp, *, pp_layers=None, iteration=1
                     nxt = [x for x in model if x.rsplit(".", 1)[0] == mod]
                     if k == nxt[-1] and mod + "._extra_state" in extras:
                         ordered[mod + "._extra_state"] = _extra_value(extra_state)
+                for e in extras:
+                    if e not in ordered:
+                        ordered[e] = _extra_value(extra_state)
                 model = ordered
             if legacy_names:
                 model = _to_legacy(model, tied and pp > 1)

@@ -10,8 +10,9 @@ checkpoint_version and iteration, the tracker, the iteration directory holding o
 directories, no optimizer or RNG state.  TP 4 -> 8 with a vocabulary whose TP-4 padding is no
 multiple of 8 x 128-equivalent re-pads from the true size (Megatron's converter keeps the old
 rows).  merge equals the full tensors; check passes and catches a flipped byte; verify passes
-and fails a set whose qkv was cut blocked (vLLM's order) instead of grouped; refusals: a tp the
-query groups refuse, args missing a field, a truncated rank file."""
+and fails a set whose qkv was cut blocked (vLLM's order) instead of grouped, also at tp 8 and 16
+over 4 query groups (plain row chunks of a group's block) where two swapped ranks fail too;
+refusals: a tp the query groups refuse, args missing a field, a truncated rank file."""
 import os
 import shutil
 import subprocess
@@ -136,6 +137,87 @@ def blocked_qkv_writer(args):
     return cut
 
 
+def write_blocked(d, full, args, tp):
+    """write_checkpoint at tp x 1 with blocked_qkv_writer's wrong qkv cut."""
+    real_cut = mf.cut
+    mf.cut = blocked_qkv_writer(args)
+    try:
+        return write(d, full, args, tp, 1)
+    finally:
+        mf.cut = real_cut
+
+
+def verify_above_groups(tmp, fields):
+    """tp 8 and 16 over 4 query groups: each rank a plain row chunk of its group's qkv block,
+    which verify computes as Megatron-Core does (the qkv activations all-gathered among the
+    group's ranks).  Weights scaled so that float32 rounding stays far below the bound."""
+    from safetensors.torch import save_file
+    args, full = model(**fields)
+    full = {k: (v if "layernorm" in k else v * 0.15) for k, v in full.items()}
+    src = os.path.join(tmp, "wide-full.safetensors")
+    save_file({k: v.contiguous() for k, v in full.items()}, src)
+    for tp, pp, extras in [(8, 1, ((), ("--whole-model",))), (16, 1, ((), ("--whole-model",))),
+                           (8, 2, ((),))]:
+        d = write(os.path.join(tmp, "v-wide-tp%d-pp%d" % (tp, pp)), full, args, tp, pp)
+        for extra in extras:
+            r = tpshard("verify", d, "--source", src, *extra)
+            report(r.returncode == 0, "verify %s passes at tp %d x pp %d > 4 query groups (qkv row chunks, "
+                   "activations all-gathered)" % (" ".join(extra), tp, pp), r.stdout + r.stderr)
+    bad = write_blocked(os.path.join(tmp, "v-wide-blocked"), full, args, 8)
+    r = tpshard("verify", bad, "--source", src)
+    report(r.returncode == 1, "verify fails tp 8 > 4 groups whose qkv chunks come from a blocked [Q; K; V] "
+           "(same shapes), exit 1", r.stdout + r.stderr)
+    swapped = os.path.join(tmp, "v-wide-tp8-pp1")
+    it = os.path.join(swapped, "iter_0000001")
+    os.rename(os.path.join(it, "mp_rank_02"), os.path.join(it, "x"))
+    os.rename(os.path.join(it, "mp_rank_03"), os.path.join(it, "mp_rank_02"))
+    os.rename(os.path.join(it, "x"), os.path.join(it, "mp_rank_03"))
+    r = tpshard("verify", swapped, "--source", src)
+    report(r.returncode == 1, "verify fails tp 8 with two ranks of one query group swapped, exit 1",
+           r.stdout + r.stderr)
+
+
+def verify_moe_refused(tmp, fields):
+    """A Megatron MoE set (router, SequentialMLP local_experts) reshards, and verify refuses it
+    by name (exit 3) instead of failing on a missing linear_fc1."""
+    args, full = model(**dict(fields, num_experts=2, moe_router_topk=1))
+    H, F = args["hidden_size"], args["ffn_hidden_size"]
+    moe = {}
+    for k, v in full.items():
+        if ".mlp.linear_fc1." in k or ".mlp.linear_fc2." in k:
+            layer = k[: k.index(".mlp.") + 5]
+            if k.endswith("linear_fc1.weight"):
+                moe[layer + "router.weight"] = torch.randn(2, H)
+                for e in range(2):
+                    moe[layer + "experts.local_experts.%d.linear_fc1.weight" % e] = torch.randn(2 * F, H)
+                    moe[layer + "experts.local_experts.%d.linear_fc2.weight" % e] = torch.randn(H, F)
+            continue
+        moe[k] = v
+    d = write(os.path.join(tmp, "moe-tp2"), moe, args, 2, 1)
+    r = tpshard("reshard", d, "--tp", 1, "-o", os.path.join(tmp, "moe-tp1"))
+    report(r.returncode == 0, "reshard of a Megatron MoE set (SequentialMLP local_experts)", r.stdout + r.stderr)
+    r = tpshard("verify", d)
+    report(r.returncode == 3 and "verify does not compute Megatron MoE layers yet" in r.stderr,
+           "verify refuses a Megatron MoE set by name (exit 3)", r.stdout + r.stderr)
+
+
+def force_onto_megatron(tmp, src):
+    """reshard -f replaces a Megatron checkpoint tpshard wrote (its manifest names files inside
+    the rank directories), and nothing else: a foreign file in a rank directory is refused."""
+    out = os.path.join(tmp, "force")
+    r = tpshard("reshard", src, "--tp", 2, "--pp", 2, "-o", out)
+    report(r.returncode == 0, "reshard for -f", r.stdout + r.stderr)
+    r = tpshard("reshard", src, "--tp", 4, "--pp", 1, "-f", "-o", out)
+    it = os.path.join(out, "iter_0000001")
+    report(r.returncode == 0 and sorted(os.listdir(it)) == ["mp_rank_%02d" % i for i in range(4)],
+           "reshard -f replaces an earlier Megatron output (tp 2 x pp 2 -> tp 4)", r.stdout + r.stderr)
+    stray = os.path.join(it, "mp_rank_01", "notes.txt")
+    open(stray, "w").close()
+    r = tpshard("reshard", src, "--tp", 1, "--pp", 1, "-f", "-o", out)
+    report(r.returncode == 3 and "notes.txt" in r.stderr and os.path.exists(stray),
+           "reshard -f refuses a Megatron output holding a file tpshard did not write, naming it", r.stdout + r.stderr)
+
+
 def main():
     if not os.access(tap.TPSHARD, os.X_OK):
         print("not ok - tpshard binary missing at " + tap.TPSHARD)
@@ -157,7 +239,7 @@ def main():
                      (2, 2), (4, 1))
         # More ranks than query groups (Megatron-Core >= 0.16): plain row chunks of a group's block.
         wide = dict(gqa, num_attention_heads=16, num_query_groups=4, hidden_size=64)
-        got16 = reshard_case(tmp, "2to16", wide, (2, 1), (16, 1))
+        reshard_case(tmp, "2to16", wide, (2, 1), (16, 1))
         # TP 4 -> 8: 100 rows pad to 112 at tp 4 (4 x 4 x 7), no multiple of 4 x 8; re-padded to 128.
         mha8 = dict(gqa, num_attention_heads=8, num_query_groups=8)
         got8 = reshard_case(tmp, "4to8-vocab", mha8, (4, 1), (8, 1))
@@ -184,6 +266,7 @@ def main():
         report(r.returncode == 0, "reshard for check", r.stdout + r.stderr)
         r = tpshard("check", out)
         report(r.returncode == 0, "check passes on a tpshard-written Megatron checkpoint", r.stdout + r.stderr)
+        force_onto_megatron(tmp, src)
         r = tpshard("check", src)
         report(r.returncode == 0, "check passes on a Megatron checkpoint tpshard did not write", r.stdout + r.stderr)
         flip_tensor_byte(os.path.join(out, "iter_0000001", "mp_rank_02", "model_optim_rng.pt"))
@@ -200,19 +283,12 @@ def main():
             r = tpshard("verify", good, "--source", full_path, *extra)
             report(r.returncode == 0, "verify %s passes on a tp 2 x pp 2 Megatron checkpoint" % " ".join(extra),
                    r.stdout + r.stderr)
-        real_cut = mf.cut
-        mf.cut = blocked_qkv_writer(args)
-        try:
-            bad_set = write(os.path.join(tmp, "v-blocked"), full, args, 2, 1)
-        finally:
-            mf.cut = real_cut
+        bad_set = write_blocked(os.path.join(tmp, "v-blocked"), full, args, 2)
         r = tpshard("verify", bad_set, "--source", full_path)
         report(r.returncode == 1, "verify fails a set whose qkv was cut blocked (vLLM's order), exit 1",
                r.stdout + r.stderr)
-        if got16:
-            r = tpshard("verify", got16[0])
-            report(r.returncode == 3 and "query groups" in r.stderr,
-                   "verify refuses tp 16 > 4 query groups by name (exit 3)", r.stdout + r.stderr)
+        verify_above_groups(tmp, wide)
+        verify_moe_refused(tmp, gqa)
 
         # Refusals.
         r = tpshard("reshard", src, "--tp", 3, "-o", os.path.join(tmp, "r3"))

@@ -1010,6 +1010,7 @@ static const char *unsupported(const tps_block *b, const vdims *d)
     if (b->role[TPS_ROLE_EXPERTS_GATE_UP_W] || b->role[TPS_ROLE_EXPERTS_DOWN_W]) return "fused expert tensors (experts_*)";
     if (b->role[TPS_ROLE_ROUTER_LOGIT_B]) return "a router logit bias";
     if (b->act == TPS_ACT_SWIGLU_OAI) return "the swiglu_oai activation";
+    if (b->qkv_row_chunks) return "Megatron's qkv row chunks at tp above the query groups (an all-gather of qkv)";
     return NULL;
 }
 
