@@ -18,6 +18,7 @@ transformers 4.46, and torch 2.5 with transformers 4.57).
 
 Each test keeps what is its family's own: its config cases and its tensor-parallel forward.
 """
+import copy
 import json
 import math
 import os
@@ -80,6 +81,19 @@ def build(cfg, seed, path, make=None, norm=(1.0, 0.2), bias=0.2, fan_in=None, bu
                     b.copy_(sd * torch.randn_like(b))
     model.save_pretrained(path, safe_serialization=True)
     return model
+
+
+def build_in_dtype(cfg, seed, path, dtype, **kw):
+    """The HF tensors saved at path in dtype, and the model in float32 holding exactly those
+    values (what a forward is compared with); kw as build's."""
+    model = build(cfg, seed, path, **kw)
+    if dtype != torch.float32:  # the parameters rounded to dtype; buffers (inv_freq) stay float32
+        with torch.no_grad():
+            for prm in model.parameters():
+                prm.copy_(prm.to(dtype).float())
+        copy.deepcopy(model).to(dtype).save_pretrained(path, safe_serialization=True)
+    from safetensors.torch import load_file
+    return load_file(os.path.join(path, "model.safetensors")), model
 
 
 def logits(model, ids, **kw):

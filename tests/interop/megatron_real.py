@@ -510,3 +510,20 @@ if __name__ == "__main__":
             got = load_and_forward(ck, toks)
             print("tp%d pp%d max abs diff vs HF: %.3g" % (tp, pp, (got - ref).abs().max()))
     sys.exit(0)
+
+
+def fixture_llama_args(mf, **kw):
+    """megatron_fixture's args of a small GQA Llama-style model (4 heads in 2 query groups
+    unless kw says otherwise), for the tier's tests."""
+    f = dict(num_layers=4, hidden_size=32, ffn_hidden_size=64, num_attention_heads=4,
+             num_query_groups=2, group_query_attention=True, kv_channels=8, vocab_size=100,
+             make_vocab_size_divisible_by=4)
+    f.update(kw)
+    return mf.megatron_args(**f)
+
+
+def scaled_full(mf, args, seed, scale=0.2):
+    """The fixture's random full tensors, all but the norms scaled so that the logits stay
+    O(1): a 1e-4 bound then means something."""
+    full = mf.random_full(args, seed=seed)
+    return {k: (v if "layernorm" in k else v * scale) for k, v in full.items()}

@@ -24,7 +24,6 @@ import shutil
 import sys
 import tempfile
 
-import torch
 
 import megatron_real as mr
 from tap import report, status
@@ -36,24 +35,6 @@ TOL = 1e-4
 def fixture():
     import megatron_fixture as mf
     return mf
-
-
-def scaled_full(mf, args, seed):
-    """The fixture's random full tensors, scaled so that the logits stay O(1): a 1e-4 bound
-    then means something."""
-    full = mf.random_full(args, seed=seed)
-    for k, v in full.items():
-        if "layernorm" not in k:
-            full[k] = v * 0.2
-    return full
-
-
-def llama(mf, **kw):
-    f = dict(num_layers=4, hidden_size=32, ffn_hidden_size=64, num_attention_heads=4,
-             num_query_groups=2, group_query_attention=True, kv_channels=8, vocab_size=100,
-             make_vocab_size_divisible_by=4)
-    f.update(kw)
-    return mf.megatron_args(**f)
 
 
 def gpt2(mf):
@@ -73,7 +54,7 @@ def check_keys(mf, tmp, name, args, tp, pp):
     a missing "<prefix>_extra_state" to None, so a strict load alone does not catch a missing
     one (real Megatron saves it, and tpshard's writer is checked against this fixture)."""
     d = os.path.join(tmp, "keys-%s-tp%d-pp%d" % (name, tp, pp))
-    mf.write_checkpoint(d, scaled_full(mf, args, 0), args, tp, pp)
+    mf.write_checkpoint(d, mr.scaled_full(mf, args, 0), args, tp, pp)
     states = mr.load_state(d)
     real = mr.state_dict_keys(states[(0, 0)]["args"], tp, pp)
     bad = []
@@ -99,8 +80,8 @@ def close(got, want, what):
 
 
 def forward_cases(mf, tmp):
-    args = llama(mf)
-    full = scaled_full(mf, args, 1)
+    args = mr.fixture_llama_args(mf)
+    full = mr.scaled_full(mf, args, 1)
     ref_dir = os.path.join(tmp, "fw-tp1")
     mf.write_checkpoint(ref_dir, full, args, 1, 1)
     ref = mr.load_and_forward(ref_dir, TOKENS)
@@ -113,8 +94,8 @@ def forward_cases(mf, tmp):
               "megatron real: fixture tp%d pp%d (_extra_state %s%s) loads strict and equals tp1"
               % (tp, pp, extra, ", tp > query groups" if tp > 2 else ""))
     # tied embeddings: the last stage's output_layer copy
-    targs = llama(mf, untie_embeddings_and_output_weights=False)
-    tfull = scaled_full(mf, targs, 2)
+    targs = mr.fixture_llama_args(mf, untie_embeddings_and_output_weights=False)
+    tfull = mr.scaled_full(mf, targs, 2)
     t1 = os.path.join(tmp, "tied-tp1")
     mf.write_checkpoint(t1, tfull, targs, 1, 1)
     t22 = os.path.join(tmp, "tied-tp2-pp2")
@@ -123,7 +104,7 @@ def forward_cases(mf, tmp):
           "megatron real: tied embeddings tp2 pp2 (output_layer copy on the last stage) equals tp1")
     # GPT-2 style
     gargs = gpt2(mf)
-    gfull = scaled_full(mf, gargs, 3)
+    gfull = mr.scaled_full(mf, gargs, 3)
     g1 = os.path.join(tmp, "gpt2-tp1")
     mf.write_checkpoint(g1, gfull, gargs, 1, 1)
     g2 = os.path.join(tmp, "gpt2-tp2-pp2")
@@ -196,8 +177,8 @@ def main():
     mf = fixture()
     with tempfile.TemporaryDirectory(prefix="mgreal-fixture") as tmp:
         for name, args, grid in [
-            ("llama-untied", llama(mf), [(1, 1), (2, 1), (4, 1), (2, 2)]),
-            ("llama-tied", llama(mf, untie_embeddings_and_output_weights=False), [(1, 1), (1, 2), (2, 2)]),
+            ("llama-untied", mr.fixture_llama_args(mf), [(1, 1), (2, 1), (4, 1), (2, 2)]),
+            ("llama-tied", mr.fixture_llama_args(mf, untie_embeddings_and_output_weights=False), [(1, 1), (1, 2), (2, 2)]),
             ("gpt2-style", gpt2(mf), [(2, 2)]),
         ]:
             for tp, pp in grid:

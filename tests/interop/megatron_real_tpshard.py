@@ -92,17 +92,8 @@ def keys_equal_real(ckpt, what):
                   "GPTModel key set and shapes (_extra_state included)" % what, "\n".join(bad))
 
 
-def fixture_args(mf, **kw):
-    f = dict(num_layers=4, hidden_size=64, ffn_hidden_size=128, num_attention_heads=8,
-             num_query_groups=2, group_query_attention=True, kv_channels=8, vocab_size=100,
-             make_vocab_size_divisible_by=4)
-    f.update(kw)
-    return mf.megatron_args(**f)
-
-
-def scaled_full(mf, args, seed):
-    full = mf.random_full(args, seed=seed)
-    return {k: (v if "layernorm" in k else v * 0.15) for k, v in full.items()}
+# The reshard cases' model: 8 heads in 2 query groups, so tp 8 is above the groups.
+WIDE = dict(hidden_size=64, ffn_hidden_size=128, num_attention_heads=8)
 
 
 def reshard_cases(mf, tmp):
@@ -110,8 +101,8 @@ def reshard_cases(mf, tmp):
     if not have(RESHARD):
         skip(what, RESHARD)
         return
-    args = fixture_args(mf)
-    full = scaled_full(mf, args, 7)
+    args = mr.fixture_llama_args(mf, **WIDE)
+    full = mr.scaled_full(mf, args, 7, 0.15)
     src2 = os.path.join(tmp, "fx-tp2")
     mf.write_checkpoint(src2, full, args, 2, 1)
     ref = mr.load_and_forward(src2, TOKENS)
@@ -129,8 +120,8 @@ def reshard_cases(mf, tmp):
         keys_equal_real(out, "reshard tp2/pp2 -> tp4/pp1")
         close(mr.load_and_forward(out, TOKENS), ref,
               "megatron real tpshard: reshard tp2/pp2 -> tp4/pp1 equals the source")
-    targs = fixture_args(mf, untie_embeddings_and_output_weights=False)
-    tfull = scaled_full(mf, targs, 8)
+    targs = mr.fixture_llama_args(mf, untie_embeddings_and_output_weights=False, **WIDE)
+    tfull = mr.scaled_full(mf, targs, 8, 0.15)
     tsrc = os.path.join(tmp, "fx-tied-tp1")
     mf.write_checkpoint(tsrc, tfull, targs, 1, 1)
     out = os.path.join(tmp, "fx-tied-to-tp2pp2")

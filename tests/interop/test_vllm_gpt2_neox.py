@@ -103,6 +103,36 @@ def tp_forward(R, cfg, T, ids):
     return x @ head.T
 
 
+def engine_sets(name, src, tmp, prefix, want, scales, forward, ref):
+    """split --target vllm|sglang at tp 1, 2, 4 into tmp/PREFIX{target}-{tp}: the engine's
+    loader takes every rank exactly (want(T, r), less vLLM's scale buffers, the names holding
+    scales, for SGLang), the tensor-parallel forward(ranks, T) from the rank files equals
+    transformers' logits ref, and config.json is in the set."""
+    import torch
+    import vllm_emul
+    for target in ("vllm", "sglang"):
+        for T in (1, 2, 4):
+            d = os.path.join(tmp, "%s%s-%d" % (prefix, target, T))
+            p = tap.tpshard("split", src, "--tp", T, "--target", target, "-o", d, "-q")
+            if not tap.report(p.returncode == 0, "%s --target %s tp %d: split" % (name, target, T), p.stderr):
+                continue
+            probs = []
+            for r in range(T):
+                w = want(T, r)
+                if target == "sglang":
+                    w = {k: v for k, v in w.items() if scales not in k}
+                probs += ["rank %d: %s" % (r, x) for x in vllm_emul.load(d, r, w, torch.float32)]
+            tap.report(not probs, "%s --target %s tp %d: the engine's loader takes every rank exactly"
+                       % (name, target, T), "\n".join(probs[:5]))
+            with torch.no_grad():
+                got = forward(vllm_emul.rank_tensors(d, T), T)
+            diff = (got - ref).abs().max().item()
+            tap.report(diff <= 1e-4, "%s --target %s tp %d: tensor-parallel forward from the rank files = "
+                       "transformers (max abs %.2g)" % (name, target, T, diff))
+            tap.report(os.path.exists(os.path.join(d, "config.json")),
+                       "%s --target %s tp %d: config.json in the set" % (name, target, T))
+
+
 def main():
     rc = tap.transformers_tier("test_vllm_gpt2_neox")
     if rc is not None:
@@ -127,26 +157,8 @@ def main():
     with torch.no_grad():
         ref = model(ids).logits[0].float()
 
-    for target in ("vllm", "sglang"):
-        for T in (1, 2, 4):
-            d = os.path.join(tmp, "%s-%d" % (target, T))
-            p = tap.tpshard("split", src, "--tp", T, "--target", target, "-o", d, "-q")
-            if not tap.report(p.returncode == 0, "neox --target %s tp %d: split" % (target, T), p.stderr):
-                continue
-            probs = []
-            for r in range(T):
-                want = expected(sd, cfg, T, r)
-                if target == "sglang":
-                    want = {k: v for k, v in want.items() if "attention.attn._" not in k}
-                probs += ["rank %d: %s" % (r, x) for x in vllm_emul.load(d, r, want, torch.float32)]
-            tap.report(not probs, "neox --target %s tp %d: the engine's loader takes every rank exactly" % (target, T),
-                       "\n".join(probs[:5]))
-            with torch.no_grad():
-                got = tp_forward(vllm_emul.rank_tensors(d, T), cfg, T, ids)
-            diff = (got - ref).abs().max().item()
-            tap.report(diff <= 1e-4, "neox --target %s tp %d: tensor-parallel forward from the rank files = "
-                       "transformers (max abs %.2g)" % (target, T, diff))
-            tap.report(os.path.exists(os.path.join(d, "config.json")), "neox --target %s tp %d: config.json in the set" % (target, T))
+    engine_sets("neox", src, tmp, "", lambda T, r: expected(sd, cfg, T, r), "attention.attn._",
+                lambda ranks, T: tp_forward(ranks, cfg, T, ids), ref)
 
     # A wrong set: tpshard's own target keeps HF's per-head interleaved rows.
     d = os.path.join(tmp, "own-2")
@@ -286,25 +298,8 @@ def gpt2_cases(tmp):
     ids = torch.randint(0, cfg.vocab_size, (1, 9))
     with torch.no_grad():
         ref = model(ids).logits[0].float()
-    for target in ("vllm", "sglang"):
-        for T in (1, 2, 4):
-            d = os.path.join(tmp, "g-%s-%d" % (target, T))
-            p = tap.tpshard("split", src, "--tp", T, "--target", target, "-o", d, "-q")
-            if not tap.report(p.returncode == 0, "gpt2 --target %s tp %d: split" % (target, T), p.stderr):
-                continue
-            probs = []
-            for r in range(T):
-                want = gpt2_expected(sd, cfg, T, r)
-                if target == "sglang":
-                    want = {k: v for k, v in want.items() if "attn.attn._" not in k}
-                probs += ["rank %d: %s" % (r, x) for x in vllm_emul.load(d, r, want, torch.float32)]
-            tap.report(not probs, "gpt2 --target %s tp %d: the engine's loader takes every rank exactly" % (target, T),
-                       "\n".join(probs[:5]))
-            with torch.no_grad():
-                got = gpt2_forward(vllm_emul.rank_tensors(d, T), cfg, T, ids)
-            diff = (got - ref).abs().max().item()
-            tap.report(diff <= 1e-4, "gpt2 --target %s tp %d: tensor-parallel forward from the rank files = "
-                       "transformers (max abs %.2g)" % (target, T, diff))
+    engine_sets("gpt2", src, tmp, "g-", lambda T, r: gpt2_expected(sd, cfg, T, r), "attn.attn._",
+                lambda ranks, T: gpt2_forward(ranks, cfg, T, ids), ref)
 
     d = os.path.join(tmp, "g-own-2")
     tap.tpshard("split", src, "--tp", 2, "-o", d, "-q")

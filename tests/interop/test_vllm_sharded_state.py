@@ -32,7 +32,6 @@ and Qwen2-MoE at a tp above its experts (Qwen2MoeSparseMoeBlock raises ValueErro
 
 Skips loudly when transformers cannot be imported (tests/interop/setup.sh).
 """
-import copy
 import os
 import sys
 import tempfile
@@ -72,14 +71,7 @@ def cases():
 def build(cfg, dtype, seed, path):
     """The HF tensors saved at path in dtype, and the model in float32 holding exactly those
     values (what the forward is compared with)."""
-    model = hf_tier.build(cfg, seed, path)
-    if dtype != torch.float32:  # the parameters rounded to dtype; buffers (inv_freq) stay float32
-        with torch.no_grad():
-            for prm in model.parameters():
-                prm.copy_(prm.to(dtype).float())
-        copy.deepcopy(model).to(dtype).save_pretrained(path, safe_serialization=True)
-    from safetensors.torch import load_file
-    return load_file(os.path.join(path, "model.safetensors")), model
+    return hf_tier.build_in_dtype(cfg, seed, path, dtype)
 
 
 def fused_forward(ranks, cfg, T, ids, cos, sin):

@@ -40,7 +40,6 @@ round-robin.
 
 Skips loudly when transformers cannot be imported (tests/interop/setup_torch2.sh).
 """
-import copy
 import os
 import sys
 
@@ -78,14 +77,8 @@ def build(cfg, dtype, seed, path):
     values (what the forward is compared with).  Gemma's norms scale by (1 + w): drawn around
     zero."""
     gemma = ve.is_gemma(cfg)
-    model = hf.build(cfg, seed, path, norm=(0, 0.3) if gemma else (1.0, 0.2), bias=0.3 if gemma else 0.2)
-    if dtype != torch.float32:  # the parameters rounded to dtype; buffers (inv_freq) stay float32
-        with torch.no_grad():
-            for prm in model.parameters():
-                prm.copy_(prm.to(dtype).float())
-        copy.deepcopy(model).to(dtype).save_pretrained(path, safe_serialization=True)
-    from safetensors.torch import load_file
-    return load_file(os.path.join(path, "model.safetensors")), model
+    return hf.build_in_dtype(cfg, seed, path, dtype, norm=(0, 0.3) if gemma else (1.0, 0.2),
+                             bias=0.3 if gemma else 0.2)
 
 
 def forward_of(cfg, model):
