@@ -527,3 +527,14 @@ def scaled_full(mf, args, seed, scale=0.2):
     O(1): a 1e-4 bound then means something."""
     full = mf.random_full(args, seed=seed)
     return {k: (v if "layernorm" in k else v * scale) for k, v in full.items()}
+
+
+def close(got, want, what, tol=1e-4):
+    """Reports whether logits got equal want within tol (and want is not ~0 everywhere, so
+    the bound means something)."""
+    from tap import report
+    diff = float((got - want).abs().max())
+    big = float(want.abs().max())
+    return report(got.shape == want.shape and diff <= tol and big > 1e-2,
+                  "%s (max abs diff %.2g, logits up to %.2g)" % (what, diff, big),
+                  "shapes %s vs %s" % (tuple(got.shape), tuple(want.shape)))

@@ -29,7 +29,6 @@ import megatron_real as mr
 from tap import report, status
 
 TOKENS = [3, 17, 99, 42, 0, 64, 5, 77]
-TOL = 1e-4
 
 
 def fixture():
@@ -71,14 +70,6 @@ def check_keys(mf, tmp, name, args, tp, pp):
     return d
 
 
-def close(got, want, what):
-    diff = float((got - want).abs().max())
-    big = float(want.abs().max())
-    return report(got.shape == want.shape and diff <= TOL and big > 1e-2,
-                  "%s (max abs diff %.2g, logits up to %.2g)" % (what, diff, big),
-                  "shapes %s vs %s" % (tuple(got.shape), tuple(want.shape)))
-
-
 def forward_cases(mf, tmp):
     args = mr.fixture_llama_args(mf)
     full = mr.scaled_full(mf, args, 1)
@@ -90,7 +81,7 @@ def forward_cases(mf, tmp):
     for tp, pp, extra in [(2, 1, "none"), (4, 1, "bytesio"), (2, 2, "none"), (1, 2, "empty")]:
         d = os.path.join(tmp, "fw-tp%d-pp%d" % (tp, pp))
         mf.write_checkpoint(d, full, args, tp, pp, extra_state=extra)
-        close(mr.load_and_forward(d, TOKENS), ref,
+        mr.close(mr.load_and_forward(d, TOKENS), ref,
               "megatron real: fixture tp%d pp%d (_extra_state %s%s) loads strict and equals tp1"
               % (tp, pp, extra, ", tp > query groups" if tp > 2 else ""))
     # tied embeddings: the last stage's output_layer copy
@@ -100,7 +91,7 @@ def forward_cases(mf, tmp):
     mf.write_checkpoint(t1, tfull, targs, 1, 1)
     t22 = os.path.join(tmp, "tied-tp2-pp2")
     mf.write_checkpoint(t22, tfull, targs, 2, 2)
-    close(mr.load_and_forward(t22, TOKENS), mr.load_and_forward(t1, TOKENS),
+    mr.close(mr.load_and_forward(t22, TOKENS), mr.load_and_forward(t1, TOKENS),
           "megatron real: tied embeddings tp2 pp2 (output_layer copy on the last stage) equals tp1")
     # GPT-2 style
     gargs = gpt2(mf)
@@ -109,7 +100,7 @@ def forward_cases(mf, tmp):
     mf.write_checkpoint(g1, gfull, gargs, 1, 1)
     g2 = os.path.join(tmp, "gpt2-tp2-pp2")
     mf.write_checkpoint(g2, gfull, gargs, 2, 2)
-    close(mr.load_and_forward(g2, TOKENS), mr.load_and_forward(g1, TOKENS),
+    mr.close(mr.load_and_forward(g2, TOKENS), mr.load_and_forward(g1, TOKENS),
           "megatron real: LayerNorm/bias/GeLU/learned-position model tp2 pp2 equals tp1")
 
     # wrong cuts must show
@@ -146,13 +137,13 @@ def hf_case(mf, tmp):
     args = mf.megatron_args_from_hf(cfg, make_vocab_size_divisible_by=4)
     d = os.path.join(tmp, "hf-tp2-pp2")
     mf.write_checkpoint(d, full, args, 2, 2)
-    close(mr.load_and_forward(d, TOKENS), mr.hf_logits(hf, TOKENS),
+    mr.close(mr.load_and_forward(d, TOKENS), mr.hf_logits(hf, TOKENS),
           "megatron real: HF Llama through the fixture's hf_llama_to_megatron_full at tp2 pp2 "
           "equals transformers' logits")
     # the harness's own converter, used by the tpshard tests' references
     d2 = os.path.join(tmp, "hf-harness-tp2-pp2")
     mr.hf_llama_to_megatron(hf, 2, 2, d2, make_vocab_size_divisible_by=4)
-    close(mr.load_and_forward(d2, TOKENS), mr.hf_logits(hf, TOKENS),
+    mr.close(mr.load_and_forward(d2, TOKENS), mr.hf_logits(hf, TOKENS),
           "megatron real: HF Llama through megatron_real.hf_llama_to_megatron at tp2 pp2 equals "
           "transformers' logits")
 
@@ -168,7 +159,7 @@ def real_save_case(mf, tmp):
     rargs, full = mf.read_checkpoint(d, trim_vocab=True)
     one = os.path.join(tmp, "real-as-tp1")
     mf.write_checkpoint(one, full, rargs, 1, 1)
-    close(mr.load_and_forward(one, TOKENS), mr.load_and_forward(d, TOKENS),
+    mr.close(mr.load_and_forward(one, TOKENS), mr.load_and_forward(d, TOKENS),
           "megatron real: real Megatron's tp2 pp2 state dicts, read by the fixture's reader and "
           "written at tp1, give the same logits")
 

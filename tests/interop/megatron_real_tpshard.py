@@ -37,7 +37,6 @@ import megatron_real as mr
 from tap import TPSHARD, report, status, tpshard
 
 TOKENS = [3, 17, 99, 42, 0, 64, 5, 77, 31]
-TOL = 1e-4
 
 
 def cli_has(cmd, word):
@@ -59,14 +58,6 @@ def have(feature):
 def skip(what, feature):
     print("skip - megatron real tpshard: %s: tpshard has no %s yet (its issue #18 part is not "
           "merged)" % (what, feature[2]))
-
-
-def close(got, want, what):
-    diff = float((got - want).abs().max())
-    big = float(want.abs().max())
-    return report(got.shape == want.shape and diff <= TOL and big > 1e-2,
-                  "%s (max abs diff %.2g, logits up to %.2g)" % (what, diff, big),
-                  "shapes %s vs %s" % (tuple(got.shape), tuple(want.shape)))
 
 
 def run_ok(what, *args):
@@ -110,7 +101,7 @@ def reshard_cases(mf, tmp):
         out = os.path.join(tmp, "fx-tp2-to-tp%d" % tp)
         if run_ok("reshard tp2 -> tp%d" % tp, "reshard", src2, "--tp", tp, "-o", out):
             keys_equal_real(out, "reshard tp2 -> tp%d" % tp)
-            close(mr.load_and_forward(out, TOKENS), ref,
+            mr.close(mr.load_and_forward(out, TOKENS), ref,
                   "megatron real tpshard: reshard tp2 -> tp%d%s loads strict into real "
                   "GPTModel and equals the source" % (tp, " (tp > query groups)" if tp > 2 else ""))
     src22 = os.path.join(tmp, "fx-tp2-pp2")
@@ -118,7 +109,7 @@ def reshard_cases(mf, tmp):
     out = os.path.join(tmp, "fx-tp2pp2-to-tp4pp1")
     if run_ok("reshard tp2/pp2 -> tp4/pp1", "reshard", src22, "--tp", 4, "--pp", 1, "-o", out):
         keys_equal_real(out, "reshard tp2/pp2 -> tp4/pp1")
-        close(mr.load_and_forward(out, TOKENS), ref,
+        mr.close(mr.load_and_forward(out, TOKENS), ref,
               "megatron real tpshard: reshard tp2/pp2 -> tp4/pp1 equals the source")
     targs = mr.fixture_llama_args(mf, untie_embeddings_and_output_weights=False, **WIDE)
     tfull = mr.scaled_full(mf, targs, 8, 0.15)
@@ -128,7 +119,7 @@ def reshard_cases(mf, tmp):
     tref = mr.load_and_forward(tsrc, TOKENS)
     if run_ok("reshard tied tp1 -> tp2/pp2", "reshard", tsrc, "--tp", 2, "--pp", 2, "-o", out):
         keys_equal_real(out, "reshard tied tp1 -> tp2/pp2")
-        close(mr.load_and_forward(out, TOKENS), tref,
+        mr.close(mr.load_and_forward(out, TOKENS), tref,
               "megatron real tpshard: reshard tied tp1 -> tp2/pp2 (output_layer copy on the "
               "last stage) equals the source")
     # back to one stage: the copy goes, its _extra_state stays (real Megatron's tied pp1 model
@@ -138,7 +129,7 @@ def reshard_cases(mf, tmp):
     out = os.path.join(tmp, "fx-tied-tp2pp2-to-tp1")
     if run_ok("reshard tied tp2/pp2 -> tp1", "reshard", tsrc22, "--tp", 1, "--pp", 1, "-o", out):
         keys_equal_real(out, "reshard tied tp2/pp2 -> tp1/pp1")
-        close(mr.load_and_forward(out, TOKENS), tref,
+        mr.close(mr.load_and_forward(out, TOKENS), tref,
               "megatron real tpshard: reshard tied tp2/pp2 -> tp1/pp1 equals the source")
 
 
@@ -155,7 +146,7 @@ def real_source_case(tmp):
     out = os.path.join(tmp, "real-tp2-to-tp4pp2")
     if run_ok("reshard real tp2 -> tp4/pp2", "reshard", src, "--tp", 4, "--pp", 2, "-o", out):
         keys_equal_real(out, "reshard of real Megatron's tp2 -> tp4/pp2")
-        close(mr.load_and_forward(out, TOKENS), ref,
+        mr.close(mr.load_and_forward(out, TOKENS), ref,
               "megatron real tpshard: real Megatron's own tp2 checkpoint resharded to tp4/pp2 "
               "equals the source")
 
@@ -176,14 +167,14 @@ def split_cases(tmp):
                       "--target", "megatron", "--tp", tp, "--pp", pp, "-o", ck):
             continue
         keys_equal_real(ck, "split %s --target megatron tp%d pp%d" % (name, tp, pp))
-        close(mr.load_and_forward(ck, TOKENS), want,
+        mr.close(mr.load_and_forward(ck, TOKENS), want,
               "megatron real tpshard: split --target megatron (%s, tp%d pp%d) of a HF Llama: "
               "real Megatron's logits equal transformers'" % (name, tp, pp))
         back = os.path.join(tmp, "merged-" + name)
         if merge and run_ok("merge --target hf", "merge", ck, "--target", "hf", "-o", back + "/"):
             with open(os.path.join(back, "config.json")) as f:
                 json.load(f)
-            close(mr.hf_logits(back, TOKENS), mr.load_and_forward(ck, TOKENS),
+            mr.close(mr.hf_logits(back, TOKENS), mr.load_and_forward(ck, TOKENS),
                   "megatron real tpshard: merge --target hf (%s): transformers' logits of the "
                   "merged model equal real Megatron's of the checkpoint" % name)
 
