@@ -142,6 +142,18 @@ static tps_status source_crc(stream_at *a, const tps_manifest_tensor *t, uint32_
     return st;
 }
 
+/* Tensor t's spans at tp as the copy engine streams it: those of the view a target's blocked or
+ * transposed entry reads (lib/target.h), else of the tensor itself. */
+static tps_status view_spans(const tps_manifest_tensor *t, uint64_t tp, tps_spans *sp, tps_error *err)
+{
+    tps_partition fp;
+    uint64_t vs[TPS_MAX_DIMS];
+    memcpy(vs, t->shape, sizeof vs);
+    tps_target_file_partition(t, &fp);
+    tps_target_file_shape(t, vs);
+    return tps_spans_build(&fp, t->dtype, t->ndim, vs, tp, sp, err);
+}
+
 /* The size of the chunk of tensor i at global byte g, the same for the reader and the consumer. */
 static size_t chunk_at(const tps_spans *sp, uint64_t nbytes, uint64_t g, size_t cap)
 {
@@ -170,12 +182,7 @@ static tps_status fill_source(void *arg, unsigned char *buf, size_t cap, size_t 
     if (ss->sp_i != ss->i) {
         tps_spans_release(&ss->sp);
         ss->sp_i = (size_t)-1;
-        tps_partition fp;
-        uint64_t vs[TPS_MAX_DIMS];
-        memcpy(vs, t->shape, sizeof vs);
-        tps_target_file_partition(t, &fp);
-        tps_target_file_shape(t, vs); /* the view's shape */
-        tps_status st = tps_spans_build(&fp, t->dtype, t->ndim, vs, ss->m->tp, &ss->sp, err);
+        tps_status st = view_spans(t, ss->m->tp, &ss->sp, err);
         if (st) return st;
         ss->sp_i = ss->i;
     }
@@ -244,12 +251,7 @@ static tps_status cut_tensor(tps_manifest *m, size_t i, tps_prefetch *pf, size_t
 {
     tps_manifest_tensor *t = &m->tensors[i];
     tps_spans sp;
-    tps_partition fp;
-    uint64_t vs[TPS_MAX_DIMS];
-    memcpy(vs, t->shape, sizeof vs);
-    tps_target_file_partition(t, &fp);
-    tps_target_file_shape(t, vs); /* the view's shape */
-    tps_status st = tps_spans_build(&fp, t->dtype, t->ndim, vs, m->tp, &sp, err);
+    tps_status st = view_spans(t, m->tp, &sp, err);
     if (st) return st;
     uint32_t crc = 0;
     /* Blocked rows stream in the view's order: the manifest's CRC is the source's, combined
