@@ -30,7 +30,13 @@ ALL_CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recov
 LDFLAGS += -fsanitize=$(SANITIZE)
 endif
 
-LIB_SRC := $(wildcard lib/*.c) $(wildcard formats/*.c) $(wildcard verify/*.c)
+# lib/'s folders, bottom first: a file of one includes only its own folder and those before it
+# (make lint checks it: tests/lint/layering.sh).  base: status, buffers, JSON, CRC, dtypes,
+# the tensor index; layout: YAML layouts, presets, the partition algebra, refusals; set: the
+# manifest as data, planning a set; targets: engine schemas as data, adoption; engine: cut,
+# gather, the write step, publishing, reading sets; megatron: Megatron-LM args and mappings.
+LIB_LAYERS := base layout set targets engine megatron
+LIB_SRC := $(wildcard lib/*.c) $(wildcard lib/*/*.c) $(wildcard formats/*.c) $(wildcard verify/*.c)
 CMD_SRC := $(wildcard cmd/*.c)
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 PRESETS := $(wildcard lib/presets/*.yaml)

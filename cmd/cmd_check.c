@@ -13,13 +13,13 @@
 #include "formats/megatron_read.h"
 #include "formats/shardset.h"
 #include "formats/torch.h"
-#include "lib/buf.h"
-#include "lib/adopt.h"
-#include "lib/crc.h"
-#include "lib/target.h"
-#include "lib/gather.h"
-#include "lib/json.h"
-#include "lib/manifest.h"
+#include "lib/base/buf.h"
+#include "lib/base/crc.h"
+#include "lib/base/json.h"
+#include "lib/engine/gather.h"
+#include "lib/set/manifest.h"
+#include "lib/targets/adopt.h"
+#include "lib/targets/target.h"
 #include "progress.h"
 
 static struct {
@@ -338,11 +338,11 @@ static void check_files(tps_shardset *ss, const uint32_t *rank_crc, findings *f,
             const tps_manifest_tensor *t = tps_manifest_find(m, x->name);
             size_t ti = (size_t)(t - m->tensors);
             uint32_t xc = rank_crc[ti * m->tp + r];
-            /* Blocked rows (lib/target.h) read back reordered: the file holds them in its own order. */
+            /* Blocked rows (lib/targets/target.h) read back reordered: the file holds them in its own order. */
             if (x->reader_data && range_crc(&ix->files[x->file], x->offset, x->nbytes, &xc, err)) f->oom = true;
             crc[x->file] = crc32_combine(crc[x->file], xc, (z_off_t)x->nbytes);
         }
-        /* A target's constants close the rank's last part (lib/target.h). */
+        /* A target's constants close the rank's last part (lib/targets/target.h). */
         uint64_t xlen, last = 0;
         uint32_t xcrc = tps_target_extras_crc(m, &xlen);
         for (size_t k = 0; k < m->nfiles; k++)

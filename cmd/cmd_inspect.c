@@ -8,15 +8,16 @@
 #include "cli.h"
 #include "commands.h"
 #include "formats/checkpoint.h"
-#include "layout_args.h"
 #include "formats/megatron_read.h"
 #include "formats/shardset.h"
 #include "inspect_megatron.h"
-#include "lib/adopt.h"
-#include "lib/buf.h"
-#include "lib/json.h"
-#include "lib/layout.h"
-#include "lib/manifest.h"
+#include "layout_args.h"
+#include "lib/base/buf.h"
+#include "lib/base/json.h"
+#include "lib/layout/layout.h"
+#include "lib/set/manifest.h"
+#include "lib/targets/adopt.h"
+#include "lib/targets/target.h"
 
 static const tps_opt inspect_opts[] = {
     {"json", 0, TPS_OPT_FLAG, &tps_common.json, NULL, "machine-readable output (schema in README)"},
@@ -130,7 +131,7 @@ static int inspect_shard_set(const char *dir)
         m = ss->m;
         ss->m = NULL;
         tps_shardset_free(ss);
-    } else if (tps_manifest_load(dir, &m, &err) != TPS_OK) {
+    } else if (tps_target_manifest_load(dir, &m, &err) != TPS_OK) {
         return tps_cli_report("inspect", &err);
     }
     if (tps_common.json) {

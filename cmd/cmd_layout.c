@@ -6,9 +6,9 @@
 #include "cli.h"
 #include "commands.h"
 #include "layout_args.h"
-#include "lib/buf.h"
-#include "lib/layout.h"
-#include "lib/presets.h"
+#include "lib/base/buf.h"
+#include "lib/layout/layout.h"
+#include "lib/layout/presets.h"
 
 static struct {
     bool list;

@@ -7,10 +7,10 @@
 
 #include "cli.h"
 #include "commands.h"
+#include "formats/shardset.h"
+#include "lib/set/unsharded.h"
 #include "megatron_hf.h"
 #include "output_args.h"
-#include "formats/shardset.h"
-#include "lib/unsharded.h"
 
 static struct {
     uint64_t max_shard;

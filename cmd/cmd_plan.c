@@ -4,7 +4,7 @@
 #include "cli.h"
 #include "commands.h"
 #include "layout_args.h"
-#include "lib/convert.h"
+#include "lib/engine/convert.h"
 
 static struct {
     tps_layout_args la;

@@ -5,14 +5,14 @@
 
 #include "cli.h"
 #include "commands.h"
-#include "layout_args.h"
-#include "output_args.h"
-#include "progress.h"
 #include "formats/megatron_read.h"
 #include "formats/megatron_set.h"
 #include "formats/shardset.h"
 #include "formats/torch_write.h"
-#include "lib/megatron_out.h"
+#include "layout_args.h"
+#include "lib/megatron/megatron_out.h"
+#include "output_args.h"
+#include "progress.h"
 
 static struct {
     uint64_t tp;
@@ -62,7 +62,7 @@ static tps_status check_source(void *ctx, size_t i, uint32_t crc, tps_error *err
     return tps_shardset_source_check(s->ss, s->src[i], crc, err);
 }
 
-/* A Megatron-LM checkpoint resharded to tp x pp (lib/megatron_out.h), written through the
+/* A Megatron-LM checkpoint resharded to tp x pp (lib/megatron/megatron_out.h), written through the
  * torch sink: stages as parts, the vocabulary re-padded from the true size for the new tp. */
 static int reshard_megatron(const char *dir)
 {

@@ -6,10 +6,10 @@
 #include "cli.h"
 #include "commands.h"
 #include "layout_args.h"
+#include "lib/engine/convert.h"
 #include "megatron_hf.h"
 #include "output_args.h"
 #include "progress.h"
-#include "lib/convert.h"
 
 static struct {
     tps_layout_args la;

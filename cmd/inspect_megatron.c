@@ -6,8 +6,8 @@
 
 #include "cli.h"
 #include "formats/megatron_read.h"
-#include "lib/buf.h"
-#include "lib/json.h"
+#include "lib/base/buf.h"
+#include "lib/base/json.h"
 
 /* The args shown in the summary: label, field. */
 static const char *const shown[][2] = {

@@ -8,13 +8,14 @@
 
 #include "cli.h"
 #include "formats/checkpoint.h"
-#include "lib/buf.h"
-#include "lib/json.h"
-#include "lib/plan.h"
-#include "lib/presets.h"
-#include "lib/quant_int.h"
-#include "lib/retarget.h"
-#include "lib/write_set.h"
+#include "lib/base/buf.h"
+#include "lib/base/json.h"
+#include "lib/engine/write_set.h"
+#include "lib/layout/presets.h"
+#include "lib/layout/quant_int.h"
+#include "lib/set/marlin_note.h"
+#include "lib/set/plan.h"
+#include "lib/set/retarget.h"
 
 static void print_lines(const char *cmd, const char *prefix, const char *text)
 {
@@ -100,7 +101,7 @@ static int detect_preset(const char *cmd, const char *src, const char *config, c
     return 0;
 }
 
-/* The Marlin note (lib/quant_int.h) as one line, or nothing when no linear misses the tile. */
+/* The Marlin note (lib/layout/quant_int.h) as one line, or nothing when no linear misses the tile. */
 static void marlin_note_line(const tps_manifest *m, const struct tps_quant *q, tps_buf *out)
 {
     tps_marlin_note n;

@@ -6,11 +6,11 @@
 
 #include <stdint.h>
 
-#include "lib/index.h"
-#include "lib/layout.h"
-#include "lib/manifest.h"
-#include "lib/presets.h"
-#include "lib/problems.h"
+#include "lib/base/index.h"
+#include "lib/layout/layout.h"
+#include "lib/layout/presets.h"
+#include "lib/layout/problems.h"
+#include "lib/set/manifest.h"
 
 typedef struct tps_layout_args {
     const char *layout;

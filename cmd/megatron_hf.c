@@ -1,5 +1,5 @@
 /* split --target megatron and merge --target hf: a Hugging Face checkpoint to a Megatron-LM
- * one and back (lib/megatron_hf.h maps the tensors and the config, lib/megatron_out.h plans
+ * one and back (lib/megatron/megatron_hf.h maps the tensors and the config, lib/megatron/megatron_out.h plans
  * and writes the Megatron files). */
 #include "megatron_hf.h"
 
@@ -8,19 +8,19 @@
 #include <string.h>
 
 #include "cli.h"
-#include "layout_args.h"
-#include "output_args.h"
-#include "progress.h"
 #include "formats/megatron_set.h"
 #include "formats/safetensors.h"
 #include "formats/torch_write.h"
-#include "lib/buf.h"
-#include "lib/megatron_args.h"
-#include "lib/megatron_hf.h"
-#include "lib/megatron_out.h"
-#include "lib/plan.h"
-#include "lib/publish.h"
-#include "lib/unsharded.h"
+#include "layout_args.h"
+#include "lib/base/buf.h"
+#include "lib/engine/publish.h"
+#include "lib/megatron/megatron_args.h"
+#include "lib/megatron/megatron_hf.h"
+#include "lib/megatron/megatron_out.h"
+#include "lib/set/plan.h"
+#include "lib/set/unsharded.h"
+#include "output_args.h"
+#include "progress.h"
 
 /* Megatron's tensor i (after planning) is the view's tensor pre[src[i]]. */
 typedef struct mg_source {

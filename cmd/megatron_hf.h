@@ -1,4 +1,4 @@
-/* split --target megatron and merge --target hf (lib/megatron_hf.h, lib/megatron_out.h). */
+/* split --target megatron and merge --target hf (lib/megatron/megatron_hf.h, lib/megatron/megatron_out.h). */
 #ifndef TPS_CMD_MEGATRON_HF_H
 #define TPS_CMD_MEGATRON_HF_H
 
@@ -6,7 +6,7 @@
 #include <stdint.h>
 
 #include "layout_args.h"
-#include "lib/outdir.h"
+#include "lib/engine/outdir.h"
 
 typedef struct tps_megatron_split_opts {
     const char *out;

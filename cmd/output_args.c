@@ -4,7 +4,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "lib/target.h"
+#include "lib/targets/target.h"
 
 #include "cli.h"
 #include "formats/safetensors.h"

@@ -1,5 +1,5 @@
 /* What split, reshard and merge share on the command line about the files they write: the
- * options' meaning lives in the library's write step (lib/write_set.h); this only fills its
+ * options' meaning lives in the library's write step (lib/engine/write_set.h); this only fills its
  * options from the command line and runs it with a progress display. */
 #ifndef TPS_OUTPUT_ARGS_H
 #define TPS_OUTPUT_ARGS_H
@@ -7,8 +7,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "lib/engine/write_set.h"
 #include "progress.h"
-#include "lib/write_set.h"
 
 /* The write step's options for a CLI run into out, with progress and -v listing on ps. */
 tps_write_opts tps_cli_write_opts(const char *out, bool force, const char *const *inputs, const char *only_ranks,
@@ -18,7 +18,7 @@ tps_write_opts tps_cli_write_opts(const char *out, bool force, const char *const
 int tps_cli_write(const char *verb, tps_manifest *m, tps_global_read_fn read, void *ctx, const tps_write_opts *o);
 
 /* Lays m out for the serving engine name ("tpshard": back to source names) by its
- * layout's targets: section (lib/target.h), for the engine release version (NULL: the
+ * layout's targets: section (lib/targets/target.h), for the engine release version (NULL: the
  * set's own, or the current one; "current": the newest class); returns the exit code
  * (reported). */
 int tps_cli_apply_target(const char *verb, const char *name, const char *version, tps_manifest *m);

@@ -5,7 +5,7 @@
 #ifndef TPS_PROGRESS_H
 #define TPS_PROGRESS_H
 
-#include "lib/cut.h"
+#include "lib/engine/cut.h"
 
 typedef struct tps_progress_state {
     const char *verb;

@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../lib/json.h"
+#include "../lib/base/json.h"
 #include "npy.h"
 #include "safetensors.h"
 #include "torch.h"

@@ -8,8 +8,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../lib/buf.h"
-#include "../lib/megatron_out.h"
+#include "../lib/base/buf.h"
+#include "../lib/megatron/megatron_out.h"
 #include "pickle.h"
 #include "pickle_json.h"
 #include "torch.h"

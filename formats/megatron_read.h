@@ -29,10 +29,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "../lib/index.h"
-#include "../lib/json.h"
+#include "../lib/base/index.h"
+#include "../lib/base/json.h"
 
-/* The tracker and rank file names: TPS_MEGATRON_TRACKER, TPS_MEGATRON_FILE (lib/megatron_out.h). */
+/* The tracker and rank file names: TPS_MEGATRON_TRACKER, TPS_MEGATRON_FILE (lib/megatron/megatron_out.h). */
 
 typedef struct tps_megatron_file {
     uint32_t tp_rank, pp_rank;

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../lib/checked.h"
+#include "../lib/base/checked.h"
 #include "torch.h"
 #include "view.h"
 

@@ -28,7 +28,7 @@
 #ifndef TPS_NPY_H
 #define TPS_NPY_H
 
-#include "../lib/index.h"
+#include "../lib/base/index.h"
 #include "zip.h"
 
 #define TPS_NPY_MAX_HEADER 10000u

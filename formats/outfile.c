@@ -8,8 +8,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "../lib/crc.h"
-#include "../lib/iocache.h"
+#include "../lib/base/crc.h"
+#include "../lib/base/iocache.h"
 
 /* Large enough that streaming costs few syscalls, small enough to not matter next to the
  * copy engine's own buffers. */

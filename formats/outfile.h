@@ -4,7 +4,7 @@
  * directory synced), so a file appears complete under its name or not at all.  Every byte
  * put is counted and folded into a running CRC-32 (zlib's), which is the whole file's CRC
  * at commit.  A NULL path opens a counting file: nothing is written, only the size and
- * CRC the file would have (lib/sink.h). */
+ * CRC the file would have (lib/set/sink.h). */
 #ifndef TPS_OUTFILE_H
 #define TPS_OUTFILE_H
 
@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../lib/status.h"
+#include "../lib/base/status.h"
 
 typedef struct tps_outfile tps_outfile;
 

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../lib/checked.h"
+#include "../lib/base/checked.h"
 
 static const tps_torch_dtype torch_dtypes[] = {
     {"float64", "DoubleStorage", TPS_DT_F64, 8, 8},

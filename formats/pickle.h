@@ -49,7 +49,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../lib/index.h"
+#include "../lib/base/index.h"
 
 /* A torch dtype and its storage class. */
 typedef struct tps_torch_dtype {

@@ -32,8 +32,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../lib/buf.h"
-#include "../lib/json.h"
+#include "../lib/base/buf.h"
+#include "../lib/base/json.h"
 #include "pickle.h"
 
 /* One entry of the state dict: a tensor on its own storage, or None (dt NULL). */

@@ -13,8 +13,8 @@
 
 #include <stdint.h>
 
-#include "../lib/index.h"
-#include "../lib/sink.h"
+#include "../lib/base/index.h"
+#include "../lib/set/sink.h"
 
 #define TPS_ST_MAX_HEADER 100000000ull
 
@@ -57,7 +57,7 @@ tps_status tps_st_writer_commit(tps_st_writer *w, uint32_t *crc, uint64_t *size,
 /* Removes the temporary file and frees w; accepts NULL; safe after a failed write. */
 void tps_st_writer_abort(tps_st_writer *w);
 
-/* The writer above as the copy engine's sink (lib/sink.h): what split, reshard and merge
+/* The writer above as the copy engine's sink (lib/set/sink.h): what split, reshard and merge
  * hand the engine. */
 extern const tps_sink tps_safetensors_sink;
 

@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../lib/buf.h"
-#include "../lib/checked.h"
-#include "../lib/json.h"
+#include "../lib/base/buf.h"
+#include "../lib/base/checked.h"
+#include "../lib/base/json.h"
 #include "outfile.h"
 
 struct tps_st_writer {

@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../lib/buf.h"
-#include "../lib/checked.h"
+#include "../lib/base/buf.h"
+#include "../lib/base/checked.h"
 #include "npy.h"
 #include "pickle.h"
 #include "view.h"

@@ -38,7 +38,7 @@
 #ifndef TPS_TORCH_H
 #define TPS_TORCH_H
 
-#include "../lib/index.h"
+#include "../lib/base/index.h"
 
 #define TPS_EAGER_CRC_MAX (256ull << 20)
 

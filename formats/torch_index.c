@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../lib/json.h"
+#include "../lib/base/json.h"
 #include "torch.h"
 #include "view.h"
 

@@ -5,10 +5,10 @@
 #include <string.h>
 #include <zlib.h>
 
-#include "../lib/buf.h"
-#include "../lib/checked.h"
-#include "../lib/crc.h"
-#include "../lib/json.h"
+#include "../lib/base/buf.h"
+#include "../lib/base/checked.h"
+#include "../lib/base/crc.h"
+#include "../lib/base/json.h"
 #include "pickle_write.h"
 #include "zip_write.h"
 

@@ -1,5 +1,5 @@
 /* Writing torch.save archives (Megatron-LM's model_optim_rng.pt), streamed: the copy
- * engine's sink (lib/sink.h) named "torch".
+ * engine's sink (lib/set/sink.h) named "torch".
  *
  * Byte layout (torch.h has the reader's view; zip_write.h the container): entries under
  * one root folder, the file's name without its extension ("model_optim_rng"; a counting
@@ -30,7 +30,7 @@
 #ifndef TPS_TORCH_WRITE_H
 #define TPS_TORCH_WRITE_H
 
-#include "../lib/sink.h"
+#include "../lib/set/sink.h"
 
 extern const tps_sink tps_torch_sink;
 

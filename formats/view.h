@@ -20,7 +20,7 @@
 #ifndef TPS_VIEW_H
 #define TPS_VIEW_H
 
-#include "../lib/index.h"
+#include "../lib/base/index.h"
 #include "zip.h"
 
 typedef struct tps_view {

@@ -5,8 +5,8 @@
 #include <string.h>
 #include <zlib.h>
 
-#include "../lib/checked.h"
-#include "../lib/index.h"
+#include "../lib/base/checked.h"
+#include "../lib/base/index.h"
 
 #define SIG_LOCAL TPS_ZIP_SIG_LOCAL
 #define SIG_CENTRAL TPS_ZIP_SIG_CENTRAL

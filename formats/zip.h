@@ -43,7 +43,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "../lib/status.h"
+#include "../lib/base/status.h"
 
 #define TPS_ZIP_STORED 0
 #define TPS_ZIP_DEFLATE 8

@@ -4,8 +4,8 @@
 #include <string.h>
 #include <zlib.h>
 
-#include "../lib/checked.h"
-#include "../lib/crc.h"
+#include "../lib/base/checked.h"
+#include "../lib/base/crc.h"
 #include "outfile.h"
 #include "zip.h"
 

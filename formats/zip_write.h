@@ -19,7 +19,7 @@
  * the archive was opened with force_zip64 (every entry then carries its sizes and offset
  * in ZIP64 extras, and the end record is saturated): a test hook for the >4 GiB path.
  * Sizes are declared when an entry begins, so a record's length is checked as it streams;
- * the CRC is computed while streaming (or combined from the caller's, lib/sink.h). */
+ * the CRC is computed while streaming (or combined from the caller's, lib/set/sink.h). */
 #ifndef TPS_ZIP_WRITE_H
 #define TPS_ZIP_WRITE_H
 
@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../lib/status.h"
+#include "../lib/base/status.h"
 
 #define TPS_ZIPW_ALIGN 64
 

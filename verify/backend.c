@@ -28,7 +28,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../lib/checked.h"
+#include "../lib/base/checked.h"
 #include "plugin.h"
 
 struct tps_vbackend {

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../lib/checked.h"
+#include "../lib/base/checked.h"
 #include "internal.h"
 
 static uint64_t cdiv(uint64_t a, uint64_t b) { return a / b + (a % b != 0); }

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../lib/checked.h"
-#include "../lib/dtype.h"
+#include "../lib/base/checked.h"
+#include "../lib/base/dtype.h"
 
 static const unsigned awq_order[8] = {0, 2, 4, 6, 1, 3, 5, 7};
 

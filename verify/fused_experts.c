@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../lib/dtype.h"
+#include "../lib/base/dtype.h"
 #include "internal.h"
 
 bool tps_vrole_fused_experts(tps_block_role role)

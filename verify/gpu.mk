@@ -22,7 +22,7 @@ NVCC_GENCODE ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,cod
 NVCC_FLAGS ?= -O2
 CUDA_PLUGIN := $(BUILD)/libtpshard-cuda.so
 MPI_PLUGIN := $(BUILD)/libtpshard-mpi.so
-PLUGIN_HDRS := verify/gated_threads.h verify/moe_route.h verify/rope.h verify/plugin.h verify/internal.h verify/verify.h lib/block.h lib/index.h lib/dtype.h lib/status.h
+PLUGIN_HDRS := verify/gated_threads.h verify/moe_route.h verify/rope.h verify/plugin.h verify/internal.h verify/verify.h lib/layout/block.h lib/base/index.h lib/base/dtype.h lib/base/status.h
 TPS_PLUGINS := $(if $(filter 1,$(HAVE_CUDA)),$(CUDA_PLUGIN)) $(if $(filter 1,$(HAVE_MPI)),$(MPI_PLUGIN))
 TEST_DEPS += $(TPS_PLUGINS)
 OPT_LIBS += -ldl

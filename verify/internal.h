@@ -182,7 +182,7 @@ tps_status tps_vattn_chunked_f32(const tps_block *b, const vdims *d, const vlaye
                                  tps_vcomm *comm, size_t n, const float *xn, float *buf, float *out,
                                  tps_error *err);
 
-/* q_norm / k_norm (lib/block.h, tps_qk_norm_kind), applied in place to the projected q
+/* q_norm / k_norm (lib/layout/block.h, tps_qk_norm_kind), applied in place to the projected q
  * [n, m->hn heads] (row stride qld) and k [n, m->kv_n heads] (stride kld) before RoPE.
  * Over the whole projection a pass that holds only some heads gets the per-token sums of
  * squares of the others through m->qk: fn receives ss[t] (q) and ss[n + t] (k) summed over
@@ -294,7 +294,7 @@ VNORMS_DECLARE(float, f32)
 
 /* ---- experts fused into whole-layer tensors (GPT-OSS; verify/fused_experts.c) ---- */
 
-/* Whether role is one of the experts_* roles (lib/block.h). */
+/* Whether role is one of the experts_* roles (lib/layout/block.h). */
 bool tps_vrole_fused_experts(tps_block_role role);
 
 /* The shape a share holds of a fused experts_* role (returns 3 or 2). */

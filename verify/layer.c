@@ -4,11 +4,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../lib/buf.h"
-#include "../lib/checked.h"
-#include "../lib/crc.h"
-#include "../lib/gather.h"
-#include "../lib/manifest.h"
+#include "../lib/base/buf.h"
+#include "../lib/base/checked.h"
+#include "../lib/base/crc.h"
+#include "../lib/engine/gather.h"
+#include "../lib/set/manifest.h"
 #include "dequant_int.h"
 #include "internal.h"
 #include "quant_blame.h"

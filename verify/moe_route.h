@@ -1,7 +1,7 @@
 /* Mixture-of-experts routing of one batch of tokens, shared by the CPU ranks
  * (verify/ops_tmpl.h) and the CUDA plugin (verify/cuda/cuda_backend.cu, compiled as C++ by
  * nvcc), so both choose the same experts with the same weights.  One routine covers the
- * families (lib/block.h, tps_moe_routing):
+ * families (lib/layout/block.h, tps_moe_routing):
  *   - scores: softmax over all router logits (Mixtral, Qwen-MoE, DeepSeek-V2) or each
  *     logit's sigmoid (DeepSeek-V3);
  *   - choice scores: the scores plus the router bias when there is one (V3's
@@ -22,7 +22,7 @@
 #include <math.h>
 #include <stddef.h>
 
-#include "../lib/block.h"
+#include "../lib/layout/block.h"
 
 typedef struct vmoe_cfg {
     int sigmoid;         /* else softmax */

@@ -49,14 +49,14 @@ bool tps_vdtype_supported(tps_dtype dt)
 
 #define REAL double
 #define SFX f64
-#include "ops_tmpl.h"
 #include "norms_tmpl.h"
+#include "ops_tmpl.h"
 #undef REAL
 #undef SFX
 
 #define REAL float
 #define SFX f32
-#include "ops_tmpl.h"
 #include "norms_tmpl.h"
+#include "ops_tmpl.h"
 #undef REAL
 #undef SFX

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../lib/manifest.h"
+#include "../lib/set/manifest.h"
 #include "dequant_int.h"
 #include "internal.h"
 #include "quant_blame.h"

@@ -24,7 +24,7 @@
 #include <math.h>
 #include <stddef.h>
 
-#include "../lib/block.h"
+#include "../lib/layout/block.h"
 
 #ifdef __CUDACC__
 #define TPS_VROPE_FN static inline __host__ __device__

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "../lib/checked.h"
+#include "../lib/base/checked.h"
 #include "internal.h"
 #include "quant_blame.h"
 

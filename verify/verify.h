@@ -36,9 +36,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../lib/block.h"
-#include "../lib/index.h"
-#include "../lib/status.h"
+#include "../lib/base/index.h"
+#include "../lib/base/status.h"
+#include "../lib/engine/shardset.h"
+#include "../lib/layout/block.h"
 
 /* A whole tensor as held by one party (the reference or one rank): raw little-endian
  * bytes of a floating-point dtype. */

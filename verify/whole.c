@@ -9,8 +9,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "../lib/checked.h"
-#include "../lib/manifest.h"
+#include "../lib/base/checked.h"
+#include "../lib/set/manifest.h"
 #include "internal.h"
 #include "quant_blame.h"
 
@@ -44,7 +44,7 @@ typedef struct wmeta {
 } wmeta;
 
 /* A target set's vocabulary is padded as its engine pads it (a multiple of 64, then cut in
- * T equal blocks: lib/target.h), not to a multiple of T. */
+ * T equal blocks: lib/targets/target.h), not to a multiple of T. */
 static uint64_t engine_vocab_quantum(const tps_block *b, const tps_verify_opts *o)
 {
     const char *en = b->model_role[TPS_MROLE_EMBED];

@@ -1,5 +1,5 @@
 #!/bin/sh
-# The row-block gather paths (lib/gather.c and lib/shardset.c): a tensor cut along dimension 1
+# The row-block gather paths (lib/engine/gather.c and lib/engine/shardset.c): a tensor cut along dimension 1
 # has one short piece per row on every rank, and here some pieces are replicated (a fused
 # [q;k;v] row split whose single k and v heads every rank holds at tp 4).  600 rows need
 # several row blocks.  Expectations come from a fixture written with Python's struct module

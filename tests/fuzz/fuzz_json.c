@@ -1,8 +1,8 @@
-/* The strict JSON parser (lib/json.h), then a walk over every node and a round trip of
+/* The strict JSON parser (lib/base/json.h), then a walk over every node and a round trip of
  * every string through the escaper, so a tree with a bad pointer or length is touched. */
 #include "fuzz.h"
 
-#include "lib/json.h"
+#include "lib/base/json.h"
 
 static size_t walk(const tps_json *v, tps_buf *b)
 {

@@ -1,9 +1,9 @@
-/* The YAML layout loader (lib/layout.h), then every rule applied to a llama-shaped set of
+/* The YAML layout loader (lib/layout/layout.h), then every rule applied to a llama-shaped set of
  * tensor names and shapes, so the expression evaluator and the partition checks run on
  * whatever sizes the input declares. */
 #include "fuzz.h"
 
-#include "lib/layout.h"
+#include "lib/layout/layout.h"
 
 static const struct {
     const char *name;

@@ -1,4 +1,4 @@
-/* The shard-set manifest loader (lib/manifest.h: tps_manifest_parse, the same checks
+/* The shard-set manifest loader (lib/set/manifest.h: tps_manifest_parse, the same checks
  * tps_manifest_load makes on DIR/tpshard.json), then a re-emit of what it accepted, which
  * must load again and emit the same text (reshard writes manifests from loaded ones). */
 #include "fuzz.h"
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lib/manifest.h"
+#include "lib/set/manifest.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -40,6 +40,24 @@ printf '#ifndef C_H\n#define C_H\n#include "../verify/v.h"\n#include "formats/f.
 printf 'lib/a.c:2\nlib/a.c:3\nformats/f.h:3\nverify/v.c:1\n' >../layering.want
 expect "layering.sh reports each include across a forbidden boundary" ../layering.want sh "$here/layering.sh" .
 
+# lib/'s folders: an arrow up the order (here closing a cycle set <-> engine, by a relative
+# and by a top-relative path), an include of the top from a folder, a folder the order lacks
+mkdir -p ../folders/lib/base ../folders/lib/set ../folders/lib/engine ../folders/lib/odd ../folders/formats ../folders/verify
+cd ../folders
+printf 'LIB_LAYERS := base set engine\n' >Makefile
+printf '#ifndef T\n#define T\n#endif\n' >lib/x.h
+for h in base/b set/s engine/e odd/o; do printf '#ifndef H\n#define H\n#endif\n' >lib/$h.h; done
+printf '#include "../engine/e.h"\n#include "../base/b.h"\n#include "s.h"\n' >lib/set/s.c
+printf '#include "../set/s.h"\n#include "lib/base/b.h"\n#include "e.h"\n' >lib/engine/e.c
+printf '#include "lib/set/s.h"\n#include "../x.h"\n' >lib/base/b.c
+printf 'lib/set/s.c:1\nlib/base/b.c:1\nlib/base/b.c:2\nlib/odd/:\n' >../folders.want
+expect "layering.sh reports an arrow up lib/'s folder order and a folder it does not place" ../folders.want \
+    sh "$here/layering.sh" .
+rm -r lib/odd lib/set/s.c lib/base/b.c
+sh "$here/layering.sh" . >clean.out 2>&1 && ok "layering.sh passes lib/ folders that include only down the order" ||
+    { notok "layering.sh on ordered folders"; sed 's/^/#   /' clean.out | head -10; }
+cd ../tree
+
 # headers: one uses a type it does not include, one has no guard; the template is skipped
 printf '#ifndef X_H\n#define X_H\n#include <stdint.h>\ntypedef uint64_t x_t;\n#endif\n' >lib/x.h
 printf '#ifndef N_H\n#define N_H\nstatic inline size_t n(void) { return 0; }\n#endif\n' >lib/needs.h

@@ -16,7 +16,7 @@
 #include "formats/pickle_write.h"
 #include "formats/safetensors.h"
 #include "formats/torch_write.h"
-#include "lib/crc.h"
+#include "lib/base/crc.h"
 
 static int fail(const tps_error *err)
 {

@@ -11,10 +11,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "lib/buf.h"
-#include "lib/checked.h"
-#include "lib/dtype.h"
-#include "lib/index.h"
+#include "lib/base/buf.h"
+#include "lib/base/checked.h"
+#include "lib/base/dtype.h"
+#include "lib/base/index.h"
 #include "tps_test.h"
 
 static uint64_t rng_state = 0x2545f4914f6cdd1dull;
@@ -28,7 +28,7 @@ static uint64_t rng(void) /* xorshift64* */
 }
 
 /* ---------------------------------------------------------------------------------- */
-/* lib/checked.h */
+/* lib/base/checked.h */
 
 TEST(checked_add_sub_edges)
 {
@@ -88,7 +88,7 @@ TEST(checked_prod_edges)
 }
 
 /* ---------------------------------------------------------------------------------- */
-/* lib/dtype.h */
+/* lib/base/dtype.h */
 
 /* The Dtype enum of safetensors/src/tensor.rs, in its order. */
 static const struct {
@@ -402,7 +402,7 @@ TEST(dtype_from_f64_f32_f64_exact)
 }
 
 /* ---------------------------------------------------------------------------------- */
-/* lib/buf.c */
+/* lib/base/buf.c */
 
 TEST(buf_appends_and_printf)
 {
@@ -463,7 +463,7 @@ TEST(buf_overflow_sets_oom)
 }
 
 /* ---------------------------------------------------------------------------------- */
-/* lib/index.c */
+/* lib/base/index.c */
 
 #define FILE_BYTES 1000
 

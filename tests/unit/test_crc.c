@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <zlib.h>
 
-#include "lib/crc.h"
+#include "lib/base/crc.h"
 #include "tps_test.h"
 
 static unsigned char *random_bytes(size_t n, uint64_t seed)

@@ -6,24 +6,24 @@
  * that really holds each tensor, the global bytes equal to the source's) are checked against
  * what those files and the source hold.  Conversion: expected bits come from the compiler's
  * own conversions (_Float16 casts, the float cast) and the bit-level bf16 rounding rule, not
- * from lib/dtype.c. */
+ * from lib/base/dtype.c. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "tps_test.h"
 #include "formats/checkpoint.h"
 #include "formats/safetensors.h"
 #include "formats/shardset.h"
-#include "lib/convert.h"
-#include "lib/cut.h"
-#include "lib/json.h"
-#include "lib/layout.h"
-#include "lib/outdir.h"
-#include "lib/plan.h"
-#include "lib/publish.h"
-#include "lib/write_set.h"
+#include "lib/base/json.h"
+#include "lib/engine/convert.h"
+#include "lib/engine/cut.h"
+#include "lib/engine/outdir.h"
+#include "lib/engine/publish.h"
+#include "lib/engine/write_set.h"
+#include "lib/layout/layout.h"
+#include "lib/set/plan.h"
+#include "tps_test.h"
 
 #define FIXTURE "testdata/models/tiny-llama"
 

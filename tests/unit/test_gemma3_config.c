@@ -4,7 +4,7 @@
  * the RoPE base and scaling each layer rotates with (verify/rope.h). */
 #include <string.h>
 
-#include "lib/layout.h"
+#include "lib/layout/layout.h"
 #include "tps_test.h"
 #include "verify/rope.h"
 

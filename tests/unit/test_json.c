@@ -1,4 +1,4 @@
-/* lib/json.c: the strict parser (valid and invalid documents, each grammar rule broken
+/* lib/base/json.c: the strict parser (valid and invalid documents, each grammar rule broken
  * once), duplicate keys at scale, memory bounds, and the emitter (escaping round trip,
  * exact compact and pretty text, shortest round-tripping doubles). */
 #include <float.h>
@@ -12,7 +12,7 @@
 #include <malloc.h>
 #endif
 
-#include "lib/json.h"
+#include "lib/base/json.h"
 #include "tps_test.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;

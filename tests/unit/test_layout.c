@@ -9,9 +9,9 @@
 #include <unistd.h>
 
 #include "formats/checkpoint.h"
-#include "lib/layout.h"
-#include "lib/layout_int.h"
-#include "lib/presets.h"
+#include "lib/layout/layout.h"
+#include "lib/layout/layout_int.h"
+#include "lib/layout/presets.h"
 #include "tps_test.h"
 
 #ifndef TPS_TOP

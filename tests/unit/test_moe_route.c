@@ -7,7 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "../../lib/layout.h"
+#include "../../lib/layout/layout.h"
 #include "../../verify/moe_route.h"
 #include "tps_test.h"
 

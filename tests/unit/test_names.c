@@ -2,7 +2,7 @@
  * hashes built by the loader, which also refuse names listed twice. */
 #include <stdlib.h>
 
-#include "lib/manifest.h"
+#include "lib/set/manifest.h"
 #include "tps_test.h"
 
 typedef struct rec {

@@ -1,17 +1,17 @@
-/* Refusals grouped by cause (lib/problems.c) and the manifest at a new tp (lib/retarget.c).
+/* Refusals grouped by cause (lib/layout/problems.c) and the manifest at a new tp (lib/set/retarget.c).
  *
  * The tp values expected to fit are worked out here from the model's numbers with the rule
  * the partition algebra documents (T divides the units; or, for replicable units, the units
- * divide T; padded segments fit any T), not by asking lib/partition.c. */
+ * divide T; padded segments fit any T), not by asking lib/layout/partition.c. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "tps_test.h"
 #include "formats/checkpoint.h"
-#include "lib/layout.h"
-#include "lib/plan.h"
-#include "lib/problems.h"
-#include "lib/retarget.h"
+#include "lib/layout/layout.h"
+#include "lib/layout/problems.h"
+#include "lib/set/plan.h"
+#include "lib/set/retarget.h"
+#include "tps_test.h"
 
 #define FIXTURE "testdata/models/tiny-llama"
 

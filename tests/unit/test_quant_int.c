@@ -3,7 +3,7 @@
  * stores zero - 1 (v1), AutoAWQ packs output columns in the order [0,2,4,6,1,3,5,7]. */
 #include <stdlib.h>
 
-#include "../../lib/dtype.h"
+#include "../../lib/base/dtype.h"
 #include "../../verify/dequant_int.h"
 #include "tps_test.h"
 

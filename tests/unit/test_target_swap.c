@@ -1,10 +1,10 @@
-/* tps_target_swap_read (lib/target.h: blocked rows and transposes read in the other order)
+/* tps_target_swap_read (lib/targets/target.h: blocked rows and transposes read in the other order)
  * against the definition, element by element: every byte range of [X, Y, block] arrays
  * stored [Y, X, block], for the gather path (small blocks, ranges of whole elements) and the
  * run path (large blocks, ranges that start or end inside an element). */
 #include <stdlib.h>
 
-#include "lib/target.h"
+#include "lib/targets/target.h"
 #include "tps_test.h"
 
 typedef struct mem {

@@ -12,7 +12,7 @@
 #include "formats/pickle_write.h"
 #include "formats/torch.h"
 #include "formats/torch_write.h"
-#include "lib/crc.h"
+#include "lib/base/crc.h"
 #include "tps_fsize.h"
 #include "tps_test.h"
 

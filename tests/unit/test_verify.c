@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lib/partition.h"
+#include "lib/layout/partition.h"
 #include "tps_test.h"
 #include "verify/internal.h"
 #include "verify/rope.h"

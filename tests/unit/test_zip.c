@@ -7,7 +7,7 @@
 #include <zlib.h>
 
 #include "formats/zip.h"
-#include "lib/buf.h"
+#include "lib/base/buf.h"
 #include "tps_test.h"
 
 static void put16(tps_buf *b, unsigned v)

@@ -1,0 +1,127 @@
+#include "prefetch.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "../base/crc.h"
+
+typedef struct slot {
+    unsigned char *buf;
+    size_t n;
+    uint32_t crc;
+    bool end;
+    tps_status st;
+    tps_error err;
+} slot;
+
+struct tps_prefetch {
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    slot *s;
+    int nslots;
+    size_t cap;
+    uint64_t produced, consumed;
+    bool stop, started, checksum;
+    tps_fill_fn fill;
+    void *ctx;
+};
+
+static void *run(void *arg)
+{
+    tps_prefetch *p = arg;
+    for (;;) {
+        pthread_mutex_lock(&p->mu);
+        while (!p->stop && p->produced - p->consumed == (uint64_t)p->nslots) pthread_cond_wait(&p->cv, &p->mu);
+        bool stop = p->stop;
+        pthread_mutex_unlock(&p->mu);
+        if (stop) return NULL;
+        slot *sl = &p->s[p->produced % (uint64_t)p->nslots];
+        sl->n = 0;
+        sl->end = false;
+        tps_error_clear(&sl->err);
+        sl->st = p->fill(p->ctx, sl->buf, p->cap, &sl->n, &sl->end, &sl->err);
+        if (p->checksum && sl->st == TPS_OK && !sl->end) sl->crc = tps_crc32(0, sl->buf, sl->n);
+        bool last = sl->st != TPS_OK || sl->end;
+        pthread_mutex_lock(&p->mu);
+        p->produced++;
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->mu);
+        if (last) return NULL;
+    }
+}
+
+tps_status tps_prefetch_start(tps_fill_fn fill, void *ctx, size_t cap, int nslots, bool checksum, tps_prefetch **out,
+                              tps_error *err)
+{
+    *out = NULL;
+    tps_prefetch *p = calloc(1, sizeof *p);
+    if (!p || !(p->s = calloc((size_t)nslots, sizeof *p->s))) {
+        free(p);
+        return tps_fail_oom(err, "starting the reader thread");
+    }
+    p->nslots = nslots;
+    p->cap = cap;
+    p->checksum = checksum;
+    p->fill = fill;
+    p->ctx = ctx;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    for (int k = 0; k < nslots; k++)
+        if (!(p->s[k].buf = malloc(cap))) {
+            tps_prefetch_stop(p);
+            return tps_fail_oom(err, "allocating read buffers");
+        }
+    if (pthread_create(&p->th, NULL, run, p) != 0) {
+        tps_prefetch_stop(p);
+        return tps_fail(err, TPS_EIO, "cannot start the reader thread");
+    }
+    p->started = true;
+    *out = p;
+    return TPS_OK;
+}
+
+tps_status tps_prefetch_take(tps_prefetch *p, unsigned char **buf, size_t *n, uint32_t *crc, tps_error *err)
+{
+    pthread_mutex_lock(&p->mu);
+    while (p->produced == p->consumed) pthread_cond_wait(&p->cv, &p->mu);
+    slot *sl = &p->s[p->consumed % (uint64_t)p->nslots];
+    pthread_mutex_unlock(&p->mu);
+    *buf = NULL;
+    *n = 0;
+    if (sl->st) {
+        *err = sl->err;
+        return sl->st;
+    }
+    if (!sl->end) {
+        *buf = sl->buf;
+        *n = sl->n;
+        *crc = sl->crc;
+    }
+    return TPS_OK;
+}
+
+void tps_prefetch_done(tps_prefetch *p)
+{
+    pthread_mutex_lock(&p->mu);
+    p->consumed++;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+}
+
+void tps_prefetch_stop(tps_prefetch *p)
+{
+    if (!p) return;
+    if (p->started) {
+        pthread_mutex_lock(&p->mu);
+        p->stop = true;
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->mu);
+        pthread_join(p->th, NULL);
+    }
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->cv);
+    for (int k = 0; k < p->nslots; k++) free(p->s[k].buf);
+    free(p->s);
+    free(p);
+}
