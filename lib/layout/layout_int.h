@@ -1,4 +1,4 @@
-/* Private to the layout module (lib/layout*.c, lib/layout/glob.c, lib/layout/block.c): the parsed form
+/* Private to the layout module (lib/layout/layout*.c, lib/layout/glob.c, lib/layout/block.c): the parsed form
  * of a layout, compiled size expressions, and the name tables of the YAML schema.  The
  * schema itself is documented at the top of lib/layout/layout.c. */
 #ifndef TPS_LAYOUT_INT_H

@@ -3,7 +3,7 @@
 # formats) builds on lib/ and never includes cmd/ or verify/; verify/ never includes cmd/
 # (libtpshard.a, which holds all three, does not depend on the command line).  Inside lib/,
 # the folders stand in the order the Makefile's LIB_LAYERS writes down (bottom first), and a
-# file of lib/F/ includes only lib/F/ and the folders below F, so the folders include each
+# file of a folder includes only its own folder and the folders below it, so the folders include each
 # other without a cycle (a cycle needs an arrow up somewhere, and that arrow is reported); a
 # folder of lib/ the order does not name is reported too, and so is a top of lib/ with more
 # than a dozen files (the library's face; the rest lives in the folders).  Each
