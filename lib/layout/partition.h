@@ -101,6 +101,13 @@ typedef struct tps_partition_issue {
     uint64_t T;
     bool groups; /* units counts the groups of a grouped partition (KV groups) */
     uint64_t local, block; /* TPS_ISSUE_BLOCK: a rank's piece of the segment, the block */
+    /* A quantized companion's cut in the words of the user's config (lib/layout/quant.h:
+     * tps_quant_issue_terms fills them; qratio 0: not one): the scheme's rule ("GPTQ group
+     * size 32"), the logical weight's dim the cut follows (0 output, 1 input), its elements
+     * per stored element along the cut, and the multiple a rank's piece of it must be. */
+    char qrule[48];
+    int qwdim;
+    uint64_t qratio, qalign;
 } tps_partition_issue;
 
 /* tps_partition_check that also fills *issue (when not NULL) with the cause in numbers. */

@@ -322,10 +322,36 @@ static void units_text(const tps_partition_issue *is, const tps_model_sizes *s, 
     }
 }
 
+/* A quantized companion's refusal in the logical weight's numbers and the config's rule:
+ * "GPTQ group size 32: 704 input features / tp 4 = 176 a rank, not a multiple of 32". */
+static bool quant_cause(const tps_partition_issue *is)
+{
+    uint64_t total = is->units * is->unit * is->qratio;
+    /* Else the cut fails for another reason (fewer heads than ranks), said the usual way. */
+    return is->qratio && is->qalign && is->T && (total % is->T || (total / is->T) % is->qalign);
+}
+
+static void quant_text(const tps_partition_issue *is, tps_buf *out)
+{
+    uint64_t total = is->units * is->unit * is->qratio;
+    const char *what = is->qwdim == 1 ? "input features" : "output features";
+    if (is->seg_name[0]) tps_buf_printf(out, "segment %s: ", is->seg_name);
+    tps_buf_printf(out, "%s: %llu %s / tp %llu", is->qrule, (unsigned long long)total, what,
+                   (unsigned long long)is->T);
+    if (total % is->T)
+        tps_buf_puts(out, " is no whole number");
+    else
+        tps_buf_printf(out, " = %llu a rank, not a multiple of %llu", (unsigned long long)(total / is->T),
+                       (unsigned long long)is->qalign);
+}
+
 void tps_problem_line(const tps_problem *g, const tps_model_sizes *sizes, tps_buf *out)
 {
     const tps_partition_issue *is = &g->issue;
-    if (g->kind == TPS_PROBLEM_TP && (is->kind == TPS_ISSUE_INDIVISIBLE || is->kind == TPS_ISSUE_NEEDS_REPLICA)) {
+    if (g->kind == TPS_PROBLEM_TP && quant_cause(is) &&
+        (is->kind == TPS_ISSUE_INDIVISIBLE || is->kind == TPS_ISSUE_NEEDS_REPLICA || is->kind == TPS_ISSUE_BLOCK)) {
+        quant_text(is, out);
+    } else if (g->kind == TPS_PROBLEM_TP && (is->kind == TPS_ISSUE_INDIVISIBLE || is->kind == TPS_ISSUE_NEEDS_REPLICA)) {
         bool heads = false;
         if (is->seg_name[0]) tps_buf_printf(out, "segment %s: ", is->seg_name);
         units_text(is, sizes, out, &heads);

@@ -343,6 +343,40 @@ int tps_quant_companion_of(const tps_quant_scheme *s, const char *name, size_t *
     return -1;
 }
 
+void tps_quant_issue_terms(const tps_quant *q, const char *name, tps_partition_issue *issue)
+{
+    const char *dot = strrchr(name, '.');
+    char module[1024];
+    size_t n = dot ? (size_t)(dot - name) : 0, mlen;
+    if (!q || !n || n >= sizeof module || issue->dim < 0 || issue->dim > 1) return;
+    memcpy(module, name, n);
+    module[n] = '\0';
+    const tps_quant_scheme *s = tps_quant_module(q, module);
+    int c = tps_quant_companion_of(s, name, &mlen);
+    if (c < 0) return;
+    const tps_quant_companion *k = &s->comp[c];
+    int wd = k->wdim[issue->dim];
+    if (wd < 0 || !k->ratio[issue->dim]) return;
+    issue->qwdim = wd;
+    issue->qratio = k->ratio[issue->dim];
+    issue->qalign = s->align[wd];
+    if (s->block[0]) {
+        snprintf(issue->qrule, sizeof issue->qrule, "FP8 block [%llu, %llu]", (unsigned long long)s->block[0],
+                 (unsigned long long)s->block[1]);
+    } else if (s->int_bits) {
+        /* The scheme's name starts with its method ("gptq 4-bit group 128"); a group size
+         * rules the input dim, the pack factor (values to a 32-bit word) the output dim. */
+        const char *method = strncmp(s->name, "awq", 3) == 0 ? "AWQ" : "GPTQ";
+        unsigned pf = 32 / s->int_bits;
+        if (wd == 1 && s->align[1] != pf)
+            snprintf(issue->qrule, sizeof issue->qrule, "%s group size %llu", method, (unsigned long long)s->align[1]);
+        else
+            snprintf(issue->qrule, sizeof issue->qrule, "%s %u-bit packed %u to a word", method, s->int_bits, pf);
+    } else {
+        snprintf(issue->qrule, sizeof issue->qrule, "%.40s", s->name);
+    }
+}
+
 static uint64_t cdiv(uint64_t a, uint64_t b) { return a / b + (a % b != 0); }
 
 tps_status tps_quant_logical_shape(const tps_quant_scheme *s, int comp, const char *name, int ndim,

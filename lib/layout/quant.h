@@ -94,6 +94,12 @@ const tps_quant_scheme *tps_quant_module(const tps_quant *q, const char *module)
  * length of the module part of name. */
 int tps_quant_companion_of(const tps_quant_scheme *s, const char *name, size_t *module_len);
 
+/* When name is a companion of a quantized linear, issue (a refusal of its cut) gets the
+ * cut in the logical weight's terms and the scheme's rule as the config names it (qrule,
+ * qwdim, qratio, qalign: lib/layout/partition.h), so the refusal speaks of the group size
+ * and input features the user knows rather than packed words.  q may be NULL. */
+void tps_quant_issue_terms(const tps_quant *q, const char *name, tps_partition_issue *issue);
+
 /* W's shape from the primary companion's shape (exact: the primary maps every dim of W). */
 tps_status tps_quant_logical_shape(const tps_quant_scheme *s, int comp, const char *name, int ndim,
                                    const uint64_t *shape, uint64_t *wshape, tps_error *err);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "../base/checked.h"
+#include "../layout/quant.h"
 
 #ifndef TPS_VERSION
 #define TPS_VERSION "0.1.0"
@@ -107,6 +108,7 @@ tps_status tps_plan_build_grouped(const tps_index *ix, tps_layout *l, const char
                 tps_layout_rule_missing_sizes(l, rule, missing, sizeof missing);
                 kind = missing[0] ? TPS_PROBLEM_SIZES : TPS_PROBLEM_OTHER;
             }
+            if (kind == TPS_PROBLEM_TP) tps_quant_issue_terms(tps_layout_quant(l), x->name, &issue);
             tps_problems_add(problems, kind, x->name, label, kind == TPS_PROBLEM_TP ? &issue : NULL, missing, e.msg);
             continue;
         }

@@ -116,7 +116,7 @@ for c in "tiny-deepseek-v3-fp8 deepseek_v3 1 2 4" "tiny-qwen3-moe-fp8 qwen3_moe 
         check "$f tp $tp: verify --whole-model passes" "$TPSHARD" verify "$T/$f-auto-$tp" --source "$M/$f" --whole-model -q
     done
 done
-expect_exit 3 "8 attention heads (rows each 12) along dimension 0: tp 8 gives each rank 12, not a multiple of the quantization block 8" \
+expect_exit 3 "FP8 block [8, 8]: 96 output features / tp 8 = 12 a rank, not a multiple of 8" \
     "deepseek fp8 tp 8: refused, q_b_proj's head rows split a block of 8" "$TPSHARD" plan "$M/tiny-deepseek-v3-fp8" --tp 8
 grep -qF "model.layers.{0..1}.self_attn.q_b_proj.weight; rule" "$T/.err" && grep -q "tp values that fit: 1, 2, 4$" "$T/.err" &&
     ok "deepseek fp8 tp 8: the refusal names q_b_proj and lists tp 1, 2, 4" ||
@@ -139,10 +139,10 @@ fi
 # The engine's reason, in numbers: intermediate 96 at tp 4 is 24 rows a rank, not whole
 # 16-row blocks (Llama-2's 11008 at tp 4: 2752, not whole 128-row blocks); gate/up and down
 # are the causes, their scales are not listed again.
-expect_exit 3 "intermediate size 96 along dimension 0: tp 4 gives each rank 24, not a multiple of the quantization block 16" \
+expect_exit 3 "FP8 block [16, 16]: 96 output features / tp 4 = 24 a rank, not a multiple of 16" \
     "fp8 block: a boundary inside a block of gate/up is refused naming the local size and the block" \
     "$TPSHARD" plan "$M/tiny-llama-fp8-i96" --tp 4
-if grep -q "weight_scale_inv" "$T/.err" || [ "$(grep -c 'quantization block' "$T/.err")" -ne 2 ]; then
+if grep -q "weight_scale_inv" "$T/.err" || [ "$(grep -c 'FP8 block \[16, 16\]' "$T/.err")" -ne 2 ]; then
     notok "fp8 block: the refusal lists gate/up and down once each, not their scales"
     sed 's/^/#   /' "$T/.err"
 else
@@ -276,7 +276,7 @@ header "$T/l3-8b-fp8" 14336 8 block && header "$T/l2-7b-fp8" 11008 32 block &&
     notok "generating the header-only checkpoints"
 expect_exit 3 "tp values that fit: 1, 2, 4, 8, 16" "Llama-3-8B FP8 block 128: tp 1, 2, 4, 8, 16 (quant.md 1.4)" \
     "$TPSHARD" plan "$T/l3-8b-fp8" --tp 32
-expect_exit 3 "tp 4 gives each rank 2752, not a multiple of the quantization block 128" \
+expect_exit 3 "FP8 block [128, 128]: 11008 input features / tp 4 = 2752 a rank, not a multiple of 128" \
     "intermediate 11008 FP8 block 128 at tp 4: 2752 rows a rank (quant.md 1.5)" "$TPSHARD" plan "$T/l2-7b-fp8" --tp 4
 grep -q "tp values that fit: 1, 2$" "$T/.err" && ok "intermediate 11008 FP8 block 128: only tp 1 and 2 fit" ||
     { notok "intermediate 11008 FP8 block 128: only tp 1 and 2 fit"; tail -1 "$T/.err" | sed 's/^/#   /'; }

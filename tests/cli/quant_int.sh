@@ -28,12 +28,18 @@ done
 
 # intermediate 192 in groups of 32 (the shape of 11008 in groups of 128): tp 4 leaves 48 input
 # rows of down_proj a rank, inside a group.
-expect_exit 3 "gives each rank 48, not a multiple of the quantization block 32" \
+expect_exit 3 "AWQ group size 32: 192 input features / tp 4 = 48 a rank, not a multiple of 32" \
     "awq tp 4: down_proj refused naming the local size and the group" "$TPSHARD" plan "$M/tiny-llama-awq" --tp 4
+# GPTQ in its config's words: group_size 16 (tiny-llama-gptq's config.json), o_proj's 128 input
+# features (hidden 128) at tp 16 leave 8 a rank; the tps that fit follow.
+expect_exit 3 "GPTQ group size 16: 128 input features / tp 16 = 8 a rank, not a multiple of 16" \
+    "gptq tp 16: o_proj refused in group size and input features" "$TPSHARD" plan "$M/tiny-llama-gptq" --tp 16
+grep -qF "tp values that fit: 1, 2, 4, 8" "$T/.err" && ok "gptq tp 16: the tps that fit follow" ||
+    { notok "gptq tp 16: the tps that fit follow"; sed 's/^/#   /' "$T/.err" | head -5; }
 # The same shape per expert of an AWQ Mixtral: every expert's w2 refused at tp 4, the tps that fit listed.
 expect_exit 3 "8 tensors: model.layers.{0..1}.block_sparse_moe.experts.{0..3}.w2.qweight" \
     "mixtral awq tp 4: every expert's w2 refused" "$TPSHARD" split "$M/tiny-mixtral-awq" --tp 4 -o "$T/mixtral-awq-4"
-grep -qF "gives each rank 48, not a multiple of the quantization block 32" "$T/.err" &&
+grep -qF "AWQ group size 32: 192 input features / tp 4 = 48 a rank, not a multiple of 32" "$T/.err" &&
     grep -qF "tp values that fit: 1, 2" "$T/.err" && ok "mixtral awq tp 4: the refusal names 48, the group 32 and tps 1, 2" ||
     { notok "mixtral awq tp 4: the refusal names 48, the group 32 and tps 1, 2"; sed 's/^/#   /' "$T/.err" | head -5; }
 # An expert's scale columns dealt as two interleaved halves: verify names that expert's tensors.

@@ -138,7 +138,8 @@ def main():
                     by_quant = T in R.legal_tps(qc["quant_method"], 1, cfg["hidden_size"], cfg["num_attention_heads"],
                                                 cfg["num_key_value_heads"], hd, cfg["intermediate_size"], pf=1,
                                                 candidates=CANDIDATES)
-                    report(r.returncode == 3 and (not by_quant or "quantization block" in r.stderr) and
+                    report(r.returncode == 3 and (not by_quant or "%s group size %d" % (qc["quant_method"].upper(), qc["group_size"]) in r.stderr
+                                                           or "packed %d to a word" % (32 // qc["bits"]) in r.stderr) and
                            "tp values that fit: " + ", ".join(map(str, legal)) in r.stderr,
                            "%s tp %d: refused (exit 3)%s, listing the tps that work (%s)"
                            % (fx, T, " naming the quantization block" if by_quant else "", ", ".join(map(str, legal))),
