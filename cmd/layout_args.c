@@ -115,6 +115,27 @@ static void marlin_note_line(const tps_manifest *m, const struct tps_quant *q, t
                    n.wdim == 0 ? "output" : "input", (unsigned long long)n.local);
 }
 
+/* --preset NAME that fits no tensor of a checkpoint whose config.json names another preset:
+ * the user picked the wrong one, and one line saying which helps more than a warning per rule
+ * of the wrong preset.  Whether config names a preset other than given's; if so the line. */
+static bool other_preset_line(const char *cmd, const tps_preset *given, const tps_layout *l, const char *config)
+{
+    const tps_preset *named = NULL;
+    char found[256];
+    tps_error err;
+    tps_error_clear(&err);
+    if (!config || tps_preset_detect(config, &named, found, sizeof found, &err) != TPS_OK || !named ||
+        named == given)
+        return false;
+    size_t narch = 0;
+    const char *const *arch = tps_layout_architectures(l, &narch);
+    const char *desc = tps_layout_description(l);
+    tps_cli_errorf(cmd, "%s says %s (%s); --preset %s is for %s%s%s%s: pass --preset %s", config, named->name, found,
+                   given->name, narch ? arch[0] : "another model", desc ? " (" : "", desc ? desc : "", desc ? ")" : "",
+                   named->name);
+    return true;
+}
+
 int tps_cli_plan(const char *cmd, const char *src, const tps_layout_args *a, tps_index **ix, tps_layout **l,
                  tps_manifest **m)
 {
@@ -134,7 +155,10 @@ int tps_cli_plan(const char *cmd, const char *src, const tps_layout_args *a, tps
     if (!config) {
         struct stat sb;
         const char *slash = strrchr(src, '/');
-        if (stat(src, &sb) == 0 && S_ISDIR(sb.st_mode)) snprintf(beside, sizeof beside, "%s/config.json", src);
+        size_t n = strlen(src);
+        while (n > 1 && src[n - 1] == '/') n--; /* src/ names the same directory: no src//config.json */
+        if (stat(src, &sb) == 0 && S_ISDIR(sb.st_mode))
+            snprintf(beside, sizeof beside, "%.*s/config.json", (int)n, src);
         else if (slash) snprintf(beside, sizeof beside, "%.*s/config.json", (int)(slash - src), src);
         else snprintf(beside, sizeof beside, "config.json");
         if (stat(beside, &sb) == 0 && S_ISREG(sb.st_mode)) {
@@ -143,11 +167,11 @@ int tps_cli_plan(const char *cmd, const char *src, const tps_layout_args *a, tps
         }
     }
     char name[4200];
+    const tps_preset *p = NULL;
     if (a->layout) {
         if (tps_layout_load_file(a->layout, l, &err)) return tps_cli_report(cmd, &err);
         snprintf(name, sizeof name, "%s", a->layout);
     } else {
-        const tps_preset *p;
         int rc = a->preset ? tps_cli_resolve_preset(cmd, a->preset, &p) : detect_preset(cmd, src, config, &p);
         if (rc) return rc;
         if (tps_layout_load_preset(p->name, l, &err)) return tps_cli_report(cmd, &err);
@@ -173,7 +197,10 @@ int tps_cli_plan(const char *cmd, const char *src, const tps_layout_args *a, tps
         if (!((*m)->config_path = strdup(config))) st = tps_fail_oom(&err, "planning");
     }
     free(config_keys);
-    if (unused.len && !tps_common.quiet) print_lines(cmd, "warning: layout rule matched no tensor: ", unused.data);
+    bool wrong_preset = (st == TPS_EINVALID || st == TPS_EARG) && a->preset &&
+                        tps_problems_count_kind(&problems, TPS_PROBLEM_NO_RULE) &&
+                        other_preset_line(cmd, p, *l, config);
+    if (unused.len && !tps_common.quiet && !wrong_preset) print_lines(cmd, "warning: layout rule matched no tensor: ", unused.data);
     for (size_t i = 0; st == TPS_OK && !tps_common.quiet && i < (*m)->nskipped; i++) {
         const tps_manifest_skip *sk = &(*m)->skipped[i];
         fprintf(stderr, "tpshard %s: skipped %llu tensor%s: %s (%s)\n", cmd, (unsigned long long)sk->count,
@@ -185,7 +212,9 @@ int tps_cli_plan(const char *cmd, const char *src, const tps_layout_args *a, tps
         if (note.len && tps_buf_cstr(&note)) fprintf(stderr, "tpshard %s: note: %s\n", cmd, note.data);
         tps_buf_release(&note);
     }
-    if ((st == TPS_EINVALID || st == TPS_EARG) && problems.n) {
+    if (wrong_preset) {
+        /* said above */
+    } else if ((st == TPS_EINVALID || st == TPS_EARG) && problems.n) {
         tps_cli_print_problems(cmd, src, "the layout does not fit this checkpoint", &problems, tps_layout_sizes(*l),
                                config ? NULL : beside, tps_common.json);
     } else if (st) {

@@ -26,6 +26,23 @@ for spec in gemma:GemmaForCausalLM gemma2:Gemma2ForCausalLM gemma3_text:Gemma3Fo
     done
 done
 
+# The multimodal preset on the text checkpoint: config.json names gemma3_text, and one line
+# says so (not a warning per rule of the wrong preset, then a generic refusal); nothing written.
+expect_exit 3 "$M/tiny-gemma3_text/config.json says gemma3_text (architectures Gemma3ForCausalLM); --preset gemma3 is for Gemma3ForConditionalGeneration" \
+    "--preset gemma3 on a gemma3_text checkpoint: one line naming the preset config.json says" \
+    "$TPSHARD" split "$M/tiny-gemma3_text" --tp 2 --preset gemma3 -o "$T/wrong-preset"
+if grep -q "matched no tensor" "$T/.err" || [ "$(wc -l <"$T/.err")" -ne 1 ] || [ -e "$T/wrong-preset" ]; then
+    notok "--preset gemma3 on gemma3_text: that line alone, nothing written"
+    sed 's/^/#   /' "$T/.err" | head -5
+else
+    ok "--preset gemma3 on gemma3_text: that line alone, nothing written"
+fi
+# A trailing slash on the checkpoint directory names the same config.json (no "dir//").
+"$TPSHARD" plan "$M/tiny-gemma3_text/" --tp 2 >/dev/null 2>"$T/.err"
+grep -qx "tpshard plan: layout: preset gemma3_text, from $M/tiny-gemma3_text/config.json architectures Gemma3ForCausalLM" "$T/.err" &&
+    ok "plan DIR/: the config.json path has no double slash" ||
+    { notok "plan DIR/: the config.json path has no double slash"; sed 's/^/#   /' "$T/.err" | head -3; }
+
 # Config numbers reach verify through the manifest's recorded keys.
 if grep -q '"attn_logit_softcapping": 2' "$T/gemma2-2/tpshard.json" && grep -q '"sliding_window": 4' "$T/gemma2-2/tpshard.json" &&
     grep -q '"query_pre_attn_scalar": 24' "$T/gemma2-2/tpshard.json" && grep -q '"final_logit_softcapping": 3' "$T/gemma2-2/tpshard.json"; then
