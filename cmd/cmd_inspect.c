@@ -181,8 +181,10 @@ static int run_inspect(char **args, int nargs)
     tps_error err;
     tps_error_clear(&err);
     tps_index *ix = NULL;
-    if (tps_is_shard_set(args[0]) || tps_adopt_is_engine_set(args[0])) return inspect_shard_set(args[0]);
+    /* A Megatron checkpoint tpshard wrote has a tpshard.json too, naming files in its rank
+     * directories, which the plain shard-set view does not take: show it as Megatron's. */
     if (tps_megatron_is_checkpoint(args[0])) return tps_inspect_megatron(args[0], tps_common.json);
+    if (tps_is_shard_set(args[0]) || tps_adopt_is_engine_set(args[0])) return inspect_shard_set(args[0]);
     char part_of[TPS_ERROR_MSG_MAX]; /* one file of a multi-file checkpoint is shown, and said to be one */
     if (tps_checkpoint_open_part(args[0], &ix, part_of, sizeof part_of, &err) != TPS_OK)
         return tps_cli_report("inspect", &err);

@@ -40,12 +40,13 @@ static int run_merge(char **args, int nargs)
     (void)nargs;
     if (!o.out) return tps_cli_usage("merge", "-o FILE|DIR is required");
     /* One file is named *.safetensors; a directory exists or is asked for with a trailing
-     * '/': anything else is more likely a slip (-o model.bin) than a wish for a directory. */
+     * '/': anything else is more likely a slip (-o model.bin) than a wish for a directory,
+     * except with --target hf, whose output is a model directory by definition. */
     struct stat sb;
     bool is_dir = stat(o.out, &sb) == 0 && S_ISDIR(sb.st_mode);
     tps_outdir_kind kind = TPS_OUT_CHECKPOINT;
     if (ends_with(o.out, ".safetensors") && !is_dir) kind = TPS_OUT_FILE;
-    else if (!is_dir && !ends_with(o.out, "/"))
+    else if (!is_dir && !ends_with(o.out, "/") && !o.target)
         return tps_cli_usage("merge",
                              "-o %s: name a FILE.safetensors for one file, or a directory (an existing one, or "
                              "'%s/' to create it) for a Hugging Face multi-file checkpoint",

@@ -56,6 +56,10 @@ static int unknown_command(const char *name)
 
 int main(int argc, char **argv)
 {
+    /* Results go to stdout, notes and errors to stderr (unbuffered).  Into a pipe stdout is
+     * fully buffered, so a note would print before the lines it follows; a line at a time
+     * keeps the two in the order they were written (2>&1 | less reads as it happened). */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 2) {
         print_overview(stderr);
         return TPS_EXIT_USAGE;

@@ -49,6 +49,35 @@ for model in llama mixtral; do
     fi
 done
 
+# --target hf writes a model directory whatever -o looks like: a new name without a trailing
+# slash is created, not refused as a likely slip.
+if [ -d "$T/llama-4-2" ] && "$TPSHARD" merge "$T/llama-4-2" --target hf -o "$T/hfback" -q >"$T/.out" 2>&1 &&
+    [ -f "$T/hfback/config.json" ] && cmp -s "$T/hfback/model.safetensors" "$T/llama-back/model.safetensors"; then
+    ok "merge --target hf -o NEW (no trailing slash) creates the model directory, the same bytes as NEW/"
+else
+    notok "merge --target hf -o NEW (no trailing slash) creates the model directory, the same bytes as NEW/"
+    sed 's/^/#   /' "$T/.out" | head -5
+fi
+# inspect of that checkpoint shows it as Megatron's (its tpshard.json names files in the rank
+# directories, which the shard-set view refused).
+if [ -d "$T/llama-4-2" ] && "$TPSHARD" inspect "$T/llama-4-2" >"$T/.out" 2>&1 &&
+    grep -q "Megatron-LM checkpoint (torch format).*tp 4 x pp 2" "$T/.out"; then
+    ok "inspect of a Megatron checkpoint tpshard wrote shows its grid"
+else
+    notok "inspect of a Megatron checkpoint tpshard wrote shows its grid"
+    sed 's/^/#   /' "$T/.out" | head -5
+fi
+
+# stdout and stderr into one pipe keep the order they were written in (stdout goes a line at a
+# time): reshard -v writes each file's line (stdout), the optimizer note (stderr), then the
+# summary (stdout).
+if [ -d "$T/llama-4-2" ]; then
+    "$TPSHARD" reshard "$T/llama-4-2" --tp 2 -v -o "$T/order" 2>&1 | cat >"$T/order.out"
+    order=$(sed -n 's/^\(wrote\|reshard: optimizer\|resharded\).*/\1/p' "$T/order.out" | uniq | tr '\n' ' ')
+    [ "$order" = "wrote reshard: optimizer resharded " ] && ok "stdout and stderr in one pipe keep their order" ||
+        { notok "stdout and stderr in one pipe keep their order (got: $order)"; sed 's/^/#   /' "$T/order.out" | head -8; }
+fi
+
 expect_exit 3 "the presets with one: llama, mixtral" "a family without a Megatron mapping: exit 3 naming those with one" \
     "$TPSHARD" split "$M/tiny-gpt2" --tp 1 --target megatron -o "$T/gpt2"
 expect_exit 3 "tp values that fit: 1, 2, 4, 8" "tp 3 on 2 query groups: exit 3 naming the tp values that fit" \
