@@ -14,9 +14,10 @@ Environment (all optional):
   BENCH_SCALE  0 skips the many-tensor cases; BENCH_ONLY=scale runs only them (make bench-scale)
 Writes build/bench/results.md and prints the same table.
 
-  bench.py --docs RESULTS PAGE   puts RESULTS (a results.md) in place of what stands between
-                                 the lines <!-- bench:begin --> and <!-- bench:end --> of PAGE
-                                 (make bench does it for docs/benchmarks.md)
+  bench.py --docs RESULTS PAGE   puts RESULTS (build/bench/results.md) in place of what
+                                 stands between the lines <!-- bench:begin --> and
+                                 <!-- bench:end --> of PAGE (make bench does it for
+                                 docs/benchmarks.md)
 
 The many-tensor cases (issue 14, item 9): two Mixtral-shaped checkpoints of tiny tensors,
 about 5,000 and 50,000 (25 and 251 layers of 64 experts), split at tp 2; check and reshard

@@ -9,8 +9,8 @@
 # spans are not links; http:, https:, mailto: and other schemes are not checked.  A
 # self-test first: a planted tree's broken links must be reported, each at its line, and
 # nothing else.  Last, the table make bench replaces in docs/benchmarks.md (its markers, and
-# tests/bench/bench.py --docs on a sample results.md).  The runnable examples of the same
-# pages are readme.sh's.
+# tests/bench/bench.py --docs on a sample of build/bench/results.md).  The runnable examples
+# of the same pages are readme.sh's.
 . "${TPS_TOP:-$(cd "$(dirname "$0")/../.." && pwd)}/tests/cli/lib.sh"
 
 cat >links.awk <<'AWK'
@@ -141,7 +141,8 @@ else
 fi
 
 # docs/benchmarks.md's table is make bench's: one begin and one end marker, and bench.py
-# --docs puts a results.md between them, keeping the rest of the page byte for byte.
+# --docs puts a build/bench/results.md between them, keeping the rest of the page byte for
+# byte.
 page="$TPS_TOP/docs/benchmarks.md"
 [ "$(grep -cx '<!-- bench:begin -->' "$page")" = 1 ] && [ "$(grep -cx '<!-- bench:end -->' "$page")" = 1 ] &&
     ok "docs/benchmarks.md has one bench:begin and one bench:end line" ||
