@@ -69,7 +69,8 @@ void tps_cli_wrap(FILE *out, int col, int indent, const char *text);
 /* The closest of names[0..n) to s (an edit or two away, or s a prefix of it), or NULL. */
 const char *tps_cli_suggest(const char *s, size_t len, const char *const *names, size_t n);
 
-/* Exit codes (the table in README.md and tpshard.1; tps_cli_exit_codes prints it). */
+/* Exit codes (the table in README.md, "Exit codes", and in tpshard.1; tps_cli_exit_codes
+ * prints it). */
 enum {
     TPS_EXIT_OK = 0,
     TPS_EXIT_MISMATCH = 1, /* a check or verification found a difference */

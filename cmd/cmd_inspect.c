@@ -20,7 +20,7 @@
 #include "lib/targets/target.h"
 
 static const tps_opt inspect_opts[] = {
-    {"json", 0, TPS_OPT_FLAG, &tps_common.json, NULL, "machine-readable output (schema in README)"},
+    {"json", 0, TPS_OPT_FLAG, &tps_common.json, NULL, "machine-readable output (for a shard set, its manifest)"},
     TPS_COMMON_OPTS,
     TPS_OPTS_END,
 };

@@ -102,8 +102,8 @@ const tps_cmd tps_cmd_layout = {
     .usage = "layout (--list | --preset NAME | --check FILE)",
     .details = "A layout says how each tensor is cut: ordered rules of name globs, each with a\n"
                "split (replicate, column, row, dim), units and fused segments, plus the model\n"
-               "sizes and the block the verification pass runs.  The schema is in README.md\n"
-               "(\"Layout schema\").  Start a custom layout from a preset:\n"
+               "sizes and the block the verification pass runs.  The schema is in\n"
+               "docs/layouts.md (\"Layout schema\").  Start a custom layout from a preset:\n"
                "  tpshard layout --preset llama > my.yaml && tpshard layout --check my.yaml\n",
     .opts = layout_opts,
     .min_args = 0,

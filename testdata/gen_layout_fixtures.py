@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Writes the tiny models that the example layouts in testdata/layouts/ are tested on
-(committed; rerun to regenerate).  Families here have no built-in layout, so README's
-worked example of a custom layout runs against real tensor names:
+(committed; rerun to regenerate), so the worked example of a hand-written layout in
+docs/layouts.md runs against real tensor names:
 
   tiny-falcon   Falcon-7B's names and config.json keys: fused query_key_value with
                 multi-query attention ([Q heads; one K head; one V head]), one LayerNorm

@@ -1,7 +1,7 @@
 /* Layout files: YAML (libyaml document API) to struct tps_layout.
  *
- * Schema (also in README.md, "Layout schema").  Every key below is the complete set: an
- * unknown key, a duplicate key, a value of the wrong type or an unknown enum value is an
+ * Schema (also in docs/layouts.md, "Layout schema").  Every key below is the complete set:
+ * an unknown key, a duplicate key, a value of the wrong type or an unknown enum value is an
  * error carrying file:line:column, so a typo never passes silently.
  *
  *   name: llama                      optional, free text

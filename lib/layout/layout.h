@@ -1,6 +1,6 @@
 /* YAML layouts: model sizes, ordered name rules giving each tensor its partition, and the
  * verification block description.  Parsed with libyaml; every error carries
- * file:line:column.  The schema is documented in README.md ("Layout schema") and
+ * file:line:column.  The schema is documented in docs/layouts.md ("Layout schema") and
  * cmd/tpshard.1.
  *
  * Sizes come from the layout's `sizes:` map, then a Hugging Face config.json

@@ -5,7 +5,7 @@
  * nothing else.  The manifest holds the format version, the TP size, the source's identity,
  * the layout text, every file with its size and CRC-32, and for every tensor its dtype,
  * global shape, partition spec, per-rank shapes and the CRC-32 of the global tensor's
- * C-order bytes (without padding).  Schema: README.md, "The shard set on disk". */
+ * C-order bytes (without padding).  Schema: docs/design.md, "The shard set on disk". */
 #ifndef TPS_MANIFEST_H
 #define TPS_MANIFEST_H
 

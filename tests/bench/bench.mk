@@ -4,7 +4,9 @@
 #   make bench-scale                only the many-tensor cases (5,000 and 50,000 tiny tensors):
 #                                   check and reshard must be linear in the tensor count
 # Other knobs (BENCH_DIR, BENCH_TMPFS, BENCH_COLD, BENCH_TORCH, BENCH_BIN, BENCH_KEEP, BENCH_SCALE): see
-# tests/bench/bench.py.  Results: build/bench/results.md.
+# tests/bench/bench.py.  Results: build/bench/results.md, which make bench then puts in place
+# of the table in docs/benchmarks.md (between its bench:begin and bench:end lines; make
+# bench-scale, a part of the cases, leaves the page as it is).
 BENCH_PYTHON ?= /usr/bin/python3
 
 $(BUILD)/bench/benchtool: tests/bench/benchtool.c
@@ -15,6 +17,7 @@ $(BUILD)/bench/benchtool: tests/bench/benchtool.c
 BENCH_VARS = BENCH_SIZE BENCH_RUNS BENCH_DIR BENCH_TMPFS BENCH_COLD BENCH_TORCH BENCH_BIN BENCH_KEEP BENCH_SCALE
 bench: tpshard $(BUILD)/bench/benchtool
 	$(Q)$(foreach v,$(BENCH_VARS),$(if $($(v)),$(v)='$($(v))')) $(BENCH_PYTHON) tests/bench/bench.py
+	$(Q)$(BENCH_PYTHON) tests/bench/bench.py --docs build/bench/results.md docs/benchmarks.md
 
 .PHONY: bench-scale
 bench-scale: tpshard $(BUILD)/bench/benchtool

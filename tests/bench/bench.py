@@ -14,6 +14,11 @@ Environment (all optional):
   BENCH_SCALE  0 skips the many-tensor cases; BENCH_ONLY=scale runs only them (make bench-scale)
 Writes build/bench/results.md and prints the same table.
 
+  bench.py --docs RESULTS PAGE   puts RESULTS (build/bench/results.md) in place of what
+                                 stands between the lines <!-- bench:begin --> and
+                                 <!-- bench:end --> of PAGE (make bench does it for
+                                 docs/benchmarks.md)
+
 The many-tensor cases (issue 14, item 9): two Mixtral-shaped checkpoints of tiny tensors,
 about 5,000 and 50,000 (25 and 251 layers of 64 experts), split at tp 2; check and reshard
 2->1 of each.  Their cost is per tensor, not per byte, so the 50k/5k ratio of medians shows
@@ -414,7 +419,38 @@ class Bench:
                 rm(os.path.dirname(s2))
 
 
+BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
+
+
+def update_docs(results, page):
+    """The table of page (a Markdown file) between its BEGIN and END lines becomes the text of
+    results; the rest of page is kept byte for byte.  The file is replaced whole (a temporary
+    file renamed over it), so an interrupted run leaves the old page."""
+    with open(results, encoding="utf-8") as f:
+        text = f.read()
+    with open(page, encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    b = [i for i, l in enumerate(lines) if l.strip() == BEGIN]
+    e = [i for i, l in enumerate(lines) if l.strip() == END]
+    if len(b) != 1 or len(e) != 1 or b[0] > e[0]:
+        sys.exit(f"bench: {page}: wants one line {BEGIN} and, after it, one line {END}")
+    if not text.strip():
+        sys.exit(f"bench: {results} is empty")
+    # blank lines around the table, so that the markers never join a paragraph or a table
+    out = "\n".join(lines[:b[0] + 1] + [""] + text.strip("\n").split("\n") + [""] + lines[e[0]:])
+    tmp = page + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(out)
+    os.replace(tmp, page)
+    print(f"bench: {page}: table replaced by {results}")
+
+
 def main():
+    if sys.argv[1:2] == ["--docs"]:
+        if len(sys.argv) != 4:
+            sys.exit("usage: bench.py --docs RESULTS PAGE")
+        update_docs(sys.argv[2], sys.argv[3])
+        return
     b = Bench()
     full = b.only != "scale"
     try:

@@ -1,7 +1,8 @@
 #!/bin/sh
-# README's worked example of a custom layout: testdata/layouts/falcon.yaml (Falcon-7B, a
-# family without a preset) on testdata/layouts/tiny-falcon, through layout, plan, split,
-# check and verify; the slices are checked against the source with the standard library.
+# The worked example of a custom layout (docs/layouts.md, "Writing a layout"):
+# testdata/layouts/falcon.yaml (Falcon-7B, written by hand) on testdata/layouts/tiny-falcon,
+# through layout, plan, split, check and verify; the slices are checked against the source
+# with the standard library.
 . "${TPS_TOP:-$(cd "$(dirname "$0")/../.." && pwd)}/tests/cli/lib.sh"
 LAY="$FIX/layouts/falcon.yaml"
 F="$FIX/layouts/tiny-falcon"
@@ -65,7 +66,7 @@ grep -qx ok slices.out && ok "each rank's query_key_value is its Q heads plus th
 "$TPSHARD" verify s4 --source "$F/model.safetensors" >v.out 2>&1 && grep -q "2 layers verified" v.out &&
     ok "verify: the tp 4 shards compute the unsharded Falcon layers" || { notok "verify falcon"; sed 's/^/#   /' v.out | head -5; }
 
-# The mistake the segments prevent, exactly as README.md's "Writing a layout" shows it: the
+# The mistake the segments prevent, exactly as docs/layouts.md, "Writing a layout" shows it: the
 # `segments` line deleted, so the fused matrix is cut as one block.  At tp 2 shapes and bytes
 # are consistent, so check passes and verify catches it; at tp 4 the plain cut is refused
 # (80 rows are 10 units of head_dim 8, which 4 does not divide).
@@ -77,14 +78,14 @@ expect_exit 3 "tp 4" "qkv cut as one block at tp 4: split refuses it, exit 3" \
     "$TPSHARD" split "$F/model.safetensors" --tp 4 --layout wrong.yaml -o w4 -q
 [ ! -e w4 ] && ok "the refused tp 4 split wrote nothing" || notok "the refused tp 4 split left w4"
 
-# README.md shows the layout inline: that copy parses and cuts every tensor the same way.
-awk '/^## Writing a layout/ {w = 1} w && /^```yaml/ {on = 1; next} on && /^```/ {exit} on' "$TPS_TOP/README.md" >readme.yaml
-"$TPSHARD" plan "$F/model.safetensors" --tp 4 --layout readme.yaml --json >a.json 2>a.err &&
+# docs/layouts.md shows the layout inline: that copy parses and cuts every tensor the same way.
+awk '/^## Writing a layout/ {w = 1} w && /^```yaml/ {on = 1; next} on && /^```/ {exit} on' "$TPS_TOP/docs/layouts.md" >doc.yaml
+"$TPSHARD" plan "$F/model.safetensors" --tp 4 --layout doc.yaml --json >a.json 2>a.err &&
     "$TPSHARD" plan "$F/model.safetensors" --tp 4 --layout "$LAY" --json >b.json 2>>a.err &&
     $PY -c "
 import json
 a, b = (json.load(open(f)) for f in ('a.json', 'b.json'))
 key = lambda d: [(t['name'], t['partition'], t['dtype'], t['rank_shapes']) for t in d['tensors']]
 assert len(a['tensors']) == 16 and key(a) == key(b) and a['rank_bytes'] == b['rank_bytes']
-" 2>>a.err && ok "README's inline Falcon layout parses and plans exactly like testdata/layouts/falcon.yaml" ||
-    { notok "README's Falcon layout"; sed 's/^/#   /' a.err | head -5; }
+" 2>>a.err && ok "docs/layouts.md's inline Falcon layout parses and plans exactly like testdata/layouts/falcon.yaml" ||
+    { notok "docs/layouts.md's Falcon layout"; sed 's/^/#   /' a.err | head -5; }

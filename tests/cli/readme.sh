@@ -1,23 +1,37 @@
 #!/bin/sh
-# Types README.md's runnable examples.  The convention: a fenced code block whose info string
-# is `sh runnable` (```sh runnable ... ```) runs as written, from the root of a checkout that
-# has been built (`make`), on the bundled fixtures, and exits 0.  Each such block is run here
-# with `sh -e` in a scratch directory of its own that holds only ./tpshard and a copy of
-# testdata/ (so a fresh clone's layout, and the fixtures cannot be changed), with no tpshard
-# on the PATH: a block must say itself how it reaches the binary.
+# Types the runnable examples of README.md and docs/*.md.  The convention: a fenced code
+# block whose info string is `sh runnable` (```sh runnable ... ```) runs as written, from the
+# root of a checkout that has been built (`make`), on the bundled fixtures, and exits 0.  Each
+# such block is run here with `sh -e` in a scratch directory of its own that holds only
+# ./tpshard and a copy of testdata/ (so a fresh clone's layout, and the fixtures cannot be
+# changed), with no tpshard on the PATH: a block must say itself how it reaches the binary.
+# (Their links are doc_links.sh's.)
 . "${TPS_TOP:-$(cd "$(dirname "$0")/../.." && pwd)}/tests/cli/lib.sh"
-README="$TPS_TOP/README.md"
 
-# The blocks, one file each (block.1.sh, ...), and for each the heading it stands under.
-awk '/^#+ / { head = $0; sub(/^#+ /, "", head) }
-     on && /^```[ \t]*$/ { on = 0; next }
-     on { print > file; next }
-     /^```sh runnable[ \t]*$/ { on = 1; n++; file = "block." n ".sh"; printf "" > file; print head > ("block." n ".head") }
-     END { if (on) print "unterminated runnable block " n > "/dev/stderr" }' "$README" 2>extract.err
+# The blocks, one file each (block.1.sh, ...), and for each the heading it stands under
+# (block.N.head) and the page it is on (block.N.page), numbered across the pages.
+: >extract.err
+for f in "$TPS_TOP/README.md" "$TPS_TOP"/docs/*.md; do
+    [ -f "$f" ] || continue
+    page=${f#"$TPS_TOP/"}
+    n0=$(ls block.*.sh 2>/dev/null | wc -l)
+    awk -v n="$n0" -v page="$page" '
+         fence && /^```[ \t]*$/ { fence = on = 0; next }
+         fence { if (on) print > file; next }
+         /^```/ { fence = 1
+                  if ($0 ~ /^```sh runnable[ \t]*$/) {
+                      on = 1; n++; file = "block." n ".sh"; printf "" > file
+                      print head > ("block." n ".head"); print page > ("block." n ".page") } }
+         /^#+ / { head = $0; sub(/^#+ /, "", head) }
+         END { if (on) print page ": unterminated runnable block " n > "/dev/stderr" }' \
+        "$f" 2>>extract.err
+done
 blocks=$(ls block.*.sh 2>/dev/null | wc -l)
-[ "$blocks" -gt 0 ] && [ ! -s extract.err ] && ok "README.md: $blocks runnable block(s) found" ||
-    { notok "README.md: no runnable blocks, or one unterminated"; sed 's/^/#   /' extract.err; }
-grep -qx "A first session" block.*.head 2>/dev/null && ok "README.md: \"A first session\" is marked runnable" ||
+[ "$blocks" -gt 0 ] && [ ! -s extract.err ] && ok "README.md and docs/*.md: $blocks runnable block(s) found" ||
+    { notok "README.md and docs/*.md: no runnable blocks, or one unterminated"; sed 's/^/#   /' extract.err; }
+first=$(grep -lx "A first session" block.*.head 2>/dev/null | head -1)
+[ -n "$first" ] && [ "$(cat "${first%.head}.page")" = README.md ] &&
+    ok "README.md: \"A first session\" is marked runnable" ||
     notok "README.md: \"A first session\" has no runnable block"
 
 # The PATH a fresh shell has, less any directory that holds a tpshard (an installed one would
@@ -36,15 +50,16 @@ command -v timeout >/dev/null 2>&1 && to="timeout 300"
 i=1
 while [ "$i" -le "$blocks" ]; do
     head=$(cat "block.$i.head")
+    page=$(cat "block.$i.page")
     dir="$T/run.$i"
     mkdir "$dir" && cp "$TPSHARD" "$dir/tpshard" && cp -R "$FIX" "$dir/testdata"
     (cd "$dir" && PATH=$clean_path $to sh -e "$T/block.$i.sh") >"out.$i" 2>&1
     rc=$?
     diff -r "$FIX" "$dir/testdata" >"diff.$i" 2>&1
     if [ $rc -eq 0 ] && [ ! -s "diff.$i" ]; then
-        ok "README.md block $i (\"$head\") runs as written: exit 0, fixtures untouched"
+        ok "$page block $i (\"$head\") runs as written: exit 0, fixtures untouched"
     else
-        notok "README.md block $i (\"$head\"): exit $rc"
+        notok "$page block $i (\"$head\"): exit $rc"
         sed 's/^/#   /' "out.$i" | tail -10
         sed 's/^/#   changed: /' "diff.$i" | head -5
     fi

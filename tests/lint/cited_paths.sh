@@ -7,8 +7,10 @@
 #     testdata/, .ci/), where a <name> or {a,b} part, or the placeholder word NAME, FILE or
 #     DIR, stands for anything (cmd/cmd_NAME.c);
 #   - every file name ending in .md, with or without a directory;
-#   - a README.md section cited by its title in double quotes right after the name
-#     (README.md, "Layout schema"): some README heading must start with the title.
+#   - a section of README.md or of a page of docs/ cited by its title in double quotes right
+#     after the page's name (README.md, "Commands"; docs/layouts.md, "Layout schema";
+#     docs/formats.md's "The set"): some heading of that page must start with the title (a
+#     page that is not there is reported once, as a path).
 # Not checked: paths under build/ (what the build writes), and a path in another
 # repository, written after that repository's name and a colon (facebook/zstd:tests/x.c).
 #   sh tests/lint/cited_paths.sh [ROOT]     prints each dangling citation as FILE:LINE: ...
@@ -22,7 +24,6 @@ find . \( -path ./build -o -path ./.git \) -prune -o -type f \
 trap 'rm -f "${TMPDIR:-/tmp}/cited.$$".*' EXIT
 list="${TMPDIR:-/tmp}/cited.$$.files"
 headings="${TMPDIR:-/tmp}/cited.$$.headings"
-sed -n 's/^#\{1,6\} \{1,\}//p' README.md >"$headings" 2>/dev/null
 
 # One line per citation: "FILE:LINE<TAB>KIND<TAB>WHAT" (KIND path or section).
 # shellcheck disable=SC2046
@@ -97,11 +98,15 @@ function scan(t,   rest, m, pre, what) {
         emit("path", what)
     }
     rest = t
-    while (match(rest, /README\.md(\047s)?( section)?[ ,(]*"[^"]+"/)) {
+    while (match(rest, /(README|docs\/[A-Za-z0-9_.-]+)\.md(\047s)?( section)?[ ,(]*"[^"]+"/)) {
         what = substr(rest, RSTART, RLENGTH)
+        pre = RSTART > 1 ? substr(rest, RSTART - 1, 1) : " "
         rest = substr(rest, RSTART + RLENGTH)
+        if (pre ~ /[A-Za-z0-9_.\/$):-]/) continue
+        page = what
+        sub(/\.md.*$/, ".md", page)
         sub(/^[^"]*"/, "", what); sub(/"$/, "", what)
-        emit("section", what)
+        emit("section", page "\t" what)
     }
 }
 FNR == 1 { incom = indoc = 0; kind = FILENAME ~ /\.(c|h|cu)$/ ? "c" : FILENAME ~ /\.py$/ ? "py" : "hash" }
@@ -114,8 +119,12 @@ tab=$(printf '\t')
 while IFS="$tab" read -r where kind what; do
     checked=$((checked + 1))
     if [ "$kind" = section ]; then
-        awk -v t="$what" 'index($0, t) == 1 { found = 1 } END { exit !found }' "$headings" && continue
-        echo "$where: cites README.md section \"$what\", which README.md has no heading for"
+        page=${what%%"$tab"*}
+        title=${what#*"$tab"}
+        [ -f "$page" ] || continue # the path check reports it
+        sed -n 's/^#\{1,6\} \{1,\}//p' "$page" >"$headings"
+        awk -v t="$title" 'index($0, t) == 1 { found = 1 } END { exit !found }' "$headings" && continue
+        echo "$where: cites $page section \"$title\", which $page has no heading for"
         bad=$((bad + 1))
         continue
     fi

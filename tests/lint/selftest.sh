@@ -26,9 +26,10 @@ expect() {
     fi
 }
 
-mkdir -p tree/lib tree/formats tree/verify tree/cmd tree/tests/cli
+mkdir -p tree/lib tree/formats tree/verify tree/cmd tree/tests/cli tree/docs
 cd tree
 printf '# T\n## Real section\n' >README.md
+printf '# Ref\n\n## Ref section, in full\n' >docs/ref.md
 
 # layering: four breaches, one of them through a relative path, and the allowed includes
 printf '#include "x.h"\n#include "formats/f.h"\n#include "../cmd/c.h"\n#include <stdio.h>\n' >lib/a.c
@@ -85,12 +86,15 @@ const char *s = "lib/notacomment.h /* lib/instring.h */";
 char c = '"'; /* after a char literal: DESIGN.md */
 /* README.md, "Real section" is there; README.md's "No such section" is not */
 /* build/lib/x.c; facebook/zstd:tests/fuzz/regression_driver.c; lib/NAME.h; lib/{real,x}.h */
+/* docs/ref.md, "Ref section" is there, by the start of its title, and docs/ref.md ("Ref") */
+/* docs/ref.md's "Real section" is README's, not this page's */
+/* docs/gone.md, "Any" names a page that is not there: one breach, the path */
 C
 # (the shell and Python comments are written with \043 for '#', so that this file's own
 # comments cite nothing)
 printf '\043 cites reference/formats.md\necho "\043 lib/instring2.h" $\043 ${\043x}  \043 trailing: testdata/missing4\n' >tests/cli/t.sh
 printf '"""Docstring: lib/missing5.h\nand perf.md"""\nx = "lib/instring3.h"  \043 lib/missing6.h\n' >tests/cli/t.py
-printf 'lib/cite.c:1\nlib/cite.c:2\nlib/cite.c:3\nlib/cite.c:5\nlib/cite.c:6\ntests/cli/t.py:1\ntests/cli/t.py:2\ntests/cli/t.py:3\ntests/cli/t.sh:1\ntests/cli/t.sh:2\n' >../cited.want
+printf 'lib/cite.c:1\nlib/cite.c:2\nlib/cite.c:3\nlib/cite.c:5\nlib/cite.c:6\nlib/cite.c:9\nlib/cite.c:10\ntests/cli/t.py:1\ntests/cli/t.py:2\ntests/cli/t.py:3\ntests/cli/t.sh:1\ntests/cli/t.sh:2\n' >../cited.want
 expect "cited_paths.sh reports each dangling citation, in comments only" ../cited.want sh "$here/cited_paths.sh" .
 
 # and each passes once the breaches are gone
