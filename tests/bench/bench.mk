@@ -12,7 +12,7 @@ $(BUILD)/bench/benchtool: tests/bench/benchtool.c
 	@echo "  CC      $<"
 	$(Q)$(CC) -std=c11 -O2 $(WARN) -o $@ $<
 
-BENCH_VARS = BENCH_SIZE BENCH_RUNS BENCH_DIR BENCH_TMPFS BENCH_COLD BENCH_TORCH BENCH_BIN BENCH_KEEP BENCH_SCALE
+BENCH_VARS = BENCH_SIZE BENCH_RUNS BENCH_DIR BENCH_TMPFS BENCH_COLD BENCH_TORCH BENCH_BIN BENCH_KEEP BENCH_SCALE BENCH_DISK_CACHED BENCH_ONLY
 bench: tpshard $(BUILD)/bench/benchtool
 	$(Q)$(foreach v,$(BENCH_VARS),$(if $($(v)),$(v)='$($(v))')) $(BENCH_PYTHON) tests/bench/bench.py
 
