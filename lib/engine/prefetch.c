@@ -7,9 +7,7 @@
 
 typedef struct slot {
     unsigned char *buf;
-    size_t n;
-    uint32_t crc;
-    bool end;
+    tps_chunk c;
     tps_status st;
     tps_error err;
 } slot;
@@ -37,12 +35,11 @@ static void *run(void *arg)
         pthread_mutex_unlock(&p->mu);
         if (stop) return NULL;
         slot *sl = &p->s[p->produced % (uint64_t)p->nslots];
-        sl->n = 0;
-        sl->end = false;
+        sl->c = (tps_chunk){sl->buf, 0, 0, false, false};
         tps_error_clear(&sl->err);
-        sl->st = p->fill(p->ctx, sl->buf, p->cap, &sl->n, &sl->end, &sl->err);
-        if (p->checksum && sl->st == TPS_OK && !sl->end) sl->crc = tps_crc32(0, sl->buf, sl->n);
-        bool last = sl->st != TPS_OK || sl->end;
+        sl->st = p->fill(p->ctx, sl->buf, p->cap, &sl->c, &sl->err);
+        if (p->checksum && sl->st == TPS_OK && !sl->c.end && !sl->c.have_crc) sl->c.crc = tps_crc32(0, sl->c.data, sl->c.n);
+        bool last = sl->st != TPS_OK || sl->c.end;
         pthread_mutex_lock(&p->mu);
         p->produced++;
         pthread_cond_broadcast(&p->cv);
@@ -81,7 +78,7 @@ tps_status tps_prefetch_start(tps_fill_fn fill, void *ctx, size_t cap, int nslot
     return TPS_OK;
 }
 
-tps_status tps_prefetch_take(tps_prefetch *p, unsigned char **buf, size_t *n, uint32_t *crc, tps_error *err)
+tps_status tps_prefetch_take(tps_prefetch *p, const unsigned char **buf, size_t *n, uint32_t *crc, tps_error *err)
 {
     pthread_mutex_lock(&p->mu);
     while (p->produced == p->consumed) pthread_cond_wait(&p->cv, &p->mu);
@@ -93,10 +90,10 @@ tps_status tps_prefetch_take(tps_prefetch *p, unsigned char **buf, size_t *n, ui
         *err = sl->err;
         return sl->st;
     }
-    if (!sl->end) {
-        *buf = sl->buf;
-        *n = sl->n;
-        *crc = sl->crc;
+    if (!sl->c.end) {
+        *buf = sl->c.data;
+        *n = sl->c.n;
+        *crc = sl->c.crc;
     }
     return TPS_OK;
 }
