@@ -22,6 +22,8 @@
  * out, and memory ~20 MiB whatever the model. */
 #define DEFAULT_CHUNK (1u << 20)
 #define NSLOTS 8
+/* Chunks below this are delivered to every rank by the consumer alone (see cut_tensor). */
+#define HELPER_MIN ((size_t)64 << 10)
 
 static const unsigned char zeros[64 << 10];
 
@@ -387,12 +389,15 @@ static tps_status cut_tensor(tps_manifest *m, size_t i, tps_prefetch *pf, size_t
             bcrc[b] = (uint32_t)crc32_combine(bcrc[b], (uint32_t)crc32(0, buf + at, (uInt)k), (z_off_t)k);
             at += (size_t)k;
         }
-        delivery lo = {&sp, buf, g, n, c, outs, 0, mid}, hi = lo;
+        /* A small chunk (a tiny tensor of a many-expert model) is written here whole: handing
+         * half of it to the helper and waiting for it costs more than writing it. */
+        tps_helper *h = n >= HELPER_MIN ? helper : NULL;
+        delivery lo = {&sp, buf, g, n, c, outs, 0, h ? mid : m->tp}, hi = lo;
         hi.r0 = mid;
         hi.r1 = m->tp;
-        if (helper) tps_helper_post(helper, deliver, &hi);
+        if (h) tps_helper_post(h, deliver, &hi);
         st = deliver(&lo, err);
-        tps_status hst = helper ? tps_helper_wait(helper, err) : TPS_OK; /* first error kept */
+        tps_status hst = h ? tps_helper_wait(h, err) : TPS_OK; /* first error kept */
         if (st == TPS_OK) st = hst;
         if (st) goto cleanup;
         tps_prefetch_done(pf);
