@@ -20,17 +20,30 @@ struct tps_prefetch {
     int nslots;
     size_t cap;
     uint64_t produced, consumed;
+    /* Who sleeps on cv.  Each side wakes the other only when half the slots changed hands
+     * (or at the end): a stream of tiny chunks (a many-tensor model's) then costs one wake-up
+     * per nslots/2 chunks instead of one per chunk, and big chunks still overlap. */
+    bool reader_waits, consumer_waits;
     bool stop, started, checksum;
     tps_fill_fn fill;
     void *ctx;
 };
+
+static uint64_t half(const tps_prefetch *p)
+{
+    return p->nslots > 1 ? (uint64_t)p->nslots / 2 : 1;
+}
 
 static void *run(void *arg)
 {
     tps_prefetch *p = arg;
     for (;;) {
         pthread_mutex_lock(&p->mu);
-        while (!p->stop && p->produced - p->consumed == (uint64_t)p->nslots) pthread_cond_wait(&p->cv, &p->mu);
+        while (!p->stop && p->produced - p->consumed == (uint64_t)p->nslots) {
+            p->reader_waits = true;
+            pthread_cond_wait(&p->cv, &p->mu);
+        }
+        p->reader_waits = false;
         bool stop = p->stop;
         pthread_mutex_unlock(&p->mu);
         if (stop) return NULL;
@@ -42,7 +55,7 @@ static void *run(void *arg)
         bool last = sl->st != TPS_OK || sl->c.end;
         pthread_mutex_lock(&p->mu);
         p->produced++;
-        pthread_cond_broadcast(&p->cv);
+        if (p->consumer_waits && (last || p->produced - p->consumed >= half(p))) pthread_cond_broadcast(&p->cv);
         pthread_mutex_unlock(&p->mu);
         if (last) return NULL;
     }
@@ -81,7 +94,11 @@ tps_status tps_prefetch_start(tps_fill_fn fill, void *ctx, size_t cap, int nslot
 tps_status tps_prefetch_take(tps_prefetch *p, const unsigned char **buf, size_t *n, uint32_t *crc, tps_error *err)
 {
     pthread_mutex_lock(&p->mu);
-    while (p->produced == p->consumed) pthread_cond_wait(&p->cv, &p->mu);
+    while (p->produced == p->consumed) {
+        p->consumer_waits = true;
+        pthread_cond_wait(&p->cv, &p->mu);
+    }
+    p->consumer_waits = false;
     slot *sl = &p->s[p->consumed % (uint64_t)p->nslots];
     pthread_mutex_unlock(&p->mu);
     *buf = NULL;
@@ -102,7 +119,7 @@ void tps_prefetch_done(tps_prefetch *p)
 {
     pthread_mutex_lock(&p->mu);
     p->consumed++;
-    pthread_cond_broadcast(&p->cv);
+    if (p->reader_waits && p->produced - p->consumed <= (uint64_t)p->nslots - half(p)) pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
 }
 
