@@ -111,10 +111,12 @@ class Bench:
             self.cold = "drop" if os.access("/proc/sys/vm/drop_caches", os.W_OK) else "fadvise"
         self.results = {}  # case -> list of (wall, rssanon_kib, inblock)
         self.bytes = {}  # case -> bytes moved, for throughput
+        self.waits = {}  # case -> voluntary context switches per run (waits between threads)
         self.notes = []
         self.only = env("BENCH_ONLY", "")
         self.scale = env("BENCH_SCALE", "1") == "1" or self.only == "scale"
         self.scale_sets = {}  # tensor count -> (tp2 shard set, data bytes)
+        self.scale_src = {}  # tensor count -> the checkpoint it was split from
         self.python = subprocess.run(["sh", os.path.join(TOP, "tests/interop/python.sh")],
                                      capture_output=True, text=True).stdout.strip()
 
@@ -149,12 +151,13 @@ class Bench:
             pre()
         cmd = [TOOL, "run"] + (["-o", stdout] if stdout else []) + ["--"] + argv
         out = subprocess.run(cmd, check=True, capture_output=True, text=True)
-        wall, rss, inblock, rc = out.stdout.split()
+        wall, rss, inblock, rc, nvcsw = out.stdout.split()
         if int(rc) != 0:
             sys.exit(f"bench: {case}: {' '.join(argv)} exited with status {rc}\n{out.stderr}")
         if post:
             post()
         self.results.setdefault(case, []).append((float(wall), int(rss), int(inblock)))
+        self.waits.setdefault(case, []).append(int(nvcsw))
         self.bytes[case] = nbytes
 
     # ---- setup ----
@@ -247,6 +250,7 @@ class Bench:
                 rm(s2)
                 sh([TPSHARD, "split", src, "--tp", "2", "--preset", "mixtral", "-o", s2, "-q"])
             self.scale_sets[3 + layers * (7 + 3 * 64)] = (s2, tree_bytes(s2))
+            self.scale_src[3 + layers * (7 + 3 * 64)] = src
 
     def scale_case(self, what, n):
         return f"{what}, {n:,} tensors"
@@ -254,6 +258,10 @@ class Bench:
     def scale_round(self):
         o = os.path.join(self.tmpfs, "scale-out")
         for n, (s2, nbytes) in sorted(self.scale_sets.items()):
+            src = self.scale_src[n]
+            self.measure(self.scale_case("split tp2", n), [TPSHARD, "split", src, "--tp", "2", "--preset", "mixtral",
+                                                           "-o", o, "-q"], nbytes, pre=lambda: self.warm([src]),
+                         post=lambda: rm(o))
             self.measure(self.scale_case("check tp2", n), [TPSHARD, "check", s2, "-q"], nbytes,
                          pre=lambda: self.warm(self.shard_files(s2)))
             self.measure(self.scale_case("reshard 2->1", n), [TPSHARD, "reshard", s2, "--tp", "1", "-o", o, "-q"],
@@ -363,6 +371,31 @@ class Bench:
         self.measure("merge tp8", [TPSHARD, "merge", s8, "-o", o + ".safetensors", "-q"], self.total,
                      pre=lambda: self.warm(f8), post=lambda: rm(o + ".safetensors"))
 
+    def per_tensor_rows(self, lines, n):
+        """What each of n tensors costs (issue 27): time and waits between threads per tensor
+        for split, reshard and check; the loaded manifest's heap per tensor (manifest_mem);
+        check's peak anonymous memory per tensor, which also holds the manifest's text and
+        parse tree while loading and both ranks' header indexes."""
+        for what in ("split tp2", "reshard 2->1", "check tp2"):
+            case = self.scale_case(what, n)
+            if case not in self.results:
+                continue
+            us = self.med(case) / n * 1e6
+            waits = statistics.median(self.waits[case]) / n
+            lines.append(f"| {what}, {n:,} tensors: per tensor (reported) | {us:.1f} µs | | "
+                         f"{waits:.2f} waits (voluntary context switches) | — | — |")
+        held = subprocess.run([os.path.join(BUILD, "manifest_mem"), self.scale_sets[n][0]], capture_output=True,
+                              text=True)
+        if held.returncode == 0:
+            nt, nb = (int(x) for x in held.stdout.split())
+            lines.append(f"| manifest held in memory per tensor, {nt:,} tensors | {nb / nt:.0f} B | | | ≤ 1024 B | "
+                         f"{'yes' if nb / nt <= 1024 else 'NO'} |")
+        case = self.scale_case("check tp2", n)
+        if case in self.results:
+            b = max(r for _, r, _ in self.results[case]) * 1024 / n
+            lines.append(f"| check tp2, {n:,} tensors: peak RssAnon per tensor (manifest text and parse tree, both "
+                         f"ranks' headers; reported) | {b:.0f} B | | | — | — |")
+
     def disk_cached_targets(self, target):
         for what, case, goal in (("split tp8", "disk cached: split tp8", 1.15),
                                  ("reshard 8->4", "disk cached: reshard 8->4", 1.25),
@@ -432,6 +465,7 @@ class Bench:
                          f"{self.med(a) / self.med(b):.2f} | {fastest(a) / fastest(b):.2f} | | — | — |")
         if len(self.scale_sets) == 2:
             lo, hi = sorted(self.scale_sets)
+            self.per_tensor_rows(lines, hi)
             # Linear: the time ratio is the tensor ratio; 1.3x that allows for a shared machine.
             for what in ("check tp2", "reshard 2->1"):
                 target(f"{what}: {hi:,} / {lo:,} tensors (linear: {hi / lo:.1f})", self.scale_case(what, hi),
