@@ -78,6 +78,7 @@ static int run_merge(char **args, int nargs)
     wo.cut.checkpoint = true;
     wo.cut.tensor_done = tps_shardset_source_check;
     wo.cut.tensor_done_arg = ss;
+    wo.cut.locate = tps_shardset_source_locate;
     rc = tps_cli_write("merge", m, tps_shardset_source_read, ss, &wo);
     /* The set never held them, so the merged checkpoint lacks what the source had: say so,
      * lest a diff against the source look like a loss. */

@@ -56,6 +56,13 @@ static tps_status read_source(void *ctx, size_t i, uint64_t off, void *buf, size
     return tps_shardset_source_read(s->ss, s->src[i], off, buf, len, err);
 }
 
+static bool locate_source(void *ctx, size_t i, uint64_t off, int *fd, const char **path, uint64_t *file_off,
+                          uint64_t *len)
+{
+    const reshard_source *s = ctx;
+    return tps_shardset_source_locate(s->ss, s->src[i], off, fd, path, file_off, len);
+}
+
 static tps_status check_source(void *ctx, size_t i, uint32_t crc, tps_error *err)
 {
     const reshard_source *s = ctx;
@@ -222,6 +229,7 @@ static int run_reshard(char **args, int nargs)
     wo.cut.tensor_done_arg = &source;
     char *side = NULL;
     if (m->target) tps_cli_target_write_opts(&wo, dir, o.max_shard, &side);
+    wo.cut.locate = locate_source;
     rc = tps_cli_write("reshard", m, read_source, &source, &wo);
     free(side);
     if (rc == 0 && !tps_common.quiet)

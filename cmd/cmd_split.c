@@ -58,6 +58,13 @@ static tps_status read_source(void *ctx, size_t i, uint64_t off, void *buf, size
     return tps_tensor_read(s->ix, s->tensor[i], off, buf, len, err);
 }
 
+static bool locate_source(void *ctx, size_t i, uint64_t off, int *fd, const char **path, uint64_t *file_off,
+                          uint64_t *len)
+{
+    const split_source *s = ctx;
+    return tps_tensor_locate(s->ix, s->tensor[i], off, fd, path, file_off, len);
+}
+
 static int run_split(char **args, int nargs)
 {
     (void)nargs;
@@ -108,6 +115,7 @@ static int run_split(char **args, int nargs)
     wo.dry_run = o.dry_run;
     char *side = NULL;
     if (m->target) tps_cli_target_write_opts(&wo, src, o.max_shard, &side);
+    if (!cv) wo.cut.locate = locate_source;
     rc = cv ? tps_cli_write("split", m, tps_convert_read, cv, &wo) : tps_cli_write("split", m, read_source, &source, &wo);
     free(side);
     if (rc) goto done;

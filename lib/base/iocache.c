@@ -2,8 +2,17 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include "crc.h"
 
 #ifndef RWF_DONTCACHE
 #define RWF_DONTCACHE 0x00000080 /* linux/fs.h, Linux 6.14 */
@@ -73,4 +82,78 @@ tps_status tps_preadv_full(int fd, const char *path, struct iovec *iov, int n, u
         while (n > 0 && iov->iov_len == 0) iov++, n--;
     }
     return TPS_OK;
+}
+
+bool tps_io_uncached(void)
+{
+    return atomic_load(&uncached);
+}
+
+tps_status tps_io_map_file(int fd, const char *path, tps_io_map *m, tps_error *err)
+{
+    *m = (tps_io_map){NULL, 0};
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) return tps_fail_errno(err, errno, "%s: cannot stat it to map it", path);
+    if (sb.st_size <= 0) return TPS_OK;
+    if ((uint64_t)sb.st_size > SIZE_MAX) return tps_fail(err, TPS_EIO, "%s: too large to map", path);
+    void *p = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) return tps_fail_errno(err, errno, "%s: cannot map it", path);
+    /* Read front to back: the kernel reads ahead and drops what is behind first. */
+    madvise(p, (size_t)sb.st_size, MADV_SEQUENTIAL);
+    *m = (tps_io_map){p, (uint64_t)sb.st_size};
+    return TPS_OK;
+}
+
+void tps_io_unmap(tps_io_map *m)
+{
+    if (m->base) munmap((void *)m->base, (size_t)m->size);
+    *m = (tps_io_map){NULL, 0};
+}
+
+void tps_io_map_willneed(const tps_io_map *m, uint64_t off, uint64_t len)
+{
+    long ps = sysconf(_SC_PAGESIZE);
+    uint64_t page = ps > 0 ? (uint64_t)ps : 4096;
+    if (off >= m->size) return;
+    if (len > m->size - off) len = m->size - off;
+    uint64_t a = off / page * page;
+    madvise((void *)(m->base + a), (size_t)(off + len - a), MADV_WILLNEED);
+}
+
+/* SIGBUS on a mapped page past the end of a file that shrank: the thread that armed a jump
+ * buffer returns to it; any other SIGBUS gets the default action (a real fault stays one). */
+static _Thread_local sigjmp_buf *bus_jump;
+
+static void on_sigbus(int sig, siginfo_t *si, void *uc)
+{
+    (void)si, (void)uc;
+    if (bus_jump) siglongjmp(*bus_jump, 1);
+    signal(sig, SIG_DFL); /* returning re-runs the access, which now takes the default action */
+}
+
+static void install_bus_handler(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_sigbus;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGBUS, &sa, NULL);
+}
+
+bool tps_io_mapped_crc(const void *p, size_t n, uint32_t *crc)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, install_bus_handler);
+    sigjmp_buf jb;
+    volatile uint32_t c = *crc;
+    if (sigsetjmp(jb, 1) != 0) {
+        bus_jump = NULL;
+        return false;
+    }
+    bus_jump = &jb;
+    c = tps_crc32(c, p, n);
+    bus_jump = NULL;
+    *crc = c;
+    return true;
 }

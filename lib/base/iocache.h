@@ -20,6 +20,30 @@
 #include "status.h"
 
 void tps_io_set_uncached(bool on); /* process-wide */
+bool tps_io_uncached(void);
+
+/* A source file mapped read-only, so its page-cache pages are checksummed and written out
+ * with no copy into a buffer of ours (one copy per byte: the write into the output's page
+ * cache).  Mapped only while the policy is cached: the uncached policy's RWF_DONTCACHE reads
+ * keep a larger-than-memory job from evicting everything else, which a mapping cannot.
+ * size is the file's size when mapped; a file that shrinks later raises SIGBUS on access,
+ * which tps_io_mapped_crc turns into an error. */
+typedef struct tps_io_map {
+    const unsigned char *base;
+    uint64_t size;
+} tps_io_map;
+
+/* Maps the whole of fd (path names it in errors); an empty file maps to base NULL, size 0. */
+tps_status tps_io_map_file(int fd, const char *path, tps_io_map *m, tps_error *err);
+void tps_io_unmap(tps_io_map *m); /* accepts a zeroed map */
+
+/* Asks the kernel to start reading [off, off+len) of the mapping into the page cache now
+ * (readahead), so the mapped path is not slower than pread on a cold file. */
+void tps_io_map_willneed(const tps_io_map *m, uint64_t off, uint64_t len);
+
+/* *crc = the CRC-32 of mapped bytes p[0, n) continuing from *crc; false (and *crc unchanged)
+ * when a page was gone (the file shrank under the mapping: SIGBUS caught in this thread). */
+bool tps_io_mapped_crc(const void *p, size_t n, uint32_t *crc);
 
 /* pread / write with the policy applied; same return values and errno as those. */
 ssize_t tps_io_pread(int fd, void *buf, size_t len, off_t off);

@@ -10,6 +10,7 @@
 
 #include "../base/checked.h"
 #include "../base/helper.h"
+#include "../base/index.h"
 #include "../base/iocache.h"
 #include "../layout/spans.h"
 #include "../targets/target.h"
@@ -21,6 +22,8 @@
  * out, and memory ~20 MiB whatever the model. */
 #define DEFAULT_CHUNK (1u << 20)
 #define NSLOTS 8
+/* Chunks below this are delivered to every rank by the consumer alone (see cut_tensor). */
+#define HELPER_MIN ((size_t)64 << 10)
 
 static const unsigned char zeros[64 << 10];
 
@@ -100,10 +103,23 @@ static tps_status emit_zeros(rank_out *ro, uint64_t n, tps_error *err)
  * Where a tensor's spans are long (dimension-0 cuts, replicated tensors) a chunk never
  * crosses a span boundary, so a chunk is one rank run and the reader's CRC of it is that
  * run's CRC too: the writers combine it instead of checksumming the bytes again. */
+/* Source files mapped so far, by fd (a split reads one file or a few; a reshard one per rank). */
+typedef struct mapped_file {
+    int fd;
+    const char *path;
+    tps_io_map map;
+} mapped_file;
+
+/* How far ahead of the chunk being checksummed the kernel is asked to read a mapped file. */
+#define WILLNEED_AHEAD ((uint64_t)8 << 20)
+
 typedef struct source_stream {
     const tps_manifest *m;
     tps_global_read_fn read;
+    tps_global_locate_fn locate;
     void *ctx;
+    mapped_file *maps;
+    size_t nmaps, capmaps;
     size_t i;
     uint64_t g;
     tps_spans sp; /* of tensor sp_i */
@@ -165,15 +181,97 @@ static size_t chunk_at(const tps_spans *sp, uint64_t nbytes, uint64_t g, size_t 
     return n;
 }
 
-static tps_status fill_source(void *arg, unsigned char *buf, size_t cap, size_t *n, bool *end, tps_error *err)
+bool tps_tensor_locate(const tps_index *ix, const tps_tensor *t, uint64_t off, int *fd, const char **path,
+                       uint64_t *file_off, uint64_t *len)
+{
+    if (!t || t->reader_data || off > t->nbytes) return false;
+    *len = t->nbytes - off;
+    const tps_source_file *f = &ix->files[t->file];
+    *fd = f->fd;
+    *path = f->path;
+    *file_off = t->offset + off;
+    return true;
+}
+
+static tps_status map_of(source_stream *ss, int fd, const char *path, const tps_io_map **out, tps_error *err)
+{
+    *out = NULL;
+    for (size_t k = 0; k < ss->nmaps; k++)
+        if (ss->maps[k].fd == fd) {
+            if (ss->maps[k].map.base) *out = &ss->maps[k].map;
+            return TPS_OK;
+        }
+    if (ss->nmaps == ss->capmaps) {
+        size_t cap = ss->capmaps ? 2 * ss->capmaps : 8;
+        mapped_file *m = realloc(ss->maps, cap * sizeof *m);
+        if (!m) return tps_fail_oom(err, "mapping the source");
+        ss->maps = m;
+        ss->capmaps = cap;
+    }
+    mapped_file *mf = &ss->maps[ss->nmaps++];
+    mf->fd = fd;
+    mf->path = path;
+    /* No address space for it (ulimit -v, a 32-bit build) or a file that cannot be mapped:
+     * read() it, as before, rather than fail. */
+    tps_error ignored;
+    tps_error_clear(&ignored);
+    if (tps_io_map_file(fd, path, &mf->map, &ignored) == TPS_OK && mf->map.base) *out = &mf->map;
+    return TPS_OK;
+}
+
+/* The chunk straight from the mapped source file, checksummed there; *done false when the
+ * bytes are not in a plain file (or the job runs uncached), for read() to fetch instead. */
+static tps_status fill_mapped(source_stream *ss, tps_chunk *c, bool *done, tps_error *err)
+{
+    int fd;
+    const char *path;
+    uint64_t fo, len = c->n;
+    const tps_io_map *mp = NULL;
+    *done = false;
+    /* A chunk that straddles two files (a reshard's piece from two source ranks) is read. */
+    if (!ss->locate || tps_io_uncached() || !ss->locate(ss->ctx, ss->i, ss->g, &fd, &path, &fo, &len) || len < c->n)
+        return TPS_OK;
+    tps_status st = map_of(ss, fd, path, &mp, err);
+    if (st || !mp) return st;
+    if (fo > mp->size || mp->size - fo < c->n)
+        return tps_fail(err, TPS_EIO, "%s: file ended at offset %llu (it shrank while being read?)", path,
+                        (unsigned long long)mp->size);
+    tps_io_map_willneed(mp, fo + WILLNEED_AHEAD, c->n);
+    c->data = mp->base + fo;
+    c->crc = 0;
+    if (!tps_io_mapped_crc(c->data, c->n, &c->crc))
+        return tps_fail(err, TPS_EIO, "%s: a page between offsets %llu and %llu is gone (the file shrank while being read?)",
+                        path, (unsigned long long)fo, (unsigned long long)(fo + c->n));
+    c->have_crc = true;
+    *done = true;
+    return TPS_OK;
+}
+
+/* After a failed copy: a mapped source that shrank is the cause, not the output's write that
+ * met the missing page (EFAULT). */
+static void blame_shrunk_source(const source_stream *ss, tps_error *err)
+{
+    for (size_t k = 0; k < ss->nmaps; k++) {
+        struct stat sb;
+        if (ss->maps[k].map.base && fstat(ss->maps[k].fd, &sb) == 0 && (uint64_t)sb.st_size < ss->maps[k].map.size) {
+            tps_error_clear(err);
+            tps_fail(err, TPS_EIO, "%s: file ended at offset %llu (it shrank while being read?)", ss->maps[k].path,
+                     (unsigned long long)sb.st_size);
+            return;
+        }
+    }
+}
+
+static tps_status fill_source(void *arg, unsigned char *buf, size_t cap, tps_chunk *c, tps_error *err)
 {
     source_stream *ss = arg;
+    size_t *n = &c->n;
     while (ss->i < ss->m->ntensors && ss->g >= ss->m->tensors[ss->i].nbytes) {
         ss->i++;
         ss->g = 0;
     }
     if (ss->i == ss->m->ntensors) {
-        *end = true;
+        c->end = true;
         return TPS_OK;
     }
     const tps_manifest_tensor *t = &ss->m->tensors[ss->i];
@@ -193,7 +291,9 @@ static tps_status fill_source(void *arg, unsigned char *buf, size_t cap, size_t 
         if (ss->g == 0 && t->target_transpose) st = source_crc(&a, t, &ss->src_crc[ss->i], err);
         if (st == TPS_OK) st = tps_target_view_read(t, ss->m->tp, read_at, &a, ss->g, buf, *n, err);
     } else {
-        st = ss->read(ss->ctx, ss->i, ss->g, buf, *n, err);
+        bool mapped = false;
+        st = fill_mapped(ss, c, &mapped, err);
+        if (st == TPS_OK && !mapped) st = ss->read(ss->ctx, ss->i, ss->g, buf, *n, err);
     }
     ss->g += *n;
     return st;
@@ -273,7 +373,7 @@ static tps_status cut_tensor(tps_manifest *m, size_t i, tps_prefetch *pf, size_t
             st = tps_fail(err, TPS_EINTERRUPTED, "interrupted by signal %d while copying '%s'", tps_outdir_interrupted(), t->name);
             goto cleanup;
         }
-        unsigned char *buf;
+        const unsigned char *buf;
         size_t n;
         uint32_t c;
         TPS_CHECK(tps_prefetch_take(pf, &buf, &n, &c, err));
@@ -289,12 +389,15 @@ static tps_status cut_tensor(tps_manifest *m, size_t i, tps_prefetch *pf, size_t
             bcrc[b] = (uint32_t)crc32_combine(bcrc[b], (uint32_t)crc32(0, buf + at, (uInt)k), (z_off_t)k);
             at += (size_t)k;
         }
-        delivery lo = {&sp, buf, g, n, c, outs, 0, mid}, hi = lo;
+        /* A small chunk (a tiny tensor of a many-expert model) is written here whole: handing
+         * half of it to the helper and waiting for it costs more than writing it. */
+        tps_helper *h = n >= HELPER_MIN ? helper : NULL;
+        delivery lo = {&sp, buf, g, n, c, outs, 0, h ? mid : m->tp}, hi = lo;
         hi.r0 = mid;
         hi.r1 = m->tp;
-        if (helper) tps_helper_post(helper, deliver, &hi);
+        if (h) tps_helper_post(h, deliver, &hi);
         st = deliver(&lo, err);
-        tps_status hst = helper ? tps_helper_wait(helper, err) : TPS_OK; /* first error kept */
+        tps_status hst = h ? tps_helper_wait(h, err) : TPS_OK; /* first error kept */
         if (st == TPS_OK) st = hst;
         if (st) goto cleanup;
         tps_prefetch_done(pf);
@@ -555,7 +658,7 @@ tps_status tps_cut(tps_manifest *m, const tps_cut_files *files, tps_global_read_
     tps_status st = TPS_OK;
     size_t chunk = o->chunk_bytes ? (size_t)o->chunk_bytes : DEFAULT_CHUNK;
     rank_out *outs = calloc(m->tp, sizeof *outs);
-    source_stream ss = {.m = m, .read = read, .ctx = ctx, .sp_i = (size_t)-1};
+    source_stream ss = {.m = m, .read = read, .locate = o->locate, .ctx = ctx, .sp_i = (size_t)-1};
     tps_prefetch *pf = NULL;
     tps_helper *helper = NULL;
     if (!outs || !(ss.src_crc = calloc(m->ntensors + 1, sizeof *ss.src_crc))) {
@@ -602,6 +705,9 @@ tps_status tps_cut(tps_manifest *m, const tps_cut_files *files, tps_global_read_
 cleanup:
     tps_helper_stop(helper);
     tps_prefetch_stop(pf);
+    if (st && st != TPS_EINTERRUPTED) blame_shrunk_source(&ss, err);
+    for (size_t k = 0; k < ss.nmaps; k++) tps_io_unmap(&ss.maps[k].map); /* after the threads that read it */
+    free(ss.maps);
     tps_spans_release(&ss.sp);
     free(ss.src_crc);
     tps_io_set_uncached(false);

@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "../base/index.h"
 #include "../base/status.h"
 #include "../set/manifest.h"
 #include "../set/sink.h"
@@ -21,6 +22,18 @@
 
 /* Reads bytes [off, off+len) of global tensor i (in manifest order). */
 typedef tps_status (*tps_global_read_fn)(void *ctx, size_t i, uint64_t off, void *buf, size_t len, tps_error *err);
+
+/* Where bytes [off, off + *len) of global tensor i lie in a plain file: its open fd, its path
+ * (for messages), the file offset of byte off, and in *len how many bytes from off on lie
+ * there contiguously.  False when they do not lie in a plain file as they are (a pickled
+ * storage, a dtype conversion, replicas still to be compared): those are read. */
+typedef bool (*tps_global_locate_fn)(void *ctx, size_t i, uint64_t off, int *fd, const char **path, uint64_t *file_off,
+                                     uint64_t *len);
+
+/* A tps_global_locate_fn's answer for byte off of tensor t of index ix: true (and where, and
+ * the bytes to t's end) when t is a plain file range. */
+bool tps_tensor_locate(const tps_index *ix, const tps_tensor *t, uint64_t off, int *fd, const char **path,
+                       uint64_t *file_off, uint64_t *len);
 
 typedef struct tps_progress {
     uint64_t done, total; /* bytes of global tensors streamed */
@@ -38,6 +51,10 @@ typedef struct tps_cut_opts {
                                   model-00001-of-0000N.safetensors and model.safetensors.index.json);
                                   name_template is then unused */
     uint64_t chunk_bytes;      /* 0: the default (1 MiB; 8 in flight) */
+    /* NULL, or where the read()'s bytes lie (same ctx as read): such files are mapped, and
+     * their bytes checksummed and written straight from the page cache (one copy per byte,
+     * lib/base/iocache.h); read() remains for everything else. */
+    tps_global_locate_fn locate;
     void (*progress)(const tps_progress *p, void *arg);
     void *progress_arg;
     uint64_t max_part_bytes; /* 0: one file per rank.  Else each rank's tensors go, in manifest order,

@@ -180,8 +180,9 @@ typedef struct first_owner_stream {
     size_t k;
 } first_owner_stream;
 
-static tps_status fill_first(void *arg, unsigned char *buf, size_t cap, size_t *n, bool *end, tps_error *err)
+static tps_status fill_first(void *arg, unsigned char *buf, size_t cap, tps_chunk *c, tps_error *err)
 {
+    size_t *n = &c->n;
     first_owner_stream *fs = arg;
     const tps_spans *sp = fs->sp;
     while (fs->o < sp->outer && fs->k < sp->nspans && fs->w >= sp->span[fs->k].end) {
@@ -192,7 +193,7 @@ static tps_status fill_first(void *arg, unsigned char *buf, size_t cap, size_t *
         fs->w = sp->span[fs->k].begin;
     }
     if (fs->o >= sp->outer || sp->slab_bytes == 0) {
-        *end = true;
+        c->end = true;
         return TPS_OK;
     }
     const tps_span *s = &sp->span[fs->k];
@@ -236,12 +237,15 @@ tps_status tps_gather_tensor(tps_shardset *ss, const tps_manifest_tensor *t, con
                 size_t n = s->end - w < STREAM_CHUNK ? (size_t)(s->end - w) : STREAM_CHUNK;
                 uint32_t r0 = sp.owner[s->owner0];
                 /* The first owner's bytes are the global bytes: checksum them once for both. */
-                unsigned char *a = wk.a;
+                const unsigned char *a = wk.a;
                 size_t got = 0;
                 uint32_t c = 0;
-                bool end = false;
                 if (pf) TPS_CHECK(tps_prefetch_take(pf, &a, &got, &c, err));
-                else TPS_CHECK(fill_first(&fs, a, STREAM_CHUNK, &got, &end, err));
+                else {
+                    tps_chunk ch = {wk.a, 0, 0, false, false};
+                    TPS_CHECK(fill_first(&fs, wk.a, STREAM_CHUNK, &ch, err));
+                    got = ch.n;
+                }
                 if (!a || got != n) {
                     st = tps_fail(err, TPS_EIO, "internal: the read stream of '%s' is out of step", t->name);
                     goto cleanup;

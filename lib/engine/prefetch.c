@@ -7,9 +7,7 @@
 
 typedef struct slot {
     unsigned char *buf;
-    size_t n;
-    uint32_t crc;
-    bool end;
+    tps_chunk c;
     tps_status st;
     tps_error err;
 } slot;
@@ -22,30 +20,42 @@ struct tps_prefetch {
     int nslots;
     size_t cap;
     uint64_t produced, consumed;
+    /* Who sleeps on cv.  Each side wakes the other only when half the slots changed hands
+     * (or at the end): a stream of tiny chunks (a many-tensor model's) then costs one wake-up
+     * per nslots/2 chunks instead of one per chunk, and big chunks still overlap. */
+    bool reader_waits, consumer_waits;
     bool stop, started, checksum;
     tps_fill_fn fill;
     void *ctx;
 };
+
+static uint64_t half(const tps_prefetch *p)
+{
+    return p->nslots > 1 ? (uint64_t)p->nslots / 2 : 1;
+}
 
 static void *run(void *arg)
 {
     tps_prefetch *p = arg;
     for (;;) {
         pthread_mutex_lock(&p->mu);
-        while (!p->stop && p->produced - p->consumed == (uint64_t)p->nslots) pthread_cond_wait(&p->cv, &p->mu);
+        while (!p->stop && p->produced - p->consumed == (uint64_t)p->nslots) {
+            p->reader_waits = true;
+            pthread_cond_wait(&p->cv, &p->mu);
+        }
+        p->reader_waits = false;
         bool stop = p->stop;
         pthread_mutex_unlock(&p->mu);
         if (stop) return NULL;
         slot *sl = &p->s[p->produced % (uint64_t)p->nslots];
-        sl->n = 0;
-        sl->end = false;
+        sl->c = (tps_chunk){sl->buf, 0, 0, false, false};
         tps_error_clear(&sl->err);
-        sl->st = p->fill(p->ctx, sl->buf, p->cap, &sl->n, &sl->end, &sl->err);
-        if (p->checksum && sl->st == TPS_OK && !sl->end) sl->crc = tps_crc32(0, sl->buf, sl->n);
-        bool last = sl->st != TPS_OK || sl->end;
+        sl->st = p->fill(p->ctx, sl->buf, p->cap, &sl->c, &sl->err);
+        if (p->checksum && sl->st == TPS_OK && !sl->c.end && !sl->c.have_crc) sl->c.crc = tps_crc32(0, sl->c.data, sl->c.n);
+        bool last = sl->st != TPS_OK || sl->c.end;
         pthread_mutex_lock(&p->mu);
         p->produced++;
-        pthread_cond_broadcast(&p->cv);
+        if (p->consumer_waits && (last || p->produced - p->consumed >= half(p))) pthread_cond_broadcast(&p->cv);
         pthread_mutex_unlock(&p->mu);
         if (last) return NULL;
     }
@@ -81,10 +91,14 @@ tps_status tps_prefetch_start(tps_fill_fn fill, void *ctx, size_t cap, int nslot
     return TPS_OK;
 }
 
-tps_status tps_prefetch_take(tps_prefetch *p, unsigned char **buf, size_t *n, uint32_t *crc, tps_error *err)
+tps_status tps_prefetch_take(tps_prefetch *p, const unsigned char **buf, size_t *n, uint32_t *crc, tps_error *err)
 {
     pthread_mutex_lock(&p->mu);
-    while (p->produced == p->consumed) pthread_cond_wait(&p->cv, &p->mu);
+    while (p->produced == p->consumed) {
+        p->consumer_waits = true;
+        pthread_cond_wait(&p->cv, &p->mu);
+    }
+    p->consumer_waits = false;
     slot *sl = &p->s[p->consumed % (uint64_t)p->nslots];
     pthread_mutex_unlock(&p->mu);
     *buf = NULL;
@@ -93,10 +107,10 @@ tps_status tps_prefetch_take(tps_prefetch *p, unsigned char **buf, size_t *n, ui
         *err = sl->err;
         return sl->st;
     }
-    if (!sl->end) {
-        *buf = sl->buf;
-        *n = sl->n;
-        *crc = sl->crc;
+    if (!sl->c.end) {
+        *buf = sl->c.data;
+        *n = sl->c.n;
+        *crc = sl->c.crc;
     }
     return TPS_OK;
 }
@@ -105,7 +119,7 @@ void tps_prefetch_done(tps_prefetch *p)
 {
     pthread_mutex_lock(&p->mu);
     p->consumed++;
-    pthread_cond_broadcast(&p->cv);
+    if (p->reader_waits && p->produced - p->consumed <= (uint64_t)p->nslots - half(p)) pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
 }
 

@@ -16,8 +16,19 @@
 
 #include "../base/status.h"
 
-/* Fills buf with the next chunk (at most cap bytes) and sets *n, or sets *end at the end. */
-typedef tps_status (*tps_fill_fn)(void *ctx, unsigned char *buf, size_t cap, size_t *n, bool *end, tps_error *err);
+/* One chunk as fill() produces it.  data starts as the slot's buffer; a fill that can point
+ * at the bytes where they already are (a mapped source file) sets data there instead, and
+ * then also gives their CRC (have_crc), computed where a fault can be caught. */
+typedef struct tps_chunk {
+    const unsigned char *data;
+    size_t n;
+    uint32_t crc;
+    bool have_crc, end;
+} tps_chunk;
+
+/* Fills buf with the next chunk (at most cap bytes) or points c->data at it, and sets c->n,
+ * or sets c->end at the end. */
+typedef tps_status (*tps_fill_fn)(void *ctx, unsigned char *buf, size_t cap, tps_chunk *c, tps_error *err);
 
 typedef struct tps_prefetch tps_prefetch;
 
@@ -25,7 +36,7 @@ tps_status tps_prefetch_start(tps_fill_fn fill, void *ctx, size_t cap, int nslot
                               tps_error *err);
 /* The next chunk, its size and (when started with checksum) CRC-32; *buf is NULL at the end of the stream.  A fill()
  * failure comes back here, in order. */
-tps_status tps_prefetch_take(tps_prefetch *p, unsigned char **buf, size_t *n, uint32_t *crc, tps_error *err);
+tps_status tps_prefetch_take(tps_prefetch *p, const unsigned char **buf, size_t *n, uint32_t *crc, tps_error *err);
 /* Gives back the chunk last taken. */
 void tps_prefetch_done(tps_prefetch *p);
 /* Stops the thread (wherever it is) and frees everything; accepts NULL. */

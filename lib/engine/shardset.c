@@ -10,6 +10,7 @@
 #include "../base/crc.h"
 #include "../base/iocache.h"
 #include "../layout/spans.h"
+#include "cut.h"
 #include "../set/manifest.h"
 #include "../targets/adopt.h"
 #include "../targets/target.h"
@@ -304,6 +305,38 @@ tps_status tps_shardset_source_read(void *ctx, size_t i, uint64_t off, void *buf
 {
     tps_shardset *ss = ctx;
     return tps_shardset_read_global(ss, &ss->m->tensors[i], off, buf, len, err);
+}
+
+bool tps_shardset_locate_global(tps_shardset *ss, const tps_manifest_tensor *t, uint64_t off, int *fd, const char **path,
+                                uint64_t *file_off, uint64_t *len)
+{
+    tps_spans sp;
+    tps_error ignored;
+    tps_error_clear(&ignored);
+    if (off >= t->nbytes || tps_spans_build(&t->part, t->dtype, t->ndim, t->shape, ss->m->tp, &sp, &ignored)) return false;
+    bool found = false;
+    uint64_t o = off / sp.slab_bytes, w = off % sp.slab_bytes;
+    const tps_span *s = tps_spans_find(&sp, w);
+    const tps_index *ix;
+    /* Replicas are compared with the bytes themselves (read), and only a plain range maps. */
+    if (s && !(ss->compare_replicas && s->nowners > 1)) {
+        uint32_t owner = sp.owner[s->owner0];
+        uint64_t at = o * sp.rank_slab_bytes[owner] + sp.owner_offset[s->owner0] + (w - s->begin);
+        if (tps_shardset_open_rank(ss, owner, &ix, &ignored) == TPS_OK) {
+            uint64_t in_tensor;
+            found = tps_tensor_locate(ix, tps_index_find(ix, t->name), at, fd, path, file_off, &in_tensor);
+            *len = s->end - w < in_tensor ? s->end - w : in_tensor;
+        }
+    }
+    tps_spans_release(&sp);
+    return found;
+}
+
+bool tps_shardset_source_locate(void *ctx, size_t i, uint64_t off, int *fd, const char **path, uint64_t *file_off,
+                                uint64_t *len)
+{
+    tps_shardset *ss = ctx;
+    return tps_shardset_locate_global(ss, &ss->m->tensors[i], off, fd, path, file_off, len);
 }
 
 tps_status tps_shardset_source_check(void *ctx, size_t i, uint32_t crc, tps_error *err)

@@ -46,6 +46,13 @@ tps_status tps_shardset_check_tensor(tps_shardset *ss, size_t i, uint32_t crc, t
  * manifest, as a tps_global_read_fn, and the per-tensor check as a tps_cut_opts.tensor_done,
  * so reshard and merge hand the set to the engine as they are. */
 tps_status tps_shardset_source_read(void *ctx, size_t i, uint64_t off, void *buf, size_t len, tps_error *err);
+/* Where tps_shardset_read_global would read global byte off of t from, when that is a plain
+ * range of one rank's file (lib/engine/cut.h: tps_global_locate_fn), and the same as a
+ * tps_global_locate_fn with ctx the shard set. */
+bool tps_shardset_locate_global(tps_shardset *ss, const tps_manifest_tensor *t, uint64_t off, int *fd, const char **path,
+                                uint64_t *file_off, uint64_t *len);
+bool tps_shardset_source_locate(void *ctx, size_t i, uint64_t off, int *fd, const char **path, uint64_t *file_off,
+                                uint64_t *len);
 tps_status tps_shardset_source_check(void *ctx, size_t i, uint32_t crc, tps_error *err);
 
 /* After a difference was found in tensor t: the first file holding t (rank order) whose

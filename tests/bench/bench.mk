@@ -14,12 +14,18 @@ $(BUILD)/bench/benchtool: tests/bench/benchtool.c
 	@echo "  CC      $<"
 	$(Q)$(CC) -std=c11 -O2 $(WARN) -o $@ $<
 
-BENCH_VARS = BENCH_SIZE BENCH_RUNS BENCH_DIR BENCH_TMPFS BENCH_COLD BENCH_TORCH BENCH_BIN BENCH_KEEP BENCH_SCALE
-bench: tpshard $(BUILD)/bench/benchtool
+# Links the library: what a loaded manifest holds (bench-scale's memory per tensor).
+$(BUILD)/bench/manifest_mem: tests/bench/manifest_mem.c $(BUILD)/libtpshard.a
+	@mkdir -p $(dir $@)
+	@echo "  CC      $<"
+	$(Q)$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libtpshard.a $(LDLIBS)
+
+BENCH_VARS = BENCH_SIZE BENCH_RUNS BENCH_DIR BENCH_TMPFS BENCH_COLD BENCH_TORCH BENCH_BIN BENCH_KEEP BENCH_SCALE BENCH_DISK_CACHED BENCH_ONLY
+bench: tpshard $(BUILD)/bench/benchtool $(BUILD)/bench/manifest_mem
 	$(Q)$(foreach v,$(BENCH_VARS),$(if $($(v)),$(v)='$($(v))')) $(BENCH_PYTHON) tests/bench/bench.py
 	$(Q)$(BENCH_PYTHON) tests/bench/bench.py --docs build/bench/results.md docs/benchmarks.md
 
 .PHONY: bench-scale
-bench-scale: tpshard $(BUILD)/bench/benchtool
+bench-scale: tpshard $(BUILD)/bench/benchtool $(BUILD)/bench/manifest_mem
 	$(Q)$(foreach v,$(BENCH_VARS),$(if $($(v)),$(v)='$($(v))')) BENCH_ONLY=scale $(BENCH_PYTHON) tests/bench/bench.py
 

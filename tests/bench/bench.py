@@ -12,12 +12,20 @@ Environment (all optional):
   BENCH_KEEP   1 keeps the generated checkpoints (a re-run reuses them)
   BENCH_TPSHARD  the binary to measure (default ./tpshard)
   BENCH_SCALE  0 skips the many-tensor cases; BENCH_ONLY=scale runs only them (make bench-scale)
+  BENCH_DISK_CACHED  0 skips the disk page-cache cases; BENCH_ONLY=cached runs only the
+               page-cache copy cases (cp, split tp8, reshard 8->4, merge tp8, to tmpfs and to disk)
 Writes build/bench/results.md and prints the same table.
 
   bench.py --docs RESULTS PAGE   puts RESULTS (build/bench/results.md) in place of what
                                  stands between the lines <!-- bench:begin --> and
                                  <!-- bench:end --> of PAGE (make bench does it for
                                  docs/benchmarks.md)
+
+The disk page-cache cases (issue 27): the source (or shard set) is in the page cache and the
+outputs go to the same disk file system as the inputs (BENCH_DIR, not tmpfs), against `cp` of
+the same file into that directory, which copies inside the kernel (copy_file_range).  Both
+sides are timed up to their exit; tpshard's fsync at commit is part of its time, so the
+baseline is `cp` followed by `sync FILE` of its output, the same durability.
 
 The many-tensor cases (issue 14, item 9): two Mixtral-shaped checkpoints of tiny tensors,
 about 5,000 and 50,000 (25 and 251 layers of 64 experts), split at tp 2; check and reshard
@@ -87,6 +95,12 @@ def rm(path):
         os.unlink(path)
 
 
+def round_spread(a, b):
+    """The spread of a ratio: each interleaved round's time of a over the same round's of b."""
+    rs = [x[0] / y[0] for x, y in zip(a, b)]
+    return min(rs), max(rs)
+
+
 class Bench:
     def __init__(self):
         self.size = env("BENCH_SIZE", "4G")
@@ -102,10 +116,12 @@ class Bench:
             self.cold = "drop" if os.access("/proc/sys/vm/drop_caches", os.W_OK) else "fadvise"
         self.results = {}  # case -> list of (wall, rssanon_kib, inblock)
         self.bytes = {}  # case -> bytes moved, for throughput
+        self.waits = {}  # case -> voluntary context switches per run (waits between threads)
         self.notes = []
         self.only = env("BENCH_ONLY", "")
         self.scale = env("BENCH_SCALE", "1") == "1" or self.only == "scale"
         self.scale_sets = {}  # tensor count -> (tp2 shard set, data bytes)
+        self.scale_src = {}  # tensor count -> the checkpoint it was split from
         self.python = subprocess.run(["sh", os.path.join(TOP, "tests/interop/python.sh")],
                                      capture_output=True, text=True).stdout.strip()
 
@@ -140,12 +156,13 @@ class Bench:
             pre()
         cmd = [TOOL, "run"] + (["-o", stdout] if stdout else []) + ["--"] + argv
         out = subprocess.run(cmd, check=True, capture_output=True, text=True)
-        wall, rss, inblock, rc = out.stdout.split()
+        wall, rss, inblock, rc, nvcsw = out.stdout.split()
         if int(rc) != 0:
             sys.exit(f"bench: {case}: {' '.join(argv)} exited with status {rc}\n{out.stderr}")
         if post:
             post()
         self.results.setdefault(case, []).append((float(wall), int(rss), int(inblock)))
+        self.waits.setdefault(case, []).append(int(nvcsw))
         self.bytes[case] = nbytes
 
     # ---- setup ----
@@ -163,10 +180,15 @@ class Bench:
             os.makedirs(os.path.dirname(self.src), exist_ok=True)
             sh([TOOL, "gen", self.src, str(self.layers)])
         self.total = os.path.getsize(self.src)
-        if not os.path.exists(self.fp8):
+        if self.only == "cached":  # the FP8, .bin and Megatron inputs belong to other cases
+            self.fp8_total = 0
+            self.fp8 = None
+        elif not os.path.exists(self.fp8):
             os.makedirs(os.path.dirname(self.fp8), exist_ok=True)
             sh([TOOL, "gen-fp8", self.fp8, str(2 * self.layers)])
-        self.fp8_total = os.path.getsize(self.fp8)
+            self.fp8_total = os.path.getsize(self.fp8)
+        else:
+            self.fp8_total = os.path.getsize(self.fp8)
         # tmpfs holds one output at a time next to the cached input
         self.tmpfs_ok = free_bytes(os.path.dirname(self.tmpfs)) > 1.3 * self.total and self.total < 12 * GiB
         if not self.tmpfs_ok:
@@ -180,16 +202,16 @@ class Bench:
                 sh([TPSHARD, "split", self.src, "--tp", str(tp), "--preset", "llama", "-o", d, "-q"])
             self.sets[tp] = d
         self.megatron = None
-        if self.tmpfs_ok:  # a Megatron-LM checkpoint of the same model at tp 8 (issue 18)
+        if self.tmpfs_ok and self.only != "cached":  # a Megatron-LM checkpoint of the same model at tp 8 (issue 18)
             self.megatron = self.setup_megatron()
         self.bin = None
-        if env("BENCH_BIN", "1") == "1" and self.python and self.tmpfs_ok:
+        if env("BENCH_BIN", "1") == "1" and self.python and self.tmpfs_ok and self.only != "cached":
             self.bin = os.path.join(os.path.dirname(self.src), "pytorch_model.bin")
             if not os.path.exists(self.bin):
                 sh([self.python, "-c",
                     "import sys, torch; from safetensors.torch import load_file; "
                     "torch.save(load_file(sys.argv[1]), sys.argv[2])", self.src, self.bin])
-        self.inputs = [self.src, self.fp8] + [f for tp in sorted(self.sets) for f in self.shard_files(self.sets[tp])] + \
+        self.inputs = [self.src] + ([self.fp8] if self.fp8 else []) + [f for tp in sorted(self.sets) for f in self.shard_files(self.sets[tp])] + \
             ([self.bin] if self.bin else []) + (self.megatron_files() if self.megatron else [])
 
     def setup_megatron(self):
@@ -233,6 +255,7 @@ class Bench:
                 rm(s2)
                 sh([TPSHARD, "split", src, "--tp", "2", "--preset", "mixtral", "-o", s2, "-q"])
             self.scale_sets[3 + layers * (7 + 3 * 64)] = (s2, tree_bytes(s2))
+            self.scale_src[3 + layers * (7 + 3 * 64)] = src
 
     def scale_case(self, what, n):
         return f"{what}, {n:,} tensors"
@@ -240,6 +263,10 @@ class Bench:
     def scale_round(self):
         o = os.path.join(self.tmpfs, "scale-out")
         for n, (s2, nbytes) in sorted(self.scale_sets.items()):
+            src = self.scale_src[n]
+            self.measure(self.scale_case("split tp2", n), [TPSHARD, "split", src, "--tp", "2", "--preset", "mixtral",
+                                                           "-o", o, "-q"], nbytes, pre=lambda: self.warm([src]),
+                         post=lambda: rm(o))
             self.measure(self.scale_case("check tp2", n), [TPSHARD, "check", s2, "-q"], nbytes,
                          pre=lambda: self.warm(self.shard_files(s2)))
             self.measure(self.scale_case("reshard 2->1", n), [TPSHARD, "reshard", s2, "--tp", "1", "-o", o, "-q"],
@@ -316,6 +343,72 @@ class Bench:
                 self.measure("torch split tp8", [self.python, os.path.join(TOP, "tests/bench/torch_split.py"), src,
                                                  "--tp", "8", "-o", o], n, pre=w_src, post=clean)
 
+    def disk_cached_round(self):
+        """Source cached, outputs on the input's disk file system (issue 27)."""
+        if env("BENCH_DISK_CACHED", "1") != "1" or not self.tmpfs_ok:
+            return
+        src, n = self.src, self.total
+        o = os.path.join(self.data, "out-cached")
+        clean = lambda: rm(o)  # noqa: E731
+        w_src = lambda: self.warm([src])  # noqa: E731
+        f8, s8 = self.shard_files(self.sets[8]), self.sets[8]
+        self.measure("disk cached: cp", ["cp", src, o], n, pre=w_src, post=clean)
+        self.measure("disk cached: cp + sync", ["sh", "-c", f"cp '{src}' '{o}' && sync '{o}'"], n,
+                     pre=w_src, post=clean)
+        self.measure("disk cached: split tp8", [TPSHARD, "split", src, "--tp", "8", "--preset", "llama", "-o", o, "-q"],
+                     n, pre=w_src, post=clean)
+        self.measure("disk cached: reshard 8->4", [TPSHARD, "reshard", s8, "--tp", "4", "-o", o, "-q"], n,
+                     pre=lambda: self.warm(f8), post=clean)
+        self.measure("disk cached: merge tp8", [TPSHARD, "merge", s8, "-o", o + ".safetensors", "-q"], n,
+                     pre=lambda: self.warm(f8), post=lambda: rm(o + ".safetensors"))
+
+    def tmpfs_cached_round(self):
+        """BENCH_ONLY=cached: the page-cache -> tmpfs cases the copy engine's goals name, alone."""
+        o = os.path.join(self.tmpfs, "out")
+        clean = lambda: rm(o)  # noqa: E731
+        w_src = lambda: self.warm([self.src])  # noqa: E731
+        f8, s8 = self.shard_files(self.sets[8]), self.sets[8]
+        self.measure("cp (to tmpfs)", ["cp", self.src, o], self.total, pre=w_src, post=clean)
+        self.measure("split tp8", [TPSHARD, "split", self.src, "--tp", "8", "--preset", "llama", "-o", o, "-q"],
+                     self.total, pre=w_src, post=clean)
+        self.measure("reshard 8->4", [TPSHARD, "reshard", s8, "--tp", "4", "-o", o, "-q"], self.total,
+                     pre=lambda: self.warm(f8), post=clean)
+        self.measure("merge tp8", [TPSHARD, "merge", s8, "-o", o + ".safetensors", "-q"], self.total,
+                     pre=lambda: self.warm(f8), post=lambda: rm(o + ".safetensors"))
+
+    def per_tensor_rows(self, lines, n):
+        """What each of n tensors costs (issue 27): time and waits between threads per tensor
+        for split, reshard and check; the loaded manifest's heap per tensor (manifest_mem);
+        check's peak anonymous memory per tensor, which also holds the manifest's text and
+        parse tree while loading and both ranks' header indexes."""
+        for what in ("split tp2", "reshard 2->1", "check tp2"):
+            case = self.scale_case(what, n)
+            if case not in self.results:
+                continue
+            us = self.med(case) / n * 1e6
+            waits = statistics.median(self.waits[case]) / n
+            lines.append(f"| {what}, {n:,} tensors: per tensor (reported) | {us:.1f} µs | | "
+                         f"{waits:.2f} waits (voluntary context switches) | — | — |")
+        held = subprocess.run([os.path.join(BUILD, "manifest_mem"), self.scale_sets[n][0]], capture_output=True,
+                              text=True)
+        if held.returncode == 0:
+            nt, nb = (int(x) for x in held.stdout.split())
+            lines.append(f"| manifest held in memory per tensor, {nt:,} tensors | {nb / nt:.0f} B | | | ≤ 1024 B | "
+                         f"{'yes' if nb / nt <= 1024 else 'NO'} |")
+        case = self.scale_case("check tp2", n)
+        if case in self.results:
+            b = max(r for _, r, _ in self.results[case]) * 1024 / n
+            lines.append(f"| check tp2, {n:,} tensors: peak RssAnon per tensor (manifest text and parse tree, both "
+                         f"ranks' headers; reported) | {b:.0f} B | | | — | — |")
+
+    def disk_cached_targets(self, target):
+        for what, case, goal in (("split tp8", "disk cached: split tp8", 1.15),
+                                 ("reshard 8->4", "disk cached: reshard 8->4", 1.25),
+                                 ("merge tp8", "disk cached: merge tp8", 1.25)):
+            target(f"{what} / (cp + sync) (page cache -> same disk)", case, "disk cached: cp + sync", goal)
+            target(f"{what} / cp without sync (page cache -> same disk; reported)", case, "disk cached: cp", goal)
+        target("reshard 8->4 / cp (page cache -> tmpfs)", "reshard 8->4", "cp (to tmpfs)", 1.25)
+
     # ---- report ----
     def med(self, case):
         return statistics.median(w for w, _, _ in self.results[case])
@@ -338,7 +431,8 @@ class Bench:
         # shared VM noise only ever adds time (writing 4 GiB of zeros to tmpfs took 1.6 to 6.2 s
         # minutes apart on the development machine), so the fastest runs show the tools
         # themselves when the medians are dominated by the host.
-        lines += ["", "| target | ratio of medians | ratio of minimums | goal | met (medians) |", "|---|---:|---:|---|---|"]
+        lines += ["", "| target | ratio of medians | ratio of minimums | per-round ratios min–max | goal | met (medians) |",
+                  "|---|---:|---:|---:|---|---|"]
 
         def fastest(case):
             return min(w for w, _, _ in self.results[case])
@@ -348,9 +442,12 @@ class Bench:
                 return
             r, rmin = self.med(a) / self.med(b), fastest(a) / fastest(b)
             ok = r <= goal if le else r >= goal
-            lines.append(f"| {what} | {r:.2f} | {rmin:.2f} | {'≤' if le else '≥'} {goal} | {'yes' if ok else 'NO'} |")
+            lo, hi = round_spread(self.results[a], self.results[b])
+            lines.append(f"| {what} | {r:.2f} | {rmin:.2f} | {lo:.2f}–{hi:.2f} | {'≤' if le else '≥'} {goal} | "
+                         f"{'yes' if ok else 'NO'} |")
 
         target("split tp8 / cp (page cache -> tmpfs)", "split tp8", "cp (to tmpfs)", 1.2)
+        self.disk_cached_targets(target)
         target("cold split tp8 / (cp + sync) (disk)", "cold: split tp8 (disk)", "cold: cp + sync (disk)", 1.3)
         target("torch split tp8 / split tp8 (speedup)", "torch split tp8", "split tp8", 8, le=False)
         target("split tp8 --target vllm / split tp8", "split tp8 --target vllm", "split tp8", 1.2)
@@ -366,32 +463,33 @@ class Bench:
             r = (self.med(q) / self.fp8_total) / (self.med(b) / self.total)
             rmin = (fastest(q) / self.fp8_total) / (fastest(b) / self.total)
             lines.append(f"| quantized split / BF16 split, same bytes (s per byte; FP8 {self.fp8_total / GiB:.2f} GiB, "
-                         f"BF16 {self.total / GiB:.2f} GiB) | {r:.2f} | {rmin:.2f} | ≤ 1.1 | {'yes' if r <= 1.1 else 'NO'} |")
+                         f"BF16 {self.total / GiB:.2f} GiB) | {r:.2f} | {rmin:.2f} | | ≤ 1.1 | {'yes' if r <= 1.1 else 'NO'} |")
         if "verify --whole-model tp8" in self.results and "cat tp8 shards > /dev/null" in self.results:
             a, b = "verify --whole-model tp8", "cat tp8 shards > /dev/null"
             lines.append(f"| verify --whole-model tp8 / cat tp8 shards (reported, no goal) | "
-                         f"{self.med(a) / self.med(b):.2f} | {fastest(a) / fastest(b):.2f} | — | — |")
+                         f"{self.med(a) / self.med(b):.2f} | {fastest(a) / fastest(b):.2f} | | — | — |")
         if len(self.scale_sets) == 2:
             lo, hi = sorted(self.scale_sets)
+            self.per_tensor_rows(lines, hi)
             # Linear: the time ratio is the tensor ratio; 1.3x that allows for a shared machine.
             for what in ("check tp2", "reshard 2->1"):
                 target(f"{what}: {hi:,} / {lo:,} tensors (linear: {hi / lo:.1f})", self.scale_case(what, hi),
                        self.scale_case(what, lo), round(1.3 * hi / lo, 1))
-        tps = [c for c in self.results if not c.startswith(("cp", "cat", "torch", "cold: cp"))]
+        tps = [c for c in self.results if not c.startswith(("cp", "cat", "torch", "cold: cp", "disk cached: cp"))]
         tps = [c for c in tps if "tensors" not in c]  # the many-tensor cases hold per-tensor state
         # verify holds one whole tensor at a time (the 1 GiB lm_head, and its float copies): its
         # bound is the largest tensor, not the copy window; its peak is in its own row above.
         tps = [c for c in tps if not c.startswith("verify")]
         if tps:
             peak = max(r for c in tps for _, r, _ in self.results[c]) / 1024
-            lines.append(f"| peak RssAnon of any tpshard run (MiB) | {peak:.1f} | | ≤ 64 | {'yes' if peak <= 64 else 'NO'} |")
+            lines.append(f"| peak RssAnon of any tpshard run (MiB) | {peak:.1f} | | | ≤ 64 | {'yes' if peak <= 64 else 'NO'} |")
         if "cold: split tp8 (disk)" in self.results:
             rd = statistics.median(b for _, _, b in self.results["cold: split tp8 (disk)"]) / self.total
-            lines.append(f"| cold split: bytes read from storage / input size | {rd:.2f} | | ≈ 1 (one pass) | "
+            lines.append(f"| cold split: bytes read from storage / input size | {rd:.2f} | | | ≈ 1 (one pass) | "
                          f"{'yes' if rd < 1.1 else 'NO'} |")
         if hasattr(self, "bystander"):
             lines.append(f"| page cache of a 1 GiB bystander file kept through the cold split | "
-                         f"{self.bystander:.0%} | | not evicted wholesale | {'yes' if self.bystander > 0.5 else 'NO'} |")
+                         f"{self.bystander:.0%} | | | not evicted wholesale | {'yes' if self.bystander > 0.5 else 'NO'} |")
         lines += [""] + [f"Note: {n}" for n in self.notes]
         return "\n".join(lines) + "\n"
 
@@ -412,9 +510,11 @@ class Bench:
     def cleanup(self):
         rm(self.tmpfs)
         rm(os.path.join(self.data, "out"))
+        rm(os.path.join(self.data, "out-cached"))
         if not self.keep:
             rm(os.path.dirname(self.src))
-            rm(os.path.dirname(self.fp8))
+            if self.fp8:
+                rm(os.path.dirname(self.fp8))
             for s2, _ in self.scale_sets.values():
                 rm(os.path.dirname(s2))
 
@@ -453,10 +553,11 @@ def main():
         return
     b = Bench()
     full = b.only != "scale"
+    b.scale = b.scale and b.only != "cached"
     try:
         if full:
             b.setup()
-            if b.python and b.tmpfs_ok and env("BENCH_TORCH", "1") == "1":
+            if b.python and b.tmpfs_ok and env("BENCH_TORCH", "1") == "1" and b.only != "cached":
                 b.assert_same_as_torch()
             elif not b.python:
                 b.notes.append("torch splitter skipped: no Python with torch and safetensors (sh tests/interop/setup.sh)")
@@ -464,8 +565,12 @@ def main():
             b.setup_scale()
         for i in range(b.runs):
             print(f"bench: round {i + 1} of {b.runs}", flush=True)
-            if full:
+            if b.only == "cached" and b.tmpfs_ok:
+                b.tmpfs_cached_round()
+                b.disk_cached_round()
+            elif full:
                 b.round()
+                b.disk_cached_round()
             if b.scale:
                 b.scale_round()
         if full and b.total > 8 * GiB:

@@ -1,7 +1,14 @@
 /* tps_crc32 against zlib's crc32_z (an independent implementation): every length 0..300 at
- * every alignment 0..15, long buffers, and chained calls split at arbitrary points. */
+ * every alignment 0..15, long buffers, and chained calls split at arbitrary points; then each
+ * implementation (zlib, PCLMULQDQ, VPCLMULQDQ) on its own on random buffers, those this CPU
+ * lacks skipped loudly; and a mapped file that shrinks under the checksum. */
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <zlib.h>
+
+#include "lib/base/iocache.h"
 
 #include "lib/base/crc.h"
 #include "tps_test.h"
@@ -48,9 +55,77 @@ TEST(crc_matches_zlib_long_and_chained)
     free(b);
 }
 
+/* Random lengths around the fold widths (64, 256) and long ones, at random alignments and
+ * random starting CRCs, for one implementation. */
+static void each_impl_matches_zlib(tps_crc_impl impl, const char *name)
+{
+    size_t cap = (3u << 20) + 64;
+    unsigned char *b = random_bytes(cap, 11 + (uint64_t)impl);
+    uint32_t got;
+    if (!tps_crc32_impl(impl, 0, b, 1, &got)) {
+        printf("skip - %s: this CPU lacks it\n", name);
+        free(b);
+        return;
+    }
+    uint64_t seed = 99;
+    int bad = 0;
+    for (int i = 0; i < 3000; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        size_t a = (size_t)(seed >> 60);
+        size_t n = i < 1000 ? (size_t)(seed >> 20) % 1100 : i < 2900 ? (size_t)(seed >> 20) % 70000 : (size_t)(seed >> 20) % (cap - 16);
+        uint32_t c0 = (uint32_t)(seed >> 8);
+        CHECK(tps_crc32_impl(impl, c0, b + a, n, &got));
+        if (got != (uint32_t)crc32_z(c0, b + a, n) && bad++ < 5) {
+            printf("  %s: length %zu at alignment %zu\n", name, n, a);
+            CHECK_EQ_U64(got, crc32_z(c0, b + a, n));
+        }
+    }
+    CHECK(bad == 0);
+    free(b);
+}
+
+TEST(crc_each_implementation_matches_zlib)
+{
+    each_impl_matches_zlib(TPS_CRC_ZLIB, "zlib");
+    each_impl_matches_zlib(TPS_CRC_PCLMUL, "PCLMULQDQ");
+    each_impl_matches_zlib(TPS_CRC_VPCLMUL, "VPCLMULQDQ (AVX-512)");
+}
+
+/* The copy engine checksums a source through a mapping: a file cut short under it must give
+ * false (the SIGBUS caught), not kill the process, and the intact part the zlib CRC. */
+TEST(crc_of_a_mapped_file_that_shrinks)
+{
+    char path[] = "/tmp/tps_crc_map_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    size_t n = 1u << 20;
+    unsigned char *b = random_bytes(n, 5);
+    CHECK(write(fd, b, n) == (ssize_t)n);
+    tps_io_map m;
+    tps_error err;
+    tps_error_clear(&err);
+    CHECK(tps_io_map_file(fd, path, &m, &err) == TPS_OK);
+    CHECK_EQ_U64(m.size, n);
+    uint32_t c = 0;
+    CHECK(tps_io_mapped_crc(m.base, n, &c));
+    CHECK_EQ_U64(c, crc32_z(0, b, n));
+    CHECK(ftruncate(fd, 4096) == 0);
+    c = 7;
+    CHECK(!tps_io_mapped_crc(m.base, n, &c));
+    CHECK_EQ_U64(c, 7);
+    CHECK(tps_io_mapped_crc(m.base, 4096, &c)); /* still usable after a caught fault */
+    CHECK_EQ_U64(c, crc32_z(7, b, 4096));
+    tps_io_unmap(&m);
+    close(fd);
+    unlink(path);
+    free(b);
+}
+
 int main(void)
 {
     RUN(crc_matches_zlib_every_length_and_alignment);
     RUN(crc_matches_zlib_long_and_chained);
+    RUN(crc_each_implementation_matches_zlib);
+    RUN(crc_of_a_mapped_file_that_shrinks);
     return tps_test_done();
 }
