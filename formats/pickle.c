@@ -251,6 +251,14 @@ static const char *const opaque_globals[] = {
     "megatron.core.rerun_state_machine.RerunMode", "megatron.core.rerun_state_machine.RerunState", "io.BytesIO",
     "_io.BytesIO", "signal.Signals", "torch._C.Generator", "torch.Size", "torch.device", "builtins.bytearray",
     "__builtin__.bytearray", "builtins.complex", "__builtin__.complex",
+    /* torch.distributed.checkpoint's .metadata (torch 2.x): its dataclasses, and what
+     * TensorProperties' state names its layout and memory format with (_get_layout("torch.strided"),
+     * getattr(_MEM_FORMAT_ENCODING, "TORCH_CONTIGUOUS_FORMAT")); recorded, never called. */
+    "torch.distributed.checkpoint.metadata.Metadata", "torch.distributed.checkpoint.metadata.TensorStorageMetadata",
+    "torch.distributed.checkpoint.metadata.BytesStorageMetadata", "torch.distributed.checkpoint.metadata.TensorProperties",
+    "torch.distributed.checkpoint.metadata.ChunkStorageMetadata", "torch.distributed.checkpoint.metadata.MetadataIndex",
+    "torch.distributed.checkpoint.metadata.StorageMeta", "torch.distributed.checkpoint.metadata._MEM_FORMAT_ENCODING",
+    "torch.distributed.checkpoint.filesystem._StorageInfo", "torch.serialization._get_layout", "builtins.getattr",
 };
 
 static bool is_builtin(const char *mod) { return strcmp(mod, "builtins") == 0 || strcmp(mod, "__builtin__") == 0; }

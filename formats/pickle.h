@@ -31,6 +31,7 @@
  *   (argparse.Namespace, types.SimpleNamespace, pathlib.PosixPath, numpy's _reconstruct/
  *   ndarray/dtype/UInt32DType, Megatron's enums and OptimizerConfig, io/_io.BytesIO,
  *   signal.Signals, torch._C.Generator, torch.Size, torch.device, builtins.bytearray/complex)
+ *   and torch.distributed.checkpoint's metadata dataclasses (formats/dcp.h lists them)
  *                                                -> an opaque TPS_PV_OBJECT recording the
  *      call's arguments and BUILD state; nothing is constructed.
  * REDUCE only on these callables; SETITEM(S) only on dicts; APPEND(S) only on lists;
