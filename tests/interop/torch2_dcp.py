@@ -20,9 +20,7 @@ The test can fail: reading a chunk at the wrong offset (the torch.save stream's 
 instead of its data record), or assembling the dim-0 chunks out of order, changes bytes of
 the split; accepting a chunk past its tensor leaves exit 0.
 """
-import copy
 import os
-import pickle
 import shutil
 import subprocess
 import sys
@@ -91,53 +89,18 @@ def same_files(a, b):
 
 
 def hostile(src, tmp):
-    from torch.distributed.checkpoint.metadata import ChunkStorageMetadata
-
-    def case(name, mutate, want):
+    """The catalogue's damage (testdata/gen_dcp_fixtures.py) applied to the model's DCP."""
+    sys.path.insert(0, os.path.join(tap.TOP, "testdata"))
+    import gen_dcp_fixtures
+    for name, damage, want in gen_dcp_fixtures.mutations("model.embed_tokens.weight"):
         d = os.path.join(tmp, "hostile-" + name)
         shutil.copytree(src, d)
-        mutate(d)
+        damage(d)
         out = os.path.join(tmp, "out-" + name)
         r = tpshard("split", d, "--tp", 2, "-o", out)
         report(r.returncode == 3 and want in r.stderr and not os.path.exists(out),
-               "dcp hostile %s: exit 3 (%s), nothing written" % (name, want),
+               "dcp hostile %s: split exits 3 (%s), nothing written" % (name, want),
                "rc %d: %s" % (r.returncode, r.stderr))
-
-    def rewrite(d, edit):
-        p = os.path.join(d, ".metadata")
-        with open(p, "rb") as f:
-            md = pickle.load(f)
-        edit(md)
-        with open(p, "wb") as f:
-            pickle.dump(md, f)
-
-    def chunks(md):
-        return md.state_dict_metadata["model.embed_tokens.weight"].chunks
-
-    def truncate(path, keep):
-        with open(path, "rb") as f:
-            data = f.read()
-        with open(path, "wb") as f:
-            f.write(data[:keep(len(data))])
-
-    case("truncated-metadata", lambda d: truncate(os.path.join(d, ".metadata"), lambda n: n // 2), "truncated")
-    case("truncated-distcp", lambda d: truncate(os.path.join(d, "__1_0.distcp"), lambda n: n - 100), "__1_0.distcp")
-
-    def past(md):
-        c = chunks(md)
-        c[1] = ChunkStorageMetadata(offsets=c[1].offsets, sizes=torch.Size([c[1].sizes[0] + 1, c[1].sizes[1]]))
-    case("chunk-past-tensor", lambda d: rewrite(d, past), "runs past the tensor")
-
-    def overlap(md):
-        c = chunks(md)
-        c[1] = ChunkStorageMetadata(offsets=torch.Size([c[1].offsets[0] - 1, 0]), sizes=c[1].sizes)
-    case("overlapping-chunks", lambda d: rewrite(d, overlap), "overlap")
-    case("missing-chunk", lambda d: rewrite(d, lambda md: chunks(md).pop()), "missing")
-
-    def unknown(md):
-        import datetime
-        md.planner_data = datetime.datetime(2024, 1, 1)
-    case("unknown-class", lambda d: rewrite(d, unknown), "refused GLOBAL datetime")
 
 
 def main():
