@@ -106,8 +106,7 @@ def hostile(src, tmp):
 def main():
     import safetensors.torch
     import torch.distributed.checkpoint as dcp
-    if not os.access(tap.TPSHARD, os.X_OK):
-        print("not ok - tpshard binary missing at " + tap.TPSHARD)
+    if tap.tpshard_missing():
         return 1
     tmp = tempfile.mkdtemp(prefix="tps-dcp-")
     try:
