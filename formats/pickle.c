@@ -289,7 +289,9 @@ static tps_status resolve_global(vm *m, const char *mod, const char *name)
     else if (strcmp(mod, "_codecs") == 0 && strcmp(name, "encode") == 0) g->u.global.kind = TPS_PG_CODECS_ENCODE;
     else if (is_builtin(mod) && strcmp(name, "bytes") == 0) g->u.global.kind = TPS_PG_BYTES;
     else if (is_builtin(mod) && (strcmp(name, "set") == 0 || strcmp(name, "frozenset") == 0)) g->u.global.kind = TPS_PG_SET;
-    else if (is_builtin(mod) && strcmp(name, "getattr") == 0) g->u.global.kind = TPS_PG_GETATTR;
+    /* Python 3's spelling only: DCP's .metadata is protocol 4 (a protocol-2 __builtin__.getattr
+     * is no torch file's). */
+    else if (strcmp(mod, "builtins") == 0 && strcmp(name, "getattr") == 0) g->u.global.kind = TPS_PG_GETATTR;
     else if (strcmp(mod, "torch") == 0 && (dt = dtype_by_storage(name)) != NULL) {
         g->u.global.kind = TPS_PG_STORAGE_TYPE;
         g->u.global.dt = dt;
