@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "../lib/base/json.h"
+#include "dcp.h"
 #include "npy.h"
 #include "safetensors.h"
 #include "torch.h"
@@ -195,6 +196,8 @@ tps_status tps_checkpoint_open(const char *path, tps_index **out, tps_error *err
             return tps_fail(err, TPS_EINVALID, "%s: path too long", path);
         if (is_file(p)) return open_file(p, out, err);
     }
+    if (tps_dcp_is_dir(path)) return tps_dcp_open(path, out, err);
     return tps_fail(err, TPS_EINVALID,
-                    "%s: a directory without model.safetensors(.index.json) or pytorch_model.bin(.index.json)", path);
+                    "%s: a directory without model.safetensors(.index.json), pytorch_model.bin(.index.json) or a "
+                    "distributed checkpoint's .metadata", path);
 }

@@ -6,6 +6,8 @@
 
 #include "../lib/base/checked.h"
 
+#define DCP_MEM_FORMAT "torch.distributed.checkpoint.metadata._MEM_FORMAT_ENCODING"
+
 static const tps_torch_dtype torch_dtypes[] = {
     {"float64", "DoubleStorage", TPS_DT_F64, 8, 8},
     {"float32", "FloatStorage", TPS_DT_F32, 4, 4},
@@ -251,6 +253,14 @@ static const char *const opaque_globals[] = {
     "megatron.core.rerun_state_machine.RerunMode", "megatron.core.rerun_state_machine.RerunState", "io.BytesIO",
     "_io.BytesIO", "signal.Signals", "torch._C.Generator", "torch.Size", "torch.device", "builtins.bytearray",
     "__builtin__.bytearray", "builtins.complex", "__builtin__.complex",
+    /* torch.distributed.checkpoint's .metadata (torch 2.x): its dataclasses, and what
+     * TensorProperties' state names its layout with (_get_layout("torch.strided")); its memory
+     * format is getattr(_MEM_FORMAT_ENCODING, "TORCH_CONTIGUOUS_FORMAT"), TPS_PG_GETATTR. */
+    "torch.distributed.checkpoint.metadata.Metadata", "torch.distributed.checkpoint.metadata.TensorStorageMetadata",
+    "torch.distributed.checkpoint.metadata.BytesStorageMetadata", "torch.distributed.checkpoint.metadata.TensorProperties",
+    "torch.distributed.checkpoint.metadata.ChunkStorageMetadata", "torch.distributed.checkpoint.metadata.MetadataIndex",
+    "torch.distributed.checkpoint.metadata.StorageMeta", "torch.distributed.checkpoint.metadata._MEM_FORMAT_ENCODING",
+    "torch.distributed.checkpoint.filesystem._StorageInfo", "torch.serialization._get_layout",
 };
 
 static bool is_builtin(const char *mod) { return strcmp(mod, "builtins") == 0 || strcmp(mod, "__builtin__") == 0; }
@@ -279,6 +289,9 @@ static tps_status resolve_global(vm *m, const char *mod, const char *name)
     else if (strcmp(mod, "_codecs") == 0 && strcmp(name, "encode") == 0) g->u.global.kind = TPS_PG_CODECS_ENCODE;
     else if (is_builtin(mod) && strcmp(name, "bytes") == 0) g->u.global.kind = TPS_PG_BYTES;
     else if (is_builtin(mod) && (strcmp(name, "set") == 0 || strcmp(name, "frozenset") == 0)) g->u.global.kind = TPS_PG_SET;
+    /* Python 3's spelling only: DCP's .metadata is protocol 4 (a protocol-2 __builtin__.getattr
+     * is no torch file's). */
+    else if (strcmp(mod, "builtins") == 0 && strcmp(name, "getattr") == 0) g->u.global.kind = TPS_PG_GETATTR;
     else if (strcmp(mod, "torch") == 0 && (dt = dtype_by_storage(name)) != NULL) {
         g->u.global.kind = TPS_PG_STORAGE_TYPE;
         g->u.global.dt = dt;
@@ -467,6 +480,18 @@ static tps_status op_reduce(vm *m)
     case TPS_PG_BYTES:
         if (args->u.seq.n != 0) return bad(m, NULL, "builtins.bytes called with arguments (only bytes() is protocol 2's b'')");
         if (!(res = node(m, TPS_PV_BYTES)) || !(res->u.str.s = calloc(1, 1))) return oom(m);
+        break;
+    case TPS_PG_GETATTR:
+        /* Only the one attribute lookup DCP's .metadata makes: anything else could name a
+         * function (getattr(os, "system")), so it is refused as the GLOBAL itself would be. */
+        if (args->u.seq.n != 2 || args->u.seq.items[0]->kind != TPS_PV_GLOBAL ||
+            strcmp(args->u.seq.items[0]->u.global.name, DCP_MEM_FORMAT) != 0 || args->u.seq.items[1]->kind != TPS_PV_STR)
+            return tps_fail(m->err, TPS_EINVALID,
+                            "%s: refused GLOBAL %s (pickle offset %zu): only getattr(" DCP_MEM_FORMAT ", name) is allowed",
+                            m->what, fn->u.global.name, m->op_ofs);
+        if (!(res = node(m, TPS_PV_OBJECT))) return oom(m);
+        res->u.obj.cls = fn;
+        res->u.obj.args = args;
         break;
     case TPS_PG_SET:
         if (args->u.seq.n > 1 || (args->u.seq.n == 1 && args->u.seq.items[0]->kind != TPS_PV_LIST))

@@ -31,6 +31,9 @@
  *   (argparse.Namespace, types.SimpleNamespace, pathlib.PosixPath, numpy's _reconstruct/
  *   ndarray/dtype/UInt32DType, Megatron's enums and OptimizerConfig, io/_io.BytesIO,
  *   signal.Signals, torch._C.Generator, torch.Size, torch.device, builtins.bytearray/complex)
+ *   and torch.distributed.checkpoint's metadata dataclasses (formats/dcp.h lists them)
+ *   builtins.getattr                             -> an opaque object, only when called as
+ *      getattr(torch.distributed.checkpoint.metadata._MEM_FORMAT_ENCODING, str)
  *                                                -> an opaque TPS_PV_OBJECT recording the
  *      call's arguments and BUILD state; nothing is constructed.
  * REDUCE only on these callables; SETITEM(S) only on dicts; APPEND(S) only on lists;
@@ -88,7 +91,8 @@ typedef enum tps_pg_kind {
     TPS_PG_OPAQUE,        /* an allowed class (argparse.Namespace, an enum, ...): kept as a value */
     TPS_PG_CODECS_ENCODE, /* _codecs.encode(str, "latin1"): protocol 2's bytes */
     TPS_PG_BYTES,         /* builtins.bytes(): protocol 2's b"" */
-    TPS_PG_SET            /* builtins.set / frozenset */
+    TPS_PG_SET,           /* builtins.set / frozenset */
+    TPS_PG_GETATTR        /* builtins.getattr: only REDUCEd as getattr(DCP's _MEM_FORMAT_ENCODING, str) */
 } tps_pg_kind;
 
 typedef struct tps_pv tps_pv;

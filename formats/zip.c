@@ -37,6 +37,7 @@ typedef struct cursor {
 struct tps_zip {
     int fd;
     const char *path;
+    uint64_t base; /* where the archive starts in the file (a torch.save stream inside a DCP .distcp) */
     uint64_t size;
     unsigned flags;
     tps_zip_entry *entries;
@@ -58,7 +59,7 @@ static tps_status pread_at(const tps_zip *z, uint64_t off, void *buf, size_t len
         return tps_fail(err, TPS_EINVALID, "%s: truncated zip archive: %s needs bytes [%llu, %llu) but the file has %llu",
                         z->path, what, (unsigned long long)off, (unsigned long long)off + len,
                         (unsigned long long)z->size);
-    return tps_pread_full(z->fd, z->path, off, buf, len, err);
+    return tps_pread_full(z->fd, z->path, z->base + off, buf, len, err);
 }
 
 /* Finds the end record: the last "PK\5\6" whose comment length ends it exactly at EOF. */
@@ -327,6 +328,12 @@ cleanup:
 
 tps_status tps_zip_open(int fd, const char *path, uint64_t size, unsigned flags, tps_zip **out, tps_error *err)
 {
+    return tps_zip_open_window(fd, path, 0, size, flags, out, err);
+}
+
+tps_status tps_zip_open_window(int fd, const char *path, uint64_t base, uint64_t size, unsigned flags, tps_zip **out,
+                               tps_error *err)
+{
     *out = NULL;
     tps_status st = TPS_OK;
     unsigned char *cd = NULL;
@@ -334,6 +341,7 @@ tps_status tps_zip_open(int fd, const char *path, uint64_t size, unsigned flags,
     if (!z) return tps_fail_oom(err, "opening a zip archive");
     z->fd = fd;
     z->path = path;
+    z->base = base;
     z->size = size;
     z->flags = flags;
     pthread_mutex_init(&z->lock, NULL);

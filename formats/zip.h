@@ -72,7 +72,7 @@ typedef struct tps_zip_entry {
     uint32_t crc;
     uint64_t csize, usize;
     uint64_t local_ofs;
-    uint64_t data_ofs; /* absolute offset of the (compressed) data, from the local header */
+    uint64_t data_ofs; /* offset of the (compressed) data in the archive (the file, or the window), from the local header */
 } tps_zip_entry;
 
 typedef struct tps_zip tps_zip;
@@ -80,6 +80,12 @@ typedef struct tps_zip tps_zip;
 /* Reads and validates the archive structure of the open file fd (size bytes, named path
  * in messages; both borrowed and kept).  Entries stay in central-directory order. */
 tps_status tps_zip_open(int fd, const char *path, uint64_t size, unsigned flags, tps_zip **out, tps_error *err);
+
+/* The same for an archive that occupies bytes [base, base + size) of the file (the file
+ * must hold them): every offset the archive records, and every entry's data_ofs, is then
+ * relative to base, and no byte outside the window is read. */
+tps_status tps_zip_open_window(int fd, const char *path, uint64_t base, uint64_t size, unsigned flags, tps_zip **out,
+                               tps_error *err);
 
 /* Replaces the open flags (a reader that learns what the archive is after opening it). */
 void tps_zip_set_flags(tps_zip *z, unsigned flags);

@@ -44,6 +44,9 @@ linears with their [out/128, in/128] weight_scale_inv, embedding and lm_head BF1
 FP8 checkpoints keep them) with twice the layers, so its bytes are within a few percent of the
 BF16 one's; `split tp8` of each, interleaved.  Its ratio is of seconds per byte (the medians
 divided by each input's size), so the small difference in bytes does not count.
+
+The DCP case (issue 25): the same checkpoint saved by torch 2's dcp.save (8 .distcp files of
+torch.save streams, one chunk per tensor); `split tp8` of the directory against `cp -r` of it.
 """
 import os
 import shutil
@@ -204,6 +207,7 @@ class Bench:
         self.megatron = None
         if self.tmpfs_ok and self.only != "cached":  # a Megatron-LM checkpoint of the same model at tp 8 (issue 18)
             self.megatron = self.setup_megatron()
+        self.dcp = self.setup_dcp() if self.tmpfs_ok else None
         self.bin = None
         if env("BENCH_BIN", "1") == "1" and self.python and self.tmpfs_ok and self.only != "cached":
             self.bin = os.path.join(os.path.dirname(self.src), "pytorch_model.bin")
@@ -212,7 +216,8 @@ class Bench:
                     "import sys, torch; from safetensors.torch import load_file; "
                     "torch.save(load_file(sys.argv[1]), sys.argv[2])", self.src, self.bin])
         self.inputs = [self.src] + ([self.fp8] if self.fp8 else []) + [f for tp in sorted(self.sets) for f in self.shard_files(self.sets[tp])] + \
-            ([self.bin] if self.bin else []) + (self.megatron_files() if self.megatron else [])
+            ([self.bin] if self.bin else []) + (self.megatron_files() if self.megatron else []) + \
+            (self.dcp_files() if self.dcp else [])
 
     def setup_megatron(self):
         """The checkpoint as Megatron-LM saves it at tp 8 (iter_0000001/mp_rank_XX/model_optim_rng.pt),
@@ -241,6 +246,37 @@ class Bench:
     def megatron_files(self):
         return sorted(os.path.join(dp, f) for dp, _, fs in os.walk(self.megatron) for f in fs
                       if f == "model_optim_rng.pt")
+
+    def setup_dcp(self):
+        """The checkpoint as PyTorch Distributed Checkpoint saves it (issue 25): dcp.save of the
+        state dict by PyPI torch 2 (the torch-2 tier), one process with 8 writer threads, so
+        the chunks spread over 8 .distcp files.  It holds the whole state dict in memory once."""
+        d = os.path.join(os.path.dirname(self.src), "dcp")
+        if os.path.exists(os.path.join(d, ".metadata")):
+            return d
+        py = subprocess.run(["sh", os.path.join(TOP, "tests/interop/python_torch2.sh")], capture_output=True,
+                            text=True).stdout.strip()
+        if not py:
+            self.notes.append("DCP split skipped: no torch-2 tier (sh tests/interop/setup_torch2.sh)")
+            return None
+        rm(d)
+        sh([py, "-c",
+            "import sys, torch.distributed.checkpoint as dcp; from safetensors.torch import load_file;"
+            "dcp.save(load_file(sys.argv[1]), storage_writer=dcp.FileSystemWriter(sys.argv[2], thread_count=8))",
+            self.src, d])
+        shutil.copy(os.path.join(os.path.dirname(self.src), "config.json"), d)  # what a model directory has beside it
+        return d
+
+    def dcp_files(self):
+        return sorted(os.path.join(self.dcp, f) for f in os.listdir(self.dcp))
+
+    def dcp_round(self, o, clean):
+        """split tp8 from the DCP directory against cp -r of it."""
+        fd = self.dcp_files()
+        nbytes = sum(os.path.getsize(f) for f in fd)
+        self.measure("cp -r dcp", ["cp", "-r", self.dcp, o], nbytes, pre=lambda: self.warm(fd), post=clean)
+        self.measure("split tp8 from dcp", [TPSHARD, "split", self.dcp, "--tp", "8", "--preset", "llama", "-o", o, "-q"],
+                     nbytes, pre=lambda: self.warm(fd), post=clean)
 
     def setup_scale(self):
         os.makedirs(self.tmpfs, exist_ok=True)
@@ -325,6 +361,8 @@ class Bench:
                              pre=lambda: self.warm(fm), post=clean)
                 self.measure("reshard megatron 8->4", [TPSHARD, "reshard", self.megatron, "--tp", "4", "-o", o, "-q"],
                              mbytes, pre=lambda: self.warm(fm), post=clean)
+            if self.dcp:
+                self.dcp_round(o, clean)
             self.measure("merge tp8", [TPSHARD, "merge", s8, "-o", o + ".safetensors", "-q"], n,
                          pre=lambda: self.warm(f8), post=lambda: rm(o + ".safetensors"))
             self.measure("check tp8", [TPSHARD, "check", s8, "-q"], set_bytes, pre=lambda: self.warm(f8))
@@ -455,6 +493,7 @@ class Bench:
         target("reshard 4->8 / split tp8", "reshard 4->8", "split tp8", 1.3)
         target("merge tp8 / cp", "merge tp8", "cp (to tmpfs)", 1.2)
         target("reshard megatron 8->4 / cp -r of it", "reshard megatron 8->4", "cp -r megatron tp8", 1.3)
+        target("split tp8 from DCP / cp -r of it", "split tp8 from dcp", "cp -r dcp", 1.3)
         target("check throughput / cat throughput", "cat tp8 shards > /dev/null", "check tp8", 0.8, le=False)
         target("split from .bin / from safetensors", "split tp8 from .bin", "split tp8", 1.1)
         q, b = "split tp8, FP8 block-scaled", "split tp8"

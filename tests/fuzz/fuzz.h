@@ -16,4 +16,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
  * a path.  One memory file per process, rewritten by each call; NULL when it cannot be made. */
 const char *fuzz_memfile(const uint8_t *data, size_t size);
 
+/* Short reads at both ends of the first 64 tensors of ix (errors are expected, crashes not):
+ * what runs a reader's on-demand paths (views, inflate, chunk gathers). */
+struct tps_index;
+void fuzz_read_ends(const struct tps_index *ix);
+
 #endif

@@ -5,8 +5,8 @@
 #                             $(FUZZ_BUILD) (apart from the gcc build) and runs it N seconds
 #                             (FUZZ_TARGETS= picks some); new inputs go to $(FUZZ_BUILD)/corpus/<t>,
 #                             crashes to $(FUZZ_BUILD)/artifacts/<t>/
-FUZZ_TARGETS ?= safetensors json zip pickle npy layout manifest checkpoint
-FUZZ_ALL := safetensors json zip pickle npy layout manifest checkpoint
+FUZZ_TARGETS ?= safetensors json zip pickle npy layout manifest checkpoint dcp
+FUZZ_ALL := safetensors json zip pickle npy layout manifest checkpoint dcp
 FUZZ_SECONDS ?= 60
 FUZZ_BUILD ?= $(BUILD)/fuzz-clang
 FUZZ_CC ?= clang

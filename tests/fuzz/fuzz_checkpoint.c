@@ -13,19 +13,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     tps_index *ix = NULL;
     tps_error err;
     tps_error_clear(&err);
-    if (tps_checkpoint_open(path, &ix, &err) == TPS_OK) {
-        for (size_t i = 0; i < ix->ntensors && i < 64; i++) {
-            const tps_tensor *t = &ix->tensors[i];
-            unsigned char buf[64];
-            size_t n = t->nbytes < sizeof buf ? (size_t)t->nbytes : sizeof buf;
-            tps_error_clear(&err);
-            tps_tensor_read(ix, t, 0, buf, n, &err);
-            if (t->nbytes > n) {
-                tps_error_clear(&err);
-                tps_tensor_read(ix, t, t->nbytes - n, buf, n, &err);
-            }
-        }
-    }
+    if (tps_checkpoint_open(path, &ix, &err) == TPS_OK) fuzz_read_ends(ix);
     tps_index_free(ix);
     return 0;
 }

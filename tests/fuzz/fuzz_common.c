@@ -1,5 +1,7 @@
 #include "fuzz.h"
 
+#include "lib/base/index.h"
+
 #include <stdio.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -21,4 +23,20 @@ const char *fuzz_memfile(const uint8_t *data, size_t size)
         done += (size_t)w;
     }
     return path;
+}
+
+void fuzz_read_ends(const struct tps_index *ix)
+{
+    tps_error err;
+    for (size_t i = 0; i < ix->ntensors && i < 64; i++) {
+        const tps_tensor *t = &ix->tensors[i];
+        unsigned char buf[64];
+        size_t n = t->nbytes < sizeof buf ? (size_t)t->nbytes : sizeof buf;
+        tps_error_clear(&err);
+        tps_tensor_read(ix, t, 0, buf, n, &err);
+        if (t->nbytes > n) {
+            tps_error_clear(&err);
+            tps_tensor_read(ix, t, t->nbytes - n, buf, n, &err);
+        }
+    }
 }

@@ -30,6 +30,14 @@ def status():
     return 1 if failures else 0
 
 
+def tpshard_missing():
+    """1 after a "not ok" line when the tpshard binary is missing, else None."""
+    if not os.access(TPSHARD, os.X_OK):
+        print("not ok - tpshard binary missing at " + TPSHARD)
+        return 1
+    return None
+
+
 def transformers_tier(name):
     """The prologue of a test against transformers: None to go on, else the exit status
     (0 after a loud skip when transformers cannot be imported, 1 when tpshard is missing)."""
@@ -38,7 +46,4 @@ def transformers_tier(name):
     except Exception as e:  # noqa: BLE001 - any import failure means the tier cannot run
         print("skip - %s: transformers cannot be imported (%s); run tests/interop/setup.sh" % (name, e))
         return 0
-    if not os.access(TPSHARD, os.X_OK):
-        print("not ok - tpshard binary missing at " + TPSHARD)
-        return 1
-    return None
+    return tpshard_missing()
