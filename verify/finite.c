@@ -62,7 +62,40 @@ void tps_vfinite_feed(tps_vfinite *f, const void *p, size_t n)
         f->carried = 0;
     }
     size_t whole = n / es;
-    for (size_t i = 0; i < whole; i++) element(f, f->next_index + i, b + i * es);
+    /* count first in a loop the compiler vectorizes; find the first only when there is one */
+    size_t bad = 0;
+    switch (f->dtype) {
+    case TPS_DT_BF16:
+        for (size_t i = 0; i < whole; i++) {
+            uint16_t h;
+            memcpy(&h, b + 2 * i, 2);
+            bad += (h & 0x7f80) == 0x7f80;
+        }
+        break;
+    case TPS_DT_F16:
+        for (size_t i = 0; i < whole; i++) {
+            uint16_t h;
+            memcpy(&h, b + 2 * i, 2);
+            bad += (h & 0x7c00) == 0x7c00;
+        }
+        break;
+    case TPS_DT_F32:
+        for (size_t i = 0; i < whole; i++) {
+            uint32_t w;
+            memcpy(&w, b + 4 * i, 4);
+            bad += (w & 0x7f800000u) == 0x7f800000u;
+        }
+        break;
+    default:
+        for (size_t i = 0; i < whole; i++) bad += (size_t)nonfinite(f->dtype, b + i * es);
+    }
+    if (bad && !f->count)
+        for (size_t i = 0; i < whole; i++)
+            if (nonfinite(f->dtype, b + i * es)) {
+                f->first = f->next_index + i;
+                break;
+            }
+    f->count += bad;
     f->next_index += whole;
     b += whole * es;
     n -= whole * es;

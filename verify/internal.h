@@ -162,6 +162,17 @@ bool tps_vrole_is_mlp(tps_block_role r);
 VOPS_DECLARE(double, f64)
 VOPS_DECLARE(float, f32)
 
+/* The plain loops behind every linear when tpshard is built without a BLAS (make config;
+ * HAVE_BLAS=0), kept callable so that a test compares them with the BLAS path:
+ * y[t, o - o0] (stride ldy) = sum over i in [i0, i1) of x[t, i - i0] (stride ldx) * W(o, i),
+ * W(o, i) = w[o, i] (a Conv1D: w[i, o]). */
+tps_status tps_vlinear_loop_f64(const tps_vt *w, bool conv1d, size_t n, const double *x, size_t ldx, uint64_t i0,
+                                uint64_t i1, uint64_t o0, uint64_t o1, double *y, size_t ldy, tps_error *err);
+/* Whether the linears go through a BLAS (tpshard built with one: make config). */
+bool tps_verify_blas(void);
+tps_status tps_vlinear_loop_f32(const tps_vt *w, bool conv1d, size_t n, const float *x, size_t ldx, uint64_t i0,
+                                uint64_t i1, uint64_t o0, uint64_t o1, float *y, size_t ldy, tps_error *err);
+
 /* y[t, o - o0] (row stride ldy) = x[t] . w[o] + bias[o] for the held rows o in [o0, o1) of
  * w ([rows, in], a Conv1D [in, rows]); bias NULL: none. */
 tps_status tps_vlinear_rows_f64(const tps_vt *w, const tps_vt *bias, bool conv1d, size_t n, const double *x,
