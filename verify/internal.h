@@ -38,10 +38,16 @@ bool tps_vdtype_supported(tps_dtype dt);
 void tps_vstage(const tps_verify_opts *o, const char *what);
 
 /* Checks every tensor of layer `layer` (nex experts) that the shard set ss holds against its
- * manifest (verify.h, tps_verify_opts.shards), adding to *tensors and *bytes.  With
- * read_already, the reference was loaded from ss through those checked reads: only counts. */
-tps_status tps_vlayer_check(const tps_block *b, uint64_t layer, uint64_t nex, struct tps_shardset *ss, bool read_already,
-                        uint64_t *tensors, uint64_t *bytes, tps_error *err);
+ * manifest (verify.h, tps_verify_opts.shards) and for non-finite values, adding to *tensors
+ * and *bytes.  source: the reference's own source (--source), whose copy a non-finite
+ * tensor's message describes; NULL: the reference was loaded from ss through those checked
+ * reads, which did the checks: only counts. */
+tps_status tps_vlayer_check(const tps_block *b, uint64_t layer, uint64_t nex, struct tps_shardset *ss,
+                            const tps_vsource *source, uint64_t *tensors, uint64_t *bytes, tps_error *err);
+
+/* TPS_EINVALID naming the first tensor of l that holds a non-finite value (whose: where l
+ * was loaded from, for the message). */
+tps_status tps_vlayer_require_finite(const vlayer *l, const char *whose, tps_error *err);
 
 /* Whether src is tps_vsource_shardset(ss). */
 bool tps_vsource_is_shardset(const tps_vsource *src, const struct tps_shardset *ss);
@@ -156,6 +162,17 @@ bool tps_vrole_is_mlp(tps_block_role r);
 VOPS_DECLARE(double, f64)
 VOPS_DECLARE(float, f32)
 
+/* The plain loops behind every linear when tpshard is built without a BLAS (make config;
+ * HAVE_BLAS=0), kept callable so that a test compares them with the BLAS path:
+ * y[t, o - o0] (stride ldy) = sum over i in [i0, i1) of x[t, i - i0] (stride ldx) * W(o, i),
+ * W(o, i) = w[o, i] (a Conv1D: w[i, o]). */
+tps_status tps_vlinear_loop_f64(const tps_vt *w, bool conv1d, size_t n, const double *x, size_t ldx, uint64_t i0,
+                                uint64_t i1, uint64_t o0, uint64_t o1, double *y, size_t ldy, tps_error *err);
+/* Whether the linears go through a BLAS (tpshard built with one: make config). */
+bool tps_verify_blas(void);
+tps_status tps_vlinear_loop_f32(const tps_vt *w, bool conv1d, size_t n, const float *x, size_t ldx, uint64_t i0,
+                                uint64_t i1, uint64_t o0, uint64_t o1, float *y, size_t ldy, tps_error *err);
+
 /* y[t, o - o0] (row stride ldy) = x[t] . w[o] + bias[o] for the held rows o in [o0, o1) of
  * w ([rows, in], a Conv1D [in, rows]); bias NULL: none. */
 tps_status tps_vlinear_rows_f64(const tps_vt *w, const tps_vt *bias, bool conv1d, size_t n, const double *x,
@@ -263,8 +280,8 @@ tps_status tps_vrank_each_thread(uint64_t T, size_t cap, tps_vrank_fn fn, void *
 
 /* Checks tensor `name` of the shard set against its manifest (tps_vlayer_check, one tensor);
  * absent from the set: nothing counted. */
-tps_status tps_vtensor_check(struct tps_shardset *ss, const char *name, bool read_already, uint64_t *tensors,
-                             uint64_t *bytes, tps_error *err);
+tps_status tps_vtensor_check(struct tps_shardset *ss, const char *name, const tps_vsource *source,
+                             uint64_t *tensors, uint64_t *bytes, tps_error *err);
 
 /* Appends printf-style text to the NUL-terminated buf of size bytes, truncating (the
  * reports' detail strings). */

@@ -10,6 +10,7 @@
 #include "../lib/engine/gather.h"
 #include "../lib/set/manifest.h"
 #include "dequant_int.h"
+#include "finite.h"
 #include "internal.h"
 #include "quant_blame.h"
 
@@ -216,6 +217,18 @@ tps_status tps_vlayer_load(const tps_block *b, uint64_t layer, uint64_t experts,
     TPS_CHECK(tps_vexperts_unfuse(out, err));
 cleanup:
     if (st != TPS_OK) tps_vlayer_release(out);
+    return st;
+}
+
+tps_status tps_vlayer_require_finite(const vlayer *l, const char *whose, tps_error *err)
+{
+    tps_status st = TPS_OK;
+    for (int r = 0; r < TPS_ROLE_COUNT && st == TPS_OK; r++) {
+        st = tps_vt_require_finite(&l->t[r], whose, err);
+        if (st == TPS_OK) st = tps_vt_require_finite(&l->sh[r], whose, err);
+    }
+    for (uint64_t i = 0; i < l->nex * TPS_ROLE_COUNT && st == TPS_OK; i++)
+        st = tps_vt_require_finite(&l->ex[i], whose, err);
     return st;
 }
 
@@ -462,6 +475,7 @@ tps_vsource tps_vsource_index(const tps_index *ix)
 typedef struct checked_read {
     unsigned char *buf; /* the global bytes go here; NULL: only checked */
     char finding[1400];
+    tps_vfinite fin;
 } checked_read;
 
 static tps_status keep_bytes(void *arg, uint64_t off, const void *p, size_t n, tps_error *err)
@@ -469,6 +483,7 @@ static tps_status keep_bytes(void *arg, uint64_t off, const void *p, size_t n, t
     (void)err;
     checked_read *c = arg;
     if (c->buf) memcpy(c->buf + off, p, n);
+    tps_vfinite_feed(&c->fin, p, n); /* the walk gives the global bytes front to back */
     return TPS_OK;
 }
 
@@ -478,18 +493,55 @@ static void keep_finding(void *arg, const char *msg)
     if (!c->finding[0]) snprintf(c->finding, sizeof c->finding, "%s", msg);
 }
 
-/* Reads tensor t of the shard set through the gather walk (every rank's bytes once, replicas
- * compared, padding checked) into buf (NULL: only checks), and compares its global CRC-32
- * with the manifest's. */
-static tps_status read_checked(tps_shardset *ss, const tps_manifest_tensor *t, void *buf, tps_error *err)
+/* The failure for non-finite values found in shard tensor t (fin); with source (--source),
+ * whether the source's copy holds them too. */
+static tps_status fail_not_finite(tps_shardset *ss, const tps_manifest_tensor *t, const tps_vfinite *fin,
+                                  const tps_vsource *source, tps_error *err)
 {
-    checked_read c = {buf, ""};
+    char what[600], also[400] = "";
+    bool source_finite = false; /* then the shards are at fault, not the checkpoint */
+    tps_vfinite_describe(fin, t->name, t->shape, t->ndim, what, sizeof what);
+    if (source) {
+        tps_vt s;
+        tps_error serr;
+        tps_error_clear(&serr);
+        memset(&s, 0, sizeof s);
+        if (source->has(source->ctx, t->name) && source->load(source->ctx, t->name, &s, &serr) == TPS_OK) {
+            tps_vfinite sf;
+            tps_vt_scan(&s, &sf);
+            if (sf.count) {
+                snprintf(also, sizeof also,
+                         "; the source holds it too (%llu non-finite value%s, the first at element %llu)",
+                         (unsigned long long)sf.count, sf.count == 1 ? "" : "s", (unsigned long long)sf.first);
+            } else {
+                source_finite = true;
+                snprintf(also, sizeof also,
+                         "; the source's copy is finite: these shards were not cut from this source (or were changed "
+                         "since, their manifest with them)");
+            }
+        }
+        tps_vt_release(&s);
+    }
+    return tps_fail(err, TPS_EINVALID, "%s: %s%s%s%s", ss->dir, what, also, source_finite ? "" : ": ",
+                    source_finite ? "" : tps_vfinite_why);
+}
+
+/* Reads tensor t of the shard set through the gather walk (every rank's bytes once, replicas
+ * compared, padding checked) into buf (NULL: only checks), compares its global CRC-32 with
+ * the manifest's, and refuses non-finite values (source: the reference's other source, whose
+ * copy the message then describes). */
+static tps_status read_checked(tps_shardset *ss, const tps_manifest_tensor *t, void *buf, const tps_vsource *source,
+                               tps_error *err)
+{
+    checked_read c = {buf, "", {0}};
+    tps_vfinite_init(&c.fin, t->dtype);
     tps_gather_hooks h = {keep_bytes, keep_finding, &c, false};
     uint32_t crc;
     tps_status st = tps_gather_tensor(ss, t, &h, &crc, NULL, err);
     if (st) return st;
     /* A set tpshard did not write (an engine's, a Megatron checkpoint) records no CRC. */
-    if (!c.finding[0] && (crc == t->crc || ss->m->adopted)) return TPS_OK;
+    if (!c.finding[0] && (crc == t->crc || ss->m->adopted))
+        return c.fin.count ? fail_not_finite(ss, t, &c.fin, source, err) : TPS_OK;
     char path[4200];
     bool found = false;
     tps_error ferr;
@@ -512,7 +564,7 @@ static tps_status shardset_load(void *ctx, const char *name, tps_vt *out, tps_er
     if (!t) return tps_fail(err, TPS_EINVALID, "%s: the manifest has no tensor %s", ss->dir, name);
     size_t nb;
     tps_status st = vt_prepare(out, name, t->nbytes, t->dtype, t->ndim, t->shape, &nb, err);
-    if (st == TPS_OK) st = read_checked(ss, t, out->data, err);
+    if (st == TPS_OK) st = read_checked(ss, t, out->data, NULL, err);
     if (st) tps_vt_release(out);
     return st;
 }
@@ -522,13 +574,13 @@ bool tps_vsource_is_shardset(const tps_vsource *src, const tps_shardset *ss)
     return src->load == shardset_load && src->ctx == ss;
 }
 
-tps_status tps_vtensor_check(tps_shardset *ss, const char *name, bool read_already, uint64_t *tensors,
+tps_status tps_vtensor_check(tps_shardset *ss, const char *name, const tps_vsource *source, uint64_t *tensors,
                              uint64_t *bytes, tps_error *err)
 {
     const tps_manifest_tensor *t = tps_manifest_find(ss->m, name);
     if (!t) return TPS_OK;
-    if (!read_already) {
-        tps_status st = read_checked(ss, t, NULL, err);
+    if (source) {
+        tps_status st = read_checked(ss, t, NULL, source, err);
         if (st) return st;
     }
     (*tensors)++;
@@ -539,7 +591,8 @@ tps_status tps_vtensor_check(tps_shardset *ss, const char *name, bool read_alrea
 static bool shardset_has(void *ctx, const char *name);
 
 static tps_status check_role(const tps_block *b, tps_block_role role, uint64_t layer, uint64_t expert,
-                             tps_shardset *ss, bool read_already, uint64_t *tensors, uint64_t *bytes, tps_error *err)
+                             tps_shardset *ss, const tps_vsource *source, uint64_t *tensors, uint64_t *bytes,
+                             tps_error *err)
 {
     bool oom;
     char *name = tps_verify_tensor_name(b, role, layer, expert, &oom);
@@ -549,13 +602,13 @@ static tps_status check_role(const tps_block *b, tps_block_role role, uint64_t l
     }
     if (oom) return tps_fail_oom(err, "a tensor name");
     /* not in the set: the ranks' load says so, or the role is unused */
-    tps_status st = name ? tps_vtensor_check(ss, name, read_already, tensors, bytes, err) : TPS_OK;
+    tps_status st = name ? tps_vtensor_check(ss, name, source, tensors, bytes, err) : TPS_OK;
     free(name);
     return st;
 }
 
-tps_status tps_vlayer_check(const tps_block *b, uint64_t layer, uint64_t nex, tps_shardset *ss, bool read_already,
-                        uint64_t *tensors, uint64_t *bytes, tps_error *err)
+tps_status tps_vlayer_check(const tps_block *b, uint64_t layer, uint64_t nex, tps_shardset *ss,
+                            const tps_vsource *source, uint64_t *tensors, uint64_t *bytes, tps_error *err)
 {
     bool moe = tps_block_layer_is_moe(b, layer);
     for (int r = 0; r < TPS_ROLE_COUNT; r++) {
@@ -563,14 +616,14 @@ tps_status tps_vlayer_check(const tps_block *b, uint64_t layer, uint64_t nex, tp
         tps_status st = TPS_OK;
         if (tps_block_is_moe(b) && !moe && tps_verify_role_routing(role)) continue;
         if (!tps_verify_role_per_expert(b, role)) {
-            st = check_role(b, role, layer, 0, ss, read_already, tensors, bytes, err);
+            st = check_role(b, role, layer, 0, ss, source, tensors, bytes, err);
         } else if (!moe) {
-            st = check_role(b, role, layer, TPS_VEXPERT_DENSE, ss, read_already, tensors, bytes, err);
+            st = check_role(b, role, layer, TPS_VEXPERT_DENSE, ss, source, tensors, bytes, err);
         } else {
             for (uint64_t e = 0; e < nex && st == TPS_OK; e++)
-                st = check_role(b, role, layer, e, ss, read_already, tensors, bytes, err);
+                st = check_role(b, role, layer, e, ss, source, tensors, bytes, err);
             if (st == TPS_OK && b->shared_prefix)
-                st = check_role(b, role, layer, TPS_VEXPERT_SHARED, ss, read_already, tensors, bytes, err);
+                st = check_role(b, role, layer, TPS_VEXPERT_SHARED, ss, source, tensors, bytes, err);
         }
         if (st) return st;
     }

@@ -1,5 +1,6 @@
 /* The layer math in float64 (reference) and float32 (ranks): verify/ops_tmpl.h and
  * verify/norms_tmpl.h twice. */
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -8,6 +9,13 @@
 #include "internal.h"
 #include "moe_route.h"
 #include "rope.h"
+
+#ifndef TPS_HAVE_BLAS /* the Makefile's probe sets it */
+#define TPS_HAVE_BLAS 0
+#endif
+#if TPS_HAVE_BLAS
+#include <cblas.h>
+#endif
 
 /* Tokens per block of the Linear kernel: 16 float64 accumulators fill 8 SSE registers. */
 #define VTB 16
@@ -47,16 +55,25 @@ bool tps_vdtype_supported(tps_dtype dt)
     return dt == TPS_DT_BF16 || dt == TPS_DT_F32 || dt == TPS_DT_F64 || vtable(dt) != NULL;
 }
 
+bool tps_verify_blas(void)
+{
+    return TPS_HAVE_BLAS;
+}
+
 #define REAL double
 #define SFX f64
+#define VGEMM cblas_dgemm
 #include "norms_tmpl.h"
 #include "ops_tmpl.h"
 #undef REAL
 #undef SFX
+#undef VGEMM
 
 #define REAL float
 #define SFX f32
+#define VGEMM cblas_sgemm
 #include "norms_tmpl.h"
 #include "ops_tmpl.h"
 #undef REAL
 #undef SFX
+#undef VGEMM

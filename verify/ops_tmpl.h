@@ -53,9 +53,9 @@ static void F(vrow)(const tps_vt *t, uint64_t off, size_t n, REAL *out)
 
 /* y[t, o - o0] (row stride ldy) = sum over i in [i0, i1) of x[t, i - i0] (stride ldx) * W(o, i)
  * for o in [o0, o1), where W(o, i) is w[o, i] for a Linear [out, in] and w[i, o] for a
- * Conv1D [in, out]. */
-static tps_status F(vlinear)(const tps_vt *w, bool conv1d, size_t n, const REAL *x, size_t ldx, uint64_t i0,
-                             uint64_t i1, uint64_t o0, uint64_t o1, REAL *y, size_t ldy, tps_error *err)
+ * Conv1D [in, out].  The plain loops: the fallback without a BLAS (internal.h). */
+tps_status F(tps_vlinear_loop)(const tps_vt *w, bool conv1d, size_t n, const REAL *x, size_t ldx, uint64_t i0,
+                               uint64_t i1, uint64_t o0, uint64_t o1, REAL *y, size_t ldy, tps_error *err)
 {
     size_t K = (size_t)(i1 - i0), O = (size_t)(o1 - o0);
     REAL *wrow = NULL, *xt = NULL;
@@ -102,6 +102,45 @@ static tps_status F(vlinear)(const tps_vt *w, bool conv1d, size_t n, const REAL 
     free(xt);
     return TPS_OK;
 }
+
+#if TPS_HAVE_BLAS
+/* The same product by the BLAS (VGEMM: sgemm for the ranks, dgemm for the reference): the
+ * weight block converted to REAL once per call, in chunks of output rows that bound the
+ * scratch (VGEMM_CHUNK elements), each chunk one GEMM over every token.  Sizes beyond the
+ * BLAS's int take the loops. */
+#define VGEMM_CHUNK ((size_t)1 << 20)
+static tps_status F(vlinear)(const tps_vt *w, bool conv1d, size_t n, const REAL *x, size_t ldx, uint64_t i0,
+                             uint64_t i1, uint64_t o0, uint64_t o1, REAL *y, size_t ldy, tps_error *err)
+{
+    size_t K = (size_t)(i1 - i0), O = (size_t)(o1 - o0);
+    if (!n || !K || !O || n > INT_MAX || K > INT_MAX || O > INT_MAX || ldx > INT_MAX || ldy > INT_MAX)
+        return F(tps_vlinear_loop)(w, conv1d, n, x, ldx, i0, i1, o0, o1, y, ldy, err);
+    size_t rows = VGEMM_CHUNK / K ? VGEMM_CHUNK / K : 1;
+    if (rows > O) rows = O;
+    REAL *wb = malloc(rows * K * sizeof *wb);
+    if (!wb) return tps_fail_oom(err, "a verification weight block");
+    for (size_t o = 0; o < O; o += rows) {
+        size_t m = O - o < rows ? O - o : rows;
+        if (conv1d) { /* [K, m] of w [in, out] */
+            for (size_t k = 0; k < K; k++) F(vrow)(w, (i0 + k) * w->shape[1] + o0 + o, m, wb + k * m);
+            VGEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)m, (int)K, 1, x, (int)ldx, wb, (int)m, 0,
+                  y + o, (int)ldy);
+        } else { /* [m, K] of w [out, in] */
+            for (size_t r = 0; r < m; r++) F(vrow)(w, (o0 + o + r) * w->shape[1] + i0, K, wb + r * K);
+            VGEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)m, (int)K, 1, x, (int)ldx, wb, (int)K, 0,
+                  y + o, (int)ldy);
+        }
+    }
+    free(wb);
+    return TPS_OK;
+}
+#else
+static tps_status F(vlinear)(const tps_vt *w, bool conv1d, size_t n, const REAL *x, size_t ldx, uint64_t i0,
+                             uint64_t i1, uint64_t o0, uint64_t o1, REAL *y, size_t ldy, tps_error *err)
+{
+    return F(tps_vlinear_loop)(w, conv1d, n, x, ldx, i0, i1, o0, o1, y, ldy, err);
+}
+#endif
 
 /* y[t, j] += v[off + j] for j < cnt, every token t. */
 static void F(vadd_range)(const tps_vt *v, uint64_t off, size_t n, size_t cnt, REAL *y, size_t ldy, REAL *scratch)

@@ -377,9 +377,13 @@ tps_status tps_verify_layer(const tps_block *b, uint64_t layer, uint64_t T, cons
         /* Before any number is trusted, the shards' bytes must be what the manifest says. */
         if (st == TPS_OK && o->shards) {
             if (!checked_reads) tps_vstage(o, "checking bytes");
-            st = tps_vlayer_check(b, layer, rl.nex, o->shards, checked_reads, &res->checked_tensors, &res->checked_bytes,
-                              err);
+            st = tps_vlayer_check(b, layer, rl.nex, o->shards, checked_reads ? NULL : ref, &res->checked_tensors,
+                                  &res->checked_bytes, err);
         }
+        /* The reference's own source (--source) may hold what the shards do not: a NaN
+         * there would be blamed on them.  (Loaded from the shards, the checked reads
+         * already refused it.) */
+        if (st == TPS_OK && !checked_reads) st = tps_vlayer_require_finite(&rl, "the source", err);
         if (st == TPS_OK) st = resolve_dims(b, layer, &rl, T, &d, err);
     }
     if (tps_vbackend_multi(be)) {

@@ -12,6 +12,7 @@
 #include "../lib/base/checked.h"
 #include "../lib/set/manifest.h"
 #include "internal.h"
+#include "finite.h"
 #include "quant_blame.h"
 
 void tps_verify_whole_release(tps_verify_whole *w)
@@ -63,6 +64,18 @@ static tps_status load_tensor(const tps_block *b, const tps_vsource *src, const 
         st = tps_fail(err, TPS_EINVALID, "%s: dtype %s is not one verify computes in", name, tps_dtype_name(t->dtype));
         tps_vt_release(t);
     }
+    return st;
+}
+
+/* A reference tensor; one from the source (--source) must be finite (the shard set's checked
+ * reads refuse a non-finite one of theirs: verify/layer.c). */
+static tps_status load_ref(const tps_block *b, const tps_vsource *ref, const tps_verify_opts *o, const char *name,
+                           tps_vt *t, tps_error *err)
+{
+    tps_status st = load_tensor(b, ref, name, t, err);
+    if (st == TPS_OK && !(o->shards && tps_vsource_is_shardset(ref, o->shards)))
+        st = tps_vt_require_finite(t, "the source", err);
+    if (st != TPS_OK) tps_vt_release(t);
     return st;
 }
 
@@ -329,7 +342,7 @@ static tps_status ref_embed(const tps_block *b, const tps_vsource *ref, const tp
                         "the layout's block: section names no %s tensor (add `%s: NAME` to it; the built-in presets "
                         "name it)",
                         !en ? "embed" : "final_norm", !en ? "embed" : "final_norm");
-    TPS_CHECK(load_tensor(b, ref, en, &e, err));
+    TPS_CHECK(load_ref(b, ref, o, en, &e, err));
     if (e.ndim != 2 || !e.shape[0] || !e.shape[1]) {
         st = tps_fail(err, TPS_EINVALID, "%s: the embedding must be [vocab, hidden]", en);
         goto cleanup;
@@ -348,7 +361,7 @@ static tps_status ref_embed(const tps_block *b, const tps_vsource *ref, const tp
     double mult = embed_multiplier(b, m->hidden, e.dtype);
     for (size_t i = 0; mult != 1.0 && i < nh; i++) w->chain.xref[i] *= mult;
     if (m->pos) {
-        TPS_CHECK(load_tensor(b, ref, pn, &p, err));
+        TPS_CHECK(load_ref(b, ref, o, pn, &p, err));
         if (p.ndim != 2 || p.shape[1] != m->hidden) {
             st = tps_fail(err, TPS_EINVALID, "%s: the position embedding must be [positions, %llu]", pn,
                           (unsigned long long)m->hidden);
@@ -396,7 +409,7 @@ static tps_status check_tensors(const tps_block *b, const tps_vsource *ref, cons
     for (int i = 0; i < 3; i++)
         if (names[i]) {
             tps_status st =
-                tps_vtensor_check(o->shards, names[i], read, &w->checked_tensors, &w->checked_bytes, err);
+                tps_vtensor_check(o->shards, names[i], read ? NULL : ref, &w->checked_tensors, &w->checked_bytes, err);
             if (st != TPS_OK) return st;
         }
     return TPS_OK;
@@ -426,7 +439,9 @@ tps_status tps_verify_whole_begin(const tps_block *b, uint64_t T, const tps_vsou
      * the same ids from the seed. */
     if (root) {
         tps_vstage(o, "embedding: reference");
-        st = ref_embed(b, ref, o, w, &m, err);
+        /* the shards' copies first: a non-finite one is reported with the source's verdict */
+        st = check_tensors(b, ref, o, STEP_EMBED, false, w, err);
+        if (st == TPS_OK) st = ref_embed(b, ref, o, w, &m, err);
         m.vocab_quantum = engine_vocab_quantum(b, o);
     }
     if (multi) {
@@ -445,9 +460,6 @@ tps_status tps_verify_whole_begin(const tps_block *b, uint64_t T, const tps_vsou
         if (q % T == 0) w->padded_vocab = q; /* split refuses a tp that does not divide it */
     }
     draw_ids(o->seed, m.vocab, n, w->ids); /* the same ids as rank 0's */
-    if (root) st = check_tensors(b, ref, o, STEP_EMBED, m.tied, w, err);
-    if (multi) TPS_CHECK(tps_vbackend_agree(be, st, err));
-    TPS_CHECK(st);
     uint64_t nh64;
     size_t nh;
     if (!tps_mul_u64(o->tokens, m.hidden, &nh64) || !tps_u64_to_size(nh64, &nh) || nh > (size_t)1 << 32) {
@@ -492,8 +504,8 @@ cleanup:
 }
 
 /* Rank 0's reference logits from xref. */
-static tps_status ref_head(const tps_block *b, const tps_vsource *ref, const tps_verify_whole *w, double *logits,
-                           tps_error *err)
+static tps_status ref_head(const tps_block *b, const tps_vsource *ref, const tps_verify_opts *o,
+                           const tps_verify_whole *w, double *logits, tps_error *err)
 {
     tps_status st = TPS_OK;
     tps_vt nw, nb, h;
@@ -504,8 +516,8 @@ static tps_status ref_head(const tps_block *b, const tps_vsource *ref, const tps
     double *xn = malloc((nh + 1) * sizeof *xn);
     if (!xn) return tps_fail_oom(err, "the reference's hidden state");
     const char *fb = b->model_role[TPS_MROLE_FINAL_NORM_B];
-    TPS_CHECK(load_tensor(b, ref, b->model_role[TPS_MROLE_FINAL_NORM_W], &nw, err));
-    if (fb && ref->has(ref->ctx, fb)) TPS_CHECK(load_tensor(b, ref, fb, &nb, err));
+    TPS_CHECK(load_ref(b, ref, o, b->model_role[TPS_MROLE_FINAL_NORM_W], &nw, err));
+    if (fb && ref->has(ref->ctx, fb)) TPS_CHECK(load_ref(b, ref, o, fb, &nb, err));
     if (nw.ndim != 1 || nw.shape[0] != w->hidden || (nb.data && (nb.ndim != 1 || nb.shape[0] != w->hidden))) {
         st = tps_fail(err, TPS_EINVALID, "%s: the final norm must be [%llu]", nw.name, (unsigned long long)w->hidden);
         goto cleanup;
@@ -514,7 +526,7 @@ static tps_status ref_head(const tps_block *b, const tps_vsource *ref, const tps
     memset(&d, 0, sizeof d);
     d.hidden = w->hidden;
     tps_vnorm_f64(b, &d, &nw, nb.data ? &nb : NULL, n, w->chain.xref, xn);
-    TPS_CHECK(load_tensor(b, ref, head_name(b, w->tied), &h, err));
+    TPS_CHECK(load_ref(b, ref, o, head_name(b, w->tied), &h, err));
     if (h.ndim != 2 || h.shape[0] != w->vocab || h.shape[1] != w->hidden) {
         st = tps_fail(err, TPS_EINVALID, "%s: the LM head must be [%llu, %llu]", h.name, (unsigned long long)w->vocab,
                       (unsigned long long)w->hidden);
@@ -567,7 +579,7 @@ tps_status tps_verify_whole_end(const tps_block *b, uint64_t T, const tps_vsourc
         if (!(ref_logits = malloc((n * V + 1) * sizeof *ref_logits)) || !(logits = malloc((n * V + 1) * sizeof *logits)))
             st = tps_fail_oom(err, "the logits");
         if (st == TPS_OK) st = check_tensors(b, ref, o, STEP_HEAD, w->tied, w, err);
-        if (st == TPS_OK) st = ref_head(b, ref, w, ref_logits, err);
+        if (st == TPS_OK) st = ref_head(b, ref, o, w, ref_logits, err);
     }
     if (multi) TPS_CHECK(tps_vbackend_agree(be, st, err));
     TPS_CHECK(st);

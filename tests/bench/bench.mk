@@ -20,9 +20,18 @@ $(BUILD)/bench/manifest_mem: tests/bench/manifest_mem.c $(BUILD)/libtpshard.a
 	@echo "  CC      $<"
 	$(Q)$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libtpshard.a $(LDLIBS)
 
+# verify's "before": the same sources built with HAVE_BLAS=0 (the plain loops), in a build
+# directory of its own, so that one bench run shows both against cat of the shards.
+BENCH_NOBLAS := $(BUILD)/bench/tpshard-noblas
+$(BENCH_NOBLAS): $(CMD_OBJ) $(LIB_SRC)
+	$(Q)$(MAKE) --no-print-directory HAVE_BLAS=0 BUILD=$(BUILD)/bench/noblas $(BUILD)/bench/noblas/libtpshard.a
+	@echo "  LINK    $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(CMD_OBJ) $(BUILD)/bench/noblas/libtpshard.a $(OPT_LIBS) $(LDLIBS)
+
 BENCH_VARS = BENCH_SIZE BENCH_RUNS BENCH_DIR BENCH_TMPFS BENCH_COLD BENCH_TORCH BENCH_BIN BENCH_KEEP BENCH_SCALE BENCH_DISK_CACHED BENCH_ONLY
-bench: tpshard $(BUILD)/bench/benchtool $(BUILD)/bench/manifest_mem
-	$(Q)$(foreach v,$(BENCH_VARS),$(if $($(v)),$(v)='$($(v))')) $(BENCH_PYTHON) tests/bench/bench.py
+bench: tpshard $(BUILD)/bench/benchtool $(BUILD)/bench/manifest_mem $(BENCH_NOBLAS)
+	$(Q)$(foreach v,$(BENCH_VARS),$(if $($(v)),$(v)='$($(v))')) BENCH_TPSHARD_NOBLAS=$(BENCH_NOBLAS) \
+	    $(BENCH_PYTHON) tests/bench/bench.py
 	$(Q)$(BENCH_PYTHON) tests/bench/bench.py --docs build/bench/results.md docs/benchmarks.md
 
 .PHONY: bench-scale

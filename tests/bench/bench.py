@@ -14,6 +14,8 @@ Environment (all optional):
   BENCH_SCALE  0 skips the many-tensor cases; BENCH_ONLY=scale runs only them (make bench-scale)
   BENCH_DISK_CACHED  0 skips the disk page-cache cases; BENCH_ONLY=cached runs only the
                page-cache copy cases (cp, split tp8, reshard 8->4, merge tp8, to tmpfs and to disk)
+  BENCH_TPSHARD_NOBLAS  tpshard built with HAVE_BLAS=0 (make bench builds it): verify's plain
+               loops measured beside the BLAS build, the "before" of issue 23
 Writes build/bench/results.md and prints the same table.
 
   bench.py --docs RESULTS PAGE   puts RESULTS (build/bench/results.md) in place of what
@@ -59,6 +61,7 @@ TOP = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))
 BUILD = os.path.join(TOP, "build", "bench")
 TOOL = os.path.join(BUILD, "benchtool")
 TPSHARD = os.environ.get("BENCH_TPSHARD") or os.path.join(TOP, "tpshard")
+NOBLAS = os.environ.get("BENCH_TPSHARD_NOBLAS")
 GiB = 1 << 30
 MiB = 1 << 20
 
@@ -371,8 +374,11 @@ class Bench:
             # The whole model the tensor-parallel way (8 rank threads in float32) against the
             # float64 reference reassembled from the same shards, every tensor's checksum checked:
             # its cost beside reading the shards once (issue 15).
-            self.measure("verify --whole-model tp8", [TPSHARD, "verify", s8, "--whole-model", "-q"], set_bytes,
-                         pre=lambda: self.warm(f8))
+            for mode in ("--whole-model", "--layer all"):
+                for tag, binary in (("", TPSHARD), (" (plain loops)", NOBLAS)):
+                    if binary and os.path.exists(binary):
+                        self.measure(f"verify {mode} tp8{tag}", [binary, "verify", s8] + mode.split() + ["-q"],
+                                     set_bytes, pre=lambda: self.warm(f8))
             if self.bin:
                 self.measure("split tp8 from .bin", [TPSHARD, "split", self.bin, "--tp", "8", "--preset", "llama",
                                                      "--config", os.path.join(os.path.dirname(src), "config.json"),
@@ -503,10 +509,15 @@ class Bench:
             rmin = (fastest(q) / self.fp8_total) / (fastest(b) / self.total)
             lines.append(f"| quantized split / BF16 split, same bytes (s per byte; FP8 {self.fp8_total / GiB:.2f} GiB, "
                          f"BF16 {self.total / GiB:.2f} GiB) | {r:.2f} | {rmin:.2f} | | ≤ 1.1 | {'yes' if r <= 1.1 else 'NO'} |")
-        if "verify --whole-model tp8" in self.results and "cat tp8 shards > /dev/null" in self.results:
-            a, b = "verify --whole-model tp8", "cat tp8 shards > /dev/null"
-            lines.append(f"| verify --whole-model tp8 / cat tp8 shards (reported, no goal) | "
-                         f"{self.med(a) / self.med(b):.2f} | {fastest(a) / fastest(b):.2f} | | — | — |")
+        # issue 23: verify with the BLAS at most 10x cat of the shards; the plain loops' ratio
+        # (the build before it) reported beside it
+        for mode in ("--whole-model", "--layer all"):
+            target(f"verify {mode} tp8 / cat tp8 shards", f"verify {mode} tp8", "cat tp8 shards > /dev/null", 10)
+            a, b = f"verify {mode} tp8 (plain loops)", "cat tp8 shards > /dev/null"
+            if a in self.results and b in self.results:
+                lo, hi = round_spread(self.results[a], self.results[b])
+                lines.append(f"| {a} / cat tp8 shards (before: reported, no goal) | "
+                             f"{self.med(a) / self.med(b):.2f} | {fastest(a) / fastest(b):.2f} | {lo:.2f}–{hi:.2f} | — | — |")
         if len(self.scale_sets) == 2:
             lo, hi = sorted(self.scale_sets)
             self.per_tensor_rows(lines, hi)
