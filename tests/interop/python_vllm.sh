@@ -1,0 +1,10 @@
+#!/bin/sh
+# Prints the real-vLLM tier's interpreter (build/venv-vllm, made by setup_vllm.sh) when vllm
+# imports there; prints nothing and fails otherwise.
+top=$(cd "$(dirname "$0")/../.." && pwd)
+py="$top/build/venv-vllm/bin/python3"
+if [ -x "$py" ] && [ -f "$top/build/venv-vllm/tpshard-stamp" ] && "$py" -c 'import vllm' >/dev/null 2>&1; then
+    echo "$py"
+    exit 0
+fi
+exit 1
