@@ -338,6 +338,47 @@ static tps_status build_source(adopt *a, tps_error *err)
     return TPS_OK;
 }
 
+/* Whether rank 0's files hold every name m laid out for the target gives, and the engine's
+ * constants exactly when m has them. */
+static bool names_match(const adopt *a, const tps_manifest *m)
+{
+    if ((m->nextras > 0) != a->extras) return false;
+    for (size_t i = 0; i < m->ntensors; i++) {
+        const tps_manifest_tensor *x = &m->tensors[i];
+        if (!tps_index_find(a->rank[0], x->target_name ? x->target_name : x->name)) return false;
+    }
+    return true;
+}
+
+/* m laid out for the target at the release class rank 0's names are from: the newest whose
+ * names and constants they are (vLLM 0.24 renamed the experts' tensors, 0.14 added the
+ * constants), so reshard keeps the class; when none is, the newest with the set's constants,
+ * and compare_ranks names what differs. */
+static tps_status adopt_release(adopt *a, tps_manifest *m, tps_error *err)
+{
+    const char *rel[16], *cand[18];
+    size_t nrel = tps_target_releases(a->t, rel, 16), nc = 0;
+    cand[nc++] = NULL; /* the newest */
+    for (size_t k = 1; k < nrel; k++) cand[nc++] = rel[k];
+    if (nrel) cand[nc++] = "0";
+    size_t pick = nc;
+    for (size_t k = 0; k < nc && pick == nc; k++) {
+        tps_error e;
+        tps_error_clear(&e);
+        free(m->target_version);
+        m->target_version = NULL;
+        if (cand[k] && !(m->target_version = strdup(cand[k]))) return tps_fail_oom(err, "reading rank files");
+        if (tps_target_apply(a->t, m, &e) == TPS_OK && names_match(a, m)) pick = k;
+    }
+    if (pick == nc) /* the first class with (or without) the constants the set has */
+        for (size_t k = 0; k < nc && pick == nc; k++)
+            if (!a->extras == (k == nc - 1 && nrel)) pick = k;
+    free(m->target_version);
+    m->target_version = NULL;
+    if (pick < nc && cand[pick] && !(m->target_version = strdup(cand[pick]))) return tps_fail_oom(err, "reading rank files");
+    return tps_target_apply(a->t, m, err);
+}
+
 /* Every rank's files against the plan: missing, extra and misshapen keys, by rank. */
 static tps_status compare_ranks(adopt *a, const tps_manifest *m, tps_error *err)
 {
@@ -447,11 +488,7 @@ tps_status tps_adopt_manifest(const char *dir, tps_file_reader_fn add_file, tps_
     st = tps_plan_build(a.src, a.l, layout_name, a.tp, &m, &problems, &unused, err);
     tps_buf_release(&problems);
     tps_buf_release(&unused);
-    /* A set without the engine's constants is from a release before them: "0" is older than
-     * every since: of the target, so reshard keeps the class. */
-    if (st == TPS_OK && !a.extras && tps_target_versioned(a.t) && !(m->target_version = strdup("0")))
-        st = tps_fail_oom(err, "reading rank files");
-    if (st || (st = tps_target_apply(a.t, m, err))) goto cleanup;
+    if (st || (st = adopt_release(&a, m, err))) goto cleanup;
     m->adopted = true;
     m->config_keys = kept;
     kept = NULL;

@@ -31,10 +31,15 @@ typedef struct textra {
     double value;
 } textra;
 
+/* tensors: entry.  since: the first engine release whose state dict has into (an earlier
+ * entry with the same from wins from that release on, a later one names the older releases'
+ * tensor: vLLM 0.24 moved FusedMoE's w13_weight/w2_weight into experts.routed_experts);
+ * engine: the one engine it is for (not sglang through an alias). */
 typedef struct tentry {
     char *from[MAX_FROM];
     size_t nfrom;
     char *into;
+    char *since, *engine;
     bool stack, tied;
     size_t line;
 } tentry;
@@ -64,6 +69,8 @@ void tps_target_free(tps_target *t)
     for (size_t i = 0; i < t->n; i++) {
         for (size_t j = 0; j < t->e[i].nfrom; j++) free(t->e[i].from[j]);
         free(t->e[i].into);
+        free(t->e[i].since);
+        free(t->e[i].engine);
     }
     free(t->e);
     for (size_t i = 0; i < t->nx; i++) {
@@ -162,11 +169,13 @@ typedef tps_yaml_ctx yctx;
 #define ybad tps_yaml_fail
 #define ytrue tps_yaml_true
 
+static bool version_ok(const char *s);
+
 static tps_status parse_entry(yctx *c, const yaml_node_t *en, tentry *e)
 {
-    static const char *const allowed[] = {"into", "from", "stack", "tied", NULL};
+    static const char *const allowed[] = {"into", "from", "stack", "tied", "since", "engine", NULL};
     if (en->type != YAML_MAPPING_NODE) return ybad(c, en, "each tensors: entry is a mapping with into and from");
-    tps_status st = tps_yaml_only_keys(c, en, allowed, "unknown key (into, from, stack, tied)");
+    tps_status st = tps_yaml_only_keys(c, en, allowed, "unknown key (into, from, stack, tied, since, engine)");
     if (st != TPS_OK) return st;
     e->line = en->start_mark.line + 1;
     const char *into = yscalar(ykey(c->doc, en, "into"));
@@ -175,6 +184,10 @@ static tps_status parse_entry(yctx *c, const yaml_node_t *en, tentry *e)
     e->stack = ytrue(ykey(c->doc, en, "stack"));
     e->tied = ytrue(ykey(c->doc, en, "tied"));
     if (!(e->into = strdup(into))) return tps_fail_oom(c->err, "reading a target");
+    const char *since = yscalar(ykey(c->doc, en, "since")), *engine = yscalar(ykey(c->doc, en, "engine"));
+    if (since && !version_ok(since)) return ybad(c, ykey(c->doc, en, "since"), "since is a release number (0.24)");
+    if ((since && !(e->since = strdup(since))) || (engine && !(e->engine = strdup(engine))))
+        return tps_fail_oom(c->err, "reading a target");
     if (from->type == YAML_SCALAR_NODE) {
         if (!(e->from[e->nfrom++] = strdup(yscalar(from)))) return tps_fail_oom(c->err, "reading a target");
     } else if (from->type == YAML_SEQUENCE_NODE) {
@@ -598,6 +611,14 @@ void tps_target_clear(tps_manifest *m)
     m->target_version = NULL;
 }
 
+/* Whether tensors: entry E names the tensor of target t's engine at release version (NULL:
+ * the newest). */
+static bool entry_applies(const tps_target *t, const tentry *E, const char *version)
+{
+    if (E->engine && strcmp(E->engine, t->name) != 0) return false;
+    return !(E->since && version && version_less(version, E->since));
+}
+
 /* m's extras: each applicable entry's names once per source tensor its per matches. */
 static tps_status apply_extras(const tps_target *t, tps_manifest *m, tps_error *err)
 {
@@ -717,6 +738,7 @@ tps_status tps_target_apply(const tps_target *t, tps_manifest *m, tps_error *err
     uint64_t experts = 0; /* the fewest experts a stack entry found in a layer */
     for (size_t ei = 0; ei < t->n; ei++) {
         const tentry *E = &t->e[ei];
+        if (!entry_applies(t, E, m->target_version)) continue;
         int ncap = wildcards(E->from[0]);
         for (size_t i = 0; i < N; i++) {
             caps c = {0};
@@ -968,11 +990,21 @@ uint32_t tps_target_extras_crc(const tps_manifest *m, uint64_t *len)
     return crc;
 }
 
-bool tps_target_versioned(const tps_target *t)
+size_t tps_target_releases(const tps_target *t, const char **out, size_t max)
 {
-    for (size_t xi = 0; xi < t->nx; xi++)
-        if (t->x[xi].since && (!t->x[xi].engine || strcmp(t->x[xi].engine, t->name) == 0)) return true;
-    return false;
+    size_t n = 0;
+    for (size_t k = 0; k < t->nx + t->n; k++) {
+        const char *since = k < t->nx ? t->x[k].since : t->e[k - t->nx].since;
+        const char *engine = k < t->nx ? t->x[k].engine : t->e[k - t->nx].engine;
+        if (!since || (engine && strcmp(engine, t->name) != 0)) continue;
+        size_t j = 0;
+        while (j < n && version_less(since, out[j])) j++;
+        if ((j < n && !version_less(out[j], since)) || n == max) continue; /* listed already */
+        memmove(out + j + 1, out + j, (n - j) * sizeof *out);
+        out[j] = since;
+        n++;
+    }
+    return n;
 }
 
 bool tps_target_is_extra(const tps_target *t, const char *name)

@@ -112,8 +112,9 @@ void tps_target_extra_bytes(double value, unsigned char out[4]);
 /* The bytes m's extras add at the end of each rank's last part: their CRC-32, *len bytes. */
 uint32_t tps_target_extras_crc(const tps_manifest *m, uint64_t *len);
 
-/* Whether the target has extras that only some engine releases hold (since:). */
-bool tps_target_versioned(const tps_target *t);
+/* The releases the target's since: values name for its own engine, newest first, at most
+ * max: each starts a release class (what --target-version selects), "0" the class before. */
+size_t tps_target_releases(const tps_target *t, const char **out, size_t max);
 /* Whether name is one of the target's extras (a constant the engine's state dict holds
  * beside the weights, whatever the release that has it). */
 bool tps_target_is_extra(const tps_target *t, const char *name);

@@ -110,7 +110,7 @@ def fused_forward(ranks, cfg, T, ids, cos, sin):
             top, chosen = torch.topk(w, cfg.num_experts_per_tok, dim=-1)
             top = top / top.sum(-1, keepdim=True)
             for R in ranks:
-                w13, w2 = R[m + "experts.w13_weight"], R[m + "experts.w2_weight"]
+                w13, w2 = R[m + "experts.routed_experts.w13_weight"], R[m + "experts.routed_experts.w2_weight"]
                 half = w13.shape[1] // 2
                 for e in range(w13.shape[0]):
                     weight = (top * (chosen == e)).sum(-1, keepdim=True)
@@ -125,7 +125,7 @@ def fused_forward(ranks, cfg, T, ids, cos, sin):
             sh = m + "experts._shared_experts."
             g = torch.sigmoid(hn @ ranks[0][sh + "expert_gate.weight"].T)
             for R in ranks:
-                w13, w2 = R[m + "experts.w13_weight"], R[m + "experts.w2_weight"]
+                w13, w2 = R[m + "experts.routed_experts.w13_weight"], R[m + "experts.routed_experts.w2_weight"]
                 half = w13.shape[1] // 2
                 for e in range(w13.shape[0]):
                     h = hn @ w13[e].T

@@ -33,6 +33,8 @@ def main():
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "|".join(str(r % (os.cpu_count() or 1)) for r in range(tp)))
     os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")  # apply_model's function to the workers
+    here = os.path.dirname(os.path.abspath(__file__))
+    os.environ["PYTHONPATH"] = here + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
@@ -44,8 +46,9 @@ def main():
     result = {"tokens": [list(o.outputs[0].token_ids) for o in outs],
               "logprobs": [[{str(t): lp.logprob for t, lp in step.items()} for step in o.outputs[0].logprobs]
                            for o in outs]}
-    if "--keys" in args:
-        result["keys"] = llm.apply_model(state_dict_shapes)
+    if "--keys" in args:  # by module name: the workers unpickle it by importing this file
+        import vllm_engine
+        result["keys"] = llm.apply_model(vllm_engine.state_dict_shapes)
     if save:
         os.makedirs(save, exist_ok=True)
         llm.llm_engine.engine_core.save_sharded_state(path=save)
