@@ -297,6 +297,14 @@ static tps_status build_source(adopt *a, tps_error *err)
         size_t nnames = n;
         uint64_t g[TPS_MAX_DIMS];
         if (n && tied && tps_index_find(r0, names[0])) n = 0; /* untied: both keep their names */
+        /* A transposed tensor (GPT-2's Conv1D, held [out, in] by the engine): the source's
+         * rank slice is the file's shape swapped. */
+        tps_tensor xt = *x;
+        if (x->ndim == 2 && tps_target_transposes(a->t, n ? names[0] : x->name)) {
+            xt.shape[0] = x->shape[1];
+            xt.shape[1] = x->shape[0];
+            x = &xt;
+        }
         if (n == 0) {
             if (!solve_one(a->l, vmult, x->name, x->dtype, x->ndim, x->shape, a->tp, g))
                 st = tps_fail(err, TPS_EINVALID,

@@ -1021,6 +1021,15 @@ size_t tps_target_releases(const tps_target *t, const char **out, size_t max)
     return n;
 }
 
+bool tps_target_transposes(const tps_target *t, const char *name)
+{
+    for (size_t bi = 0; bi < t->nb; bi++) {
+        caps c = {0};
+        if (!t->b[bi].blocks && match(t->b[bi].match, name, &c)) return true;
+    }
+    return false;
+}
+
 size_t tps_target_missing(const tps_target *t, const tps_index *files, tps_buf *out, size_t list)
 {
     size_t n = 0;

@@ -113,6 +113,8 @@ void tps_target_extra_bytes(double value, unsigned char out[4]);
 /* The bytes m's extras add at the end of each rank's last part: their CRC-32, *len bytes. */
 uint32_t tps_target_extras_crc(const tps_manifest *m, uint64_t *len);
 
+/* Whether the target holds source tensor name transposed (a transposed: entry matches it). */
+bool tps_target_transposes(const tps_target *t, const char *name);
 /* The names an engine-saved rank's files lack of those the target's required: entries ask
  * once per tensor of files their per matches: how many, the first list of them appended to
  * out, quoted and comma-separated ("and N more" after). */
