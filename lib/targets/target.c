@@ -31,10 +31,15 @@ typedef struct textra {
     double value;
 } textra;
 
+/* tensors: entry.  since: the first engine release whose state dict has into (an earlier
+ * entry with the same from wins from that release on, a later one names the older releases'
+ * tensor: vLLM 0.24 moved FusedMoE's w13_weight/w2_weight into experts.routed_experts);
+ * engine: the one engine it is for (not sglang through an alias). */
 typedef struct tentry {
     char *from[MAX_FROM];
     size_t nfrom;
     char *into;
+    char *since, *engine;
     bool stack, tied;
     size_t line;
 } tentry;
@@ -56,6 +61,8 @@ struct tps_target {
     size_t n;
     textra *x;
     size_t nx;
+    textra *q; /* required: what an engine-saved set must hold once per match of per */
+    size_t nq;
 };
 
 void tps_target_free(tps_target *t)
@@ -64,15 +71,19 @@ void tps_target_free(tps_target *t)
     for (size_t i = 0; i < t->n; i++) {
         for (size_t j = 0; j < t->e[i].nfrom; j++) free(t->e[i].from[j]);
         free(t->e[i].into);
+        free(t->e[i].since);
+        free(t->e[i].engine);
     }
     free(t->e);
-    for (size_t i = 0; i < t->nx; i++) {
-        for (size_t j = 0; j < t->x[i].nnames; j++) free(t->x[i].names[j]);
-        free(t->x[i].per);
-        free(t->x[i].since);
-        free(t->x[i].engine);
+    for (size_t i = 0; i < t->nx + t->nq; i++) {
+        textra *x = i < t->nx ? &t->x[i] : &t->q[i - t->nx];
+        for (size_t j = 0; j < x->nnames; j++) free(x->names[j]);
+        free(x->per);
+        free(x->since);
+        free(x->engine);
     }
     free(t->x);
+    free(t->q);
     for (size_t i = 0; i < t->nb; i++) free(t->b[i].match);
     free(t->b);
     free(t->experts_rule);
@@ -162,11 +173,13 @@ typedef tps_yaml_ctx yctx;
 #define ybad tps_yaml_fail
 #define ytrue tps_yaml_true
 
+static bool version_ok(const char *s);
+
 static tps_status parse_entry(yctx *c, const yaml_node_t *en, tentry *e)
 {
-    static const char *const allowed[] = {"into", "from", "stack", "tied", NULL};
+    static const char *const allowed[] = {"into", "from", "stack", "tied", "since", "engine", NULL};
     if (en->type != YAML_MAPPING_NODE) return ybad(c, en, "each tensors: entry is a mapping with into and from");
-    tps_status st = tps_yaml_only_keys(c, en, allowed, "unknown key (into, from, stack, tied)");
+    tps_status st = tps_yaml_only_keys(c, en, allowed, "unknown key (into, from, stack, tied, since, engine)");
     if (st != TPS_OK) return st;
     e->line = en->start_mark.line + 1;
     const char *into = yscalar(ykey(c->doc, en, "into"));
@@ -175,6 +188,10 @@ static tps_status parse_entry(yctx *c, const yaml_node_t *en, tentry *e)
     e->stack = ytrue(ykey(c->doc, en, "stack"));
     e->tied = ytrue(ykey(c->doc, en, "tied"));
     if (!(e->into = strdup(into))) return tps_fail_oom(c->err, "reading a target");
+    const char *since = yscalar(ykey(c->doc, en, "since")), *engine = yscalar(ykey(c->doc, en, "engine"));
+    if (since && !version_ok(since)) return ybad(c, ykey(c->doc, en, "since"), "since is a release number (0.24)");
+    if ((since && !(e->since = strdup(since))) || (engine && !(e->engine = strdup(engine))))
+        return tps_fail_oom(c->err, "reading a target");
     if (from->type == YAML_SCALAR_NODE) {
         if (!(e->from[e->nfrom++] = strdup(yscalar(from)))) return tps_fail_oom(c->err, "reading a target");
     } else if (from->type == YAML_SEQUENCE_NODE) {
@@ -223,20 +240,26 @@ static bool version_less(const char *a, const char *b)
     return false;
 }
 
-static tps_status parse_extra(yctx *c, const yaml_node_t *en, textra *x)
+/* An extras: entry (constant: names, per, value, since, engine) or a required: one (names, per). */
+static tps_status parse_extra(yctx *c, const yaml_node_t *en, textra *x, bool constant)
 {
     static const char *const allowed[] = {"names", "per", "value", "since", "engine", NULL};
-    if (en->type != YAML_MAPPING_NODE) return ybad(c, en, "each extras: entry is a mapping with names, per and value");
-    tps_status st = tps_yaml_only_keys(c, en, allowed, "unknown key (names, per, value, since, engine)");
+    static const char *const allowed_required[] = {"names", "per", NULL};
+    if (en->type != YAML_MAPPING_NODE)
+        return ybad(c, en, constant ? "each extras: entry is a mapping with names, per and value"
+                                    : "each required: entry is a mapping with names and per");
+    tps_status st = constant ? tps_yaml_only_keys(c, en, allowed, "unknown key (names, per, value, since, engine)")
+                             : tps_yaml_only_keys(c, en, allowed_required, "unknown key (names, per)");
     if (st != TPS_OK) return st;
     yaml_node_t *names = ykey(c->doc, en, "names");
     const char *per = yscalar(ykey(c->doc, en, "per")), *value = yscalar(ykey(c->doc, en, "value"));
     const char *since = yscalar(ykey(c->doc, en, "since")), *engine = yscalar(ykey(c->doc, en, "engine"));
-    if (!names || names->type != YAML_SEQUENCE_NODE || !per || !value)
-        return ybad(c, en, "an extras entry needs names (a list), per (a source name) and value (a number)");
+    if (!names || names->type != YAML_SEQUENCE_NODE || !per || (constant && !value))
+        return ybad(c, en, constant ? "an extras entry needs names (a list), per (a source name) and value (a number)"
+                                    : "a required entry needs names (a list) and per (an engine name)");
     char *end;
-    x->value = strtod(value, &end);
-    if (*end || end == value) return ybad(c, ykey(c->doc, en, "value"), "value is a number");
+    x->value = value ? strtod(value, &end) : 0;
+    if (value && (*end || end == value)) return ybad(c, ykey(c->doc, en, "value"), "value is a number");
     if (since && !version_ok(since)) return ybad(c, ykey(c->doc, en, "since"), "since is a release number (0.14)");
     if (!(x->per = strdup(per)) || (since && !(x->since = strdup(since))) || (engine && !(x->engine = strdup(engine))))
         return tps_fail_oom(c->err, "reading a target");
@@ -325,19 +348,23 @@ tps_status tps_target_load(const char *layout_text, const char *layout_name, con
                 goto cleanup;
             }
             t->vocab_multiple = q;
-        } else if (ks && strcmp(ks, "extras") == 0) {
+        } else if (ks && (strcmp(ks, "extras") == 0 || strcmp(ks, "required") == 0)) {
+            bool constant = strcmp(ks, "extras") == 0;
             if (v->type != YAML_SEQUENCE_NODE) {
-                st = ybad(&c, v, "extras is a list of {names, per, value}");
+                st = ybad(&c, v, constant ? "extras is a list of {names, per, value}" : "required is a list of {names, per}");
                 goto cleanup;
             }
             size_t n = (size_t)(v->data.sequence.items.top - v->data.sequence.items.start);
-            if (!(t->x = calloc(n + 1, sizeof *t->x))) {
-                st = tps_fail_oom(err, "reading a target");
+            textra **list = constant ? &t->x : &t->q;
+            size_t *count = constant ? &t->nx : &t->nq;
+            if (*list || !(*list = calloc(n + 1, sizeof **list))) {
+                st = *list ? ybad(&c, k, "given twice") : tps_fail_oom(err, "reading a target");
                 goto cleanup;
             }
             for (size_t i = 0; i < n; i++) {
-                t->nx = i + 1;
-                TPS_CHECK(parse_extra(&c, yaml_document_get_node(&doc, v->data.sequence.items.start[i]), &t->x[i]));
+                *count = i + 1;
+                TPS_CHECK(parse_extra(&c, yaml_document_get_node(&doc, v->data.sequence.items.start[i]), &(*list)[i],
+                                      constant));
             }
         } else if (ks && strcmp(ks, "tp_at_most_experts") == 0) {
             const char *s = yscalar(v);
@@ -418,7 +445,7 @@ tps_status tps_target_load(const char *layout_text, const char *layout_name, con
                 TPS_CHECK(parse_entry(&c, yaml_document_get_node(&doc, v->data.sequence.items.start[i]), &t->e[i]));
             }
         } else {
-            st = ybad(&c, k, "unknown key (vocab_multiple, tensors, extras, tp_at_most_experts, blocked, transposed)");
+            st = ybad(&c, k, "unknown key (vocab_multiple, tensors, extras, required, tp_at_most_experts, blocked, transposed)");
             goto cleanup;
         }
     }
@@ -598,6 +625,14 @@ void tps_target_clear(tps_manifest *m)
     m->target_version = NULL;
 }
 
+/* Whether tensors: entry E names the tensor of target t's engine at release version (NULL:
+ * the newest). */
+static bool entry_applies(const tps_target *t, const tentry *E, const char *version)
+{
+    if (E->engine && strcmp(E->engine, t->name) != 0) return false;
+    return !(E->since && version && version_less(version, E->since));
+}
+
 /* m's extras: each applicable entry's names once per source tensor its per matches. */
 static tps_status apply_extras(const tps_target *t, tps_manifest *m, tps_error *err)
 {
@@ -717,6 +752,7 @@ tps_status tps_target_apply(const tps_target *t, tps_manifest *m, tps_error *err
     uint64_t experts = 0; /* the fewest experts a stack entry found in a layer */
     for (size_t ei = 0; ei < t->n; ei++) {
         const tentry *E = &t->e[ei];
+        if (!entry_applies(t, E, m->target_version)) continue;
         int ncap = wildcards(E->from[0]);
         for (size_t i = 0; i < N; i++) {
             caps c = {0};
@@ -968,11 +1004,50 @@ uint32_t tps_target_extras_crc(const tps_manifest *m, uint64_t *len)
     return crc;
 }
 
-bool tps_target_versioned(const tps_target *t)
+size_t tps_target_releases(const tps_target *t, const char **out, size_t max)
 {
-    for (size_t xi = 0; xi < t->nx; xi++)
-        if (t->x[xi].since && (!t->x[xi].engine || strcmp(t->x[xi].engine, t->name) == 0)) return true;
+    size_t n = 0;
+    for (size_t k = 0; k < t->nx + t->n; k++) {
+        const char *since = k < t->nx ? t->x[k].since : t->e[k - t->nx].since;
+        const char *engine = k < t->nx ? t->x[k].engine : t->e[k - t->nx].engine;
+        if (!since || (engine && strcmp(engine, t->name) != 0)) continue;
+        size_t j = 0;
+        while (j < n && version_less(since, out[j])) j++;
+        if ((j < n && !version_less(out[j], since)) || n == max) continue; /* listed already */
+        memmove(out + j + 1, out + j, (n - j) * sizeof *out);
+        out[j] = since;
+        n++;
+    }
+    return n;
+}
+
+bool tps_target_transposes(const tps_target *t, const char *name)
+{
+    for (size_t bi = 0; bi < t->nb; bi++) {
+        caps c = {0};
+        if (!t->b[bi].blocks && match(t->b[bi].match, name, &c)) return true;
+    }
     return false;
+}
+
+size_t tps_target_missing(const tps_target *t, const tps_index *files, tps_buf *out, size_t list)
+{
+    size_t n = 0;
+    for (size_t qi = 0; qi < t->nq; qi++) {
+        const textra *Q = &t->q[qi];
+        int ncap = wildcards(Q->per);
+        for (size_t i = 0; i < files->ntensors; i++) {
+            caps c = {0};
+            if (!match(Q->per, files->tensors[i].name, &c) || c.n != ncap) continue;
+            for (size_t j = 0; j < Q->nnames; j++) {
+                char name[NAME_MAX_LEN];
+                if (!subst(Q->names[j], &c, ncap, name, sizeof name) || tps_index_find(files, name)) continue;
+                if (n++ < list) tps_buf_printf(out, "%s'%s'", n > 1 ? ", " : "", name);
+            }
+        }
+    }
+    if (n > list) tps_buf_printf(out, " and %zu more", n - list);
+    return n;
 }
 
 bool tps_target_is_extra(const tps_target *t, const char *name)

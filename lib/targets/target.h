@@ -56,6 +56,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../base/buf.h"
 #include "../base/index.h"
 #include "../base/status.h"
 #include "../set/manifest.h"
@@ -112,8 +113,15 @@ void tps_target_extra_bytes(double value, unsigned char out[4]);
 /* The bytes m's extras add at the end of each rank's last part: their CRC-32, *len bytes. */
 uint32_t tps_target_extras_crc(const tps_manifest *m, uint64_t *len);
 
-/* Whether the target has extras that only some engine releases hold (since:). */
-bool tps_target_versioned(const tps_target *t);
+/* Whether the target holds source tensor name transposed (a transposed: entry matches it). */
+bool tps_target_transposes(const tps_target *t, const char *name);
+/* The names an engine-saved rank's files lack of those the target's required: entries ask
+ * once per tensor of files their per matches: how many, the first list of them appended to
+ * out, quoted and comma-separated ("and N more" after). */
+size_t tps_target_missing(const tps_target *t, const tps_index *files, tps_buf *out, size_t list);
+/* The releases the target's since: values name for its own engine, newest first, at most
+ * max: each starts a release class (what --target-version selects), "0" the class before. */
+size_t tps_target_releases(const tps_target *t, const char **out, size_t max);
 /* Whether name is one of the target's extras (a constant the engine's state dict holds
  * beside the weights, whatever the release that has it). */
 bool tps_target_is_extra(const tps_target *t, const char *name);

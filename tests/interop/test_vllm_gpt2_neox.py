@@ -338,6 +338,24 @@ def gpt2_cases(tmp):
     p = tap.tpshard("verify", os.path.join(tmp, "g-vllm-2"), "--source", src, "--layer", "all")
     tap.report(p.returncode == 0, "gpt2: verify --layer all passes on the vllm set", p.stdout[-500:] + p.stderr)
 
+    # A set the engine saved (the emulated saver on the engine's per-rank state dicts: Conv1D
+    # weights held [out, in]): adopted (the transpose undone before the shapes are matched),
+    # resharded 2 -> 4 as split at 4, merged to the source bit-exact.
+    saved = os.path.join(tmp, "g-saved-2")
+    os.makedirs(saved)
+    vllm_emul.save_sharded_state(saved, [gpt2_expected(sd, cfg, 2, r) for r in range(2)], 1 << 30)
+    shutil.copy(os.path.join(src, "config.json"), saved)
+    re4 = os.path.join(tmp, "g-saved-re-4")
+    p = tap.tpshard("reshard", saved, "--tp", 4, "--target", "vllm", "-o", re4, "-q")
+    tap.report(p.returncode == 0 and not vllm_emul.same_sets(re4, os.path.join(tmp, "g-vllm-4"), 4),
+               "gpt2: an engine-saved set (no tpshard.json) reshards 2 -> 4 as split at 4", p.stderr)
+    p = tap.tpshard("merge", saved, "-o", os.path.join(tmp, "g-saved-merged.safetensors"), "-q")
+    ok = p.returncode == 0
+    if ok:
+        m = load_file(os.path.join(tmp, "g-saved-merged.safetensors"))
+        ok = m.keys() == sd.keys() and all(torch.equal(vllm_emul.raw(m[k]), vllm_emul.raw(sd[k])) for k in sd)
+    tap.report(ok, "gpt2: an engine-saved set merges to the source bit-exact", p.stderr)
+
     # A save without the transformer. prefix (GPT2Model's names): the same files.
     bare = os.path.join(tmp, "gpt2-bare")
     os.makedirs(bare)

@@ -17,7 +17,7 @@ it into a prefix of its parameter silently), bit-equal values and the model's dt
 
 Cases: Llama (GQA, o_proj bias, untied, bfloat16), Llama tied, Qwen2 (q/k/v biases, tied),
 Mixtral, Phi-3 (HF stores it fused; vLLM's Phi3ForCausalLM is a Llama), Qwen2-MoE (a sparse layer with the gated shared expert, whose surviving names in
-current vLLM are mlp.experts._shared_experts.{gate_up_proj,down_proj,expert_gate}, and a dense
+current vLLM are mlp.experts._shared_experts._layer.{gate_up_proj,down_proj,expert_gate} (0.24 on), and a dense
 one; SGLang's names differ there), at every tp of 1, 2, 4, 8 the heads allow; --target sglang's set taken by SGLang's loader
 (no scale buffers; Qwen2-MoE's shared expert under SGLang's names).
 The loader is shown to fail on wrong sets: the vocabulary padded to a multiple of tp only,
@@ -110,7 +110,7 @@ def fused_forward(ranks, cfg, T, ids, cos, sin):
             top, chosen = torch.topk(w, cfg.num_experts_per_tok, dim=-1)
             top = top / top.sum(-1, keepdim=True)
             for R in ranks:
-                w13, w2 = R[m + "experts.w13_weight"], R[m + "experts.w2_weight"]
+                w13, w2 = R[m + "experts.routed_experts.w13_weight"], R[m + "experts.routed_experts.w2_weight"]
                 half = w13.shape[1] // 2
                 for e in range(w13.shape[0]):
                     weight = (top * (chosen == e)).sum(-1, keepdim=True)
@@ -122,10 +122,10 @@ def fused_forward(ranks, cfg, T, ids, cos, sin):
             top, chosen = torch.topk(w, cfg.num_experts_per_tok, dim=-1)
             if cfg.norm_topk_prob:
                 top = top / top.sum(-1, keepdim=True)
-            sh = m + "experts._shared_experts."
+            sh = m + "experts._shared_experts._layer."
             g = torch.sigmoid(hn @ ranks[0][sh + "expert_gate.weight"].T)
             for R in ranks:
-                w13, w2 = R[m + "experts.w13_weight"], R[m + "experts.w2_weight"]
+                w13, w2 = R[m + "experts.routed_experts.w13_weight"], R[m + "experts.routed_experts.w2_weight"]
                 half = w13.shape[1] // 2
                 for e in range(w13.shape[0]):
                     h = hn @ w13[e].T

