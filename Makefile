@@ -72,7 +72,7 @@ BLAS_STAMP := $(PROBE_DIR)/.have_blas
 $(shell [ "$$(cat $(BLAS_STAMP) 2>/dev/null)" = "$(HAVE_BLAS)" ] || echo $(HAVE_BLAS) > $(BLAS_STAMP))
 $(BUILD)/verify/ops.o: $(BLAS_STAMP)
 $(BUILD)/verify/ops.o: OPT_CFLAGS += -DTPS_HAVE_BLAS=$(HAVE_BLAS)
-OPT_LIBS += $(if $(filter 1,$(HAVE_BLAS)),$(BLAS_LIBS))
+# Not linked: verify/ops.c opens libopenblas.so.0 when verify first needs it (see there why).
 
 # Optional parts, each in its own fragment next to its code: the GPU and MPI verify backends,
 # fuzzing, benchmarks.  A fragment may add objects to LIB_OBJ, flags to OPT_CFLAGS/OPT_LIBS,
@@ -147,7 +147,7 @@ config:
 	@echo "CC        $(CC)"
 	@echo "CUDA      $(if $(filter 1,$(HAVE_CUDA)),cuBLAS and NCCL headers and libraries compile and link (CUDA_HOME=$(CUDA_HOME), NCCL_HOME=$(NCCL_HOME)),not found (CUDA_HOME=$(CUDA_HOME)))"
 	@echo "MPI       $(if $(filter 1,$(HAVE_MPI)),found ($(MPICC)),not found (MPICC=$(MPICC)))"
-	@echo "BLAS      $(if $(filter 1,$(HAVE_BLAS)),found ($(BLAS_LIBS)): verify's GEMMs,not found ($(BLAS_LIBS)): verify's plain loops)"
+	@echo "BLAS      $(if $(filter 1,$(HAVE_BLAS)),found ($(BLAS_LIBS)): verify opens libopenblas.so.0 for its GEMMs when it runs,not found ($(BLAS_LIBS)): verify's plain loops)"
 
 clean:
 	rm -rf $(BUILD) tpshard

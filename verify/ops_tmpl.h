@@ -113,7 +113,8 @@ static tps_status F(vlinear)(const tps_vt *w, bool conv1d, size_t n, const REAL 
                              uint64_t i1, uint64_t o0, uint64_t o1, REAL *y, size_t ldy, tps_error *err)
 {
     size_t K = (size_t)(i1 - i0), O = (size_t)(o1 - o0);
-    if (!n || !K || !O || n > INT_MAX || K > INT_MAX || O > INT_MAX || ldx > INT_MAX || ldy > INT_MAX)
+    if (!blas_ready() || !n || !K || !O || n > INT_MAX || K > INT_MAX || O > INT_MAX || ldx > INT_MAX ||
+        ldy > INT_MAX)
         return F(tps_vlinear_loop)(w, conv1d, n, x, ldx, i0, i1, o0, o1, y, ldy, err);
     size_t rows = VGEMM_CHUNK / K ? VGEMM_CHUNK / K : 1;
     if (rows > O) rows = O;
