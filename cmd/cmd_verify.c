@@ -32,9 +32,9 @@ static const tps_opt verify_opts[] = {
     {"layer", 0, TPS_OPT_STRING, &o.layer, "L|all", "layer to verify (default all)"},
     {"tokens", 0, TPS_OPT_UINT, &o.tokens, "N", "sequence length of the random input (default 16)"},
     {"seed", 0, TPS_OPT_UINT, &o.seed, "S", "seed of the random input (default 1)"},
-    {"backend", 0, TPS_OPT_STRING, &o.backend, "NAME", "cpu (the default), cuda (one GPU per rank, NCCL), mpi (= cpu --launcher mpi)"},
+    {"backend", 0, TPS_OPT_STRING, &o.backend, "NAME", "cpu (the default), cuda (one GPU per rank, NCCL), devsim (cuda's device primitives in host memory), mpi (= cpu --launcher mpi)"},
     {"launcher", 0, TPS_OPT_STRING, &o.launcher, "HOW", "auto (mpi under mpirun; the default), local or mpi"},
-    {"emulate", 0, TPS_OPT_FLAG, &o.emulate, NULL, "cuda: more ranks than GPUs, in turn (NCCL not exercised)"},
+    {"emulate", 0, TPS_OPT_FLAG, &o.emulate, NULL, "cuda, devsim: more ranks than devices share them (NCCL not exercised)"},
     {"rtol", 0, TPS_OPT_DOUBLE, &o.rtol, "X", "relative tolerance (default by shard dtype)"},
     {"atol", 0, TPS_OPT_DOUBLE, &o.atol, "X", "absolute tolerance (default rtol * RMS of the reference)"},
     {"dump-reference", 0, TPS_OPT_STRING, &o.dump, "FILE", "write inputs and float64 reference outputs as JSON"},
@@ -351,7 +351,7 @@ static void print_layer(const tps_verify_result *r)
            (unsigned long long)r->layer, tps_dtype_name(r->dtype), a->rtol, a->max_abs, a->rel, a->atol, m->max_abs,
            m->rel, m->atol, r->seconds, r->pass ? "ok" : "MISMATCH");
     if (r->upload_bytes > 0)
-        printf("  gpu: uploaded %.3f GB at %.2f GB/s, layer %.3f ms\n", r->upload_bytes / 1e9,
+        printf("  device: uploaded %.4g GB at %.2f GB/s, layer %.3f ms\n", r->upload_bytes / 1e9,
                r->upload_seconds > 0 ? r->upload_bytes / r->upload_seconds / 1e9 : 0.0, r->layer_seconds * 1e3);
     if (!r->pass) printf("  %s\n", r->detail);
 }
@@ -449,6 +449,7 @@ static bool backend_config(tps_vbackend_config *c)
         }
     }
     if (strcmp(backend, "cuda") == 0) c->device = TPS_VDEV_CUDA;
+    else if (strcmp(backend, "devsim") == 0) c->device = TPS_VDEV_DEVSIM;
     else if (strcmp(backend, "mpi") == 0) {
         if (c->launcher == TPS_VLAUNCH_LOCAL) {
             tps_cli_usage("verify", "--backend mpi runs one rank per MPI process: not with --launcher local");
@@ -456,11 +457,11 @@ static bool backend_config(tps_vbackend_config *c)
         }
         c->launcher = TPS_VLAUNCH_MPI;
     } else if (strcmp(backend, "cpu") != 0) {
-        tps_cli_usage("verify", "unknown backend '%s' (cpu, cuda or mpi)", backend);
+        tps_cli_usage("verify", "unknown backend '%s' (cpu, cuda, devsim or mpi)", backend);
         return false;
     }
-    if (o.emulate && c->device != TPS_VDEV_CUDA) {
-        tps_cli_usage("verify", "--emulate shares GPUs between ranks: it needs --backend cuda");
+    if (o.emulate && c->device == TPS_VDEV_CPU) {
+        tps_cli_usage("verify", "--emulate shares devices between ranks: it needs --backend cuda or devsim");
         return false;
     }
     c->emulate = o.emulate;
@@ -633,7 +634,7 @@ static int run_verify(char **args, int nargs)
         tps_jw_u64(&jw, info.processes);
         tps_jw_key(&jw, "backend_detail");
         tps_jw_string(&jw, info.desc);
-        if (strcmp(info.device, "cuda") == 0) {
+        if (strcmp(info.device, "cpu") != 0) {
             tps_jw_key(&jw, "devices");
             tps_jw_u64(&jw, info.devices);
             tps_jw_key(&jw, "ranks_per_device");
@@ -837,7 +838,7 @@ cleanup:
 const tps_cmd tps_cmd_verify = {
     .name = "verify",
     .summary = "run layers the tensor-parallel way on CPU or GPU ranks and compare with the unsharded layer",
-    .usage = "verify DIR [--source SRC] [--layer L|all | --whole-model] [--tokens N] [--seed S] [--backend cpu|cuda|mpi] [--emulate] [--json]",
+    .usage = "verify DIR [--source SRC] [--layer L|all | --whole-model] [--tokens N] [--seed S] [--backend cpu|cuda|devsim|mpi] [--emulate] [--json]",
     .details =
         "Each rank (a thread) loads only its own shard file's slices of the layer and computes in\n"
         "float32: its q heads with their KV heads, its o_proj rows, an all-reduce, its MLP slices and\n"
@@ -852,10 +853,13 @@ const tps_cmd tps_cmd_verify = {
         "causes it: a slice of the wrong shape, or the rank whose partial sum differs from the\n"
         "reference computed for that rank's share.  Exit 1 on a mismatch, 5 for a backend that is\n"
         "not built in or has no device.\n"
-        "Backends: cpu runs each rank as a thread; cuda runs each rank on its own GPU (cuBLAS GEMMs\n"
-        "in the shard dtype with float32 accumulation, NCCL all-reduce), refusing fewer GPUs than\n"
-        "ranks unless --emulate, which runs the ranks in turn and joins them on the device (the\n"
-        "report says NCCL was not exercised).  Under `mpirun -np T tpshard verify DIR` (detected from\n"
+        "Backends: cpu runs each rank as a thread; cuda runs each rank's GEMMs on its own GPU (its\n"
+        "slices uploaded in the shard dtype, cuBLAS with float32 accumulation, NCCL all-reduce), the\n"
+        "rest of the layer math on the host exactly as cpu does; it refuses fewer GPUs than ranks\n"
+        "unless --emulate, which lets ranks share GPUs and sums them on the device in rank order\n"
+        "(the report says NCCL was not exercised).  devsim is cuda's device primitives in host\n"
+        "memory (libtpshard-devsim.so), to test that path without a GPU.\n"
+        "Under `mpirun -np T tpshard verify DIR` (detected from\n"
         "the launcher's environment, or --launcher mpi) each process is one rank: MPI_Allreduce on\n"
         "the cpu backend, NCCL from a broadcast unique id on cuda (GPU by node-local rank); rank 0\n"
         "prints the report and every process exits with the same code.\n"

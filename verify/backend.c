@@ -1,16 +1,17 @@
 /* Verify backends: which process and which device runs each rank of the sharded pass.
  *
- *   cpu,  local: tps_vrank_run's threads (verify/rank.c), the reference backend.
- *   cpu,  mpi:   this process is one rank (tps_vrank_one), the all-reduce is MPI_Allreduce.
- *   cuda, local: every rank in this process, one host thread and one GPU per rank, NCCL
- *                communicators from ncclCommInitAll; with emulate, more ranks than GPUs
- *                run in turn, joined by a reduction on the device.
- *   cuda, mpi:   this process is one rank on the GPU of its node-local rank, NCCL set up
- *                from a unique id rank 0 broadcasts over MPI (with emulate and fewer GPUs
- *                than processes on a node: joined by MPI_Allreduce through the host).
- * The host side here loads each rank's slices, checks their shapes and hands the plugin
- * plain host tensors; the comparison with the reference stays in verify/verify.c, which
- * under MPI sees every rank's outputs gathered to rank 0.
+ *   cpu,  local:  tps_vrank_run's threads (verify/rank.c), the host computing.
+ *   cpu,  mpi:    this process is one rank (tps_vrank_one), the all-reduce is MPI_Allreduce.
+ *   cuda, devsim: the same threads (or MPI process), each rank's matrices on its device and
+ *                 every GEMM there (verify/device.h); cuda: one GPU per rank, NCCL
+ *                 communicators from ncclCommInitAll (one process) or from a unique id rank 0
+ *                 broadcasts over MPI; with emulate, ranks share the GPUs there are and are
+ *                 summed on the device in rank order (one process) or by MPI through the
+ *                 host.  devsim: the device primitives in host memory (libtpshard-devsim.so),
+ *                 which runs everything of the GPU path but the CUDA calls in every make test.
+ * The layer math is the same for all of them (verify/ops_tmpl.h); the comparison with the
+ * reference stays in verify/verify.c, which under MPI sees every rank's outputs gathered to
+ * rank 0.
  *
  * Plugins (verify/plugin.h says why they are plugins) are looked for, in order, in
  *   $TPSHARD_PLUGIN_DIR;
@@ -26,18 +27,21 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../lib/base/checked.h"
+#include "device.h"
 #include "plugin.h"
 
 struct tps_vbackend {
     tps_vbackend_config cfg;
     bool mpi;
-    void *mpi_dl, *cuda_dl;
+    void *mpi_dl, *dev_dl;
     const tps_mpi_api *mpiapi;
-    const tps_cuda_api *cuda;
-    void *cuda_ctx;
+    const tps_dev_api *devapi; /* cuda or devsim; NULL: cpu */
+    tps_vdev *vdev;            /* after start */
+    bool host_sums;            /* MPI with a device: the processes are summed by MPI, not the device */
     bool mpi_inited;
     int prank, psize, local_rank, local_size;
     bool agreed, elsewhere; /* a failure was agreed; it was another process's */
@@ -117,7 +121,9 @@ static tps_status load_plugin(const char *file, int flags, const char *what, voi
                     "%s is not built into this tpshard: no %s in %s (build it where %s is installed, or set "
                     "TPSHARD_PLUGIN_DIR)",
                     what, file, *tried ? tried : "any plugin directory",
-                    strcmp(file, "libtpshard-mpi.so") == 0 ? "MPI (mpicc)" : "CUDA with cuBLAS and NCCL (nvcc)");
+                    strcmp(file, "libtpshard-mpi.so") == 0    ? "MPI (mpicc)"
+                    : strcmp(file, "libtpshard-cuda.so") == 0 ? "CUDA with cuBLAS and NCCL (nvcc)"
+                                                              : "a C compiler (every make builds it)");
 }
 
 /* ---- MPI collectives ---- */
@@ -223,13 +229,16 @@ tps_status tps_vbackend_open(const tps_vbackend_config *cfg, tps_vbackend **out,
         be->hostcomm = (tps_vcomm){.rank = (uint64_t)be->prank, .size = (uint64_t)be->psize,
                                    .allreduce_sum = mpi_allreduce, .impl = be};
     }
-    if (cfg->device == TPS_VDEV_CUDA) {
-        TPS_CHECK(load_plugin("libtpshard-cuda.so", RTLD_NOW | RTLD_LOCAL, "the cuda backend", &be->cuda_dl, err));
-        tps_cuda_plugin_fn get = (tps_cuda_plugin_fn)(uintptr_t)dlsym(be->cuda_dl, TPS_CUDA_PLUGIN_SYMBOL);
-        const size_t sizes[] = TPS_CUDA_ABI_SIZES;
-        be->cuda = get ? get(TPS_PLUGIN_ABI, sizes, sizeof sizes / sizeof sizes[0]) : NULL;
-        if (!be->cuda) {
-            st = tps_fail(err, TPS_EBACKEND, "libtpshard-cuda.so is from another tpshard build (ABI %d expected)",
+    if (cfg->device != TPS_VDEV_CPU) {
+        bool cuda = cfg->device == TPS_VDEV_CUDA;
+        const char *file = cuda ? "libtpshard-cuda.so" : "libtpshard-devsim.so";
+        TPS_CHECK(load_plugin(file, RTLD_NOW | RTLD_LOCAL, cuda ? "the cuda backend" : "the devsim backend",
+                              &be->dev_dl, err));
+        tps_dev_plugin_fn get = (tps_dev_plugin_fn)(uintptr_t)dlsym(be->dev_dl, TPS_DEV_PLUGIN_SYMBOL);
+        const size_t sizes[] = TPS_DEV_ABI_SIZES;
+        be->devapi = get ? get(TPS_PLUGIN_ABI, sizes, sizeof sizes / sizeof sizes[0]) : NULL;
+        if (!be->devapi) {
+            st = tps_fail(err, TPS_EBACKEND, "%s is from another tpshard build (ABI %d expected)", file,
                           TPS_PLUGIN_ABI);
             goto cleanup;
         }
@@ -241,57 +250,67 @@ cleanup:
     return st;
 }
 
-static tps_status start_cuda(tps_vbackend *be, uint64_t T, tps_error *err)
+static tps_status start_device(tps_vbackend *be, uint64_t T, tps_error *err)
 {
     tps_status st = TPS_OK;
     int count = 0;
     char dev[200] = "";
-    st = be->cuda->devices(&count, dev, sizeof dev, err);
-    /* Ranks that share a GPU: all of them in one process; under MPI, a node's processes
-     * beyond its GPU count. */
+    const char *what = be->devapi->name;
+    bool cuda = be->cfg.device == TPS_VDEV_CUDA;
+    st = be->devapi->devices(&count, dev, sizeof dev, err);
+    /* Ranks that share a device: all of them in one process; under MPI, a node's processes
+     * beyond its device count. */
     uint64_t need = be->mpi ? (uint64_t)be->local_size : T;
     bool share = st == TPS_OK && (uint64_t)count < need;
     if (share && !be->cfg.emulate)
         st = tps_fail(err, TPS_EBACKEND,
-                      "%llu ranks%s need %llu GPUs, %d found (%s); --emulate runs them in turn on the GPUs there are "
-                      "(NCCL is then not exercised)",
-                      (unsigned long long)need, be->mpi ? " on this node" : "", (unsigned long long)need, count, dev);
+                      "%llu ranks%s need %llu %s, %d found (%s); --emulate runs them on the ones there are (%s is "
+                      "then not exercised)",
+                      (unsigned long long)need, be->mpi ? " on this node" : "", (unsigned long long)need,
+                      cuda ? "GPUs" : "devices", count, dev, cuda ? "NCCL" : "the devices' all-reduce");
     st = tps_vbackend_agree(be, st, err);
     if (st != TPS_OK) return st;
-    if (be->mpi) { /* NCCL needs every process on a GPU of its own */
+    if (be->mpi) { /* a communicator between devices needs every process on a device of its own */
         int s = share;
         char msg[256] = "";
         int rc = be->mpiapi->allreduce_max_int(&s, msg, sizeof msg);
         if (rc) return mpi_fail(be, err, "MPI_Allreduce", rc, msg);
         share = s != 0;
     }
+    be->host_sums = be->mpi && (share || !be->devapi->comm_id);
     unsigned char id[TPS_NCCL_ID_BYTES];
     memset(id, 0, sizeof id);
-    if (be->mpi && !share) {
-        if (be->prank == 0) st = be->cuda->nccl_id(id, err);
+    if (be->mpi && !be->host_sums) {
+        if (be->prank == 0) st = be->devapi->comm_id(id, err);
         st = tps_vbackend_agree(be, st, err);
         if (st == TPS_OK) st = tps_vbackend_bcast(be, id, sizeof id, err);
         if (st != TPS_OK) return st;
     }
-    tps_cuda_setup s = {.T = T, .first = be->mpi ? (uint64_t)be->prank : 0, .count = be->mpi ? 1 : T,
-                        .local_rank = be->mpi ? be->local_rank : -1, .emulate = share,
-                        .nccl_id = be->mpi && !share ? id : NULL, .host_comm = be->mpi ? &be->hostcomm : NULL};
-    st = be->cuda->open(&s, &be->cuda_ctx, err);
+    tps_dev_setup s = {.T = T, .first = be->mpi ? (uint64_t)be->prank : 0, .count = be->mpi ? 1 : T,
+                       .local_rank = be->mpi ? be->local_rank : -1, .emulate = share,
+                       .nccl_id = be->mpi && !be->host_sums ? id : NULL, .host_comm = be->mpi ? &be->hostcomm : NULL};
+    st = tps_vdev_open(be->devapi, &s, &be->vdev, err);
     st = tps_vbackend_agree(be, st, err);
     if (st != TPS_OK) return st;
     uint64_t used = (uint64_t)count < need ? (uint64_t)count : need;
     be->devices = used;
     be->ranks_per_device = (need + used - 1) / used;
-    be->nccl = !share;
+    be->nccl = cuda && !share;
+    const char *unit = cuda ? "GPU" : "device";
     if (!share)
-        snprintf(be->desc, sizeof be->desc, "cuda (%llu ranks, one GPU each%s, NCCL all-reduce; %s)",
-                 (unsigned long long)T, be->mpi ? ", one MPI process each" : "", dev);
+        snprintf(be->desc, sizeof be->desc, "%s (%llu ranks, one %s each%s, %s; %s)", what, (unsigned long long)T,
+                 unit, be->mpi ? ", one MPI process each" : "",
+                 be->host_sums ? "MPI all-reduce through the host"
+                 : cuda        ? "NCCL all-reduce"
+                               : "all-reduce over the devices' buffers in rank order",
+                 dev);
     else
         snprintf(be->desc, sizeof be->desc,
-                 "cuda, emulated (%llu ranks on %llu GPU%s, %llu per GPU%s; NCCL NOT exercised: all-reduce %s; %s)",
-                 (unsigned long long)T, (unsigned long long)used, used == 1 ? "" : "s",
-                 (unsigned long long)be->ranks_per_device, be->mpi ? " per node" : ", run in turn",
-                 be->mpi ? "by MPI through the host" : "on the device", dev);
+                 "%s, emulated (%llu ranks on %llu %s%s, %llu per %s%s; %s NOT exercised: all-reduce %s; %s)", what,
+                 (unsigned long long)T, (unsigned long long)used, unit, used == 1 ? "" : "s",
+                 (unsigned long long)be->ranks_per_device, unit, be->mpi ? " per node" : "",
+                 cuda ? "NCCL" : "the one-device-per-rank all-reduce",
+                 be->mpi ? "by MPI through the host" : "on the device in rank order", dev);
     return TPS_OK;
 }
 
@@ -308,7 +327,7 @@ tps_status tps_vbackend_start(tps_vbackend *be, uint64_t T, tps_status st, tps_e
                       be->psize, be->psize == 1 ? "" : "es", (unsigned long long)T, (unsigned long long)T);
     st = tps_vbackend_agree(be, st, err);
     if (st != TPS_OK) return st;
-    if (be->cfg.device == TPS_VDEV_CUDA) return start_cuda(be, T, err);
+    if (be->devapi) return start_device(be, T, err);
     if (be->mpi)
         snprintf(be->desc, sizeof be->desc, "cpu over MPI (%d processes, one rank each, MPI_Allreduce)", be->psize);
     else
@@ -326,8 +345,8 @@ void tps_vbackend_get_info(const tps_vbackend *be, tps_vbackend_info *out)
         snprintf(out->desc, sizeof out->desc, "cpu (threads)");
         return;
     }
-    out->device = be->cfg.device == TPS_VDEV_CUDA ? "cuda" : "cpu";
-    out->launcher = be->mpi ? "mpi" : be->cfg.device == TPS_VDEV_CUDA ? "local" : "threads";
+    out->device = be->devapi ? be->devapi->name : "cpu";
+    out->launcher = be->mpi ? "mpi" : be->devapi ? "local" : "threads";
     out->rank = (uint64_t)be->prank;
     out->processes = (uint64_t)be->psize;
     out->devices = be->devices;
@@ -360,8 +379,8 @@ bool tps_vbackend_failed_elsewhere(const tps_vbackend *be)
 void tps_vbackend_close(tps_vbackend *be)
 {
     if (!be) return;
-    if (be->cuda_ctx) be->cuda->close(be->cuda_ctx);
-    /* The CUDA plugin stays loaded: unloading libraries that started driver threads is
+    tps_vdev_close(be->vdev);
+    /* The device plugin stays loaded: unloading libraries that started driver threads is
      * not safe, and the process is about to end. */
     if (be->mpi_inited) {
         /* After an agreed failure, a last collective once every process has written its
@@ -468,101 +487,40 @@ cleanup:
     return st;
 }
 
-/* The GPU takes BF16, F16 and F32 operands; other float dtypes (F64, FP8) go up as F32,
- * which holds every FP8 value exactly and is what the CPU ranks compute in anyway. */
-static tps_status widen(tps_vt *t, tps_error *err)
+/* This process's comm under MPI: the processes' MPI all-reduce or the devices', with its
+ * rank's device when it has one. */
+static tps_vcomm process_comm(tps_vbackend *be, uint64_t T)
 {
-    if (!t->data || t->dtype == TPS_DT_BF16 || t->dtype == TPS_DT_F16 || t->dtype == TPS_DT_F32) return TPS_OK;
-    size_t n;
-    if (!tps_u64_to_size(t->nelem, &n)) return tps_fail_oom(err, t->name);
-    float *f = malloc((n ? n : 1) * sizeof *f);
-    if (!f) return tps_fail_oom(err, t->name);
-    for (size_t i = 0; i < n; i++) {
-        double v = 0;
-        tps_dtype_to_f64(t->dtype, t->data, i, &v); /* the dtype was checked at load */
-        f[i] = (float)v;
-    }
-    free(t->data);
-    t->data = f;
-    t->dtype = TPS_DT_F32;
-    return TPS_OK;
+    if (!be->vdev) return be->hostcomm;
+    tps_vcomm c = tps_vdev_comm(tps_vdev_rank_of(be->vdev, (uint64_t)be->prank), be->host_sums ? &be->hostcomm : NULL);
+    c.size = T;
+    return c;
 }
 
-/* Loads rank r's slices for the GPU and decides, as rank.c does, which stages it can run. */
-static tps_status prepare_cuda_rank(const tps_block *b, const vdims *d, uint64_t layer, uint64_t T, uint64_t r,
-                                    const tps_vsource *src, vlayer *l, vrank_out *o, tps_cuda_rank *cr,
-                                    tps_error *err)
+static double now_s(void)
 {
-    tps_status st = TPS_OK;
-    vshare s;
-    tps_vshare_of(d, T, r, &s);
-    TPS_CHECK(tps_vlayer_load(b, layer, d->experts, src, l, err));
-    tps_vrank_note_dtypes(o, l);
-    for (int i = 0; i < TPS_ROLE_COUNT; i++) TPS_CHECK(widen(&l->t[i], err));
-    for (uint64_t i = 0; i < l->nex * TPS_ROLE_COUNT; i++) TPS_CHECK(widen(&l->ex[i], err));
-    memset(cr, 0, sizeof *cr);
-    cr->rank = r;
-    cr->l = l;
-    tps_vattn_map_local(b, d, &s, &cr->am);
-    tps_vmlp_map_local(d, &s, &cr->mm);
-    for (int stage = 0; stage < TPS_VSTAGE_COUNT; stage++) {
-        char why[sizeof o->why[0] - 32];
-        if (tps_vcheck_shapes(b, d, &s, l, stage == TPS_VSTAGE_MLP, why, sizeof why)) continue;
-        o->bad[stage] = cr->bad[stage] = true;
-        snprintf(o->why[stage], sizeof o->why[stage], "rank %llu holds %s", (unsigned long long)r, why);
-    }
-    for (int stage = 0; stage < TPS_VSTAGE_COUNT; stage++) {
-        cr->partial[stage] = o->partial[stage];
-        cr->out[stage] = o->out[stage];
-    }
-cleanup:
-    return st;
-}
-
-static tps_status run_cuda(tps_vbackend *be, const tps_block *b, const vdims *d, uint64_t layer, uint64_t T,
-                           const tps_vsource *ranks, size_t n, const float *x, vrank_out *outs, vstats *stats,
-                           tps_error *err)
-{
-    tps_status st = TPS_OK;
-    uint64_t first = be->mpi ? (uint64_t)be->prank : 0, count = be->mpi ? 1 : T;
-    size_t nh = n * (size_t)d->hidden;
-    vlayer *ls = calloc(count, sizeof *ls);
-    tps_cuda_rank *cr = calloc(count, sizeof *cr);
-    if (!ls || !cr) st = tps_fail_oom(err, "the GPU ranks");
-    for (uint64_t i = 0; i < count && st == TPS_OK; i++) {
-        uint64_t r = first + i;
-        st = tps_vrank_out_alloc(&outs[r], nh, err);
-        if (st == TPS_OK) st = prepare_cuda_rank(b, d, layer, T, r, &ranks[r], &ls[i], &outs[r], &cr[i], err);
-    }
-    /* Under MPI every process learns that one could not load before any NCCL call. */
-    TPS_CHECK(tps_vbackend_agree(be, st, err));
-    st = be->cuda->run(be->cuda_ctx, b, d, n, x, cr, stats, err);
-    TPS_CHECK(tps_vbackend_agree(be, st, err));
-cleanup:
-    for (uint64_t i = 0; ls && i < count; i++) tps_vlayer_release(&ls[i]);
-    free(ls);
-    free(cr);
-    return st;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 tps_status tps_vbackend_run(tps_vbackend *be, const tps_block *b, const vdims *d, uint64_t layer, uint64_t T,
-                        const tps_vsource *ranks, size_t n, const float *x, vrank_out *outs, vstats *stats,
-                        const tps_verify_opts *vo, tps_error *err)
+                            const tps_vsource *ranks, size_t n, const float *x, vrank_out *outs, vstats *stats,
+                            const tps_verify_opts *vo, tps_error *err)
 {
     tps_status st = TPS_OK;
     size_t nh = n * (size_t)d->hidden;
     *stats = (vstats){0, 0, 0};
-    if (!be || (!be->mpi && be->cfg.device == TPS_VDEV_CPU))
-        return tps_vrank_run(b, d, layer, T, ranks, n, x, outs, vo, err);
-    if (be->cfg.device == TPS_VDEV_CUDA) {
-        tps_vstage(vo, "ranks on the GPUs");
-        TPS_CHECK(run_cuda(be, b, d, layer, T, ranks, n, x, outs, stats, err));
+    double t0 = now_s();
+    if (!be || !be->mpi) {
+        st = tps_vrank_run(b, d, layer, T, ranks, n, x, be ? be->vdev : NULL, outs, vo, err);
     } else {
         uint64_t r = (uint64_t)be->prank;
         bool elsewhere = false;
+        tps_vcomm comm = process_comm(be, T);
         st = tps_vrank_out_alloc(&outs[r], nh, err);
         TPS_CHECK(tps_vbackend_agree(be, st, err));
-        st = tps_vrank_one(b, d, layer, &ranks[r], n, x, &be->hostcomm, &outs[r], &elsewhere, vo, err);
+        st = tps_vrank_one(b, d, layer, &ranks[r], n, x, &comm, &outs[r], &elsewhere, vo, err);
         /* A rank stopped by another's failure defers to that one's status and message. */
         TPS_CHECK(tps_vbackend_agree(be, elsewhere ? TPS_OK : st, err));
         if (st != TPS_OK) { /* cannot happen after an agreed OK: every rank stops together */
@@ -570,15 +528,21 @@ tps_status tps_vbackend_run(tps_vbackend *be, const tps_block *b, const vdims *d
             goto cleanup;
         }
     }
-    if (be->mpi) TPS_CHECK(gather_outs(be, T, nh, outs, stats, err));
+    if (be && be->vdev) {
+        tps_vdev_take_stats(be->vdev, &stats->upload_bytes, &stats->upload_seconds);
+        stats->layer_seconds = now_s() - t0;
+    }
+    TPS_CHECK(st);
+    if (be && be->mpi) TPS_CHECK(gather_outs(be, T, nh, outs, stats, err));
 cleanup:
     return st;
 }
 
 tps_status tps_vbackend_each(tps_vbackend *be, uint64_t T, size_t cap, tps_vrank_fn fn, void *arg, tps_error *err)
 {
-    if (!tps_vbackend_multi(be)) return tps_vrank_each_thread(T, cap, fn, arg, err);
-    tps_status st = fn(arg, &be->hostcomm, err);
+    if (!tps_vbackend_multi(be)) return tps_vrank_each_thread(T, cap, be ? be->vdev : NULL, fn, arg, err);
+    tps_vcomm comm = process_comm(be, T);
+    tps_status st = fn(arg, &comm, err);
     return tps_vbackend_agree(be, st, err);
 }
 

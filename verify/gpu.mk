@@ -1,7 +1,9 @@
-# GPU (CUDA, cuBLAS, NCCL) and MPI verify backends: build rules (issue 6).
+# GPU (CUDA, cuBLAS, NCCL), devsim and MPI verify backends: build rules.
 #   make            also builds the plugins whose toolchain the probes found:
-#                   build/libtpshard-cuda.so (nvcc, cuBLAS, NCCL) and build/libtpshard-mpi.so (mpicc)
-#   make test       compiles and links them too (TEST_DEPS); tests/cli/verify_mpi.sh runs mpirun
+#                   build/libtpshard-cuda.so (nvcc, cuBLAS, NCCL) and build/libtpshard-mpi.so (mpicc),
+#                   and always build/libtpshard-devsim.so (the device primitives in host memory)
+#   make test       compiles and links them too (TEST_DEPS); tests/cli/verify_mpi.sh runs mpirun,
+#                   tests/cli/verify_devsim.sh every family on devsim
 #   make test-gpu   the CUDA backend against the CPU one on the tiny fixtures; skips loudly without a GPU
 #   make gpu-check  Llama-3-8B-shaped two-layer bf16 checkpoint at tp 1, 2, 4, 8 on the GPUs there are
 # Knobs: MPI=0|1 (same as HAVE_MPI), HAVE_CUDA=0|1, CUDA_HOME, NCCL_HOME, NVCC, MPICC,
@@ -22,8 +24,9 @@ NVCC_GENCODE ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,cod
 NVCC_FLAGS ?= -O2
 CUDA_PLUGIN := $(BUILD)/libtpshard-cuda.so
 MPI_PLUGIN := $(BUILD)/libtpshard-mpi.so
-PLUGIN_HDRS := verify/gated_threads.h verify/moe_route.h verify/rope.h verify/plugin.h verify/internal.h verify/verify.h lib/layout/block.h lib/base/index.h lib/base/dtype.h lib/base/status.h
-TPS_PLUGINS := $(if $(filter 1,$(HAVE_CUDA)),$(CUDA_PLUGIN)) $(if $(filter 1,$(HAVE_MPI)),$(MPI_PLUGIN))
+DEVSIM_PLUGIN := $(BUILD)/libtpshard-devsim.so
+PLUGIN_HDRS := verify/plugin.h verify/verify.h lib/layout/block.h lib/base/index.h lib/base/dtype.h lib/base/status.h
+TPS_PLUGINS := $(DEVSIM_PLUGIN) $(if $(filter 1,$(HAVE_CUDA)),$(CUDA_PLUGIN)) $(if $(filter 1,$(HAVE_MPI)),$(MPI_PLUGIN))
 TEST_DEPS += $(TPS_PLUGINS)
 OPT_LIBS += -ldl
 
@@ -38,6 +41,12 @@ $(CUDA_PLUGIN): verify/cuda/cuda_backend.cu $(PLUGIN_HDRS)
 	    -I$(CUDA_HOME)/include -I$(NCCL_HOME)/include -o $@ $< \
 	    -L$(CUDA_HOME)/lib64 -L$(NCCL_HOME)/lib64 -lcublas -lnccl \
 	    $(foreach d,$(sort $(CUDA_HOME)/lib64 $(NCCL_HOME)/lib64),-Xlinker -rpath=$(d))
+
+# Built with the binary's flags, sanitizers included, so ASan and TSan see into it.
+$(DEVSIM_PLUGIN): verify/devsim/devsim.c $(PLUGIN_HDRS)
+	@mkdir -p $(dir $@)
+	@echo "  CC      $<"
+	$(Q)$(CC) $(filter-out -MMD -MP,$(ALL_CFLAGS)) -fPIC -shared -o $@ $< $(LDFLAGS) -lpthread
 
 $(MPI_PLUGIN): verify/mpi/mpi_glue.c $(PLUGIN_HDRS)
 	@mkdir -p $(dir $@)
@@ -61,7 +70,8 @@ install-plugins: $(TPS_PLUGINS)
 	$(if $(strip $(TPS_PLUGINS)),install -m 755 $(TPS_PLUGINS) $(DESTDIR)$(PREFIX)/lib/tpshard/)
 
 uninstall-plugins:
-	rm -f $(DESTDIR)$(PREFIX)/lib/tpshard/libtpshard-cuda.so $(DESTDIR)$(PREFIX)/lib/tpshard/libtpshard-mpi.so
+	rm -f $(DESTDIR)$(PREFIX)/lib/tpshard/libtpshard-cuda.so $(DESTDIR)$(PREFIX)/lib/tpshard/libtpshard-mpi.so \
+	    $(DESTDIR)$(PREFIX)/lib/tpshard/libtpshard-devsim.so
 	-rmdir $(DESTDIR)$(PREFIX)/lib/tpshard 2>/dev/null
 
 ifeq ($(HAVE_CUDA),1)

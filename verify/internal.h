@@ -257,9 +257,13 @@ tps_status tps_vrank_one(const tps_block *b, const vdims *d, uint64_t layer, con
 
 /* The sharded pass on T threads.  x is [n, hidden] (float32 values).  Every rank always
  * joins every collective, contributing zeros from slices it cannot use, so a bad rank is
- * reported rather than hanging the others. */
+ * reported rather than hanging the others.  dev: each rank's matrices go to its device and
+ * its collectives through the device's all-reduce (verify/device.h); NULL: the host
+ * computes and the threads sum. */
+struct tps_vdev;
 tps_status tps_vrank_run(const tps_block *b, const vdims *d, uint64_t layer, uint64_t T, const tps_vsource *ranks,
-                     size_t n, const float *x, vrank_out *outs, const tps_verify_opts *vo, tps_error *err);
+                         size_t n, const float *x, struct tps_vdev *dev, vrank_out *outs, const tps_verify_opts *vo,
+                         tps_error *err);
 
 typedef struct tps_vcmp {
     double max_abs, rel;
@@ -275,8 +279,10 @@ tps_vcmp tps_vcompare(const float *a, const double *b, size_t n, double rtol, do
  * happened, as the layer's ranks do. */
 typedef tps_status (*tps_vrank_fn)(void *arg, tps_vcomm *comm, tps_error *err);
 
-/* fn on T threads joined by the thread all-reduce (buffers of up to cap floats). */
-tps_status tps_vrank_each_thread(uint64_t T, size_t cap, tps_vrank_fn fn, void *arg, tps_error *err);
+/* fn on T threads joined by the thread all-reduce (buffers of up to cap floats), or by the
+ * devices' (dev not NULL: each comm carries its rank's device). */
+tps_status tps_vrank_each_thread(uint64_t T, size_t cap, struct tps_vdev *dev, tps_vrank_fn fn, void *arg,
+                                 tps_error *err);
 
 /* Checks tensor `name` of the shard set against its manifest (tps_vlayer_check, one tensor);
  * absent from the set: nothing counted. */

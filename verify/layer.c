@@ -10,6 +10,7 @@
 #include "../lib/engine/gather.h"
 #include "../lib/set/manifest.h"
 #include "dequant_int.h"
+#include "device.h"
 #include "finite.h"
 #include "internal.h"
 #include "quant_blame.h"
@@ -17,6 +18,7 @@
 void tps_vt_release(tps_vt *t)
 {
     if (!t) return;
+    tps_vdev_release(t);
     free(t->name);
     free(t->data);
     memset(t, 0, sizeof *t);

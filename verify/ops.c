@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device.h"
 #include "internal.h"
 #include "moe_route.h"
 #include "rope.h"
@@ -100,17 +101,21 @@ bool tps_verify_blas(void)
 #define REAL double
 #define SFX f64
 #define VGEMM (*blas_dgemm)
+#define VDEVICE_GEMM 0
 #include "norms_tmpl.h"
 #include "ops_tmpl.h"
 #undef REAL
 #undef SFX
 #undef VGEMM
+#undef VDEVICE_GEMM
 
 #define REAL float
 #define SFX f32
 #define VGEMM (*blas_sgemm)
+#define VDEVICE_GEMM 1
 #include "norms_tmpl.h"
 #include "ops_tmpl.h"
 #undef REAL
 #undef SFX
 #undef VGEMM
+#undef VDEVICE_GEMM

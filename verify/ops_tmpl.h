@@ -109,8 +109,8 @@ tps_status F(tps_vlinear_loop)(const tps_vt *w, bool conv1d, size_t n, const REA
  * scratch (VGEMM_CHUNK elements), each chunk one GEMM over every token.  Sizes beyond the
  * BLAS's int take the loops. */
 #define VGEMM_CHUNK ((size_t)1 << 20)
-static tps_status F(vlinear)(const tps_vt *w, bool conv1d, size_t n, const REAL *x, size_t ldx, uint64_t i0,
-                             uint64_t i1, uint64_t o0, uint64_t o1, REAL *y, size_t ldy, tps_error *err)
+static tps_status F(vlinear_host)(const tps_vt *w, bool conv1d, size_t n, const REAL *x, size_t ldx, uint64_t i0,
+                                  uint64_t i1, uint64_t o0, uint64_t o1, REAL *y, size_t ldy, tps_error *err)
 {
     size_t K = (size_t)(i1 - i0), O = (size_t)(o1 - o0);
     if (!blas_ready() || !n || !K || !O || n > INT_MAX || K > INT_MAX || O > INT_MAX || ldx > INT_MAX ||
@@ -136,12 +136,23 @@ static tps_status F(vlinear)(const tps_vt *w, bool conv1d, size_t n, const REAL 
     return TPS_OK;
 }
 #else
-static tps_status F(vlinear)(const tps_vt *w, bool conv1d, size_t n, const REAL *x, size_t ldx, uint64_t i0,
-                             uint64_t i1, uint64_t o0, uint64_t o1, REAL *y, size_t ldy, tps_error *err)
+static tps_status F(vlinear_host)(const tps_vt *w, bool conv1d, size_t n, const REAL *x, size_t ldx, uint64_t i0,
+                                  uint64_t i1, uint64_t o0, uint64_t o1, REAL *y, size_t ldy, tps_error *err)
 {
     return F(tps_vlinear_loop)(w, conv1d, n, x, ldx, i0, i1, o0, o1, y, ldy, err);
 }
 #endif
+
+/* Every linear of the layer math: on the rank's device when the weight was uploaded to one
+ * (verify/device.h; float32 only: the reference never runs on a device), else on the host. */
+static tps_status F(vlinear)(const tps_vt *w, bool conv1d, size_t n, const REAL *x, size_t ldx, uint64_t i0,
+                             uint64_t i1, uint64_t o0, uint64_t o1, REAL *y, size_t ldy, tps_error *err)
+{
+#if VDEVICE_GEMM
+    if (w->dev) return tps_vdev_gemm(w, conv1d, n, x, ldx, i0, i1, o0, o1, y, ldy, err);
+#endif
+    return F(vlinear_host)(w, conv1d, n, x, ldx, i0, i1, o0, o1, y, ldy, err);
+}
 
 /* y[t, j] += v[off + j] for j < cnt, every token t. */
 static void F(vadd_range)(const tps_vt *v, uint64_t off, size_t n, size_t cnt, REAL *y, size_t ldy, REAL *scratch)

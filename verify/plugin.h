@@ -4,16 +4,19 @@
  *   libtpshard-mpi.so   verify/mpi/mpi_glue.c, built with mpicc: the few MPI calls the
  *                       MPI launcher needs (init, all-reduce, broadcast, gather).
  *   libtpshard-cuda.so  verify/cuda/cuda_backend.cu, built with nvcc against cuBLAS and
- *                       NCCL: the sharded pass of one layer on GPUs.
+ *                       NCCL: the device primitives (below) on GPUs.
+ *   libtpshard-devsim.so verify/devsim/devsim.c, built by every make: the same primitives in
+ *                       host memory, so that everything of the GPU path but the CUDA calls
+ *                       themselves runs in every make test.
  *
  * Why plugins rather than linking: the plain binary must start on machines without CUDA
  * or MPI runtime libraries (most machines that split checkpoints), and a binary linked
  * to libcudart/libnccl/libmpi does not.  Each plugin carries an rpath to the libraries
  * it was built against, so a machine that has them needs no LD_LIBRARY_PATH.
  *
- * The plugins are built from the same tree as the binary and use its structures
- * (verify/internal.h) directly; they call nothing in libtpshard, so they link to no
- * tpshard symbol.  Each exports one C function that returns its table for a matching
+ * The plugins are built from the same tree as the binary and use its plain structures
+ * (below, and tps_error, tps_vcomm) directly; they call nothing in libtpshard, so they link
+ * to no tpshard symbol.  Each exports one C function that returns its table for a matching
  * ABI version and structure sizes, NULL otherwise (a stale plugin from another build is
  * refused, not crashed into).  Plain C, usable from C++ (nvcc) too. */
 #ifndef TPS_VERIFY_PLUGIN_H
@@ -22,9 +25,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "internal.h"
+#include "verify.h"
 
-#define TPS_PLUGIN_ABI 1
+#define TPS_PLUGIN_ABI 2
 
 /* ---- MPI ----  Every function returns 0, or an MPI error code with msg filled. */
 typedef struct tps_mpi_api {
@@ -42,51 +45,76 @@ typedef struct tps_mpi_api {
 typedef const tps_mpi_api *(*tps_mpi_plugin_fn)(unsigned abi);
 #define TPS_MPI_PLUGIN_SYMBOL "tps_mpi_plugin"
 
-/* ---- CUDA ---- */
+/* ---- devices ----
+ *
+ * A device plugin (libtpshard-cuda.so, and libtpshard-devsim.so, the same primitives in host
+ * memory) provides what the ranks need from a GPU and nothing more: keep a rank's weight
+ * slices in device memory, multiply activations by them, and sum a buffer across the ranks.
+ * The layer math itself (norms, attention, RoPE, routing, every family's block) runs on the
+ * host, once, in verify/ops_tmpl.h, for every backend: a device cannot compute a block
+ * differently from the CPU ranks, it can only get a GEMM or an all-reduce wrong.
+ *
+ * Every call names the rank it is made for; rank r's calls come from one host thread (the
+ * rank's), the ranks' threads run at once.  Every function returns TPS_OK or fills err. */
 
 #define TPS_NCCL_ID_BYTES 128 /* NCCL_UNIQUE_ID_BYTES */
 
-/* One rank of the pass as the host prepared it: its slices (in host memory, dtypes BF16,
- * F16 or F32 only), the maps of its heads and columns in those slices, whether a stage's
- * slices have the wrong shape (the rank then contributes zeros to that stage's
- * all-reduce), and where its float32 results go. */
-typedef struct tps_cuda_rank {
-    uint64_t rank;
-    const vlayer *l;
-    vattn_map am;
-    vmlp_map mm;
-    bool bad[TPS_VSTAGE_COUNT];
-    float *partial[TPS_VSTAGE_COUNT], *out[TPS_VSTAGE_COUNT]; /* host, n * hidden each */
-} tps_cuda_rank;
+/* A weight slice as the host loaded it: rows x cols in row-major order, dtype BF16, F16 or F32
+ * (the host widens any other dtype to F32 first). */
+typedef struct tps_dev_weight {
+    const char *name; /* for messages */
+    tps_dtype dtype;
+    uint64_t rows, cols;
+    const void *data;
+} tps_dev_weight;
 
-typedef struct tps_cuda_setup {
+/* y[t, o - o0] (row stride ldy) = sum over i in [i0, i1) of x[t, i - i0] (row stride ldx) *
+ * W(o, i) for t < n and o in [o0, o1), with W(o, i) = w[o, i] (a Linear, [out, in]) or w[i, o]
+ * (conv1d: a Conv1D, [in, out]).  x and y are host float32; the product accumulates in float32
+ * and x keeps float32 precision whatever the weight's dtype. */
+typedef struct tps_dev_gemm {
+    bool conv1d;
+    size_t n;
+    const float *x;
+    size_t ldx;
+    uint64_t i0, i1, o0, o1;
+    float *y;
+    size_t ldy;
+} tps_dev_gemm;
+
+typedef struct tps_dev_setup {
     uint64_t T;            /* ranks of the job */
     uint64_t first, count; /* the ranks this process runs: all of them, or its MPI rank */
     int local_rank;        /* MPI: picks the GPU (local_rank % devices); -1 in one process */
-    bool emulate;          /* ranks share GPUs: no NCCL; joined on the device (one process)
-                            * or by host_comm (MPI) */
-    const unsigned char *nccl_id; /* MPI with NCCL: rank 0's ncclUniqueId */
-    tps_vcomm *host_comm;         /* MPI emulate: the all-reduce between processes */
-} tps_cuda_setup;
+    bool emulate;          /* ranks share devices: allreduce sums on the device in rank order
+                            * (one process), or is not called (MPI: the host sums) */
+    const unsigned char *nccl_id; /* MPI with NCCL: rank 0's ncclUniqueId; NULL otherwise */
+    tps_vcomm *host_comm;         /* MPI: the processes agree through it before NCCL starts */
+} tps_dev_setup;
 
-typedef struct tps_cuda_api {
-    /* GPUs visible to this process; names the first one and the library versions in
-     * desc.  TPS_EBACKEND with the CUDA error when there are none. */
+typedef struct tps_dev_api {
+    const char *name; /* "cuda", "devsim" */
+    /* Devices visible to this process; desc names them and the library versions.
+     * TPS_EBACKEND when there are none. */
     tps_status (*devices)(int *count, char *desc, size_t descsize, tps_error *err);
-    tps_status (*nccl_id)(unsigned char id[TPS_NCCL_ID_BYTES], tps_error *err);
-    /* Sets up streams, cuBLAS handles and NCCL communicators for s's ranks. */
-    tps_status (*open)(const tps_cuda_setup *s, void **ctx, tps_error *err);
-    /* The pass of one layer for the ranks of open, in rank order of s->first.. */
-    tps_status (*run)(void *ctx, const tps_block *b, const vdims *d, size_t n, const float *x, tps_cuda_rank *ranks,
-                      vstats *stats, tps_error *err);
+    /* A unique id for a communicator spanning processes; NULL: the plugin has none (under
+     * MPI the host then sums between processes itself). */
+    tps_status (*comm_id)(unsigned char id[TPS_NCCL_ID_BYTES], tps_error *err);
+    tps_status (*open)(const tps_dev_setup *s, void **ctx, tps_error *err);
+    /* Copies w into the rank's device memory; *buf is the plugin's handle of the copy. */
+    tps_status (*upload)(void *ctx, uint64_t rank, const tps_dev_weight *w, void **buf, tps_error *err);
+    tps_status (*gemm)(void *ctx, uint64_t rank, void *buf, const tps_dev_gemm *g, tps_error *err);
+    /* The element-wise sum of every rank's buf (n floats, the same n on every rank) into every
+     * rank's buf, added in rank order.  Every rank calls it, whatever happened before. */
+    tps_status (*allreduce)(void *ctx, uint64_t rank, float *buf, size_t n, tps_error *err);
+    void (*release)(void *ctx, uint64_t rank, void *buf);
     void (*close)(void *ctx);
-} tps_cuda_api;
+} tps_dev_api;
 
 /* sizes: the host's sizeof of the structures shared with the plugin, in this order. */
-#define TPS_CUDA_ABI_SIZES                                                                                   \
-    {sizeof(tps_block), sizeof(vdims), sizeof(vlayer), sizeof(tps_vt), sizeof(vattn_map), sizeof(vmlp_map), \
-     sizeof(tps_cuda_rank), sizeof(tps_cuda_setup), sizeof(tps_error), sizeof(vstats), sizeof(tps_vcomm)}
-typedef const tps_cuda_api *(*tps_cuda_plugin_fn)(unsigned abi, const size_t *sizes, size_t nsizes);
-#define TPS_CUDA_PLUGIN_SYMBOL "tps_cuda_plugin"
+#define TPS_DEV_ABI_SIZES \
+    {sizeof(tps_dev_weight), sizeof(tps_dev_gemm), sizeof(tps_dev_setup), sizeof(tps_error), sizeof(tps_vcomm)}
+typedef const tps_dev_api *(*tps_dev_plugin_fn)(unsigned abi, const size_t *sizes, size_t nsizes);
+#define TPS_DEV_PLUGIN_SYMBOL "tps_dev_plugin"
 
 #endif

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device.h"
 #include "gated_threads.h"
 #include "internal.h"
 
@@ -175,6 +176,10 @@ static void rank_body(rank_job *j, bool *elsewhere)
     const tps_verify_opts *vo = j->comm.rank == 0 ? j->vo : NULL;
     tps_vstage(vo, "ranks: loading");
     if (j->st == TPS_OK) j->st = tps_vlayer_load(j->b, j->layer, d->experts, j->src, &l, &j->err);
+    if (j->st == TPS_OK && j->comm.dev) {
+        tps_vstage(vo, "ranks: uploading to the devices");
+        j->st = tps_vdev_upload_layer(j->comm.dev, &l, &j->err);
+    }
     /* Every rank learns whether any rank failed to load, and then all stop together. */
     float failed = j->st != TPS_OK;
     tps_status cst = j->comm.allreduce_sum(&j->comm, &failed, 1, &j->err);
@@ -263,8 +268,20 @@ void tps_vrank_out_release(vrank_out *o)
     memset(o, 0, sizeof *o);
 }
 
+/* Rank r's comm: the device's, or the threads' all-reduce over sh. */
+static tps_vcomm rank_comm(tps_vdev *dev, uint64_t r, uint64_t T, tshared *sh)
+{
+    if (dev) {
+        tps_vcomm c = tps_vdev_comm(tps_vdev_rank_of(dev, r), NULL);
+        c.size = T;
+        return c;
+    }
+    return (tps_vcomm){.rank = r, .size = T, .allreduce_sum = thread_allreduce, .impl = sh};
+}
+
 tps_status tps_vrank_run(const tps_block *b, const vdims *d, uint64_t layer, uint64_t T, const tps_vsource *ranks,
-                     size_t n, const float *x, vrank_out *outs, const tps_verify_opts *vo, tps_error *err)
+                         size_t n, const float *x, tps_vdev *dev, vrank_out *outs, const tps_verify_opts *vo,
+                         tps_error *err)
 {
     tps_status st = TPS_OK;
     size_t nh = n * (size_t)d->hidden;
@@ -289,8 +306,7 @@ tps_status tps_vrank_run(const tps_block *b, const vdims *d, uint64_t layer, uin
     bar = true;
     for (uint64_t r = 0; r < T; r++) {
         jobs[r] = (rank_job){.b = b, .d = d, .layer = layer, .src = &ranks[r], .n = n, .x = x, .out = &outs[r],
-                             .comm = {.rank = r, .size = T, .allreduce_sum = thread_allreduce, .impl = &sh},
-                             .gate = &gate, .vo = vo};
+                             .comm = rank_comm(dev, r, T, &sh), .gate = &gate, .vo = vo};
         tps_error_clear(&jobs[r].err);
     }
     started = vgate_run(&gate, tid, T, rank_main, jobs, sizeof *jobs);
@@ -331,7 +347,7 @@ static void *each_main(void *arg)
     return NULL;
 }
 
-tps_status tps_vrank_each_thread(uint64_t T, size_t cap, tps_vrank_fn fn, void *arg, tps_error *err)
+tps_status tps_vrank_each_thread(uint64_t T, size_t cap, tps_vdev *dev, tps_vrank_fn fn, void *arg, tps_error *err)
 {
     tps_status st = TPS_OK;
     tshared sh = {.T = T, .cap = cap};
@@ -351,8 +367,7 @@ tps_status tps_vrank_each_thread(uint64_t T, size_t cap, tps_vrank_fn fn, void *
     }
     bar = true;
     for (uint64_t r = 0; r < T; r++) {
-        jobs[r] = (each_job){.fn = fn, .arg = arg, .gate = &gate,
-                             .comm = {.rank = r, .size = T, .allreduce_sum = thread_allreduce, .impl = &sh}};
+        jobs[r] = (each_job){.fn = fn, .arg = arg, .gate = &gate, .comm = rank_comm(dev, r, T, &sh)};
         tps_error_clear(&jobs[r].err);
     }
     uint64_t started = vgate_run(&gate, tid, T, each_main, jobs, sizeof *jobs);

@@ -262,7 +262,8 @@ static tps_status blame(const tps_block *b, const vdims *d, const vlayer *rl, ui
         if (res->culprit < 0) {
             res->culprit = (int64_t)r;
             tps_vappendf(det, dsz, "every partial sum matches, but rank %llu's output after the all-reduce differs "
-                             "(its copy of the row-parallel bias or of the post-norm)", (unsigned long long)r);
+                             "(the all-reduce itself, or its copy of the row-parallel bias or of the post-norm)",
+                         (unsigned long long)r);
         }
     }
     if (res->culprit < 0) tps_vappendf(det, dsz, "no single rank's slice explains it");

@@ -50,6 +50,7 @@ typedef struct tps_vt {
     uint64_t shape[TPS_MAX_DIMS];
     uint64_t nelem;
     void *data; /* NULL: the tensor is absent (its role is unused by the model) */
+    struct tps_vdev_buf *dev; /* its copy on a rank's device (verify/device.h); NULL: host only */
 } tps_vt;
 
 void tps_vt_release(tps_vt *t);
@@ -78,6 +79,7 @@ struct tps_vcomm {
     uint64_t rank, size;
     tps_status (*allreduce_sum)(tps_vcomm *c, float *buf, size_t n, tps_error *err);
     void *impl;
+    struct tps_vdev_rank *dev; /* the rank's device (verify/device.h); NULL: the host computes */
 };
 
 /* Layer tensor names: layer prefix + (for a MoE block's MLP roles: the expert prefix, or
@@ -101,8 +103,9 @@ double tps_verify_rtol(tps_dtype dt);
 
 /* ---- backends: where the ranks of the sharded pass run ----
  *
- * A backend is a device (cpu: float32 on threads or processes; cuda: cuBLAS GEMMs and
- * small kernels, one GPU per rank) and a launcher (local: every rank in this process;
+ * A backend is a device (cpu: float32 on threads or processes; cuda: the ranks' matrices
+ * and GEMMs on GPUs, one per rank, NCCL between them; devsim: the same device primitives
+ * in host memory) and a launcher (local: every rank in this process;
  * mpi: this process is one rank of an MPI job, `mpirun -np T tpshard verify ...`).  The
  * CUDA device and the MPI glue live in plugins (libtpshard-cuda.so, libtpshard-mpi.so)
  * loaded only when asked for, so tpshard starts on machines without CUDA or MPI runtime
@@ -112,7 +115,8 @@ double tps_verify_rtol(tps_dtype dt);
  * and the report are rank 0's.  Failures are agreed: every collective step of the pass is
  * entered by every process, and tps_vbackend_finish makes the exit codes the same
  * everywhere (the highest status any process reached). */
-typedef enum tps_vdevice { TPS_VDEV_CPU, TPS_VDEV_CUDA } tps_vdevice;
+/* devsim: the device primitives of the cuda backend in host memory (verify/plugin.h). */
+typedef enum tps_vdevice { TPS_VDEV_CPU, TPS_VDEV_CUDA, TPS_VDEV_DEVSIM } tps_vdevice;
 typedef enum tps_vlauncher {
     TPS_VLAUNCH_AUTO,  /* mpi when an MPI launcher's variables are set (OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK) */
     TPS_VLAUNCH_LOCAL, /* every rank in this process */
@@ -122,7 +126,7 @@ typedef enum tps_vlauncher {
 typedef struct tps_vbackend_config {
     tps_vdevice device;
     tps_vlauncher launcher;
-    bool emulate; /* cuda: more ranks than GPUs run in turn, joined without NCCL */
+    bool emulate; /* cuda, devsim: more ranks than devices share them, joined without NCCL */
 } tps_vbackend_config;
 
 typedef struct tps_vbackend tps_vbackend;
@@ -138,7 +142,7 @@ tps_status tps_vbackend_open(const tps_vbackend_config *cfg, tps_vbackend **out,
 tps_status tps_vbackend_start(tps_vbackend *be, uint64_t T, tps_status st, tps_error *err);
 
 typedef struct tps_vbackend_info {
-    const char *device;   /* "cpu" or "cuda" */
+    const char *device;   /* "cpu", "cuda" or "devsim" */
     const char *launcher; /* "threads", "local" or "mpi" */
     uint64_t rank, processes; /* this process (0 of 1 without MPI) */
     uint64_t devices, ranks_per_device; /* cuda after start: GPUs used by this job's node(s) */

@@ -11,6 +11,7 @@
 
 #include "../lib/base/checked.h"
 #include "../lib/set/manifest.h"
+#include "device.h"
 #include "internal.h"
 #include "finite.h"
 #include "quant_blame.h"
@@ -167,6 +168,9 @@ static tps_status rank_step(void *arg, tps_vcomm *comm, tps_error *err)
         if (st == TPS_OK && fb && src->has(src->ctx, fb)) st = load_tensor(b, src, fb, &bias_t, err);
     }
     if (st == TPS_OK && !(xn = malloc((nh + 1) * sizeof *xn))) st = tps_fail_oom(err, "a rank's activations");
+    /* The LM head is a GEMM: on the rank's device, when it has one (the embedding is a lookup of
+     * rows, done where the rows were loaded). */
+    if (st == TPS_OK && s->step == STEP_HEAD && comm->dev) st = tps_vdev_upload(comm->dev, &vocab_t, err);
     /* Every rank learns whether any could not load, and then all stop together. */
     float failed = st != TPS_OK;
     tps_error ignored;

@@ -96,11 +96,11 @@ fi
 # exports its one entry point and needs no tpshard symbol (the binary is not -rdynamic).
 if make -s -C "$TPS_TOP" config 2>/dev/null | grep -q "^CUDA .*compile and link"; then
     so="$TPS_TOP/build/libtpshard-cuda.so"
-    if [ -f "$so" ] && nm -D --defined-only "$so" | grep -q " T tps_cuda_plugin$" &&
+    if [ -f "$so" ] && nm -D --defined-only "$so" | grep -q " T tps_dev_plugin$" &&
         ! nm -D --undefined-only "$so" | grep -q " tps_"; then
-        ok "the CUDA plugin is built with nvcc and exports tps_cuda_plugin only"
+        ok "the CUDA plugin is built with nvcc and exports tps_dev_plugin only"
     else
-        notok "the CUDA plugin is built with nvcc and exports tps_cuda_plugin only"
+        notok "the CUDA plugin is built with nvcc and exports tps_dev_plugin only"
         echo "#   $so: $(ls -l "$so" 2>&1)"
     fi
 else

@@ -156,3 +156,22 @@ cp -r "$T/llama-2" "$T/broken-2"
 : >"$T/broken-2/model-rank-1-of-2.safetensors"
 expect_exit 3 "model-rank-1-of-2.safetensors" "an empty rank 1 file: every process stops, exit 3 naming the file" \
     mpi 2 verify "$T/broken-2"
+
+# The device path under MPI (devsim: the cuda plugin's primitives in host memory; it has no
+# communicator between processes, so MPI sums through the host): one rank per process, its
+# matrices on its device, the layers and the whole model pass; a device fault is caught.
+mpi 2 verify "$T/llama-2" --backend devsim --layer all >"$T/.out" 2>&1
+rc=$?
+mpi 2 verify "$T/llama-2" --backend devsim --whole-model -q >>"$T/.out" 2>&1
+wrc=$?
+if [ $rc -eq 0 ] && [ $wrc -eq 0 ] && grep -q "backend devsim (2 ranks, one device each, one MPI process each, MPI all-reduce through the host" "$T/.out"; then
+    ok "mpirun -np 2 verify --backend devsim: layers and whole model pass, summed by MPI"
+else
+    notok "mpirun -np 2 verify --backend devsim: layers and whole model pass, summed by MPI (exit $rc, $wrc)"
+    sed 's/^/#   /' "$T/.out" | head -6
+fi
+TPS_DEVSIM_FAULT=gemm
+export TPS_DEVSIM_FAULT
+expect_exit 1 "mismatch in layer 0" "mpirun -np 2 verify --backend devsim: a wrong device GEMM exits 1" \
+    mpi 2 verify "$T/llama-2" --backend devsim
+unset TPS_DEVSIM_FAULT

@@ -1,18 +1,25 @@
 #!/bin/sh
-# make gpu-check: the CUDA backend on a Llama-3-8B-shaped checkpoint, on the GPUs there are.
-# Generates a two-layer BF16 checkpoint (hidden 4096, 32 heads, 8 KV heads, intermediate
-# 14336; tests/gpu/gen_llama.c), splits it at tp 1, 2, 4, 8 and verifies each split with
-# --backend cuda against the float64 reference from the source: NCCL when there are at
-# least tp GPUs, --emulate otherwise.  Prints one table row per tp.  Every step has a time
-# limit and a failure stops the run with the step's log; exit 0 only when every tp passed.
+# make gpu-check: the CUDA backend on the GPUs there are, in one run sized for a few minutes.
+#  1. every model fixture (testdata/models/tiny-*, every family) split at the largest of
+#     tp 8, 4, 2, 1 that split accepts and verified with --backend cuda, --layer all and
+#     --whole-model, with --emulate when the GPUs are fewer than the ranks;
+#  2. NCCL itself: tiny-llama at one rank per visible GPU (at most 8), layers and whole model;
+#  3. a Llama-3-8B-shaped two-layer BF16 checkpoint (hidden 4096, 32 heads, 8 KV heads,
+#     intermediate 14336; tests/gpu/gen_llama.c) split at each tp of GPU_CHECK_TP and verified
+#     against the float64 reference from the source, one table row per tp with the errors,
+#     the upload rate and the time of a layer.
+# Every step has a time limit and a failure stops the run with the step's log; exit 0 only
+# when everything passed.
 # Knobs: GPU_CHECK_TP="1 2 4 8", GPU_CHECK_DIR (scratch parent, default $TMPDIR or /tmp;
-# needs ~5 GB), GPU_CHECK_KEEP=1 keeps the scratch directory, GPU_CHECK_TOKENS=16.
+# needs ~5 GB), GPU_CHECK_KEEP=1 keeps the scratch directory, GPU_CHECK_TOKENS=16,
+# GPU_CHECK_PARTS="families nccl 8b" (a subset runs only those parts).
 set -u
 top=$(cd "$(dirname "$0")/../.." && pwd)
 TPSHARD=${TPSHARD:-$top/tpshard}
 GEN=${GEN_LLAMA:-$top/build/gpu/gen_llama}
 TPS=${GPU_CHECK_TP:-1 2 4 8}
 TOKENS=${GPU_CHECK_TOKENS:-16}
+PARTS=${GPU_CHECK_PARTS:-families nccl 8b}
 start=$(date +%s)
 
 say() { echo "gpu-check: $*"; }
@@ -60,6 +67,52 @@ else
     say "no nvidia-smi: finding out from tpshard whether ranks must share GPUs"
 fi
 
+part() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
+# emulate_for TP: --emulate when there are fewer GPUs than TP (or nvidia-smi is missing).
+emulate_for() { if [ -z "$gpus" ] || [ "$gpus" -lt "$1" ]; then echo --emulate; fi; }
+
+if part families; then
+    fam_rows=
+    for src in "$top"/testdata/models/tiny-*; do
+        model=${src##*/tiny-}
+        for tp in 8 4 2 1; do
+            "$TPSHARD" split "$src" --tp "$tp" -o "$work/f-$model" -q >/dev/null 2>&1 && break
+            rm -rf "$work/f-$model"
+        done
+        [ -d "$work/f-$model" ] || fail "$model: split refused every tp"
+        em=$(emulate_for "$tp")
+        step 120 "f-$model" sh -c '"$1" verify "$2" --layer all --backend cuda $3 && "$1" verify "$2" --whole-model --backend cuda $3' \
+            sh "$TPSHARD" "$work/f-$model" "$em" || {
+            show_log "f-$model" 30
+            fail "$model tp $tp: verify --backend cuda $em"
+        }
+        worst=$(awk '$1 == "layer" { for (i = 1; i < NF; i++) if ($i == "rel" && $(i + 1) + 0 > m) m = $(i + 1) + 0 }
+                     END { printf "%.3g", m }' "$work/f-$model.log")
+        fam_rows="$fam_rows$(printf '%-22s %-4s %-10s %s' "$model" "$tp" "${em:-NCCL}" "$worst")
+"
+        rm -rf "$work/f-$model"
+    done
+    echo
+    printf '%-22s %-4s %-10s %s\n' family tp joined "worst layer rel err"
+    printf '%s' "$fam_rows"
+    say "every family fixture passed on the GPU (--layer all and --whole-model)"
+fi
+
+if part nccl; then
+    n=${gpus:-1}
+    [ "$n" -gt 8 ] && n=8
+    "$TPSHARD" split "$top/testdata/models/tiny-llama" --tp "$n" -o "$work/nccl" -q || fail "split tiny-llama at tp $n"
+    step 120 nccl sh -c '"$1" verify "$2" --layer all --backend cuda && "$1" verify "$2" --whole-model --backend cuda' \
+        sh "$TPSHARD" "$work/nccl" || {
+        show_log nccl 30
+        fail "tiny-llama at tp $n on $n GPU(s) with NCCL"
+    }
+    grep -q "NCCL all-reduce" "$work/nccl.log" || fail "tp $n on $n GPU(s): the report does not say NCCL joined the ranks"
+    grep "backend cuda" "$work/nccl.log" | head -1
+    say "NCCL with one rank per GPU ($n) passed, layers and whole model"
+fi
+
+part 8b || { say "done in $(($(date +%s) - start)) s"; exit 0; }
 mkdir -p "$work/src" || fail "cannot write $work"
 step 180 generate "$GEN" "$work/src" 2 2048 || {
     show_log generate
@@ -107,7 +160,7 @@ for tp in $TPS; do
             }
             layers++
         }
-        $1 == "gpu:" { gbps += $6; ms += $9; g++ }
+        $1 == "device:" { gbps += $6; ms += $9; g++ }
         END {
             if (!layers || !g) exit 1
             printf "%.3g %.3g %.2f %.2f %d", ma, mr, gbps / g, ms / g, layers
