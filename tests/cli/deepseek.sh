@@ -57,8 +57,8 @@ for w in kvb qb; do
     eval "rule=\$$w"
     split_wrong "wrong-$w" deepseek_v3 "$V3" 2 "$rule" "wrong-$w" || continue
     check "wrong $w cut: check passes (the bytes are intact)" "$TPSHARD" check "wrong-$w" -q
-    expect_exit 1 "" "wrong $w cut: verify --source --layer all exits 1" \
-        "$TPSHARD" verify "wrong-$w" --source "$V3/model.safetensors" --layer all -q
-    expect_exit 1 "" "wrong $w cut: verify --source --whole-model exits 1" \
-        "$TPSHARD" verify "wrong-$w" --source "$V3/model.safetensors" --whole-model -q
+    expect_wrong_cut "" "wrong $w cut: verify --source --layer all exits 1" \
+        "wrong-$w" --source "$V3/model.safetensors" --layer all -q
+    expect_wrong_cut "" "wrong $w cut: verify --source --whole-model exits 1" \
+        "wrong-$w" --source "$V3/model.safetensors" --whole-model -q
 done

@@ -59,8 +59,8 @@ PY
 # of the wrong group, or K and V without their q heads); the bytes match the manifest.
 split_wrong plain falcon "$src" 4 '  - {match: "transformer.h.*.self_attention.query_key_value.{weight,bias}", split: column, unit: head_dim}' wrong &&
     check "plain block cut: check passes (bytes and manifest agree)" "$TPSHARD" check wrong -q &&
-    expect_exit 1 "query_key_value" "plain block cut: verify --layer all fails" "$TPSHARD" verify wrong --source "$src" --layer all &&
-    expect_exit 1 "" "plain block cut: verify --whole-model --source fails" "$TPSHARD" verify wrong --source "$src" --whole-model
+    expect_wrong_cut "query_key_value" "plain block cut: verify --layer all fails" wrong --source "$src" --layer all &&
+    expect_wrong_cut "" "plain block cut: verify --whole-model --source fails" wrong --source "$src" --whole-model
 
 expect_exit 3 "2 KV groups" "tp 3 refused naming the KV groups" "$TPSHARD" plan "$src" --tp 3
 grep -qF "tp values that fit: 1, 2, 4, 8" "$T/.err" && ok "the refusal lists the tp values that fit" ||

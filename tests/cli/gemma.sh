@@ -95,10 +95,10 @@ for w in kv_rr gate_halves; do
     eval "rule=\$$w"
     split_wrong "gemma2-$w" gemma2 "$M/tiny-gemma2" 2 "$rule" "$T/wrong-$w" || continue
     check "gemma2 $w: check passes (the bytes are what the manifest says)" "$TPSHARD" check "$T/wrong-$w" -q
-    expect_exit 1 "" "gemma2 $w: verify --layer all --source exits 1" \
-        "$TPSHARD" verify "$T/wrong-$w" --source "$M/tiny-gemma2" --layer all
-    expect_exit 1 "" "gemma2 $w: verify --whole-model --source exits 1" \
-        "$TPSHARD" verify "$T/wrong-$w" --source "$M/tiny-gemma2" --whole-model
+    expect_wrong_cut "" "gemma2 $w: verify --layer all --source exits 1" \
+        "$T/wrong-$w" --source "$M/tiny-gemma2" --layer all
+    expect_wrong_cut "" "gemma2 $w: verify --whole-model --source exits 1" \
+        "$T/wrong-$w" --source "$M/tiny-gemma2" --whole-model
 done
 
 # The block keys are checked like the others.
@@ -130,8 +130,8 @@ fi
 awk -v rule="$kv_rr" '{ print } /^rules:/ { print rule }' post-only.yaml >post-only-wrong.yaml
 if "$TPSHARD" split "$M/tiny-gemma2/model.safetensors" --tp 2 --layout post-only-wrong.yaml -o post-only-wrong -q \
     >/dev/null 2>&1; then
-    expect_exit 1 "attention stage" "post-norms only, K/V round-robin: verify exits 1 naming the attention stage" \
-        "$TPSHARD" verify post-only-wrong --layer all
+    expect_wrong_cut "attention stage" "post-norms only, K/V round-robin: verify exits 1 naming the attention stage" \
+        post-only-wrong --layer all
 else
     notok "post-norms only: split the wrong cut at tp 2"
 fi

@@ -66,10 +66,10 @@ for w in halves sinks_rep sinks_halves down_hidden; do
     eval "rule=\$$w"
     split_wrong "gpt_oss-$w" gpt_oss "$src" 2 "$rule" "$T/wrong-$w" || continue
     check "gpt_oss $w: check passes (the bytes are what the manifest says)" "$TPSHARD" check "$T/wrong-$w" -q
-    expect_exit 1 "" "gpt_oss $w: verify --layer all --source exits 1" \
-        "$TPSHARD" verify "$T/wrong-$w" --source "$src" --layer all
-    expect_exit 1 "" "gpt_oss $w: verify --whole-model --source exits 1" \
-        "$TPSHARD" verify "$T/wrong-$w" --source "$src" --whole-model
+    expect_wrong_cut "" "gpt_oss $w: verify --layer all --source exits 1" \
+        "$T/wrong-$w" --source "$src" --layer all
+    expect_wrong_cut "" "gpt_oss $w: verify --whole-model --source exits 1" \
+        "$T/wrong-$w" --source "$src" --whole-model
 done
 
 # With the interleaved layout a plain block cut (unit 1) is the paired cut wherever the

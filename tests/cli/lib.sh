@@ -38,6 +38,17 @@ expect_exit() {
     fi
 }
 
+# expect_wrong_cut FRAG NAME VERIFY-ARGS...: a set cut the wrong way makes verify exit 1 (FRAG
+# in its message) on the CPU ranks and on the device path (devsim: the GPU backend's
+# primitives in host memory), so that no wrong cut passes on either.
+expect_wrong_cut() {
+    ewc_frag=$1 ewc_name=$2
+    shift 2
+    for ewc_backend in cpu devsim; do
+        expect_exit 1 "$ewc_frag" "$ewc_name [$ewc_backend]" "$TPSHARD" verify "$@" --backend "$ewc_backend"
+    done
+}
+
 # split_wrong NAME PRESET MODEL-DIR TP RULE OUT: splits MODEL-DIR at TP into OUT with PRESET's
 # layout plus RULE (YAML lines) inserted as its first rule, which wins over the preset's own:
 # how the verify tests make a set whose bytes are intact and whose cut is wrong.  Fails

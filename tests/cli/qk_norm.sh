@@ -44,10 +44,10 @@ wrong() {
     w=$1 p=$2 tp=$3 frag=$4 rule=$5
     split_wrong "$w" "$p" "$M/tiny-$p" "$tp" "$rule" "$T/wrong-$w" || return
     check "$w: check passes (the shards hold what the manifest says)" "$TPSHARD" check "$T/wrong-$w"
-    expect_exit 1 "$frag" "$w: verify --source --layer all exits 1 naming the rank" \
-        "$TPSHARD" verify "$T/wrong-$w" --source "$M/tiny-$p" --layer all
-    expect_exit 1 "" "$w: verify --source --whole-model exits 1" \
-        "$TPSHARD" verify "$T/wrong-$w" --source "$M/tiny-$p" --whole-model
+    expect_wrong_cut "$frag" "$w: verify --source --layer all exits 1 naming the rank" \
+        "$T/wrong-$w" --source "$M/tiny-$p" --layer all
+    expect_wrong_cut "" "$w: verify --source --whole-model exits 1" \
+        "$T/wrong-$w" --source "$M/tiny-$p" --whole-model
 }
 
 wrong qwen3-q-norm-cut qwen3 2 "rank 0 holds model.layers.0.self_attn.q_norm.weight (q_norm) with shape [8] where the TP convention needs [16]" \

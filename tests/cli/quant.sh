@@ -129,11 +129,11 @@ if split_wrong ds-fp8-scale deepseek_v3 "$M/tiny-deepseek-v3-fp8" 2 '  - match: 
       - {name: a, size: heads*(qk_nope_head_dim+qk_rope_head_dim)/16}
       - {name: b, size: heads*(qk_nope_head_dim+qk_rope_head_dim)/16}' "$T/ds-wrong"; then
     check "deepseek fp8 wrong q_b_proj scale rows: check passes (intact bytes)" "$TPSHARD" check "$T/ds-wrong" -q
-    expect_exit 1 "q_b_proj.weight_scale_inv) does not fit its weight slice" \
+    expect_wrong_cut "q_b_proj.weight_scale_inv) does not fit its weight slice" \
         "deepseek fp8 wrong q_b_proj scale rows: verify --layer all fails (exit 1) naming the scale" \
-        "$TPSHARD" verify "$T/ds-wrong" --source "$M/tiny-deepseek-v3-fp8" --layer all
-    expect_exit 1 "q_b_proj.weight_scale_inv) does not fit" "deepseek fp8 wrong q_b_proj scale rows: verify --whole-model fails (exit 1)" \
-        "$TPSHARD" verify "$T/ds-wrong" --source "$M/tiny-deepseek-v3-fp8" --whole-model
+        "$T/ds-wrong" --source "$M/tiny-deepseek-v3-fp8" --layer all
+    expect_wrong_cut "q_b_proj.weight_scale_inv) does not fit" "deepseek fp8 wrong q_b_proj scale rows: verify --whole-model fails (exit 1)" \
+        "$T/ds-wrong" --source "$M/tiny-deepseek-v3-fp8" --whole-model
 fi
 
 # The engine's reason, in numbers: intermediate 96 at tp 4 is 24 rows a rank, not whole
@@ -177,8 +177,8 @@ if split_wrong fp8-scale-rows llama "$M/tiny-llama-fp8" 2 '  - match: model.laye
       - {name: a, size: intermediate/32}
       - {name: b, size: intermediate/32}' "$T/wrong"; then
     check "wrong scale rows: check passes (intact bytes)" "$TPSHARD" check "$T/wrong" -q
-    expect_exit 1 "mismatch in layer 0, mlp stage" "wrong scale rows: verify fails (exit 1) in the MLP" \
-        "$TPSHARD" verify "$T/wrong" --source "$M/tiny-llama-fp8" --layer 0
+    expect_wrong_cut "mismatch in layer 0, mlp stage" "wrong scale rows: verify fails (exit 1) in the MLP" \
+        "$T/wrong" --source "$M/tiny-llama-fp8" --layer 0
     grep -qF "rank 0's model.layers.0.mlp.gate_proj dequantizes to other values" "$T/.err" &&
         grep -qF "its scale on rank 0 (model.layers.0.mlp.gate_proj.weight_scale_inv)" "$T/.err" &&
         ok "wrong scale rows: verify names the rank's weight_scale_inv" ||
@@ -199,8 +199,8 @@ if split_wrong fp8-head-scale llama "$M/tiny-llama-fp8-head" 2 '  - match: lm_he
       - {name: a, size: vocab/2}
       - {name: b, size: vocab/2}' "$T/wrong-head"; then
     check "lm_head scale rows on the wrong rank: check passes (intact bytes)" "$TPSHARD" check "$T/wrong-head" -q
-    expect_exit 1 "logits" "lm_head scale rows on the wrong rank: verify --whole-model fails (exit 1) in the logits" \
-        "$TPSHARD" verify "$T/wrong-head" --source "$M/tiny-llama-fp8-head" --whole-model
+    expect_wrong_cut "logits" "lm_head scale rows on the wrong rank: verify --whole-model fails (exit 1) in the logits" \
+        "$T/wrong-head" --source "$M/tiny-llama-fp8-head" --whole-model
 fi
 
 # merge is bit-exact; reshard 8 -> 4 gives what split at 4 gives.

@@ -51,9 +51,9 @@ moe_scales='  - match: model.layers.*.block_sparse_moe.experts.1.w1.scales
       - {name: b, size: intermediate/2}'
 if split_wrong "mixtral-awq-scales" mixtral "$M/tiny-mixtral-awq" 2 "$moe_scales" "$T/wrong-moe-scales"; then
     check "mixtral awq expert scales halves: check passes" "$TPSHARD" check "$T/wrong-moe-scales" -q
-    expect_exit 1 "experts.1.w1 dequantizes to other values than the reference's slice of it (its weight's rows and columns as the manifest cuts them): its scale/zero tensors on rank 0 (model.layers.0.block_sparse_moe.experts.1.w1.scales" \
+    expect_wrong_cut "experts.1.w1 dequantizes to other values than the reference's slice of it (its weight's rows and columns as the manifest cuts them): its scale/zero tensors on rank 0 (model.layers.0.block_sparse_moe.experts.1.w1.scales" \
         "mixtral awq expert scales halves: verify exits 1 naming expert 1's w1 scales" \
-        "$TPSHARD" verify "$T/wrong-moe-scales" --source "$M/tiny-mixtral-awq" --layer all
+        "$T/wrong-moe-scales" --source "$M/tiny-mixtral-awq" --layer all
 fi
 
 # Wrong cuts whose bytes are intact: down_proj's group rows dealt as two interleaved halves
@@ -76,9 +76,9 @@ for w in down_scales q_scales; do
     split_wrong "gptq-$w" llama "$M/tiny-llama-gptq" 2 "$rule" "$T/wrong-$w" || continue
     check "gptq $w: check passes (the bytes are what the manifest says)" "$TPSHARD" check "$T/wrong-$w" -q
     case $w in down_scales) mod=mlp.down_proj ;; *) mod=self_attn.q_proj ;; esac
-    expect_exit 1 "rank 0's model.layers.0.$mod dequantizes to other values" \
+    expect_wrong_cut "rank 0's model.layers.0.$mod dequantizes to other values" \
         "gptq $w: verify --layer all --source exits 1 naming the linear" \
-        "$TPSHARD" verify "$T/wrong-$w" --source "$M/tiny-llama-gptq" --layer all
+        "$T/wrong-$w" --source "$M/tiny-llama-gptq" --layer all
     grep -qF "model.layers.0.$mod.scales, model.layers.0.$mod.qzeros, model.layers.0.$mod.g_idx) do not fit" "$T/.err" &&
         ok "gptq $w: verify names the scale/zero tensors on rank 0" ||
         { notok "gptq $w: verify names the scale/zero tensors on rank 0"; sed 's/^/#   /' "$T/.err" | head -5; }
@@ -91,17 +91,17 @@ awq_zeros='  - match: model.layers.*.self_attn.q_proj.qzeros
       - {name: b, size: hidden/16}'
 if split_wrong "awq-zeros" llama "$M/tiny-llama-awq" 2 "$awq_zeros" "$T/wrong-awq-zeros"; then
     check "awq zeros halves: check passes" "$TPSHARD" check "$T/wrong-awq-zeros" -q
-    expect_exit 1 "its scale/zero tensors on rank 0 (model.layers.0.self_attn.q_proj.scales, model.layers.0.self_attn.q_proj.qzeros)" \
+    expect_wrong_cut "its scale/zero tensors on rank 0 (model.layers.0.self_attn.q_proj.scales, model.layers.0.self_attn.q_proj.qzeros)" \
         "awq zeros halves: verify --layer all --source exits 1 naming q_proj's scales and qzeros" \
-        "$TPSHARD" verify "$T/wrong-awq-zeros" --source "$M/tiny-llama-awq" --layer all
+        "$T/wrong-awq-zeros" --source "$M/tiny-llama-awq" --layer all
 fi
 # Act-order: o_proj's g_idx whole on every rank instead of cut with the input rows: the rank's
 # pieces do not fit together, and verify names the tensor.
 gidx_rep='  - match: model.layers.*.self_attn.o_proj.g_idx
     split: replicate'
 if split_wrong "actorder-gidx" llama "$M/tiny-llama-gptq-actorder" 2 "$gidx_rep" "$T/wrong-gidx"; then
-    expect_exit 1 "o_proj.g_idx" "act-order g_idx replicated on a row layer: verify exits 1 naming it" \
-        "$TPSHARD" verify "$T/wrong-gidx" --source "$M/tiny-llama-gptq-actorder" --layer all
+    expect_wrong_cut "o_proj.g_idx" "act-order g_idx replicated on a row layer: verify exits 1 naming it" \
+        "$T/wrong-gidx" --source "$M/tiny-llama-gptq-actorder" --layer all
 fi
 
 # The worked tables of the quantization spec (3.4, 3.5, 4.4, 4.5) on header-only checkpoints

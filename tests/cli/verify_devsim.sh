@@ -9,7 +9,9 @@
 #     path than the devices' float32 GEMMs);
 #   - faults planted in the device (a GEMM 1% off on one rank, a rank left out of the sums)
 #     make verify exit 1: the devices' results are what is compared, not the host's;
-#   - the wrong-cut controls of tests/cli/verify.sh fail on devsim too, naming the rank;
+#   - (the wrong-cut controls of the other scripts run on devsim as on the CPU ranks:
+#     expect_wrong_cut in tests/cli/lib.sh, the wrong() helpers of verify.sh and
+#     verify_whole.sh);
 #   - fewer devices than ranks is refused (exit 5) unless --emulate, which says NCCL-style
 #     one-device-per-rank all-reduce was not exercised.
 . "$TPS_TOP/tests/cli/lib.sh"
@@ -59,37 +61,6 @@ TPS_DEVSIM_FAULT=gemm "$TPSHARD" verify "$T/llama-2" --whole-model --backend dev
 expect_rc=$?
 [ $expect_rc -eq 1 ] && ok "whole model: a wrong device GEMM makes verify --whole-model exit 1" ||
     notok "whole model: a wrong device GEMM makes verify --whole-model exit 1 (exit $expect_rc)"
-
-# The wrong-cut controls: bytes intact (check passes), cut wrong, verify on devsim exits 1.
-wrong_devsim() {
-    w=$1 preset=$2 model=$3 tp=$4 stage=$5 frag=$6 rule=$7
-    out="$T/wrong-$w"
-    split_wrong "$w" "$preset" "$M/tiny-$model" "$tp" "$rule" "$out" || return
-    "$TPSHARD" verify "$out" --backend devsim >"$T/.out" 2>"$T/.err"
-    rc=$?
-    if [ $rc -eq 1 ] && grep -qF -- "$stage stage" "$T/.err" && grep -qF -- "$frag" "$T/.err"; then
-        ok "$w: verify --backend devsim exits 1 naming the $stage stage and the rank"
-    else
-        notok "$w: verify --backend devsim exits 1 naming the $stage stage and the rank"
-        echo "#   expected exit 1 with '$stage stage' and '$frag', got exit $rc:"
-        sed 's/^/#   /' "$T/.err" | head -5
-    fi
-}
-wrong_devsim gate-up-plain phi3 phi3 2 mlp "rank 0's partial sum differs from the reference for its share" \
-    '  - match: model.layers.*.mlp.gate_up_proj.weight
-    split: column'
-wrong_devsim kv-unreplicated llama llama 4 attention "rank 0 holds model.layers.0.self_attn.k_proj.weight (k_proj) with shape [4, 64]" \
-    '  - match: "model.layers.*.self_attn.{k_proj,v_proj}.weight"
-    split: column'
-wrong_devsim q-order llama llama 2 attention "rank 0's partial sum differs from the reference for its share (max abs err" \
-    '  - match: model.layers.*.self_attn.q_proj.weight
-    split: column
-    unit: head_dim
-    segments: {qa: heads*head_dim/2, qb: heads*head_dim/2}'
-wrong_devsim gate-bias-order llama llama-bias 2 mlp "rank 0's partial sum differs from the reference for its share" \
-    '  - match: model.layers.*.mlp.gate_proj.bias
-    split: column
-    segments: {ga: intermediate/2, gb: intermediate/2}'
 
 # Fewer devices than ranks: refused naming --emulate, which then shares them.
 expect_exit 5 "--emulate runs them on the ones there are" "devsim with 2 devices for 4 ranks is refused naming --emulate" \

@@ -90,8 +90,12 @@ wrong() {
     split_wrong "$w" "$preset" "$M/tiny-$model" "$tp" "$rule" "$out" || return
     check "$w: check passes (the shards hold what the manifest says)" "$TPSHARD" check "$out" -q
     check "$w: verify --layer all passes (the layers are cut right)" "$TPSHARD" verify "$out" -q
-    for how in shards source; do
-        if [ $how = source ]; then set -- --source "$M/tiny-$model"; else set --; fi
+    for how in shards source devsim; do
+        case $how in
+        source) set -- --source "$M/tiny-$model" ;;
+        devsim) set -- --backend devsim ;; # the GPU path's primitives in host memory
+        *) set -- ;;
+        esac
         "$TPSHARD" verify "$out" --whole-model "$@" >"$T/.out" 2>"$T/.err"
         rc=$?
         if [ $rc -eq 1 ] && grep -qF -- "whole model, $stage stage" "$T/.err" && grep -qF -- "$frag" "$T/.err"; then
