@@ -22,8 +22,10 @@
 #ifndef TPS_VERIFY_PLUGIN_H
 #define TPS_VERIFY_PLUGIN_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #include "verify.h"
 
@@ -116,5 +118,29 @@ typedef struct tps_dev_api {
     {sizeof(tps_dev_weight), sizeof(tps_dev_gemm), sizeof(tps_dev_setup), sizeof(tps_error), sizeof(tps_vcomm)}
 typedef const tps_dev_api *(*tps_dev_plugin_fn)(unsigned abi, const size_t *sizes, size_t nsizes);
 #define TPS_DEV_PLUGIN_SYMBOL "tps_dev_plugin"
+
+/* For the device plugins, which link no tpshard code: whether the host's ABI version and
+ * structure sizes are the plugin's own, and tps_fail's contract (the first error is kept). */
+static inline bool tps_dev_abi_matches(unsigned abi, const size_t *sizes, size_t nsizes)
+{
+    const size_t mine[] = TPS_DEV_ABI_SIZES;
+    if (abi != TPS_PLUGIN_ABI || nsizes != sizeof mine / sizeof mine[0]) return false;
+    for (size_t i = 0; i < nsizes; i++)
+        if (sizes[i] != mine[i]) return false;
+    return true;
+}
+
+static inline tps_status tps_dev_fail(tps_error *err, tps_status code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static inline tps_status tps_dev_fail(tps_error *err, tps_status code, const char *fmt, ...)
+{
+    if (err->code != TPS_OK) return err->code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    va_end(ap);
+    err->code = code;
+    return code;
+}
 
 #endif

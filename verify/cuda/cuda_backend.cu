@@ -37,24 +37,12 @@ extern "C" const tps_dev_api *tps_dev_plugin(unsigned abi, const size_t *sizes, 
 
 /* ---- errors ---- */
 
-static tps_status gfail(tps_error *err, tps_status code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static tps_status gfail(tps_error *err, tps_status code, const char *fmt, ...)
-{
-    if (err->code != TPS_OK) return err->code; /* the first error is kept */
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-    va_end(ap);
-    err->code = code;
-    return code;
-}
-
 /* Check macros: jump to the function's cleanup label with the error of rank g. */
 #define CU(call)                                                                                              \
     do {                                                                                                      \
         cudaError_t e_ = (call);                                                                              \
         if (e_ != cudaSuccess) {                                                                              \
-            st = gfail(err, TPS_EIO, "rank %llu on GPU %d: %s: %s (%s)", (unsigned long long)g->rank, g->dev, \
+            st = tps_dev_fail(err, TPS_EIO, "rank %llu on GPU %d: %s: %s (%s)", (unsigned long long)g->rank, g->dev, \
                        #call, cudaGetErrorString(e_), cudaGetErrorName(e_));                                 \
             goto cleanup;                                                                                     \
         }                                                                                                     \
@@ -63,7 +51,7 @@ static tps_status gfail(tps_error *err, tps_status code, const char *fmt, ...)
     do {                                                                                                \
         cublasStatus_t e_ = (call);                                                                     \
         if (e_ != CUBLAS_STATUS_SUCCESS) {                                                              \
-            st = gfail(err, TPS_EIO, "rank %llu on GPU %d: %s: %s", (unsigned long long)g->rank, g->dev, \
+            st = tps_dev_fail(err, TPS_EIO, "rank %llu on GPU %d: %s: %s", (unsigned long long)g->rank, g->dev, \
                        #call, cublasGetStatusString(e_));                                              \
             goto cleanup;                                                                               \
         }                                                                                               \
@@ -72,7 +60,7 @@ static tps_status gfail(tps_error *err, tps_status code, const char *fmt, ...)
     do {                                                                                                \
         ncclResult_t e_ = (call);                                                                       \
         if (e_ != ncclSuccess) {                                                                        \
-            st = gfail(err, TPS_EIO, "rank %llu on GPU %d: %s: %s", (unsigned long long)g->rank, g->dev, \
+            st = tps_dev_fail(err, TPS_EIO, "rank %llu on GPU %d: %s: %s", (unsigned long long)g->rank, g->dev, \
                        #call, ncclGetErrorString(e_));                                                 \
             goto cleanup;                                                                               \
         }                                                                                               \
@@ -174,7 +162,7 @@ static tps_status reserve(grank *g, scratch *b, size_t bytes, const char *what, 
         size_t fr = 0, tot = 0;
         cudaGetLastError();
         cudaMemGetInfo(&fr, &tot);
-        st = gfail(err, TPS_EIO, "rank %llu on GPU %d: cudaMalloc of %zu bytes for %s: %s (%zu of %zu bytes free)",
+        st = tps_dev_fail(err, TPS_EIO, "rank %llu on GPU %d: cudaMalloc of %zu bytes for %s: %s (%zu of %zu bytes free)",
                    (unsigned long long)g->rank, g->dev, bytes, what, cudaGetErrorString(e), fr, tot);
         b->p = NULL;
         return st;
@@ -197,9 +185,9 @@ static tps_status g_upload(void *ctx, uint64_t rank, const tps_dev_weight *w, vo
     size_t bytes = (size_t)(w->rows * w->cols) * elem_size(w->dtype);
     scratch upload_buf = {NULL, 0};
     dweight *d = (dweight *)calloc(1, sizeof *d);
-    if (!d) return gfail(err, TPS_EIO, "rank %llu: out of memory for %s's handle", (unsigned long long)rank, w->name);
+    if (!d) return tps_dev_fail(err, TPS_EIO, "rank %llu: out of memory for %s's handle", (unsigned long long)rank, w->name);
     if (w->dtype != TPS_DT_BF16 && w->dtype != TPS_DT_F16 && w->dtype != TPS_DT_F32) {
-        st = gfail(err, TPS_EINVALID, "rank %llu: %s has dtype number %d; the GPU takes BF16, F16 or F32",
+        st = tps_dev_fail(err, TPS_EINVALID, "rank %llu: %s has dtype number %d; the GPU takes BF16, F16 or F32",
                    (unsigned long long)rank, w->name, (int)w->dtype);
         goto cleanup;
     }
@@ -236,7 +224,7 @@ static tps_status g_gemm(void *ctx, uint64_t rank, void *buf, const tps_dev_gemm
     cublasOperation_t ta = gm->conv1d ? CUBLAS_OP_N : CUBLAS_OP_T;
     int lda = (int)w->cols;
     if (w->rank != rank)
-        return gfail(err, TPS_EIO, "rank %llu multiplied by a weight on rank %llu's GPU", (unsigned long long)rank,
+        return tps_dev_fail(err, TPS_EIO, "rank %llu multiplied by a weight on rank %llu's GPU", (unsigned long long)rank,
                      (unsigned long long)w->rank);
     CU(cudaSetDevice(g->dev));
     CHECK(reserve(g, &g->x, n * K * sizeof(float), "the activations", err));
@@ -278,7 +266,7 @@ static tps_status allreduce_shared(gctx *c, grank *g, float *buf, size_t n, tps_
     if (cudaSetDevice(g->dev) != cudaSuccess || reserve(g, &g->sum, bytes, "the all-reduce", err) != TPS_OK ||
         cudaMemcpyAsync(g->sum.p, buf, bytes, cudaMemcpyHostToDevice, g->s) != cudaSuccess ||
         cudaStreamSynchronize(g->s) != cudaSuccess)
-        st = gfail(err, TPS_EIO, "rank %llu on GPU %d: staging the all-reduce of %zu floats failed",
+        st = tps_dev_fail(err, TPS_EIO, "rank %llu on GPU %d: staging the all-reduce of %zu floats failed",
                    (unsigned long long)g->rank, g->dev, n);
     c->failed[me] = st != TPS_OK;
     pthread_barrier_wait(&c->bar);
@@ -294,12 +282,12 @@ static tps_status allreduce_shared(gctx *c, grank *g, float *buf, size_t n, tps_
                                     ? cublasSaxpy(g0->blas, (int)n, &alpha, (const float *)c->tmp.p, 1, (float *)c->red.p, 1)
                                     : CUBLAS_STATUS_SUCCESS;
             if (e != cudaSuccess || be != CUBLAS_STATUS_SUCCESS)
-                s0 = gfail(err, TPS_EIO, "rank %llu on GPU %d: adding rank %llu's buffer: %s",
+                s0 = tps_dev_fail(err, TPS_EIO, "rank %llu on GPU %d: adding rank %llu's buffer: %s",
                            (unsigned long long)g->rank, g->dev, (unsigned long long)gq->rank,
                            e != cudaSuccess ? cudaGetErrorString(e) : cublasGetStatusString(be));
         }
         if (s0 == TPS_OK && cudaStreamSynchronize(g0->s) != cudaSuccess)
-            s0 = gfail(err, TPS_EIO, "rank %llu on GPU %d: the all-reduce's sum failed", (unsigned long long)g->rank,
+            s0 = tps_dev_fail(err, TPS_EIO, "rank %llu on GPU %d: the all-reduce's sum failed", (unsigned long long)g->rank,
                        g->dev);
         c->sum_failed = s0 != TPS_OK;
         st = s0;
@@ -314,7 +302,7 @@ static tps_status allreduce_shared(gctx *c, grank *g, float *buf, size_t n, tps_
 cleanup:
     pthread_barrier_wait(&c->bar); /* nobody stages the next all-reduce before all have read the sum */
     if (any && st == TPS_OK)
-        st = gfail(err, TPS_EIO, "rank %llu: the all-reduce failed on another rank (its message says why)",
+        st = tps_dev_fail(err, TPS_EIO, "rank %llu: the all-reduce failed on another rank (its message says why)",
                    (unsigned long long)g->rank);
     return st;
 }
@@ -356,7 +344,7 @@ static tps_status g_devices(int *count, char *desc, size_t descsize, tps_error *
     if (e != cudaSuccess || *count == 0) {
         int drv = 0;
         cudaDriverGetVersion(&drv);
-        return gfail(err, TPS_EBACKEND,
+        return tps_dev_fail(err, TPS_EBACKEND,
                      "the cuda backend found no GPU: cudaGetDeviceCount: %s (%s; driver API %d.%d%s)",
                      e != cudaSuccess ? cudaGetErrorString(e) : "0 devices",
                      e != cudaSuccess ? cudaGetErrorName(e) : "no device", drv / 1000, drv % 1000 / 10,
@@ -377,7 +365,7 @@ static tps_status g_comm_id(unsigned char id[TPS_NCCL_ID_BYTES], tps_error *err)
 {
     ncclUniqueId u;
     ncclResult_t e = ncclGetUniqueId(&u);
-    if (e != ncclSuccess) return gfail(err, TPS_EBACKEND, "ncclGetUniqueId: %s", ncclGetErrorString(e));
+    if (e != ncclSuccess) return tps_dev_fail(err, TPS_EBACKEND, "ncclGetUniqueId: %s", ncclGetErrorString(e));
     memcpy(id, &u, TPS_NCCL_ID_BYTES);
     return TPS_OK;
 }
@@ -410,7 +398,7 @@ static tps_status open_ranks(gctx *c, const tps_dev_setup *s, int *devs, tps_err
     tps_status st = TPS_OK;
     grank *g = NULL;
     if (cudaGetDeviceCount(&c->ndev) != cudaSuccess || c->ndev == 0)
-        return gfail(err, TPS_EBACKEND, "rank %llu: the cuda backend found no GPU", (unsigned long long)s->first);
+        return tps_dev_fail(err, TPS_EBACKEND, "rank %llu: the cuda backend found no GPU", (unsigned long long)s->first);
     for (uint64_t i = 0; i < s->count; i++) {
         g = &c->r[i];
         g->rank = s->first + i;
@@ -433,7 +421,7 @@ static tps_status g_open(const tps_dev_setup *s, void **out, tps_error *err)
     ncclComm_t *comms = NULL;
     gctx *c = (gctx *)calloc(1, sizeof *c);
     *out = NULL;
-    if (!c) return gfail(err, TPS_EIO, "out of memory for the cuda backend");
+    if (!c) return tps_dev_fail(err, TPS_EIO, "out of memory for the cuda backend");
     c->first = s->first;
     c->count = s->count;
     c->nccl = !s->emulate;
@@ -441,9 +429,9 @@ static tps_status g_open(const tps_dev_setup *s, void **out, tps_error *err)
     c->failed = (bool *)calloc(s->count, sizeof *c->failed);
     devs = (int *)calloc(s->count, sizeof *devs);
     comms = (ncclComm_t *)calloc(s->count, sizeof *comms);
-    if (!c->r || !c->failed || !devs || !comms) st = gfail(err, TPS_EIO, "out of memory for the cuda backend's ranks");
+    if (!c->r || !c->failed || !devs || !comms) st = tps_dev_fail(err, TPS_EIO, "out of memory for the cuda backend's ranks");
     if (st == TPS_OK && pthread_barrier_init(&c->bar, NULL, (unsigned)s->count) != 0)
-        st = gfail(err, TPS_EIO, "cannot create a barrier for %llu ranks", (unsigned long long)s->count);
+        st = tps_dev_fail(err, TPS_EIO, "cannot create a barrier for %llu ranks", (unsigned long long)s->count);
     c->have_bar = st == TPS_OK;
     if (st == TPS_OK) st = open_ranks(c, s, devs, err);
     if (c->nccl && s->nccl_id) {
@@ -454,7 +442,7 @@ static tps_status g_open(const tps_dev_setup *s, void **out, tps_error *err)
         tps_status cs = s->host_comm->allreduce_sum(s->host_comm, &failed, 1, err);
         if (st == TPS_OK && cs != TPS_OK) st = cs;
         if (st == TPS_OK && failed > 0)
-            st = gfail(err, TPS_EIO, "rank %llu: NCCL not started: another rank could not set up its GPU (its process says why)",
+            st = tps_dev_fail(err, TPS_EIO, "rank %llu: NCCL not started: another rank could not set up its GPU (its process says why)",
                        (unsigned long long)s->first);
     }
     if (st != TPS_OK) goto cleanup;
@@ -484,9 +472,5 @@ static const tps_dev_api api = {"cuda",  g_devices, g_comm_id, g_open, g_upload,
 
 extern "C" const tps_dev_api *tps_dev_plugin(unsigned abi, const size_t *sizes, size_t nsizes)
 {
-    const size_t mine[] = TPS_DEV_ABI_SIZES;
-    if (abi != TPS_PLUGIN_ABI || nsizes != sizeof mine / sizeof mine[0]) return NULL;
-    for (size_t i = 0; i < nsizes; i++)
-        if (sizes[i] != mine[i]) return NULL;
-    return &api;
+    return tps_dev_abi_matches(abi, sizes, nsizes) ? &api : NULL;
 }

@@ -25,18 +25,6 @@
 
 const tps_dev_api *tps_dev_plugin(unsigned abi, const size_t *sizes, size_t nsizes);
 
-static tps_status dfail(tps_error *err, tps_status code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static tps_status dfail(tps_error *err, tps_status code, const char *fmt, ...)
-{
-    if (err->code != TPS_OK) return err->code; /* the first error is kept */
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-    va_end(ap);
-    err->code = code;
-    return code;
-}
-
 typedef struct dbuf {
     uint64_t rank; /* whose device holds it */
     tps_dtype dtype;
@@ -64,7 +52,7 @@ static int device_count(void)
 static tps_status d_devices(int *count, char *desc, size_t descsize, tps_error *err)
 {
     *count = device_count();
-    if (*count == 0) return dfail(err, TPS_EBACKEND, "the devsim backend has no device (TPS_DEVSIM_DEVICES=0)");
+    if (*count == 0) return tps_dev_fail(err, TPS_EBACKEND, "the devsim backend has no device (TPS_DEVSIM_DEVICES=0)");
     snprintf(desc, descsize, "%d simulated device%s in host memory", *count, *count == 1 ? "" : "s");
     return TPS_OK;
 }
@@ -85,7 +73,7 @@ static tps_status d_open(const tps_dev_setup *s, void **out, tps_error *err)
 {
     dctx *c = calloc(1, sizeof *c);
     *out = NULL;
-    if (!c) return dfail(err, TPS_EIO, "out of memory for the devsim backend");
+    if (!c) return tps_dev_fail(err, TPS_EIO, "out of memory for the devsim backend");
     c->first = s->first;
     c->count = s->count;
     c->T = s->T;
@@ -97,11 +85,11 @@ static tps_status d_open(const tps_dev_setup *s, void **out, tps_error *err)
     c->failed = calloc(s->count, sizeof *c->failed);
     if (!c->sum_bufs || !c->caps || !c->failed) {
         d_close(c);
-        return dfail(err, TPS_EIO, "out of memory for the devsim backend's ranks");
+        return tps_dev_fail(err, TPS_EIO, "out of memory for the devsim backend's ranks");
     }
     if (pthread_barrier_init(&c->bar, NULL, (unsigned)s->count) != 0) {
         d_close(c);
-        return dfail(err, TPS_EIO, "cannot create a barrier for %llu devsim ranks", (unsigned long long)s->count);
+        return tps_dev_fail(err, TPS_EIO, "cannot create a barrier for %llu devsim ranks", (unsigned long long)s->count);
     }
     c->have_bar = true;
     *out = c;
@@ -117,14 +105,14 @@ static tps_status d_upload(void *ctx, uint64_t rank, const tps_dev_weight *w, vo
 {
     (void)ctx;
     if (w->dtype != TPS_DT_BF16 && w->dtype != TPS_DT_F16 && w->dtype != TPS_DT_F32)
-        return dfail(err, TPS_EINVALID, "rank %llu: %s has dtype number %d; a device takes BF16, F16 or F32",
+        return tps_dev_fail(err, TPS_EINVALID, "rank %llu: %s has dtype number %d; a device takes BF16, F16 or F32",
                      (unsigned long long)rank, w->name, (int)w->dtype);
     size_t bytes = (size_t)(w->rows * w->cols) * elem_size(w->dtype);
     dbuf *b = calloc(1, sizeof *b);
     if (b) b->bytes = malloc(bytes ? bytes : 1);
     if (!b || !b->bytes) {
         free(b);
-        return dfail(err, TPS_EIO, "rank %llu: out of device memory for %s (%zu bytes)", (unsigned long long)rank,
+        return tps_dev_fail(err, TPS_EIO, "rank %llu: out of device memory for %s (%zu bytes)", (unsigned long long)rank,
                      w->name, bytes);
     }
     memcpy(b->bytes, w->data, bytes);
@@ -177,10 +165,10 @@ static tps_status d_gemm(void *ctx, uint64_t rank, void *buf, const tps_dev_gemm
     float scale = c->fault_gemm && rank == c->T - 1 ? 1.01f : 1.0f;
     uint64_t in = g->conv1d ? w->rows : w->cols, out = g->conv1d ? w->cols : w->rows;
     if (w->rank != rank)
-        return dfail(err, TPS_EIO, "rank %llu multiplied by a weight on rank %llu's device", (unsigned long long)rank,
+        return tps_dev_fail(err, TPS_EIO, "rank %llu multiplied by a weight on rank %llu's device", (unsigned long long)rank,
                      (unsigned long long)w->rank);
     if (g->i1 > in || g->o1 > out || g->i0 > g->i1 || g->o0 > g->o1)
-        return dfail(err, TPS_EIO,
+        return tps_dev_fail(err, TPS_EIO,
                      "rank %llu: a GEMM over inputs [%llu, %llu) and outputs [%llu, %llu) of a [%llu, %llu] weight%s",
                      (unsigned long long)rank, (unsigned long long)g->i0, (unsigned long long)g->i1,
                      (unsigned long long)g->o0, (unsigned long long)g->o1, (unsigned long long)w->rows,
@@ -222,7 +210,7 @@ static tps_status d_allreduce(void *ctx, uint64_t rank, float *buf, size_t n, tp
         }
     pthread_barrier_wait(&c->bar); /* nobody writes a device buffer before everyone has read them */
     if (any)
-        return dfail(err, TPS_EIO, "rank %llu: the all-reduce of %zu floats failed: a rank had no device memory for it",
+        return tps_dev_fail(err, TPS_EIO, "rank %llu: the all-reduce of %zu floats failed: a rank had no device memory for it",
                      (unsigned long long)rank, n);
     return TPS_OK;
 }
@@ -241,9 +229,5 @@ static const tps_dev_api api = {"devsim", d_devices, NULL, d_open, d_upload, d_g
 
 const tps_dev_api *tps_dev_plugin(unsigned abi, const size_t *sizes, size_t nsizes)
 {
-    const size_t mine[] = TPS_DEV_ABI_SIZES;
-    if (abi != TPS_PLUGIN_ABI || nsizes != sizeof mine / sizeof mine[0]) return NULL;
-    for (size_t i = 0; i < nsizes; i++)
-        if (sizes[i] != mine[i]) return NULL;
-    return &api;
+    return tps_dev_abi_matches(abi, sizes, nsizes) ? &api : NULL;
 }
