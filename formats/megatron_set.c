@@ -330,6 +330,7 @@ tps_status tps_megatron_shardset_open(const char *path, uint64_t vocab, tps_shar
     o.h->refs = 1;
     const tps_megatron_file *f0 = &o.c->files[0];
     TPS_CHECK(tps_megatron_args_read(o.c->args_json, f0->path, &o.model, err));
+    if (o.c->dist) o.model.tp = o.model.pp = 1; /* torch_dist tensors are global whatever tp x pp saved them */
     if (o.model.tp != o.c->tp || o.model.pp != o.c->pp) {
         st = tps_fail(err, TPS_EINVALID,
                       "%s: the rank directories make tp %u x pp %u, but args say tensor_model_parallel_size %" PRIu64
