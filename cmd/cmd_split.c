@@ -7,6 +7,7 @@
 #include "commands.h"
 #include "layout_args.h"
 #include "lib/engine/convert.h"
+#include "megatron_as_hf.h"
 #include "megatron_hf.h"
 #include "output_args.h"
 #include "progress.h"
@@ -115,6 +116,14 @@ static int run_split(char **args, int nargs)
     wo.dry_run = o.dry_run;
     char *side = NULL;
     if (m->target) tps_cli_target_write_opts(&wo, src, o.max_shard, &side);
+    /* A Megatron source's directory holds its shards, not a model's side files: the engine
+     * gets the config.json made from its args instead. */
+    char *mg_config = (char *)tps_megatron_as_hf_config_of(ix);
+    if (m->target && mg_config) {
+        wo.side_files = NULL;
+        wo.before_publish = tps_cli_write_config_into;
+        wo.before_publish_arg = mg_config;
+    }
     if (!cv) wo.cut.locate = locate_source;
     rc = cv ? tps_cli_write("split", m, tps_convert_read, cv, &wo) : tps_cli_write("split", m, read_source, &source, &wo);
     free(side);

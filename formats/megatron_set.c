@@ -429,6 +429,11 @@ tps_status tps_megatron_shardset_open(const char *path, uint64_t vocab, tps_shar
         src->checkpoint_version_json = o.c->checkpoint_version_json ? strdup(o.c->checkpoint_version_json) : NULL;
         src->iteration = o.c->iteration;
         src->release = o.c->release;
+        src->dist = o.c->dist;
+        src->saved_tp = o.c->saved_tp;
+        src->saved_pp = o.c->saved_pp;
+        src->optimizer_tensors = o.c->optimizer_tensors;
+        src->other_entries = o.c->other_entries;
         size_t n = 0;
         for (uint64_t p = 0; p < o.c->pp; p++) n += file_at(&o, 0, p)->n_extra_state;
         src->extra_state = calloc(n + 1, sizeof *src->extra_state);
