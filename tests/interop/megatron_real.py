@@ -249,7 +249,7 @@ def _save_dist(payload, tp, pp, tp_rank, pp_rank):
     model = _build_model(args, tp, pp, seed=payload["seed"])
     msd = model.sharded_state_dict()
     opt = {}
-    for k, v in msd.items():
+    for k, v in msd.items() if payload.get("optimizer", True) else ():
         if isinstance(v, ShardedTensor):
             opt[k] = make_sharded_optimizer_tensor(v, torch.zeros_like(v.data) + 0.5,
                                                    "optimizer.state.exp_avg")
@@ -388,13 +388,13 @@ def save_checkpoint(args, tp, pp, out_dir, iteration=1, seed=1234):
     return out_dir
 
 
-def save_dist_checkpoint(args, tp, pp, out_dir, iteration=1, seed=1234):
+def save_dist_checkpoint(args, tp, pp, out_dir, iteration=1, seed=1234, optimizer=True):
     """Writes a torch_dist checkpoint (Megatron-Core dist_checkpointing.save) of a randomly
     initialized real GPTModel saved at tp x pp, the tracker beside it."""
     iter_dir = os.path.join(out_dir, "iter_%07d" % iteration)
     os.makedirs(iter_dir, exist_ok=True)
     _run(tp, pp, "save_dist", {"args": args, "iter_dir": iter_dir, "iteration": iteration,
-                               "seed": seed})
+                               "seed": seed, "optimizer": optimizer})
     with open(os.path.join(out_dir, "latest_checkpointed_iteration.txt"), "w") as f:
         f.write(str(iteration))
     return out_dir
