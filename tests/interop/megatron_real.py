@@ -240,13 +240,19 @@ def _save_dist(payload, tp, pp, tp_rank, pp_rank):
     from megatron.core import dist_checkpointing
     from megatron.core.dist_checkpointing.mapping import ShardedObject, ShardedTensor
     from megatron.core.dist_checkpointing.optimizer import make_sharded_optimizer_tensor
-    args = argparse.Namespace(**vars(payload["args"]))
+    if "from_iter_dir" in payload:  # a legacy checkpoint's model, loaded strict, saved again
+        state = _load_rank_state(_rank_file(payload["from_iter_dir"], tp_rank, pp_rank, pp))
+        args = argparse.Namespace(**vars(state["args"]))
+        model = _build_model(args, tp, pp)
+        model.load_state_dict(state["model"], strict=True)
+    else:
+        args = argparse.Namespace(**vars(payload["args"]))
+        # Megatron pads the vocabulary for the tp it trains at (_vocab_size_with_padding)
+        mult = _get(args, "make_vocab_size_divisible_by", 128) * tp
+        args.padded_vocab_size = -(-args.vocab_size // mult) * mult
+        model = _build_model(args, tp, pp, seed=payload["seed"])
     args.tensor_model_parallel_size, args.pipeline_model_parallel_size = tp, pp
     args.ckpt_format = "torch_dist"
-    # Megatron pads the vocabulary for the tp it trains at (_vocab_size_with_padding)
-    mult = _get(args, "make_vocab_size_divisible_by", 128) * tp
-    args.padded_vocab_size = -(-args.vocab_size // mult) * mult
-    model = _build_model(args, tp, pp, seed=payload["seed"])
     msd = model.sharded_state_dict()
     opt = {}
     for k, v in msd.items() if payload.get("optimizer", True) else ():
@@ -395,6 +401,19 @@ def save_dist_checkpoint(args, tp, pp, out_dir, iteration=1, seed=1234, optimize
     os.makedirs(iter_dir, exist_ok=True)
     _run(tp, pp, "save_dist", {"args": args, "iter_dir": iter_dir, "iteration": iteration,
                                "seed": seed, "optimizer": optimizer})
+    with open(os.path.join(out_dir, "latest_checkpointed_iteration.txt"), "w") as f:
+        f.write(str(iteration))
+    return out_dir
+
+
+def legacy_to_dist(legacy_dir, out_dir, iteration=1):
+    """The legacy checkpoint's model loaded strict into real GPTModel ranks at its grid and
+    saved with dist_checkpointing.save (torch_dist), the tracker beside it."""
+    src_iter, tp, pp = checkpoint_grid(legacy_dir)
+    iter_dir = os.path.join(out_dir, "iter_%07d" % iteration)
+    os.makedirs(iter_dir, exist_ok=True)
+    _run(tp, pp, "save_dist", {"from_iter_dir": src_iter, "iter_dir": iter_dir,
+                               "iteration": iteration})
     with open(os.path.join(out_dir, "latest_checkpointed_iteration.txt"), "w") as f:
         f.write(str(iteration))
     return out_dir
