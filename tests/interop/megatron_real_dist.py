@@ -7,7 +7,9 @@ by tpshard (formats/megatron_dist.h, issue #25):
     torch_dist, the grid, the iteration, and as many optimizer tensors left out as the DCP
     metadata (read by torch's own unpickler) holds; merge --target hf gives a checkpoint whose
     transformers logits equal megatron-core's own (dist_checkpointing.load into GPTModel at
-    TP2 x PP2, and at TP1 x PP1: the harness agrees with itself first);
+    TP2 x PP2, and at TP1 x PP1: the harness agrees with itself first); reshard --tp 4 --pp 1
+    writes a legacy checkpoint with exactly the real GPTModel's keys that loads strict and
+    gives the same logits;
   * a random transformers Llama (untied at TP2 x PP2, tied at TP2 x PP1) taken into real
     GPTModel ranks (Megatron's own conversion rules, megatron_real.hf_llama_to_megatron, a
     strict load) and saved as torch_dist: merge --target hf gives back the very tensors of
@@ -72,6 +74,16 @@ def random_case(tmp):
         mr.close(mr.hf_logits(hf, TOKENS), ref,
                  "megatron torch_dist: merge --target hf of real megatron-core's TP2 x PP2 "
                  "checkpoint: transformers' logits equal megatron-core's")
+    legacy = os.path.join(tmp, "random-legacy-tp4")
+    if run_ok("reshard --tp 4 --pp 1 to the legacy format", "reshard", ck, "--tp", 4, "--pp", 1,
+              "-o", legacy):
+        from megatron_real_tpshard import keys_equal_real
+        keys_equal_real(legacy, "reshard of a torch_dist checkpoint to tp4/pp1")
+        report(mr.load_state(legacy)[(0, 0)]["args"].ckpt_format == "torch",
+               "megatron torch_dist: the resharded legacy checkpoint's args say ckpt_format torch")
+        mr.close(mr.load_and_forward(legacy, TOKENS), ref,
+                 "megatron torch_dist: reshard of real megatron-core's TP2 x PP2 torch_dist checkpoint "
+                 "to the legacy format at TP4 x PP1 loads strict and equals its logits")
 
 
 def hf_case(tmp, name, tie, tp, pp):
