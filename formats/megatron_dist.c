@@ -151,12 +151,7 @@ static tps_status add_extra(tps_megatron_file *f, const char *entry, tps_error *
     if (!stacked(key)) snprintf(name, sizeof name, "%s", key);
     for (size_t i = 0; i < f->n_extra_state; i++)
         if (strcmp(f->extra_state[i], name) == 0) return TPS_OK;
-    char **grown = realloc(f->extra_state, (f->n_extra_state + 1) * sizeof *grown);
-    if (!grown) return tps_fail_oom(err, "reading a torch_dist checkpoint");
-    f->extra_state = grown;
-    if (!(f->extra_state[f->n_extra_state] = strdup(name))) return tps_fail_oom(err, "reading a torch_dist checkpoint");
-    f->n_extra_state++;
-    return TPS_OK;
+    return tps_megatron_file_add_extra(f, name, err);
 }
 
 static tps_status add_layers(tps_index *ix, dist_state *s, const tps_tensor *t, uint64_t layers, tps_error *err)

@@ -216,9 +216,8 @@ static bool ends(const char *s, size_t n, const char *suffix)
     return n >= k && memcmp(s + n - k, suffix, k) == 0;
 }
 
-static tps_status add_extra(pick_ctx *c, const char *name, tps_error *err)
+tps_status tps_megatron_file_add_extra(tps_megatron_file *mf, const char *name, tps_error *err)
 {
-    tps_megatron_file *mf = c->mf;
     char **grown = realloc(mf->extra_state, (mf->n_extra_state + 1) * sizeof *grown);
     if (!grown) return tps_fail_oom(err, "reading a Megatron checkpoint");
     mf->extra_state = grown;
@@ -244,7 +243,7 @@ static tps_status model_leaf(pick_ctx *c, const char *path, size_t plen, const t
         }
         plen = mapped.len;
     }
-    if (ends(name, plen, "._extra_state") || strcmp(name, "_extra_state") == 0) st = add_extra(c, name, err);
+    if (ends(name, plen, "._extra_state") || strcmp(name, "_extra_state") == 0) st = tps_megatron_file_add_extra(c->mf, name, err);
     else if (ends(name, plen, "rotary_pos_emb.inv_freq")) st = TPS_OK; /* RotaryEmbedding pops it on load */
     else if (v->kind == TPS_PV_TENSOR) st = tps_torch_file_add_tensor(c->tf, name, v, err);
     else if (v->kind != TPS_PV_NONE)

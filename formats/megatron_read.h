@@ -72,6 +72,9 @@ bool tps_megatron_is_checkpoint(const char *path);
 tps_status tps_megatron_open(const char *path, tps_megatron_ckpt **out, tps_error *err);
 void tps_megatron_close(tps_megatron_ckpt *c);
 
+/* Appends name to mf's _extra_state keys. */
+tps_status tps_megatron_file_add_extra(tps_megatron_file *mf, const char *name, tps_error *err);
+
 /* args' field dict (the Namespace's state) parsed from args_json; *doc to be freed with
  * tps_json_doc_free.  *fields is NULL when args is absent or not a Namespace. */
 tps_status tps_megatron_args(const tps_megatron_ckpt *c, tps_json_doc **doc, const tps_json **fields, tps_error *err);
