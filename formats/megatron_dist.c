@@ -49,11 +49,18 @@ static const tps_reader_ops dist_ops = {dist_read, dist_release};
 
 static bool starts(const char *s, const char *p) { return strncmp(s, p, strlen(p)) == 0; }
 
-bool tps_megatron_dist_is_dir(const char *dir)
+static bool has_file(const char *dir, const char *name)
 {
     char p[4352];
     struct stat sb;
-    return snprintf(p, sizeof p, "%s/metadata.json", dir) < (int)sizeof p && stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
+    return snprintf(p, sizeof p, "%s/%s", dir, name) < (int)sizeof p && stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+bool tps_megatron_dist_is_dir(const char *dir)
+{
+    /* metadata.json alone could be anyone's file: with common.pt or .metadata beside it,
+     * it is what dist_checkpointing.save writes. */
+    return has_file(dir, "metadata.json") && (has_file(dir, "common.pt") || has_file(dir, ".metadata"));
 }
 
 /* metadata.json must name the torch_dist backend: zarr (deprecated) and others store

@@ -44,7 +44,8 @@
 #include "../lib/base/status.h"
 #include "megatron_read.h"
 
-/* True when dir holds metadata.json, the mark of a Megatron-Core distributed checkpoint. */
+/* True when dir holds metadata.json and common.pt or .metadata: what Megatron-Core's
+ * dist_checkpointing.save writes (the backend is checked on opening). */
 bool tps_megatron_dist_is_dir(const char *dir);
 
 /* Fills c (root and iter_dir already set) from the torch_dist iteration directory

@@ -62,7 +62,7 @@ typedef struct tps_megatron_ckpt {
 } tps_megatron_ckpt;
 
 /* A tracker directory, an iter_* / release directory, a directory of mp_rank_* entries, or
- * a torch_dist iteration directory (metadata.json). */
+ * a torch_dist iteration directory (metadata.json beside common.pt or .metadata). */
 bool tps_megatron_is_checkpoint(const char *path);
 
 /* Opens every rank file.  TPS_EINVALID for what Megatron would not load (a bad tracker,

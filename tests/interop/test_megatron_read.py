@@ -311,6 +311,7 @@ def refusals(tmp):
     # tests/interop/megatron_real_dist.py)
     d = fresh("torch_dist", tp=1, pp=1)
     open(os.path.join(d, "iter_0000001", "metadata.json"), "w").write("{}")
+    open(os.path.join(d, "iter_0000001", "common.pt"), "w").write("")
     refused("a metadata.json without sharded_backend is refused (exit 3)", d, 'no "sharded_backend" string')
 
 
