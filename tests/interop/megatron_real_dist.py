@@ -13,9 +13,10 @@ by tpshard (formats/megatron_dist.h, issue #25):
   * a random transformers Llama (untied at TP2 x PP2, tied at TP2 x PP1) taken into real
     GPTModel ranks (Megatron's own conversion rules, megatron_real.hf_llama_to_megatron, a
     strict load) and saved as torch_dist: merge --target hf gives back the very tensors of
-    the Hugging Face model, bit for bit, and split iter_0000001/ --tp 2 and 4 --target vllm
-    gives every rank exactly what vLLM's loader expects from that Hugging Face model by its
-    own rules (vllm_emul.py, written from vLLM's sources, not from tpshard).
+    the Hugging Face model, bit for bit, and split iter_0000001/ --tp 2, 4 and 8 --target vllm
+    (8: more ranks than KV heads) gives every rank exactly what vLLM's loader expects from
+    that Hugging Face model by its own rules (vllm_emul.py, written from vLLM's sources, not
+    from tpshard); so does split of the legacy checkpoint it was made from.
 """
 import json
 import os
@@ -107,14 +108,17 @@ def hf_case(tmp, name, tie, tp, pp):
         report(ve.is_source(os.path.join(back, "model.safetensors"), want),
                "megatron torch_dist: %s: merge --target hf gives back the Hugging Face tensors "
                "bit for bit" % what)
-    for T in (2, 4):
-        out = os.path.join(tmp, "vllm-%s-%d" % (name, T))
-        if run_ok("split --tp %d --target vllm (%s)" % (T, what), "split", it + "/", "--tp", T,
-                  "--target", "vllm", "-o", out, "-q"):
+    # tp 8: more ranks than the 2 KV heads (each replicated on 4 ranks); the legacy
+    # checkpoint the torch_dist one was made from splits the same way
+    for src, T in ((it, 2), (it, 4), (it, 8), (legacy, 2)):
+        kind = "torch_dist" if src == it else "legacy"
+        out = os.path.join(tmp, "vllm-%s-%s-%d" % (name, kind, T))
+        if run_ok("split --tp %d --target vllm of the %s checkpoint (%s)" % (T, kind, what), "split",
+                  src + "/", "--tp", T, "--target", "vllm", "-o", out, "-q"):
             probs = ve.loads(out, want, cfg, T, torch.float32)
-            report(not probs, "megatron torch_dist: %s: split iter_0000001/ --tp %d --target vllm: "
-                   "every rank is what vLLM's loader expects from the Hugging Face model"
-                   % (what, T), "\n".join(probs[:8]))
+            report(not probs, "megatron torch_dist: %s: split of the %s checkpoint --tp %d --target "
+                   "vllm: every rank is what vLLM's loader expects from the Hugging Face model"
+                   % (what, kind, T), "\n".join(probs[:8]))
 
 
 def main():
