@@ -167,7 +167,11 @@ const tps_cmd tps_cmd_split = {
                "latest_checkpointed_iteration.txt (1), iter_0000001/mp_rank_XX[_YYY]/\n"
                "model_optim_rng.pt with Megatron-Core names (q/k/v grouped per query group in\n"
                "linear_qkv, [gate; up] in linear_fc1, the vocabulary zero-padded to a multiple of\n"
-               "128*N) and args from config.json; no optimizer or RNG state.\n",
+               "128*N) and args from config.json; no optimizer or RNG state.\n"
+               "SRC may be a Megatron-LM checkpoint (legacy mp_rank_* or Megatron-Core torch_dist,\n"
+               "the tracker's directory or iter_NNNNNNN/): it is cut as the Hugging Face model its\n"
+               "args describe (their preset, config.json made from them and written with --target);\n"
+               "optimizer and RNG state are left out, said in one note line.\n",
     .opts = split_opts,
     .min_args = 1,
     .max_args = 1,
