@@ -176,7 +176,7 @@ static tps_status oom(tps_error *err) { return tps_fail_oom(err, "reading a Mega
 static tps_status rank_index(opener *o, const tps_manifest *m, uint64_t r, tps_index **out, tps_error *err)
 {
     tps_index *ix = NULL;
-    tps_status st = tps_index_new(o->path, "megatron", &ix, err);
+    tps_status st = tps_index_new(o->path, o->c->dist ? "megatron-torch_dist" : "megatron", &ix, err);
     if (st) return st;
     char g[1024];
     for (uint64_t p = 0; st == TPS_OK && p < o->c->pp; p++) {

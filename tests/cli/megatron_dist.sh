@@ -34,6 +34,19 @@ else
     notok "torch_dist: check on the split"
     sed 's/^/#   /' out.txt | head -5
 fi
+# check and verify read it as a one-rank set of its global tensors.
+if "$TPSHARD" check "$good" >out.txt 2>&1 && grep -q "15 tensors" out.txt; then
+    ok "torch_dist: check reads every tensor of the checkpoint (no rank files to prove)"
+else
+    notok "torch_dist: check of the checkpoint"
+    sed 's/^/#   /' out.txt | head -5
+fi
+if "$TPSHARD" verify "$good" --layer all >out.txt 2>&1 && grep -q "2 layers verified" out.txt; then
+    ok "torch_dist: verify --layer all runs both layers"
+else
+    notok "torch_dist: verify --layer all"
+    sed 's/^/#   /' out.txt | head -5
+fi
 # The note line says what is left out.
 "$TPSHARD" merge "$good" --target hf -o hf2/ >out.txt 2>err.txt
 if grep -q "torch_dist checkpoint saved at tp 2 x pp 1, iteration 1: model tensors read; 0 optimizer tensors and 2 other non-tensor entries" err.txt; then
