@@ -581,7 +581,10 @@ static int run_check(char **args, int nargs)
     }
     tps_progress_end(&ps);
     tps_error_clear(&err);
-    if (m->nfiles && strchr(m->files[0].name, '/')) { /* a Megatron checkpoint: torch files, read whole */
+    if (ss->rank[0] && strcmp(ss->rank[0]->format, "megatron-torch_dist") == 0) {
+        /* a torch_dist checkpoint: its .distcp files are streams of chunks, each validated when
+         * opened and read whole by the tensor pass above; there are no rank files to prove */
+    } else if (m->nfiles && strchr(m->files[0].name, '/')) { /* a Megatron checkpoint: torch files, read whole */
         tps_progress_begin(&ps, "check");
         check_partial_files(ss, &f, &cov, &job.prog, &ps, &err);
         tps_progress_end(&ps);

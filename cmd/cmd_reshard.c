@@ -172,9 +172,13 @@ static int reshard_megatron(const char *dir)
     if (rc == 0 && !tps_common.quiet) {
         fprintf(stderr, "reshard: optimizer and RNG state are not written: load with --no-load-optim --no-load-rng "
                         "(or --finetune), or reshard the optimizer with Megatron's distributed-optimizer tools\n");
-        printf("resharded %s from tp %llu x pp %llu to tp %llu x pp %llu in %s\n", dir, (unsigned long long)ss->m->tp,
-               (unsigned long long)(ss->m->files[ss->m->nfiles - 1].part + 1), (unsigned long long)m->tp,
-               (unsigned long long)mo->pp, o.out);
+        if (msrc->dist)
+            printf("resharded %s (torch_dist, saved at tp %u x pp %u) to tp %llu x pp %llu in %s (--ckpt-format torch)\n",
+                   dir, msrc->saved_tp, msrc->saved_pp, (unsigned long long)m->tp, (unsigned long long)mo->pp, o.out);
+        else
+            printf("resharded %s from tp %llu x pp %llu to tp %llu x pp %llu in %s\n", dir, (unsigned long long)ss->m->tp,
+                   (unsigned long long)(ss->m->files[ss->m->nfiles - 1].part + 1), (unsigned long long)m->tp,
+                   (unsigned long long)mo->pp, o.out);
     }
 done:
     free(source.src);

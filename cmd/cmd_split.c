@@ -7,6 +7,7 @@
 #include "commands.h"
 #include "layout_args.h"
 #include "lib/engine/convert.h"
+#include "megatron_as_hf.h"
 #include "megatron_hf.h"
 #include "output_args.h"
 #include "progress.h"
@@ -115,6 +116,14 @@ static int run_split(char **args, int nargs)
     wo.dry_run = o.dry_run;
     char *side = NULL;
     if (m->target) tps_cli_target_write_opts(&wo, src, o.max_shard, &side);
+    /* A Megatron source's directory holds its shards, not a model's side files: the engine
+     * gets the config.json made from its args instead. */
+    char *mg_config = (char *)tps_megatron_as_hf_config_of(ix);
+    if (m->target && mg_config) {
+        wo.side_files = NULL;
+        wo.before_publish = tps_cli_write_config_into;
+        wo.before_publish_arg = mg_config;
+    }
     if (!cv) wo.cut.locate = locate_source;
     rc = cv ? tps_cli_write("split", m, tps_convert_read, cv, &wo) : tps_cli_write("split", m, read_source, &source, &wo);
     free(side);
@@ -158,7 +167,11 @@ const tps_cmd tps_cmd_split = {
                "latest_checkpointed_iteration.txt (1), iter_0000001/mp_rank_XX[_YYY]/\n"
                "model_optim_rng.pt with Megatron-Core names (q/k/v grouped per query group in\n"
                "linear_qkv, [gate; up] in linear_fc1, the vocabulary zero-padded to a multiple of\n"
-               "128*N) and args from config.json; no optimizer or RNG state.\n",
+               "128*N) and args from config.json; no optimizer or RNG state.\n"
+               "SRC may be a Megatron-LM checkpoint (legacy mp_rank_* or Megatron-Core torch_dist,\n"
+               "the tracker's directory or iter_NNNNNNN/): it is cut as the Hugging Face model its\n"
+               "args describe (their preset, config.json made from them and written with --target);\n"
+               "optimizer and RNG state are left out, said in one note line.\n",
     .opts = split_opts,
     .min_args = 1,
     .max_args = 1,

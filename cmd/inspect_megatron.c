@@ -45,10 +45,18 @@ static void value_text(const tps_json *fields, const char *key, tps_buf *out)
 
 static void print_human(const tps_megatron_ckpt *c, const tps_json *fields)
 {
-    printf("%s: Megatron-LM checkpoint (torch format), %s/%s, iteration %lld, checkpoint_version %s, tp %u x pp %u, "
-           "%u file%s\n",
-           c->root, c->root, c->iter_dir, (long long)c->iteration, c->checkpoint_version_json, c->tp, c->pp, c->tp * c->pp,
-           c->tp * c->pp == 1 ? "" : "s");
+    if (c->dist)
+        printf("%s: Megatron-Core checkpoint (torch_dist, saved at tp %u x pp %u), %s/%s, iteration %lld, "
+               "checkpoint_version %s; its tensors are global, read as tp 1 x pp 1\n"
+               "  left out: %zu optimizer tensor%s, %zu non-tensor entr%s (RNG, ...)\n",
+               c->root, c->saved_tp, c->saved_pp, c->root, c->iter_dir, (long long)c->iteration, c->checkpoint_version_json,
+               c->optimizer_tensors, c->optimizer_tensors == 1 ? "" : "s", c->other_entries,
+               c->other_entries == 1 ? "y" : "ies");
+    else
+        printf("%s: Megatron-LM checkpoint (torch format), %s/%s, iteration %lld, checkpoint_version %s, tp %u x pp %u, "
+               "%u file%s\n",
+               c->root, c->root, c->iter_dir, (long long)c->iteration, c->checkpoint_version_json, c->tp, c->pp,
+               c->tp * c->pp, c->tp * c->pp == 1 ? "" : "s");
     if (c->legacy_names) printf("  legacy language_model names, read as Megatron-Core names\n");
     tps_buf b = TPS_BUF_INIT;
     printf("  model:");
@@ -61,9 +69,15 @@ static void print_human(const tps_megatron_ckpt *c, const tps_json *fields)
     uint64_t params = 0, bytes = 0;
     for (size_t i = 0; i < (size_t)c->tp * c->pp; i++) {
         const tps_megatron_file *f = &c->files[i];
-        printf("  tp rank %u, pp rank %u: %s (%llu bytes), %zu tensor%s, %zu _extra_state entr%s\n", f->tp_rank, f->pp_rank,
-               f->path, (unsigned long long)f->ix->files[0].size, f->ix->ntensors, f->ix->ntensors == 1 ? "" : "s",
-               f->n_extra_state, f->n_extra_state == 1 ? "y" : "ies");
+        if (c->dist)
+            printf("  global tensors: %s and %zu .distcp file%s, %zu tensor%s (decoder layers unstacked), %zu _extra_state "
+                   "entr%s\n",
+                   f->path, f->ix->nfiles, f->ix->nfiles == 1 ? "" : "s", f->ix->ntensors, f->ix->ntensors == 1 ? "" : "s",
+                   f->n_extra_state, f->n_extra_state == 1 ? "y" : "ies");
+        else
+            printf("  tp rank %u, pp rank %u: %s (%llu bytes), %zu tensor%s, %zu _extra_state entr%s\n", f->tp_rank,
+                   f->pp_rank, f->path, (unsigned long long)f->ix->files[0].size, f->ix->ntensors,
+                   f->ix->ntensors == 1 ? "" : "s", f->n_extra_state, f->n_extra_state == 1 ? "y" : "ies");
         for (size_t k = 0; k < f->ix->ntensors; k++) {
             const tps_tensor *t = &f->ix->tensors[k];
             char shape[256];
@@ -86,6 +100,18 @@ static void print_json(const tps_megatron_ckpt *c, const tps_json *args, const t
     tps_jw_object_begin(&w);
     tps_jw_key(&w, "format");
     tps_jw_string(&w, "megatron");
+    tps_jw_key(&w, "backend");
+    tps_jw_string(&w, c->dist ? "torch_dist" : "torch");
+    if (c->dist) {
+        tps_jw_key(&w, "saved_tp");
+        tps_jw_u64(&w, c->saved_tp);
+        tps_jw_key(&w, "saved_pp");
+        tps_jw_u64(&w, c->saved_pp);
+        tps_jw_key(&w, "optimizer_tensors_left_out");
+        tps_jw_u64(&w, c->optimizer_tensors);
+        tps_jw_key(&w, "non_tensor_entries_left_out");
+        tps_jw_u64(&w, c->other_entries);
+    }
     tps_jw_key(&w, "root");
     tps_jw_string(&w, c->root);
     tps_jw_key(&w, "iter_dir");

@@ -8,6 +8,8 @@
 
 #include "cli.h"
 #include "formats/checkpoint.h"
+#include "formats/megatron_read.h"
+#include "megatron_as_hf.h"
 #include "lib/base/buf.h"
 #include "lib/base/json.h"
 #include "lib/engine/write_set.h"
@@ -166,21 +168,44 @@ int tps_cli_plan(const char *cmd, const char *src, const tps_layout_args *a, tps
             if (tps_common.verbose) fprintf(stderr, "tpshard %s: sizes from %s\n", cmd, beside);
         }
     }
+    /* A Megatron checkpoint is cut as the Hugging Face checkpoint it holds, with the preset
+     * and config.json its args ask for (cmd/megatron_as_hf.h). */
+    tps_megatron_as_hf *mg = NULL;
+    if (!a->config && tps_megatron_is_checkpoint(src)) {
+        if (tps_megatron_as_hf_open(src, 0, &mg, &err)) return tps_cli_report(cmd, &err);
+        tps_megatron_as_hf_note(cmd, mg);
+    }
     char name[4200];
     const tps_preset *p = NULL;
     if (a->layout) {
         if (tps_layout_load_file(a->layout, l, &err)) return tps_cli_report(cmd, &err);
         snprintf(name, sizeof name, "%s", a->layout);
     } else {
-        int rc = a->preset ? tps_cli_resolve_preset(cmd, a->preset, &p) : detect_preset(cmd, src, config, &p);
-        if (rc) return rc;
-        if (tps_layout_load_preset(p->name, l, &err)) return tps_cli_report(cmd, &err);
+        int rc = a->preset || mg ? tps_cli_resolve_preset(cmd, a->preset ? a->preset : mg->preset, &p)
+                                 : detect_preset(cmd, src, config, &p);
+        if (rc) {
+            tps_megatron_as_hf_free(mg);
+            return rc;
+        }
+        if (tps_layout_load_preset(p->name, l, &err)) {
+            tps_megatron_as_hf_free(mg);
+            return tps_cli_report(cmd, &err);
+        }
         /* The preset's own name, however it was asked for: the same cut records the same. */
         snprintf(name, sizeof name, "preset:%s", p->name);
     }
     char *config_keys = NULL;
-    if (config && tps_layout_read_config(*l, config, &config_keys, &err)) return tps_cli_report(cmd, &err);
-    tps_status st = tps_checkpoint_open(src, ix, &err);
+    tps_status st;
+    if (mg) {
+        st = tps_layout_apply_config_text(*l, mg->config, strlen(mg->config), "the config.json from the checkpoint's args",
+                                          &config_keys, &err);
+        if (st == TPS_OK) st = tps_megatron_as_hf_index(mg, ix, &err); /* owns mg from here */
+        else tps_megatron_as_hf_free(mg);
+        mg = NULL;
+    } else {
+        if (config && tps_layout_read_config(*l, config, &config_keys, &err)) return tps_cli_report(cmd, &err);
+        st = tps_checkpoint_open(src, ix, &err);
+    }
     if (st == TPS_OK) st = tps_layout_infer_sizes(*l, *ix, &err);
     if (st) {
         free(config_keys);
@@ -194,7 +219,7 @@ int tps_cli_plan(const char *cmd, const char *src, const tps_layout_args *a, tps
         /* The manifest keeps what the sizes and block came from: verify needs no config.json. */
         (*m)->config_keys = config_keys;
         config_keys = NULL;
-        if (!((*m)->config_path = strdup(config))) st = tps_fail_oom(&err, "planning");
+        if (config && !((*m)->config_path = strdup(config))) st = tps_fail_oom(&err, "planning");
     }
     free(config_keys);
     bool wrong_preset = (st == TPS_EINVALID || st == TPS_EARG) && a->preset &&

@@ -12,6 +12,7 @@
 #include "formats/safetensors.h"
 #include "formats/torch_write.h"
 #include "layout_args.h"
+#include "megatron_as_hf.h"
 #include "lib/base/buf.h"
 #include "lib/engine/publish.h"
 #include "lib/megatron/megatron_args.h"
@@ -179,57 +180,24 @@ int tps_cli_merge_hf(const char *src, const tps_megatron_merge_opts *o)
 {
     tps_error err;
     tps_error_clear(&err);
-    tps_shardset *ss = NULL;
-    tps_megatron_source *ms = NULL;
-    tps_manifest *um = NULL, *hm = NULL;
-    tps_megatron_hf *h = NULL;
-    tps_megatron_unview *rd = NULL;
-    tps_layout *l = NULL;
-    char *preset = NULL, *arch = NULL, *model_type = NULL, *config = NULL;
-    int rc = 0;
-    tps_status st = tps_megatron_shardset_open(src, o->vocab, &ss, &ms, &err);
-    if (st == TPS_OK) st = tps_manifest_unsharded(ss->m, &um, &err);
-    if (st == TPS_OK) st = tps_megatron_hf_choose(ms->args_json, &preset, &arch, &model_type, &err);
-    const tps_manifest_tensor *emb = um ? tps_manifest_find(um, "embedding.word_embeddings.weight") : NULL;
-    if (st == TPS_OK && !emb) st = tps_fail(&err, TPS_EINVALID, "%s: no embedding.word_embeddings.weight", src);
-    if (st == TPS_OK) st = tps_layout_load_preset(preset, &l, &err);
-    if (st == TPS_OK) st = tps_megatron_hf_load(tps_layout_text(l), preset, &h, &err);
-    if (st == TPS_OK)
-        st = tps_megatron_hf_config(h, ms->args_json, arch, model_type, emb->shape[0], &config, &err);
-    if (st == TPS_OK) st = tps_layout_apply_config_text(l, config, strlen(config), "the config.json from args", NULL, &err);
-    if (st == TPS_OK) {
-        ss->compare_replicas = true;
-        st = tps_megatron_hf_unview(h, l, um, tps_shardset_source_read, ss, &hm, &rd, &err);
-    }
-    if (st) {
-        rc = tps_cli_report("merge", &err);
-        goto done;
-    }
-    const char *inputs[] = {ss->dir, NULL};
+    tps_megatron_as_hf *a = NULL;
+    tps_status st = tps_megatron_as_hf_open(src, o->vocab, &a, &err);
+    if (st) return tps_cli_report("merge", &err);
+    tps_megatron_as_hf_note("merge", a);
+    const char *inputs[] = {a->ss->dir, NULL};
     tps_progress_state ps;
     tps_write_opts wo =
         tps_cli_write_opts(o->out, o->force, inputs, NULL, NULL, o->file ? 0 : o->max_shard ? o->max_shard : 5000000000ull, &ps);
     wo.kind = o->file ? TPS_OUT_FILE : TPS_OUT_CHECKPOINT;
     wo.cut.checkpoint = true;
     wo.before_publish = o->file ? NULL : tps_cli_write_config_into;
-    wo.before_publish_arg = config;
-    rc = tps_cli_write("merge", hm, tps_megatron_hf_unview_read, rd, &wo);
-    if (rc == 0 && o->file && (st = write_config(o->out, true, config, &err)) != TPS_OK) rc = tps_cli_report("merge", &err);
+    wo.before_publish_arg = a->config;
+    int rc = tps_cli_write("merge", a->hm, tps_megatron_hf_unview_read, a->rd, &wo);
+    if (rc == 0 && o->file && (st = write_config(o->out, true, a->config, &err)) != TPS_OK) rc = tps_cli_report("merge", &err);
     if (rc == 0 && !tps_common.quiet)
-        printf("merged %s (Megatron-LM, tp %llu) into %s as %s (%zu tensors)\n", src, (unsigned long long)ss->m->tp,
-               o->out, arch, hm->ntensors);
-done:
-    free(preset);
-    free(arch);
-    free(model_type);
-    free(config);
-    tps_megatron_unview_free(rd);
-    tps_megatron_hf_free(h);
-    tps_layout_free(l);
-    tps_manifest_free(hm);
-    tps_manifest_free(um);
-    tps_megatron_source_free(ms);
-    tps_shardset_free(ss);
+        printf("merged %s (%s) into %s as %s (%zu tensors)\n", src,
+               a->ms->dist ? "Megatron-Core torch_dist" : "Megatron-LM", o->out, a->arch, a->hm->ntensors);
+    tps_megatron_as_hf_free(a);
     return rc;
 }
 

@@ -34,6 +34,8 @@ typedef struct dcp_tensor {
 typedef struct dcp_state {
     dcp_tensor *t;
     size_t n;
+    char **bytes_names; /* the BytesStorageMetadata entries' names, in .metadata's order */
+    size_t nbytes_names;
 } dcp_state;
 
 typedef struct dcp_file {
@@ -106,6 +108,8 @@ static void dcp_release(void *state)
     dcp_state *s = state;
     if (!s) return;
     for (size_t i = 0; i < s->n; i++) free(s->t[i].chunks);
+    for (size_t i = 0; i < s->nbytes_names; i++) free(s->bytes_names[i]);
+    free(s->bytes_names);
     free(s->t);
     free(s);
 }
@@ -413,6 +417,10 @@ tps_status tps_dcp_open(const char *dir, tps_index **out, tps_error *err)
     }
     ix->ops = &dcp_ops;
     ix->state = o.s;
+    if (!(o.s->bytes_names = calloc(sdm->u.dict.n ? sdm->u.dict.n : 1, sizeof *o.s->bytes_names))) {
+        st = tps_fail_oom(err, "reading .metadata");
+        goto cleanup;
+    }
     for (size_t i = 0; i < sdm->u.dict.n; i++) {
         const tps_pv *k = sdm->u.dict.keys[i], *v = sdm->u.dict.vals[i];
         if (k->kind != TPS_PV_STR) {
@@ -422,6 +430,11 @@ tps_status tps_dcp_open(const char *dir, tps_index **out, tps_error *err)
         if (state_of(v, META_CLS "BytesStorageMetadata") || (v->kind == TPS_PV_OBJECT &&
                                                               strcmp(v->u.obj.cls->u.global.name, META_CLS "BytesStorageMetadata") == 0)) {
             o.bytes_entries++;
+            if (!(o.s->bytes_names[o.s->nbytes_names] = strdup(k->u.str.s))) {
+                st = tps_fail_oom(err, "reading .metadata");
+                goto cleanup;
+            }
+            o.s->nbytes_names++;
             continue;
         }
         TPS_CHECK(parse_tensor(&o, k, v, err));
@@ -447,4 +460,11 @@ cleanup:
     tps_pickle_free(pk);
     free(text);
     return st;
+}
+
+size_t tps_dcp_bytes_entries(const tps_index *ix, const char *const **names)
+{
+    const dcp_state *s = ix && ix->ops == &dcp_ops ? ix->state : NULL;
+    *names = s ? (const char *const *)s->bytes_names : NULL;
+    return s ? s->nbytes_names : 0;
 }

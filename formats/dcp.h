@@ -52,4 +52,9 @@ bool tps_dcp_is_dir(const char *dir);
 /* The DCP directory dir as one index (format "dcp"). */
 tps_status tps_dcp_open(const char *dir, tps_index **out, tps_error *err);
 
+/* The names of ix's non-tensor (BytesStorageMetadata) entries, in .metadata's order, owned
+ * by ix; 0 when ix is not a DCP index.  Megatron-Core's torch_dist keeps _extra_state and
+ * RNG state there (formats/megatron_dist.h). */
+size_t tps_dcp_bytes_entries(const tps_index *ix, const char *const **names);
+
 #endif

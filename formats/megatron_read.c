@@ -10,6 +10,7 @@
 
 #include "../lib/base/buf.h"
 #include "../lib/megatron/megatron_out.h"
+#include "megatron_dist.h"
 #include "pickle.h"
 #include "pickle_json.h"
 #include "torch.h"
@@ -99,7 +100,7 @@ bool tps_megatron_is_checkpoint(const char *path)
     char *t = join(path, TPS_MEGATRON_TRACKER);
     bool yes = t && is_file(t);
     free(t);
-    return yes || has_rank_dirs(path);
+    return yes || has_rank_dirs(path) || tps_megatron_dist_is_dir(path);
 }
 
 /* Megatron's read_metadata: int(text) (surrounding whitespace allowed), else "release";
@@ -215,9 +216,8 @@ static bool ends(const char *s, size_t n, const char *suffix)
     return n >= k && memcmp(s + n - k, suffix, k) == 0;
 }
 
-static tps_status add_extra(pick_ctx *c, const char *name, tps_error *err)
+tps_status tps_megatron_file_add_extra(tps_megatron_file *mf, const char *name, tps_error *err)
 {
-    tps_megatron_file *mf = c->mf;
     char **grown = realloc(mf->extra_state, (mf->n_extra_state + 1) * sizeof *grown);
     if (!grown) return tps_fail_oom(err, "reading a Megatron checkpoint");
     mf->extra_state = grown;
@@ -243,7 +243,7 @@ static tps_status model_leaf(pick_ctx *c, const char *path, size_t plen, const t
         }
         plen = mapped.len;
     }
-    if (ends(name, plen, "._extra_state") || strcmp(name, "_extra_state") == 0) st = add_extra(c, name, err);
+    if (ends(name, plen, "._extra_state") || strcmp(name, "_extra_state") == 0) st = tps_megatron_file_add_extra(c->mf, name, err);
     else if (ends(name, plen, "rotary_pos_emb.inv_freq")) st = TPS_OK; /* RotaryEmbedding pops it on load */
     else if (v->kind == TPS_PV_TENSOR) st = tps_torch_file_add_tensor(c->tf, name, v, err);
     else if (v->kind != TPS_PV_NONE)
@@ -378,9 +378,9 @@ static tps_status locate(const char *path, tps_megatron_ckpt *c, char **iter_pat
                           c->release ? "release" : name, *iter_path);
         goto done;
     }
-    if (!has_rank_dirs(p)) {
-        st = tps_fail(err, TPS_EINVALID, "%s: neither %s nor mp_rank_* directories; not a Megatron checkpoint", p,
-                      TPS_MEGATRON_TRACKER);
+    if (!has_rank_dirs(p) && !tps_megatron_dist_is_dir(p)) {
+        st = tps_fail(err, TPS_EINVALID, "%s: neither %s, mp_rank_* directories nor metadata.json; not a Megatron checkpoint",
+                      p, TPS_MEGATRON_TRACKER);
         goto done;
     }
     const char *slash = strrchr(p, '/');
@@ -414,11 +414,10 @@ static tps_status scan_ranks(tps_megatron_ckpt *c, const char *iter_path, bool *
     while ((e = readdir(d)) != NULL) {
         uint32_t v[3];
         int k = rank_dir_fields(e->d_name, v);
-        if (strcmp(e->d_name, "metadata.json") == 0 || strcmp(e->d_name, ".metadata") == 0 || strcmp(e->d_name, "common.pt") == 0) {
+        if (strcmp(e->d_name, ".metadata") == 0 || strcmp(e->d_name, "common.pt") == 0) {
             st = tps_fail(err, TPS_EINVALID,
-                          "%s holds %s: a distributed (torch_dist/torch_dcp) checkpoint, which tpshard does not read; "
-                          "convert it to --ckpt-format torch first",
-                          iter_path, e->d_name);
+                          "%s holds %s but no metadata.json: neither a legacy nor a complete torch_dist checkpoint", iter_path,
+                          e->d_name);
             goto done;
         }
         if (!k) continue;
@@ -596,6 +595,13 @@ tps_status tps_megatron_open(const char *path, tps_megatron_ckpt **out, tps_erro
     bool pp_named = false;
     if (!c) return tps_fail_oom(err, "opening a Megatron checkpoint");
     tps_status st = locate(path, c, &iter_path, err);
+    if (!st && tps_megatron_dist_is_dir(iter_path)) {
+        st = tps_megatron_dist_open(c, iter_path, err);
+        free(iter_path);
+        if (st) tps_megatron_close(c);
+        else *out = c;
+        return st;
+    }
     if (!st) st = scan_ranks(c, iter_path, &pp_named, err);
     for (size_t i = 0; !st && i < (size_t)c->tp * c->pp; i++) {
         tps_megatron_file *f = &c->files[i];

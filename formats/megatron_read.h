@@ -54,16 +54,26 @@ typedef struct tps_megatron_ckpt {
     uint32_t tp, pp;               /* from the rank directories found (a full grid) */
     tps_megatron_file *files;      /* tp*pp, index = pp_rank*tp + tp_rank */
     bool legacy_names;             /* the files used megatron.legacy nesting */
+    /* A torch_dist checkpoint (formats/megatron_dist.h): files[0] holds the global tensors
+     * (tp = pp = 1); saved_tp x saved_pp is what args say it was saved at. */
+    bool dist;
+    uint32_t saved_tp, saved_pp;
+    size_t optimizer_tensors, other_entries; /* left out: optimizer.* tensors, RNG and other bytes */
 } tps_megatron_ckpt;
 
-/* A tracker directory, an iter_* / release directory, or a directory of mp_rank_* entries. */
+/* A tracker directory, an iter_* / release directory, a directory of mp_rank_* entries, or
+ * a torch_dist iteration directory (metadata.json beside common.pt or .metadata). */
 bool tps_megatron_is_checkpoint(const char *path);
 
 /* Opens every rank file.  TPS_EINVALID for what Megatron would not load (a bad tracker,
  * iteration 0, a missing rank directory, expert parallel or virtual pipeline checkpoints,
- * torch_dist checkpoints, a hostile pickle, disagreeing args), TPS_EIO for unreadable files. */
+ * a hostile pickle, disagreeing args), TPS_EIO for unreadable files.  A torch_dist iteration
+ * directory is read by formats/megatron_dist.h. */
 tps_status tps_megatron_open(const char *path, tps_megatron_ckpt **out, tps_error *err);
 void tps_megatron_close(tps_megatron_ckpt *c);
+
+/* Appends name to mf's _extra_state keys. */
+tps_status tps_megatron_file_add_extra(tps_megatron_file *mf, const char *name, tps_error *err);
 
 /* args' field dict (the Namespace's state) parsed from args_json; *doc to be freed with
  * tps_json_doc_free.  *fields is NULL when args is absent or not a Namespace. */

@@ -176,7 +176,7 @@ static tps_status oom(tps_error *err) { return tps_fail_oom(err, "reading a Mega
 static tps_status rank_index(opener *o, const tps_manifest *m, uint64_t r, tps_index **out, tps_error *err)
 {
     tps_index *ix = NULL;
-    tps_status st = tps_index_new(o->path, "megatron", &ix, err);
+    tps_status st = tps_index_new(o->path, o->c->dist ? "megatron-torch_dist" : "megatron", &ix, err);
     if (st) return st;
     char g[1024];
     for (uint64_t p = 0; st == TPS_OK && p < o->c->pp; p++) {
@@ -330,6 +330,7 @@ tps_status tps_megatron_shardset_open(const char *path, uint64_t vocab, tps_shar
     o.h->refs = 1;
     const tps_megatron_file *f0 = &o.c->files[0];
     TPS_CHECK(tps_megatron_args_read(o.c->args_json, f0->path, &o.model, err));
+    if (o.c->dist) o.model.tp = o.model.pp = 1; /* torch_dist tensors are global whatever tp x pp saved them */
     if (o.model.tp != o.c->tp || o.model.pp != o.c->pp) {
         st = tps_fail(err, TPS_EINVALID,
                       "%s: the rank directories make tp %u x pp %u, but args say tensor_model_parallel_size %" PRIu64
@@ -428,6 +429,11 @@ tps_status tps_megatron_shardset_open(const char *path, uint64_t vocab, tps_shar
         src->checkpoint_version_json = o.c->checkpoint_version_json ? strdup(o.c->checkpoint_version_json) : NULL;
         src->iteration = o.c->iteration;
         src->release = o.c->release;
+        src->dist = o.c->dist;
+        src->saved_tp = o.c->saved_tp;
+        src->saved_pp = o.c->saved_pp;
+        src->optimizer_tensors = o.c->optimizer_tensors;
+        src->other_entries = o.c->other_entries;
         size_t n = 0;
         for (uint64_t p = 0; p < o.c->pp; p++) n += file_at(&o, 0, p)->n_extra_state;
         src->extra_state = calloc(n + 1, sizeof *src->extra_state);

@@ -31,6 +31,10 @@ typedef struct tps_megatron_source {
     bool release;
     char **extra_state; /* rank 0's _extra_state keys, GLOBAL names, stage by stage */
     size_t n_extra_state;
+    /* torch_dist (formats/megatron_dist.h): the grid it was saved at, what is left out */
+    bool dist;
+    uint32_t saved_tp, saved_pp;
+    size_t optimizer_tensors, other_entries;
 } tps_megatron_source;
 
 /* Opens the checkpoint at path (tracker directory, iter_* / release, or a directory of

@@ -7,6 +7,7 @@
 #include "../lib/base/checked.h"
 
 #define DCP_MEM_FORMAT "torch.distributed.checkpoint.metadata._MEM_FORMAT_ENCODING"
+#define DCP_WRITE_ITEM_TYPE "torch.distributed.checkpoint.planner.WriteItemType"
 
 static const tps_torch_dtype torch_dtypes[] = {
     {"float64", "DoubleStorage", TPS_DT_F64, 8, 8},
@@ -261,6 +262,11 @@ static const char *const opaque_globals[] = {
     "torch.distributed.checkpoint.metadata.ChunkStorageMetadata", "torch.distributed.checkpoint.metadata.MetadataIndex",
     "torch.distributed.checkpoint.metadata.StorageMeta", "torch.distributed.checkpoint.metadata._MEM_FORMAT_ENCODING",
     "torch.distributed.checkpoint.filesystem._StorageInfo", "torch.serialization._get_layout",
+    /* Megatron-Core's torch_dist (dist_checkpointing/strategies/torch.py) keeps every rank's
+     * save plan in the Metadata (all_local_plans, reused to skip planning on the next save):
+     * SavePlan(items=[WriteItem(index, type=WriteItemType(n), tensor_data=TensorWriteData)]). */
+    "torch.distributed.checkpoint.planner.SavePlan", "torch.distributed.checkpoint.planner.WriteItem",
+    "torch.distributed.checkpoint.planner.WriteItemType", "torch.distributed.checkpoint.planner.TensorWriteData",
 };
 
 static bool is_builtin(const char *mod) { return strcmp(mod, "builtins") == 0 || strcmp(mod, "__builtin__") == 0; }
@@ -482,12 +488,16 @@ static tps_status op_reduce(vm *m)
         if (!(res = node(m, TPS_PV_BYTES)) || !(res->u.str.s = calloc(1, 1))) return oom(m);
         break;
     case TPS_PG_GETATTR:
-        /* Only the one attribute lookup DCP's .metadata makes: anything else could name a
-         * function (getattr(os, "system")), so it is refused as the GLOBAL itself would be. */
+        /* Only the lookups of an enum member by name that DCP's .metadata makes (protocol 4
+         * pickles an enum member as getattr(cls, name)): anything else could name a function
+         * (getattr(os, "system")), so it is refused as the GLOBAL itself would be. */
         if (args->u.seq.n != 2 || args->u.seq.items[0]->kind != TPS_PV_GLOBAL ||
-            strcmp(args->u.seq.items[0]->u.global.name, DCP_MEM_FORMAT) != 0 || args->u.seq.items[1]->kind != TPS_PV_STR)
+            (strcmp(args->u.seq.items[0]->u.global.name, DCP_MEM_FORMAT) != 0 &&
+             strcmp(args->u.seq.items[0]->u.global.name, DCP_WRITE_ITEM_TYPE) != 0) ||
+            args->u.seq.items[1]->kind != TPS_PV_STR)
             return tps_fail(m->err, TPS_EINVALID,
-                            "%s: refused GLOBAL %s (pickle offset %zu): only getattr(" DCP_MEM_FORMAT ", name) is allowed",
+                            "%s: refused GLOBAL %s (pickle offset %zu): only getattr(" DCP_MEM_FORMAT " or " DCP_WRITE_ITEM_TYPE
+                            ", name) is allowed",
                             m->what, fn->u.global.name, m->op_ofs);
         if (!(res = node(m, TPS_PV_OBJECT))) return oom(m);
         res->u.obj.cls = fn;

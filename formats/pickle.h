@@ -31,9 +31,12 @@
  *   (argparse.Namespace, types.SimpleNamespace, pathlib.PosixPath, numpy's _reconstruct/
  *   ndarray/dtype/UInt32DType, Megatron's enums and OptimizerConfig, io/_io.BytesIO,
  *   signal.Signals, torch._C.Generator, torch.Size, torch.device, builtins.bytearray/complex)
- *   and torch.distributed.checkpoint's metadata dataclasses (formats/dcp.h lists them)
+ *   and torch.distributed.checkpoint's metadata dataclasses (formats/dcp.h lists them), and
+ *   the save-plan classes Megatron-Core's torch_dist keeps in it (planner.SavePlan,
+ *   WriteItem, WriteItemType, TensorWriteData)
  *   builtins.getattr                             -> an opaque object, only when called as
- *      getattr(torch.distributed.checkpoint.metadata._MEM_FORMAT_ENCODING, str)
+ *      getattr(torch.distributed.checkpoint.metadata._MEM_FORMAT_ENCODING, str) or
+ *      getattr(torch.distributed.checkpoint.planner.WriteItemType, str) (enum members)
  *                                                -> an opaque TPS_PV_OBJECT recording the
  *      call's arguments and BUILD state; nothing is constructed.
  * REDUCE only on these callables; SETITEM(S) only on dicts; APPEND(S) only on lists;

@@ -176,7 +176,7 @@ static tps_status updated_args(const tps_manifest *m, const tps_megatron_out_opt
         uneven |= mo->layer_first[p + 1] - mo->layer_first[p] != mo->layer_first[1] - mo->layer_first[0];
     struct {
         const char *key;
-        int kind; /* 0 u64, 1 null */
+        int kind; /* 0 u64, 1 null, 2 the string "torch" where the source has the key */
         uint64_t v;
         bool done;
     } set[] = {
@@ -186,6 +186,8 @@ static tps_status updated_args(const tps_manifest *m, const tps_megatron_out_opt
         {"decoder_first_pipeline_num_layers", uneven ? 0 : 1, mo->layer_first[1] - mo->layer_first[0], false},
         {"decoder_last_pipeline_num_layers", uneven ? 0 : 1, mo->layer_first[mo->pp] - mo->layer_first[mo->pp - 1],
          false},
+        /* what is written is the legacy format, whatever a torch_dist source's args said */
+        {"ckpt_format", 2, 0, false},
     };
     size_t nset = sizeof set / sizeof set[0];
     tps_jw w;
@@ -207,10 +209,11 @@ static tps_status updated_args(const tps_manifest *m, const tps_megatron_out_opt
         }
         set[j].done = true;
         if (set[j].kind == 0) tps_jw_u64(&w, set[j].v);
+        else if (set[j].kind == 2) tps_jw_string(&w, "torch");
         else tps_jw_null(&w);
     }
     for (size_t j = 0; j < nset; j++) {
-        if (set[j].done || (set[j].kind == 1)) continue; /* a null the source never had stays absent */
+        if (set[j].done || set[j].kind != 0) continue; /* a null or format the source never had stays absent */
         tps_jw_key(&w, set[j].key);
         tps_jw_u64(&w, set[j].v);
     }

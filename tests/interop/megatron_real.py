@@ -157,6 +157,8 @@ class _CpuRngTracker:
 
 def _install_stubs():
     torch.cuda.current_device = lambda: "cpu"
+    # dist_checkpointing.save's preload step synchronizes the (absent) GPU
+    torch.cuda.synchronize = lambda *a, **k: None
     # tied embeddings with pp > 1: LanguageModule moves the shared weight to the GPU before
     # the first/last-stage all-reduce; gloo reduces it where it is
     torch.Tensor.cuda = lambda self, *a, **k: self
@@ -228,6 +230,42 @@ def _forward(model, tokens, tp, pp):
         return torch.cat(parts, dim=-1)
 
 
+def _save_dist(payload, tp, pp, tp_rank, pp_rank):
+    """What Megatron's save_checkpoint does for --ckpt-format torch_dist (megatron/training/
+    checkpointing.py, generate_state_dict + dist_checkpointing.save): the model's
+    sharded_state_dict, an Adam-like optimizer state made with Megatron's own
+    make_sharded_optimizer_tensor (optimizer.state.exp_avg.<key>), the RNG state as a
+    ShardedObject, and the common part (args, checkpoint_version, iteration) that goes to
+    common.pt."""
+    from megatron.core import dist_checkpointing
+    from megatron.core.dist_checkpointing.mapping import ShardedObject, ShardedTensor
+    from megatron.core.dist_checkpointing.optimizer import make_sharded_optimizer_tensor
+    if "from_iter_dir" in payload:  # a legacy checkpoint's model, loaded strict, saved again
+        state = _load_rank_state(_rank_file(payload["from_iter_dir"], tp_rank, pp_rank, pp))
+        args = argparse.Namespace(**vars(state["args"]))
+        model = _build_model(args, tp, pp)
+        model.load_state_dict(state["model"], strict=True)
+    else:
+        args = argparse.Namespace(**vars(payload["args"]))
+        # Megatron pads the vocabulary for the tp it trains at (_vocab_size_with_padding)
+        mult = _get(args, "make_vocab_size_divisible_by", 128) * tp
+        args.padded_vocab_size = -(-args.vocab_size // mult) * mult
+        model = _build_model(args, tp, pp, seed=payload["seed"])
+    args.tensor_model_parallel_size, args.pipeline_model_parallel_size = tp, pp
+    args.ckpt_format = "torch_dist"
+    msd = model.sharded_state_dict()
+    opt = {}
+    for k, v in msd.items() if payload.get("optimizer", True) else ():
+        if isinstance(v, ShardedTensor):
+            opt[k] = make_sharded_optimizer_tensor(v, torch.zeros_like(v.data) + 0.5,
+                                                   "optimizer.state.exp_avg")
+    state = {"args": args, "checkpoint_version": 3.0, "iteration": payload["iteration"],
+             "model": msd, "optimizer": {"state": opt}, "num_floating_point_operations_so_far": 0,
+             "rng_state": ShardedObject("rng_state", [{"random_rng_state": [1, 2, 3]}],
+                                        (pp, tp), (pp_rank, tp_rank), replica_id=0)}
+    dist_checkpointing.save(state, payload["iter_dir"])
+
+
 def _load_rank_state(path):
     try:
         from megatron.core.safe_globals import register_safe_globals
@@ -266,6 +304,18 @@ def _worker(rank, world, port, tp, pp, job, payload, outdir):
             a.tensor_model_parallel_size, a.pipeline_model_parallel_size = tp, pp
             torch.save({"args": a, "checkpoint_version": 3.0,
                         "iteration": payload["iteration"], "model": sd}, path)
+        elif job == "save_dist":
+            _save_dist(payload, tp, pp, tp_rank, pp_rank)
+        elif job == "forward_dist":
+            from megatron.core import dist_checkpointing
+            args = dist_checkpointing.load_common_state_dict(payload["iter_dir"])["args"]
+            model = _build_model(args, tp, pp)
+            # as Megatron's load_checkpoint: the model under "model", the common part beside it
+            sd = dist_checkpointing.load({"model": model.sharded_state_dict()}, payload["iter_dir"])
+            model.load_state_dict(sd["model"], strict=True)
+            logits = _forward(model, payload["tokens"], tp, pp)
+            if logits is not None and tp_rank == 0:
+                result = logits[:, :args.vocab_size]
         elif job == "forward":
             path = _rank_file(payload["iter_dir"], tp_rank, pp_rank, pp)
             state = _load_rank_state(path)
@@ -344,6 +394,31 @@ def save_checkpoint(args, tp, pp, out_dir, iteration=1, seed=1234):
     return out_dir
 
 
+def save_dist_checkpoint(args, tp, pp, out_dir, iteration=1, seed=1234, optimizer=True):
+    """Writes a torch_dist checkpoint (Megatron-Core dist_checkpointing.save) of a randomly
+    initialized real GPTModel saved at tp x pp, the tracker beside it."""
+    iter_dir = os.path.join(out_dir, "iter_%07d" % iteration)
+    os.makedirs(iter_dir, exist_ok=True)
+    _run(tp, pp, "save_dist", {"args": args, "iter_dir": iter_dir, "iteration": iteration,
+                               "seed": seed, "optimizer": optimizer})
+    with open(os.path.join(out_dir, "latest_checkpointed_iteration.txt"), "w") as f:
+        f.write(str(iteration))
+    return out_dir
+
+
+def legacy_to_dist(legacy_dir, out_dir, iteration=1):
+    """The legacy checkpoint's model loaded strict into real GPTModel ranks at its grid and
+    saved with dist_checkpointing.save (torch_dist), the tracker beside it."""
+    src_iter, tp, pp = checkpoint_grid(legacy_dir)
+    iter_dir = os.path.join(out_dir, "iter_%07d" % iteration)
+    os.makedirs(iter_dir, exist_ok=True)
+    _run(tp, pp, "save_dist", {"from_iter_dir": src_iter, "iter_dir": iter_dir,
+                               "iteration": iteration})
+    with open(os.path.join(out_dir, "latest_checkpointed_iteration.txt"), "w") as f:
+        f.write(str(iteration))
+    return out_dir
+
+
 def checkpoint_grid(ckpt_dir):
     """(iter_dir, tp, pp) of a legacy checkpoint directory (the tracker's parent, an iter_* /
     release directory)."""
@@ -376,6 +451,16 @@ def load_and_forward(ckpt_dir, tokens):
     logits = res[_global_rank(0, pp - 1, tp)]
     v = _get(args, "vocab_size", None)
     return logits[:, :v] if v else logits
+
+
+def load_dist_and_forward(ckpt_dir, tokens, tp, pp):
+    """Real Megatron's logits [len(tokens), vocab_size] for a torch_dist checkpoint (the
+    tracker's directory) loaded with dist_checkpointing.load into GPTModel ranks at tp x pp
+    (any grid: the checkpoint's tensors are global)."""
+    it = open(os.path.join(ckpt_dir, "latest_checkpointed_iteration.txt")).read().strip()
+    iter_dir = os.path.join(ckpt_dir, "iter_%07d" % int(it))
+    res = _run(tp, pp, "forward_dist", {"iter_dir": iter_dir, "tokens": list(tokens)})
+    return res[_global_rank(0, pp - 1, tp)]
 
 
 def load_state(ckpt_dir):

@@ -1,7 +1,8 @@
 #!/bin/sh
 # Installs the Megatron tier: real Megatron-Core (megatron-core 0.16.1, the newest PyPI offers
 # for Python 3.11) in build/venv-megatron, the outside truth for tpshard's Megatron checkpoints
-# (tests/interop/megatron_real.py).  The venv holds only megatron-core and einops (about 15 MB);
+# (tests/interop/megatron_real.py).  The venv holds only megatron-core, einops and psutil (about
+# 16 MB; psutil: dist_checkpointing.save's async queue imports it, the torch_dist tests save with it);
 # torch 2.5.1, transformers, safetensors, numpy and packaging come from the torch-2 venv
 # (build/venv-torch2, setup_torch2.sh) through a .pth file, so no second 5 GB torch is
 # installed.  megatron-core declares torch >= 2.6 and is installed with --no-deps: measured,
@@ -15,7 +16,7 @@ set -eu
 top=$(cd "$(dirname "$0")/../.." && pwd)
 base="$top/build/venv-torch2"
 venv="$top/build/venv-megatron"
-want='megatron-core==0.16.1 einops==0.8.2'
+want='megatron-core==0.16.1 einops==0.8.2 psutil==7.0.0'
 if [ ! -x "$base/bin/python3" ]; then
     echo "interop setup (megatron): $base is missing; run tests/interop/setup_torch2.sh first" >&2
     exit 1
@@ -23,8 +24,9 @@ fi
 base_site=$("$base/bin/python3" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 # quick check (metadata only): an import of megatron.core takes seconds
 have='import importlib.metadata as m, sys
-sys.exit(m.version("megatron-core") != "0.16.1" or m.version("einops") != "0.8.2")'
-probe='import megatron.core, einops, torch, transformers, safetensors
+sys.exit(m.version("megatron-core") != "0.16.1" or m.version("einops") != "0.8.2"
+         or m.version("psutil") != "7.0.0")'
+probe='import megatron.core, einops, psutil, torch, transformers, safetensors
 from megatron.core.models.gpt import GPTModel'
 if [ ! -x "$venv/bin/python3" ]; then
     echo "interop setup (megatron): creating $venv on top of $base"
@@ -42,4 +44,4 @@ if ! "$venv/bin/python3" -c "$have" >/dev/null 2>&1; then
         exit 1
     }
 fi
-echo "interop setup (megatron): megatron-core 0.16.1 and einops 0.8.2 in $venv (torch from $base)"
+echo "interop setup (megatron): megatron-core 0.16.1, einops 0.8.2 and psutil 7.0.0 in $venv (torch from $base)"

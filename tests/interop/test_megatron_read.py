@@ -307,10 +307,12 @@ def refusals(tmp):
     mf.torch_save(sd, f)
     p = tap.tpshard("inspect", d)
     tap.report(p.returncode == 0, "rank files differing only in args.rank are read", p.stderr)
-    # a torch_dist checkpoint
+    # a distributed checkpoint's metadata.json that names no backend (torch_dist is read:
+    # tests/interop/megatron_real_dist.py)
     d = fresh("torch_dist", tp=1, pp=1)
     open(os.path.join(d, "iter_0000001", "metadata.json"), "w").write("{}")
-    refused("a torch_dist iteration directory is refused by name (exit 3)", d, "a distributed (torch_dist/torch_dcp) checkpoint")
+    open(os.path.join(d, "iter_0000001", "common.pt"), "w").write("")
+    refused("a metadata.json without sharded_backend is refused (exit 3)", d, 'no "sharded_backend" string')
 
 
 def hf_conversion():

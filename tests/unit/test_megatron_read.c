@@ -108,8 +108,9 @@ TEST(rank_grid_rules)
     fresh();
     dir("iter_0000003");
     dir("iter_0000003/mp_rank_00");
-    put("iter_0000003/metadata.json", "{}");
-    expect_refused("iter_0000003", "a distributed (torch_dist/torch_dcp) checkpoint");
+    put("iter_0000003/metadata.json", "{}"); /* a distributed checkpoint's marks, without its backend */
+    put("iter_0000003/common.pt", "");
+    expect_refused("iter_0000003", "metadata.json: no \"sharded_backend\" string");
 }
 
 TEST(is_checkpoint)
