@@ -233,6 +233,9 @@ tps_status tps_manifest_to_json(const tps_manifest *m, tps_buf *buf, tps_error *
 typedef struct loader {
     const char *path;
     tps_error *err;
+    const char *text; /* the manifest's text: its tensor list is parsed one entry at a time */
+    size_t len;
+    tps_manifest *m;
 } loader;
 
 /* "PATH: byte N: FIELD: MSG", or without "FIELD: " when field is empty. */
@@ -434,6 +437,14 @@ cleanup:
     return st;
 }
 
+/* Tensor entry i, as tps_json_each hands it over (its parse tree is freed after it). */
+static tps_status load_tensor_at(void *ctx, size_t i, const tps_json *tj)
+{
+    loader *L = ctx;
+    L->m->ntensors = i + 1;
+    return load_tensor(L, tj, L->m->tp, &L->m->tensors[i]);
+}
+
 static int cmp_file(const void *a, const void *b)
 {
     const tps_manifest_file *x = a, *y = b;
@@ -633,10 +644,8 @@ static tps_status load_doc(loader *L, const tps_json *root, tps_manifest *m)
     NEED(tensors);
     m->tensors = calloc(tensors->u.array.n + 1, sizeof *m->tensors);
     if (!m->tensors) return tps_fail_oom(L->err, "loading the manifest");
-    for (size_t i = 0; i < tensors->u.array.n; i++) {
-        m->ntensors = i + 1;
-        TPS_CHECK(load_tensor(L, tensors->u.array.items[i], m->tp, &m->tensors[i]));
-    }
+    L->m = m;
+    TPS_CHECK(tps_json_each(L->text, L->len, L->path, tensors, load_tensor_at, L, L->err));
     TPS_CHECK(tps_manifest_index(m, L->path, L->err));
 cleanup:
     return st;
@@ -648,13 +657,15 @@ tps_status tps_manifest_parse(const char *text, size_t len, const char *what, tp
     tps_json_doc *doc = NULL;
     tps_manifest *m = NULL;
     tps_status st = TPS_OK;
-    TPS_CHECK(tps_json_parse(text, len, what, &doc, err));
+    /* The tensor list is most of the text, and its parse tree would be several times what
+     * is kept of it: it is parsed one entry at a time (docs/design.md, "The manifest in memory"). */
+    TPS_CHECK(tps_json_parse_lazy(text, len, what, "tensors", &doc, err));
     m = calloc(1, sizeof *m);
     if (!m) {
         st = tps_fail_oom(err, "loading the manifest");
         goto cleanup;
     }
-    loader L = {what, err};
+    loader L = {what, err, text, len, NULL};
     TPS_CHECK(load_doc(&L, tps_json_root(doc), m));
     *out = m;
     m = NULL;
