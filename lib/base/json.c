@@ -121,6 +121,9 @@ typedef struct parser {
     size_t sp, stack_cap;
     tps_buf scratch; /* a string being decoded */
     const char *lazy_key; /* tps_json_parse_lazy: the root member only scanned, or NULL */
+    tps_json_member_fn member_fn; /* tps_json_parse_members: the root's values, one at a time */
+    tps_json_keep_fn keep;
+    void *member_ctx;
 } parser;
 
 static tps_status fail_at(parser *ps, size_t off, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -587,6 +590,30 @@ static tps_status scan_lazy_array(parser *ps, tps_json **out)
     return fail_at(ps, v->offset, "an array that does not end");
 }
 
+static tps_json_doc *doc_new(size_t len);
+
+/* tps_json_parse_members: a root member's value, parsed into a document of its own (unless
+ * kept), handed over, and left in the tree as a null node at its offset. */
+static tps_status parse_member_value(parser *ps, const tps_json *key, tps_json **out)
+{
+    tps_json_doc *tree = ps->doc, *own = NULL;
+    bool keep = ps->keep && ps->keep(ps->member_ctx, key);
+    if (!keep && !(ps->doc = own = doc_new(ARENA_FIRST_BLOCK * 4))) {
+        ps->doc = tree;
+        return fail_oom(ps);
+    }
+    tps_json *val = NULL;
+    tps_status st = parse_value(ps, 1, &val);
+    ps->doc = tree;
+    if (st == TPS_OK) {
+        ps->member_fn(ps->member_ctx, key, val);
+        if (!keep && !(val = new_node(ps, TPS_JSON_NULL, val->offset))) st = fail_oom(ps);
+    }
+    tps_json_doc_free(own);
+    *out = val;
+    return st;
+}
+
 static tps_status parse_object(parser *ps, int depth, tps_json **out)
 {
     tps_status st;
@@ -610,6 +637,8 @@ static tps_status parse_object(parser *ps, int depth, tps_json **out)
         skip_ws(ps);
         if (depth == 0 && is_lazy_key(ps, key) && ps->pos < ps->len && ps->in[ps->pos] == '[')
             st = scan_lazy_array(ps, &val);
+        else if (depth == 0 && ps->member_fn)
+            st = parse_member_value(ps, key, &val);
         else
             st = parse_value(ps, depth + 1, &val);
         if (st != TPS_OK) return st;
@@ -671,6 +700,8 @@ static tps_json_doc *doc_new(size_t len)
     return doc;
 }
 
+static tps_status parse_document(parser *ps, tps_json_doc **out);
+
 tps_status tps_json_parse(const char *text, size_t len, const char *what, tps_json_doc **out, tps_error *err)
 {
     return tps_json_parse_lazy(text, len, what, NULL, out, err);
@@ -679,25 +710,39 @@ tps_status tps_json_parse(const char *text, size_t len, const char *what, tps_js
 tps_status tps_json_parse_lazy(const char *text, size_t len, const char *what, const char *lazy_key, tps_json_doc **out,
                                tps_error *err)
 {
+    parser ps = {.in = (const unsigned char *)text, .len = len, .what = what, .err = err, .lazy_key = lazy_key};
+    return parse_document(&ps, out);
+}
+
+tps_status tps_json_parse_members(const char *text, size_t len, const char *what, tps_json_keep_fn keep,
+                                  tps_json_member_fn fn, void *ctx, tps_json_doc **out, tps_error *err)
+{
+    parser ps = {.in = (const unsigned char *)text, .len = len, .what = what, .err = err, .member_fn = fn,
+                 .keep = keep, .member_ctx = ctx};
+    return parse_document(&ps, out);
+}
+
+/* The whole input as one value, with ps's options. */
+static tps_status parse_document(parser *ps, tps_json_doc **out)
+{
     tps_status st;
     *out = NULL;
-    parser ps = {.in = (const unsigned char *)text, .len = len, .what = what, .err = err, .lazy_key = lazy_key};
-    ps.scratch = (tps_buf)TPS_BUF_INIT;
-    if (!(ps.doc = doc_new(len))) return fail_oom(&ps);
-    TPS_CHECK(parse_value(&ps, 0, &ps.doc->root));
-    skip_ws(&ps);
-    if (ps.pos < len) {
+    ps->scratch = (tps_buf)TPS_BUF_INIT;
+    if (!(ps->doc = doc_new(ps->len))) return fail_oom(ps);
+    TPS_CHECK(parse_value(ps, 0, &ps->doc->root));
+    skip_ws(ps);
+    if (ps->pos < ps->len) {
         char d[32];
-        st = fail_at(&ps, ps.pos, "expected the end of input after the value, found %s",
-                     describe(&ps, ps.pos, d, sizeof d));
+        st = fail_at(ps, ps->pos, "expected the end of input after the value, found %s",
+                     describe(ps, ps->pos, d, sizeof d));
         goto cleanup;
     }
-    *out = ps.doc;
-    ps.doc = NULL;
+    *out = ps->doc;
+    ps->doc = NULL;
 cleanup:
-    tps_json_doc_free(ps.doc);
-    free(ps.stack);
-    tps_buf_release(&ps.scratch);
+    tps_json_doc_free(ps->doc);
+    free(ps->stack);
+    tps_buf_release(&ps->scratch);
     return st;
 }
 

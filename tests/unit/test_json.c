@@ -939,6 +939,162 @@ TEST(lazy_array_memory_is_one_element)
 #endif
 }
 
+/* ---- tps_json_parse_members: the full parse is the reference ---- */
+
+typedef struct members_seen {
+    tps_buf text; /* "key=value" of each member handed over, re-emitted compactly */
+    size_t heap_before, heap_max;
+    bool measure;
+} members_seen;
+
+static bool keep_k(void *ctx, const tps_json *key)
+{
+    (void)ctx;
+    return strcmp(key->u.string.s, "k") == 0;
+}
+
+static void members_collect(void *ctx, const tps_json *key, const tps_json *value)
+{
+    members_seen *s = ctx;
+#ifdef __GLIBC__
+    if (s->measure) {
+        size_t h = heap_in_use() - s->heap_before;
+        if (h > s->heap_max) s->heap_max = h;
+        return;
+    }
+#endif
+    tps_jw w;
+    tps_jw_init(&w, &s->text, false);
+    tps_jw_string_n(&w, key->u.string.s, key->u.string.len);
+    tps_buf_putc(&s->text, '=');
+    tps_jw_init(&w, &s->text, false);
+    tps_jw_value(&w, value);
+    tps_buf_putc(&s->text, '\n');
+}
+
+/* Both parses of text: same status and message; the members handed over are the full tree's
+ * root members in order; the tree keeps the keys, "k"'s value, and null nodes at the others'
+ * offsets. */
+static void members_against_full(const char *text, size_t len, const char *name)
+{
+    tps_error ef, em;
+    tps_error_clear(&ef);
+    tps_error_clear(&em);
+    tps_json_doc *full = NULL, *mem = NULL;
+    members_seen seen = {TPS_BUF_INIT, 0, 0, false};
+    tps_status sf = tps_json_parse(text, len, "doc", &full, &ef);
+    tps_status sm = tps_json_parse_members(text, len, "doc", keep_k, members_collect, &seen, &mem, &em);
+    if (sf != sm || (sf && strcmp(ef.msg, em.msg) != 0)) {
+        printf("#   %s: full parse %d \"%s\", members %d \"%s\"\n", name, (int)sf, ef.msg, (int)sm, em.msg);
+        tps_test_failed_now = 1;
+    }
+    const tps_json *rf = full ? tps_json_root(full) : NULL, *rm = mem ? tps_json_root(mem) : NULL;
+    if (sf == TPS_OK && sm == TPS_OK && rf->type == TPS_JSON_OBJECT) {
+        members_seen want = {TPS_BUF_INIT, 0, 0, false};
+        CHECK(rm->type == TPS_JSON_OBJECT && rm->u.object.n == rf->u.object.n);
+        for (size_t i = 0; i < rf->u.object.n && i < rm->u.object.n; i++) {
+            const tps_json *k = rf->u.object.keys[i], *vf = rf->u.object.values[i], *vm = rm->u.object.values[i];
+            members_collect(&want, k, vf);
+            CHECK_STR(rm->u.object.keys[i]->u.string.s, k->u.string.s);
+            CHECK_EQ_U64(vm->offset, vf->offset);
+            if (strcmp(k->u.string.s, "k") == 0) {
+                tps_buf a = TPS_BUF_INIT, b = TPS_BUF_INIT;
+                tps_jw wa, wb;
+                tps_jw_init(&wa, &a, false);
+                tps_jw_init(&wb, &b, false);
+                tps_jw_value(&wa, vf);
+                tps_jw_value(&wb, vm);
+                CHECK(a.len == b.len && memcmp(a.data, b.data, a.len) == 0);
+                tps_buf_release(&a);
+                tps_buf_release(&b);
+            } else {
+                CHECK(vm->type == TPS_JSON_NULL);
+            }
+        }
+        CHECK(want.text.len == seen.text.len && (!want.text.len || memcmp(want.text.data, seen.text.data, want.text.len) == 0));
+        tps_buf_release(&want.text);
+    }
+    tps_buf_release(&seen.text);
+    tps_json_doc_free(full);
+    tps_json_doc_free(mem);
+}
+
+TEST(members_same_as_full_parse)
+{
+    static const char *docs[] = {
+        "{}",
+        "{\"a\": {\"dtype\": \"F32\", \"shape\": [2, 3]}, \"k\": {\"x\": \"y\"}, \"b\": [1, [2]], \"c\": 3}",
+        "{\"k\": [1], \"\\u00e9\": \"s\", \"n\": null}",
+        "[{\"a\": 1}]", /* no root object: nothing handed over */
+        "\"x\"",
+    };
+    for (size_t i = 0; i < sizeof docs / sizeof docs[0]; i++) members_against_full(docs[i], strlen(docs[i]), docs[i]);
+    for (size_t i = 0; i < sizeof bad_cases / sizeof bad_cases[0]; i++) {
+        const struct bad_case *c = &bad_cases[i];
+        size_t len = c->len ? c->len : strlen(c->text);
+        members_against_full(c->text, len, c->name);
+        for (int form = 0; form < 2; form++) { /* as a root member's value, before and after others */
+            tps_buf b = TPS_BUF_INIT;
+            tps_buf_puts(&b, form ? "{\"a\": {\"b\": 1}, \"v\": " : "{\"v\": ");
+            tps_buf_append(&b, c->text, len);
+            tps_buf_puts(&b, form ? "}" : ", \"z\": [1]}");
+            members_against_full(b.data, b.len, c->name);
+            tps_buf_release(&b);
+        }
+    }
+    const char *dup = "{\"a\": {\"x\": 1}, \"k\": {}, \"a\": {\"x\": 2}}";
+    members_against_full(dup, strlen(dup), "a root key twice");
+    const char *base = "{\"w\": {\"dtype\": \"BF16\", \"shape\": [2, 3], \"data_offsets\": [0, 12]}, \"k\": {\"m\": \"x\\\"y\"}, "
+                       "\"e\\u00e9\": [1, {\"q\": null}]}";
+    size_t n = strlen(base);
+    static const char repl[] = "[]{},:\"\\ 0a-";
+    for (size_t at = 0; at < n; at++)
+        for (size_t r = 0; r < sizeof repl - 1; r++) {
+            char *m = malloc(n);
+            CHECK(m);
+            if (!m) return;
+            memcpy(m, base, n);
+            m[at] = repl[r];
+            char name[64];
+            snprintf(name, sizeof name, "byte %zu as '%c'", at, repl[r]);
+            members_against_full(m, n, name);
+            free(m);
+        }
+}
+
+TEST(members_memory_is_keys_and_one_value)
+{
+#ifdef __GLIBC__
+    /* 20,000 safetensors-like entries: the full tree against keys plus one value */
+    tps_buf b = TPS_BUF_INIT;
+    tps_buf_putc(&b, '{');
+    for (int i = 0; i < 20000; i++) {
+        char e[256];
+        snprintf(e, sizeof e, "%s\"model.layers.%d.mlp.experts.0.w1.weight\": {\"dtype\": \"BF16\", \"shape\": [64, 32], "
+                 "\"data_offsets\": [%d, %d]}", i ? ", " : "", i, i * 4096, (i + 1) * 4096);
+        tps_buf_puts(&b, e);
+    }
+    tps_buf_putc(&b, '}');
+    tps_error err;
+    size_t before = heap_in_use();
+    tps_json_doc *full = parse_n(b.data, b.len, &err);
+    size_t full_bytes = heap_in_use() - before;
+    tps_json_doc_free(full);
+    members_seen seen = {TPS_BUF_INIT, 0, 0, true};
+    tps_json_doc *mem = NULL;
+    seen.heap_before = heap_in_use();
+    CHECK(tps_json_parse_members(b.data, b.len, "doc", NULL, members_collect, &seen, &mem, &err) == TPS_OK);
+    size_t kept = heap_in_use() - seen.heap_before;
+    /* what stays is the keys (the names) and a null node a value: well under a third */
+    if (3 * kept > full_bytes || 3 * seen.heap_max > full_bytes)
+        printf("#   full tree %zu bytes; members kept %zu, at most %zu in hand\n", full_bytes, kept, seen.heap_max);
+    CHECK(3 * kept <= full_bytes);
+    CHECK(3 * seen.heap_max <= full_bytes);
+    tps_json_doc_free(mem);
+    tps_buf_release(&b);
+#endif
+}
+
 int main(void)
 {
     RUN(nested_document);
@@ -961,5 +1117,7 @@ int main(void)
     RUN(lazy_array_same_elements_as_full_parse);
     RUN(lazy_array_errors_as_full_parse);
     RUN(lazy_array_memory_is_one_element);
+    RUN(members_same_as_full_parse);
+    RUN(members_memory_is_keys_and_one_value);
     return tps_test_done();
 }
