@@ -338,6 +338,10 @@ tps_status tps_safetensors_add_file(tps_index *ix, const char *path, tps_error *
                           (unsigned long long)f->size);
         goto cleanup;
     }
+    if (!tps_index_reserve(ix, ntensors)) {
+        st = tps_fail_oom(err, "indexing tensors");
+        goto cleanup;
+    }
     for (size_t i = 0; i < ntensors; i++) {
         const st_entry *e = &entries[i];
         /* Names are unique within a header (the JSON parser refuses duplicate keys) and free

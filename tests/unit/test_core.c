@@ -482,6 +482,36 @@ static bool make_temp_file(void)
     return ok;
 }
 
+TEST(index_reserve_exact_then_growing)
+{
+    tps_index *ix = NULL;
+    tps_error err;
+    tps_error_clear(&err);
+    CHECK_EQ_U64(tps_index_new("model", "safetensors", &ix, &err), TPS_OK);
+    if (!ix) return;
+    uint32_t f;
+    CHECK_EQ_U64(tps_index_add_file(ix, tmp_path, &f, &err), TPS_OK);
+    /* 1,000 known up front: exactly 1,000 slots, and adding them moves nothing */
+    CHECK(tps_index_reserve(ix, 1000));
+    CHECK_EQ_U64(ix->tensors_cap, 1000);
+    const tps_tensor *first = ix->tensors;
+    const uint64_t shape[] = {1};
+    for (int i = 0; i < 1000; i++) {
+        char name[16];
+        int n = snprintf(name, sizeof name, "t%d", i);
+        CHECK_EQ_U64(tps_index_add_tensor(ix, name, (size_t)n, TPS_DT_U8, 1, shape, 0, (uint64_t)i, NULL, &err), TPS_OK);
+    }
+    CHECK(ix->tensors == first && ix->ntensors == 1000);
+    /* a later file's reservation grows as adding would (doubling), and keeps every tensor */
+    CHECK(tps_index_reserve(ix, 10));
+    CHECK_EQ_U64(ix->tensors_cap, 2000);
+    CHECK(tps_index_reserve(ix, 0));
+    CHECK(!tps_index_reserve(ix, SIZE_MAX));
+    const tps_tensor *t = tps_index_find(ix, "t999");
+    CHECK(t && t->offset == 999);
+    tps_index_free(ix);
+}
+
 TEST(index_tensors_and_ranges)
 {
     tps_index *ix = NULL;
@@ -670,6 +700,7 @@ int main(void)
     RUN(buf_overflow_sets_oom);
     if (make_temp_file()) {
         RUN(index_tensors_and_ranges);
+        RUN(index_reserve_exact_then_growing);
         RUN(index_lookup_10k);
         RUN(index_files_refused);
         unlink(tmp_path);
