@@ -270,6 +270,19 @@ static char *dup_json_string(loader *L, const tps_json *v, tps_status *st)
     return s;
 }
 
+/* A tensor's name (intern false) or rule (intern true), in the manifest's string pool. */
+static char *pool_json_string(loader *L, const tps_json *v, bool intern, tps_status *st)
+{
+    if (strlen(v->u.string.s) != v->u.string.len) {
+        *st = bad(L, v, "a string contains a NUL byte", "");
+        return NULL;
+    }
+    char *s = intern ? tps_strpool_intern(L->m->strings, v->u.string.s, v->u.string.len)
+                     : tps_strpool_add(L->m->strings, v->u.string.s, v->u.string.len);
+    if (!s) *st = tps_fail_oom(L->err, "loading the manifest");
+    return s;
+}
+
 #define NEED(v) \
     do {        \
         if (!(v)) goto cleanup; \
@@ -378,7 +391,7 @@ static tps_status load_tensor(loader *L, const tps_json *tj, uint64_t tp, tps_ma
     if (tj->type != TPS_JSON_OBJECT) return bad(L, tj, "tensor entry must be an object", "");
     const tps_json *v = field(L, tj, "name", TPS_JSON_STRING, &st);
     NEED(v);
-    NEED(t->name = dup_json_string(L, v, &st));
+    NEED(t->name = pool_json_string(L, v, false, &st));
     v = field(L, tj, "dtype", TPS_JSON_STRING, &st);
     NEED(v);
     if (!tps_dtype_parse(v->u.string.s, v->u.string.len, &t->dtype))
@@ -390,7 +403,7 @@ static tps_status load_tensor(loader *L, const tps_json *tj, uint64_t tp, tps_ma
     TPS_CHECK(get_crc(L, tj, &t->crc));
     v = field(L, tj, "rule", TPS_JSON_STRING, &st);
     NEED(v);
-    NEED(t->rule = dup_json_string(L, v, &st));
+    NEED(t->rule = pool_json_string(L, v, true, &st));
     v = field(L, tj, "partition", TPS_JSON_OBJECT, &st);
     NEED(v);
     TPS_CHECK(load_partition(L, v, &t->part));
@@ -644,7 +657,6 @@ static tps_status load_doc(loader *L, const tps_json *root, tps_manifest *m)
     NEED(tensors);
     m->tensors = calloc(tensors->u.array.n + 1, sizeof *m->tensors);
     if (!m->tensors) return tps_fail_oom(L->err, "loading the manifest");
-    L->m = m;
     TPS_CHECK(tps_json_each(L->text, L->len, L->path, tensors, load_tensor_at, L, L->err));
     TPS_CHECK(tps_manifest_index(m, L->path, L->err));
 cleanup:
@@ -661,11 +673,11 @@ tps_status tps_manifest_parse(const char *text, size_t len, const char *what, tp
      * is kept of it: it is parsed one entry at a time (docs/design.md, "The manifest in memory"). */
     TPS_CHECK(tps_json_parse_lazy(text, len, what, "tensors", &doc, err));
     m = calloc(1, sizeof *m);
-    if (!m) {
+    if (!m || !(m->strings = tps_strpool_new())) {
         st = tps_fail_oom(err, "loading the manifest");
         goto cleanup;
     }
-    loader L = {what, err, text, len, NULL};
+    loader L = {what, err, text, len, m};
     TPS_CHECK(load_doc(&L, tps_json_root(doc), m));
     *out = m;
     m = NULL;
@@ -787,10 +799,13 @@ void tps_manifest_free(tps_manifest *m)
 {
     if (!m) return;
     for (size_t i = 0; i < m->ntensors; i++) {
-        free(m->tensors[i].name);
-        free(m->tensors[i].rule);
+        if (!m->strings) {
+            free(m->tensors[i].name);
+            free(m->tensors[i].rule);
+        }
         free(m->tensors[i].target_name);
     }
+    tps_strpool_free(m->strings);
     free(m->target);
     free(m->target_version);
     for (size_t i = 0; i < m->nextras; i++) free(m->extras[i].name);
