@@ -843,6 +843,46 @@ static void lazy_against_full(const char *text, size_t len, const char *name)
     tps_json_doc_free(lazy);
 }
 
+/* Compares the two ways of parsing text (len bytes), naming the case name in failures. */
+typedef void (*both_ways_fn)(const char *text, size_t len, const char *name);
+
+/* Every one-byte change of base to each of a few structural bytes, compared by fn. */
+static void each_byte_changed(const char *base, both_ways_fn fn)
+{
+    size_t n = strlen(base);
+    static const char repl[] = "[]{},:\"\\ 0a-";
+    char *m = malloc(n);
+    CHECK(m);
+    if (!m) return;
+    for (size_t at = 0; at < n; at++)
+        for (size_t r = 0; r < sizeof repl - 1; r++) {
+            memcpy(m, base, n);
+            m[at] = repl[r];
+            char name[64];
+            snprintf(name, sizeof name, "byte %zu as '%c'", at, repl[r]);
+            fn(m, n, name);
+        }
+    free(m);
+}
+
+/* Every malformed document of invalid_documents, between pre[k] and post[k] for k = 0, 1,
+ * compared by fn. */
+static void each_bad_case_inside(const char *const pre[2], const char *const post[2], both_ways_fn fn)
+{
+    for (size_t i = 0; i < sizeof bad_cases / sizeof bad_cases[0]; i++) {
+        const struct bad_case *c = &bad_cases[i];
+        size_t len = c->len ? c->len : strlen(c->text);
+        for (int k = 0; k < 2; k++) {
+            tps_buf b = TPS_BUF_INIT;
+            tps_buf_puts(&b, pre[k]);
+            tps_buf_append(&b, c->text, len);
+            tps_buf_puts(&b, post[k]);
+            fn(b.data, b.len, c->name);
+            tps_buf_release(&b);
+        }
+    }
+}
+
 TEST(lazy_array_same_elements_as_full_parse)
 {
     static const char *docs[] = {
@@ -870,58 +910,57 @@ TEST(lazy_array_errors_as_full_parse)
 {
     /* every malformed document of invalid_documents, as an element of the lazy array and as
      * the whole of a member after it */
-    for (size_t i = 0; i < sizeof bad_cases / sizeof bad_cases[0]; i++) {
-        const struct bad_case *c = &bad_cases[i];
-        size_t len = c->len ? c->len : strlen(c->text);
-        for (int form = 0; form < 2; form++) {
-            tps_buf b = TPS_BUF_INIT;
-            tps_buf_puts(&b, form ? "{\"t\": [1], \"u\": " : "{\"t\": [1, ");
-            tps_buf_append(&b, c->text, len);
-            tps_buf_puts(&b, form ? "}" : ", 2]}");
-            lazy_against_full(b.data, b.len, c->name);
-            tps_buf_release(&b);
-        }
-    }
+    static const char *const pre[2] = {"{\"t\": [1, ", "{\"t\": [1], \"u\": "}, *const post[2] = {", 2]}", "}"};
+    each_bad_case_inside(pre, post, lazy_against_full);
     /* a duplicate key inside an element, and the lazy member repeated */
     const char *dup = "{\"t\": [{\"a\": 1, \"b\": 2, \"a\": 3}]}", *twice = "{\"t\": [], \"t\": [1]}";
     lazy_against_full(dup, strlen(dup), "duplicate key in an element");
     lazy_against_full(twice, strlen(twice), "the member twice");
     /* one byte changed anywhere in a document with a lazy array: both parses agree */
-    const char *base = "{\"a\": [1, 2], \"t\": [{\"n\": \"x\\\"y\", \"s\": [1, 2]}, [3, {\"k\": null}], \"e\\u00e9\"], \"z\": 1}";
-    size_t n = strlen(base);
-    static const char repl[] = "[]{},:\"\\ 0a-";
-    for (size_t at = 0; at < n; at++)
-        for (size_t r = 0; r < sizeof repl - 1; r++) {
-            char *m = malloc(n);
-            CHECK(m);
-            if (!m) return;
-            memcpy(m, base, n);
-            m[at] = repl[r];
-            char name[64];
-            snprintf(name, sizeof name, "byte %zu as '%c'", at, repl[r]);
-            lazy_against_full(m, n, name);
-            free(m);
-        }
+    each_byte_changed("{\"a\": [1, 2], \"t\": [{\"n\": \"x\\\"y\", \"s\": [1, 2]}, [3, {\"k\": null}], \"e\\u00e9\"], \"z\": 1}",
+                      lazy_against_full);
 }
+
+#ifdef __GLIBC__
+static void manifest_entry(tps_buf *b, int i)
+{
+    tps_buf_printf(b, "{\"name\": \"layer.%d.w\", \"shape\": [64, 32], \"rank_shapes\": [[32, 32], [32, 32]], "
+                      "\"partition\": {\"replicated\": false, \"dim\": 0}}", i);
+}
+
+static void header_entry(tps_buf *b, int i)
+{
+    tps_buf_printf(b, "\"model.layers.%d.mlp.experts.0.w1.weight\": {\"dtype\": \"BF16\", \"shape\": [64, 32], "
+                      "\"data_offsets\": [%d, %d]}", i, i * 4096, (i + 1) * 4096);
+}
+
+/* open, 20,000 entries written by entry separated by commas, close, into b; returns the heap
+ * a whole parse of it takes. */
+static size_t big_document(tps_buf *b, const char *open, void (*entry)(tps_buf *, int), const char *close)
+{
+    tps_buf_puts(b, open);
+    for (int i = 0; i < 20000; i++) {
+        if (i) tps_buf_puts(b, ", ");
+        entry(b, i);
+    }
+    tps_buf_puts(b, close);
+    tps_error err;
+    size_t before = heap_in_use();
+    tps_json_doc *full = parse_n(b->data, b->len, &err);
+    size_t used = heap_in_use() - before;
+    CHECK(full);
+    tps_json_doc_free(full);
+    return used;
+}
+#endif
 
 TEST(lazy_array_memory_is_one_element)
 {
 #ifdef __GLIBC__
     /* 20,000 manifest-like entries: the full tree is megabytes, one element a few KiB */
     tps_buf b = TPS_BUF_INIT;
-    tps_buf_puts(&b, "{\"tp\": 2, \"t\": [");
-    for (int i = 0; i < 20000; i++) {
-        char e[256];
-        snprintf(e, sizeof e, "%s{\"name\": \"layer.%d.w\", \"shape\": [64, 32], \"rank_shapes\": [[32, 32], [32, 32]], "
-                 "\"partition\": {\"replicated\": false, \"dim\": 0}}", i ? ", " : "", i);
-        tps_buf_puts(&b, e);
-    }
-    tps_buf_puts(&b, "]}");
+    size_t full_bytes = big_document(&b, "{\"tp\": 2, \"t\": [", manifest_entry, "]}");
     tps_error err;
-    size_t before = heap_in_use();
-    tps_json_doc *full = parse_n(b.data, b.len, &err);
-    size_t full_bytes = heap_in_use() - before;
-    tps_json_doc_free(full);
     tps_json_doc *lazy = NULL;
     lazy_seen seen = {TPS_BUF_INIT, 0, 0, 0};
     seen.heap_before = heap_in_use();
@@ -1029,37 +1068,17 @@ TEST(members_same_as_full_parse)
         "\"x\"",
     };
     for (size_t i = 0; i < sizeof docs / sizeof docs[0]; i++) members_against_full(docs[i], strlen(docs[i]), docs[i]);
-    for (size_t i = 0; i < sizeof bad_cases / sizeof bad_cases[0]; i++) {
-        const struct bad_case *c = &bad_cases[i];
-        size_t len = c->len ? c->len : strlen(c->text);
-        members_against_full(c->text, len, c->name);
-        for (int form = 0; form < 2; form++) { /* as a root member's value, before and after others */
-            tps_buf b = TPS_BUF_INIT;
-            tps_buf_puts(&b, form ? "{\"a\": {\"b\": 1}, \"v\": " : "{\"v\": ");
-            tps_buf_append(&b, c->text, len);
-            tps_buf_puts(&b, form ? "}" : ", \"z\": [1]}");
-            members_against_full(b.data, b.len, c->name);
-            tps_buf_release(&b);
-        }
-    }
+    for (size_t i = 0; i < sizeof bad_cases / sizeof bad_cases[0]; i++)
+        members_against_full(bad_cases[i].text, bad_cases[i].len ? bad_cases[i].len : strlen(bad_cases[i].text),
+                             bad_cases[i].name);
+    /* as a root member's value, before and after others */
+    static const char *const pre[2] = {"{\"v\": ", "{\"a\": {\"b\": 1}, \"v\": "}, *const post[2] = {", \"z\": [1]}", "}"};
+    each_bad_case_inside(pre, post, members_against_full);
     const char *dup = "{\"a\": {\"x\": 1}, \"k\": {}, \"a\": {\"x\": 2}}";
     members_against_full(dup, strlen(dup), "a root key twice");
-    const char *base = "{\"w\": {\"dtype\": \"BF16\", \"shape\": [2, 3], \"data_offsets\": [0, 12]}, \"k\": {\"m\": \"x\\\"y\"}, "
-                       "\"e\\u00e9\": [1, {\"q\": null}]}";
-    size_t n = strlen(base);
-    static const char repl[] = "[]{},:\"\\ 0a-";
-    for (size_t at = 0; at < n; at++)
-        for (size_t r = 0; r < sizeof repl - 1; r++) {
-            char *m = malloc(n);
-            CHECK(m);
-            if (!m) return;
-            memcpy(m, base, n);
-            m[at] = repl[r];
-            char name[64];
-            snprintf(name, sizeof name, "byte %zu as '%c'", at, repl[r]);
-            members_against_full(m, n, name);
-            free(m);
-        }
+    each_byte_changed("{\"w\": {\"dtype\": \"BF16\", \"shape\": [2, 3], \"data_offsets\": [0, 12]}, \"k\": {\"m\": \"x\\\"y\"}, "
+                      "\"e\\u00e9\": [1, {\"q\": null}]}",
+                      members_against_full);
 }
 
 TEST(members_memory_is_keys_and_one_value)
@@ -1067,19 +1086,8 @@ TEST(members_memory_is_keys_and_one_value)
 #ifdef __GLIBC__
     /* 20,000 safetensors-like entries: the full tree against keys plus one value */
     tps_buf b = TPS_BUF_INIT;
-    tps_buf_putc(&b, '{');
-    for (int i = 0; i < 20000; i++) {
-        char e[256];
-        snprintf(e, sizeof e, "%s\"model.layers.%d.mlp.experts.0.w1.weight\": {\"dtype\": \"BF16\", \"shape\": [64, 32], "
-                 "\"data_offsets\": [%d, %d]}", i ? ", " : "", i, i * 4096, (i + 1) * 4096);
-        tps_buf_puts(&b, e);
-    }
-    tps_buf_putc(&b, '}');
+    size_t full_bytes = big_document(&b, "{", header_entry, "}");
     tps_error err;
-    size_t before = heap_in_use();
-    tps_json_doc *full = parse_n(b.data, b.len, &err);
-    size_t full_bytes = heap_in_use() - before;
-    tps_json_doc_free(full);
     members_seen seen = {TPS_BUF_INIT, 0, 0, true};
     tps_json_doc *mem = NULL;
     seen.heap_before = heap_in_use();
