@@ -321,6 +321,14 @@ tps_status tps_safetensors_add_file(tps_index *ix, const char *path, tps_error *
         goto cleanup;
     }
     size_t ntensors = w.n;
+    /* What the index is built from is in entries and the kept keys now: the text and the
+     * entries' spare room go before the index grows beside them. */
+    free(text);
+    text = NULL;
+    if (ntensors && ntensors < w.cap) {
+        st_entry *fit = realloc(entries, ntensors * sizeof *fit);
+        if (fit) entries = fit;
+    }
     if (ntensors) qsort(entries, ntensors, sizeof *entries, cmp_entry);
     uint64_t data_len = 0, total = UINT64_MAX;
     TPS_CHECK(check_offsets(path, entries, ntensors, &data_len, err));
