@@ -236,6 +236,7 @@ typedef struct loader {
     const char *text; /* the manifest's text: its tensor list is parsed one entry at a time */
     size_t len;
     tps_manifest *m;
+    size_t cap; /* entries m->tensors has room for (one more, zeroed, at its end) */
 } loader;
 
 /* "PATH: byte N: FIELD: MSG", or without "FIELD: " when field is empty. */
@@ -454,8 +455,17 @@ cleanup:
 static tps_status load_tensor_at(void *ctx, size_t i, const tps_json *tj)
 {
     loader *L = ctx;
-    L->m->ntensors = i + 1;
-    return load_tensor(L, tj, L->m->tp, &L->m->tensors[i]);
+    tps_manifest *m = L->m;
+    if (i >= L->cap) {
+        size_t cap = 2 * L->cap + 16;
+        tps_manifest_tensor *t = cap < SIZE_MAX / sizeof *t ? realloc(m->tensors, (cap + 1) * sizeof *t) : NULL;
+        if (!t) return tps_fail_oom(L->err, "loading the manifest");
+        memset(t + L->cap + 1, 0, (cap - L->cap) * sizeof *t);
+        m->tensors = t;
+        L->cap = cap;
+    }
+    m->ntensors = i + 1;
+    return load_tensor(L, tj, m->tp, &m->tensors[i]);
 }
 
 static int cmp_file(const void *a, const void *b)
@@ -655,7 +665,11 @@ static tps_status load_doc(loader *L, const tps_json *root, tps_manifest *m)
     }
     const tps_json *tensors = field(L, root, "tensors", TPS_JSON_ARRAY, &st);
     NEED(tensors);
-    m->tensors = calloc(tensors->u.array.n + 1, sizeof *m->tensors);
+    /* The count is the scan's, from commas: a valid entry takes well over 32 bytes of text,
+     * so more than that is room for entries that are not there (a run of commas), and the
+     * array grows as entries are loaded instead; a valid manifest gets its exact size. */
+    L->cap = tensors->u.array.n <= L->len / 32 ? tensors->u.array.n : L->len / 32;
+    m->tensors = calloc(L->cap + 1, sizeof *m->tensors);
     if (!m->tensors) return tps_fail_oom(L->err, "loading the manifest");
     TPS_CHECK(tps_json_each(L->text, L->len, L->path, tensors, load_tensor_at, L, L->err));
     TPS_CHECK(tps_manifest_index(m, L->path, L->err));
@@ -677,7 +691,7 @@ tps_status tps_manifest_parse(const char *text, size_t len, const char *what, tp
         st = tps_fail_oom(err, "loading the manifest");
         goto cleanup;
     }
-    loader L = {what, err, text, len, m};
+    loader L = {what, err, text, len, m, 0};
     TPS_CHECK(load_doc(&L, tps_json_root(doc), m));
     *out = m;
     m = NULL;
