@@ -222,6 +222,50 @@ static tps_status check_offsets(const char *path, const st_entry *v, size_t n, u
     return TPS_OK;
 }
 
+/* The header's members as the parser hands them over (tps_json_parse_members): each
+ * tensor's entry checked and copied (its name stays in the tree's keys), __metadata__ kept
+ * in the tree; the first refusal is remembered, not returned, so that a syntax error further
+ * on is still what the header is refused for. */
+typedef struct header_walk {
+    const char *path;
+    st_entry *entries;
+    size_t n, cap;
+    const tps_json *meta;
+    tps_status st;
+    tps_error err;
+} header_walk;
+
+static bool is_metadata_key(void *ctx, const tps_json *k)
+{
+    (void)ctx;
+    return k->u.string.len == 12 && memcmp(k->u.string.s, "__metadata__", 12) == 0;
+}
+
+static void walk_member(void *ctx, const tps_json *k, const tps_json *v)
+{
+    header_walk *w = ctx;
+    if (w->st) return;
+    if (is_metadata_key(w, k)) {
+        w->st = check_metadata(w->path, v, &w->err);
+        w->meta = v;
+        return;
+    }
+    if (w->n == w->cap) {
+        size_t cap = w->cap ? w->cap * 2 : 64;
+        st_entry *e = cap <= SIZE_MAX / sizeof *e ? realloc(w->entries, cap * sizeof *e) : NULL;
+        if (!e) {
+            w->st = tps_fail_oom(&w->err, "reading a safetensors header");
+            return;
+        }
+        w->entries = e;
+        w->cap = cap;
+    }
+    st_entry *e = &w->entries[w->n];
+    memset(e, 0, sizeof *e);
+    e->order = w->n++;
+    w->st = parse_entry(w->path, k, v, e, &w->err);
+}
+
 tps_status tps_safetensors_add_file(tps_index *ix, const char *path, tps_error *err)
 {
     tps_status st = TPS_OK;
@@ -258,32 +302,34 @@ tps_status tps_safetensors_add_file(tps_index *ix, const char *path, tps_error *
     TPS_CHECK(tps_pread_full(f->fd, path, 8, text, (size_t)n, err));
     char what[4200];
     snprintf(what, sizeof what, "%s: JSON header at file offset 8", path);
-    TPS_CHECK(tps_json_parse(text, (size_t)n, what, &doc, err));
-    const tps_json *root = tps_json_root(doc);
+    /* One entry's parse tree at a time: a whole header's is about 1 KiB a tensor, more than
+     * the index keeps (docs/design.md, "The manifest in memory"). */
+    header_walk w = {.path = path};
+    tps_error_clear(&w.err);
+    st = tps_json_parse_members(text, (size_t)n, what, is_metadata_key, walk_member, &w, &doc, err);
+    entries = w.entries;
+    if (st) goto cleanup;
+    const tps_json *root = tps_json_root(doc), *meta = w.meta;
     if (root->type != TPS_JSON_OBJECT) {
         st = tps_fail(err, TPS_EINVALID, "%s: the header is %s, not a JSON object", path,
                       json_type_name(root->type));
         goto cleanup;
     }
-    size_t nobj = root->u.object.n, ntensors = 0;
-    const tps_json *meta = NULL;
-    entries = calloc(nobj ? nobj : 1, sizeof *entries);
-    if (!entries) {
-        st = tps_fail_oom(err, "reading a safetensors header");
+    if (w.st) { /* the first entry refused, in header order, as a walk of the whole tree finds it */
+        *err = w.err;
+        st = w.st;
         goto cleanup;
     }
-    for (size_t i = 0; i < nobj; i++) {
-        const tps_json *k = root->u.object.keys[i], *v = root->u.object.values[i];
-        if (k->u.string.len == 12 && memcmp(k->u.string.s, "__metadata__", 12) == 0) {
-            TPS_CHECK(check_metadata(path, v, err));
-            meta = v;
-            continue;
-        }
-        entries[ntensors].order = ntensors;
-        TPS_CHECK(parse_entry(path, k, v, &entries[ntensors], err));
-        ntensors++;
+    size_t ntensors = w.n;
+    /* What the index is built from is in entries and the kept keys now: the text and the
+     * entries' spare room go before the index grows beside them. */
+    free(text);
+    text = NULL;
+    if (ntensors && ntensors < w.cap) {
+        st_entry *fit = realloc(entries, ntensors * sizeof *fit);
+        if (fit) entries = fit;
     }
-    qsort(entries, ntensors, sizeof *entries, cmp_entry);
+    if (ntensors) qsort(entries, ntensors, sizeof *entries, cmp_entry);
     uint64_t data_len = 0, total = UINT64_MAX;
     TPS_CHECK(check_offsets(path, entries, ntensors, &data_len, err));
     if (!tps_add_u64(header_end, data_len, &total) || total != f->size) {
@@ -298,6 +344,10 @@ tps_status tps_safetensors_add_file(tps_index *ix, const char *path, tps_error *
                           "has only %llu bytes (truncated?)",
                           path, (unsigned long long)data_len, (unsigned long long)header_end,
                           (unsigned long long)f->size);
+        goto cleanup;
+    }
+    if (!tps_index_reserve(ix, ntensors)) {
+        st = tps_fail_oom(err, "indexing tensors");
         goto cleanup;
     }
     for (size_t i = 0; i < ntensors; i++) {

@@ -67,6 +67,12 @@ FAIL = [
      "duplicate key"),
     ("dup_key_in_metadata", st(b'{"__metadata__":{"a":"1","a":"2"},"w":' + hj(ONE["w"]) + b"}", D8),
      "duplicate key"),
+    # a refused entry before a syntax error or a repeated key: the header is refused for the
+    # text, as a whole parse finds it, though entries are checked as they are parsed (issue 27)
+    ("bad_entry_then_syntax", st(b'{"a":' + hj(t("XX", [1], 0, 1)) + b',"b":' + hj(t("U8", [1], 1, 2)) + b",}",
+                                 bytes(2)), "trailing comma before '}'"),
+    ("bad_entry_then_dup_key", st(b'{"a":' + hj(t("XX", [1], 0, 1)) + b',"b":' + hj(t("U8", [1], 1, 2)) + b',"b":'
+                                  + hj(t("U8", [1], 1, 2)) + b"}", bytes(2)), "duplicate key"),
     ("dup_key_in_entry",
      st(b'{"w":{"dtype":"F32","dtype":"F32","shape":[2],"data_offsets":[0,8]}}', D8), "duplicate key"),
     # __metadata__

@@ -49,6 +49,19 @@ static bool grow(void **arr, size_t *cap, size_t need, size_t elem)
     return true;
 }
 
+bool tps_index_reserve(tps_index *ix, size_t n)
+{
+    if (n > SIZE_MAX - ix->ntensors) return false;
+    size_t need = ix->ntensors + n;
+    if (ix->tensors_cap || need == 0) return grow((void **)&ix->tensors, &ix->tensors_cap, need, sizeof *ix->tensors);
+    if (need > SIZE_MAX / sizeof *ix->tensors) return false;
+    tps_tensor *t = malloc(need * sizeof *t);
+    if (!t) return false;
+    ix->tensors = t;
+    ix->tensors_cap = need;
+    return true;
+}
+
 tps_status tps_index_add_file(tps_index *ix, const char *path, uint32_t *file_id, tps_error *err)
 {
     if (ix->nfiles >= UINT32_MAX) return tps_fail(err, TPS_EINVALID, "%s: too many files", ix->path);

@@ -107,6 +107,11 @@ tps_status tps_index_add_tensor(tps_index *ix, const char *name, size_t name_len
                                 int ndim, const uint64_t *shape, uint32_t file, uint64_t offset,
                                 const void *reader_data, tps_error *err);
 
+/* Room for n more tensors, for a reader that knows its count before adding them: the first
+ * reservation of an empty index is exact (a rank file of 50,000 tensors gets 50,000 slots,
+ * not the next power of two), later ones grow as adding does.  False when out of memory. */
+bool tps_index_reserve(tps_index *ix, size_t n);
+
 /* Adds key=value metadata; refuses a duplicate key. */
 tps_status tps_index_add_meta(tps_index *ix, const char *key, const char *value, tps_error *err);
 

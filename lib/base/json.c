@@ -120,6 +120,10 @@ typedef struct parser {
     tps_json **stack;
     size_t sp, stack_cap;
     tps_buf scratch; /* a string being decoded */
+    const char *lazy_key; /* tps_json_parse_lazy: the root member only scanned, or NULL */
+    tps_json_member_fn member_fn; /* tps_json_parse_members: the root's values, one at a time */
+    tps_json_keep_fn keep;
+    void *member_ctx;
 } parser;
 
 static tps_status fail_at(parser *ps, size_t off, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -546,6 +550,70 @@ static tps_status parse_array(parser *ps, int depth, tps_json **out)
     return TPS_OK;
 }
 
+static bool is_lazy_key(const parser *ps, const tps_json *key)
+{
+    return ps->lazy_key && key->u.string.len == strlen(ps->lazy_key) &&
+           memcmp(key->u.string.s, ps->lazy_key, key->u.string.len) == 0;
+}
+
+/* The extent and element count of the array at ps->pos, without building it: brackets
+ * and braces counted outside strings, commas between elements counted at its own level.
+ * Only bytes are looked at here; tps_json_each parses the elements strictly, and where
+ * they are not JSON the two views part and that parse reports it. */
+static tps_status scan_lazy_array(parser *ps, tps_json **out)
+{
+    tps_json *v = new_node(ps, TPS_JSON_ARRAY, ps->pos);
+    if (!v) return fail_oom(ps);
+    size_t depth = 0, commas = 0;
+    bool any = false;
+    for (size_t i = ps->pos; i < ps->len; i++) {
+        unsigned char c = ps->in[i];
+        if (c == '"') {
+            for (i++; i < ps->len && ps->in[i] != '"'; i++)
+                if (ps->in[i] == '\\') i++;
+            if (i >= ps->len) break;
+        } else if (c == '[' || c == '{') {
+            depth++;
+        } else if (c == ']' || c == '}') {
+            if (--depth == 0) {
+                v->u.array.n = any ? commas + 1 : 0;
+                v->u.array.lazy = true;
+                v->u.array.end = ps->pos = i + 1;
+                *out = v;
+                return TPS_OK;
+            }
+        } else if (c == ',' && depth == 1) {
+            commas++;
+        }
+        if (depth == 1 && c != '[' && c != ' ' && c != '\t' && c != '\n' && c != '\r') any = true;
+    }
+    return fail_at(ps, v->offset, "an array that does not end");
+}
+
+static tps_json_doc *doc_new(size_t len);
+
+/* tps_json_parse_members: a root member's value, parsed into a document of its own (unless
+ * kept), handed over, and left in the tree as a null node at its offset. */
+static tps_status parse_member_value(parser *ps, const tps_json *key, tps_json **out)
+{
+    tps_json_doc *tree = ps->doc, *own = NULL;
+    bool keep = ps->keep && ps->keep(ps->member_ctx, key);
+    if (!keep && !(ps->doc = own = doc_new(ARENA_FIRST_BLOCK * 4))) {
+        ps->doc = tree;
+        return fail_oom(ps);
+    }
+    tps_json *val = NULL;
+    tps_status st = parse_value(ps, 1, &val);
+    ps->doc = tree;
+    if (st == TPS_OK) {
+        ps->member_fn(ps->member_ctx, key, val);
+        if (!keep && !(val = new_node(ps, TPS_JSON_NULL, val->offset))) st = fail_oom(ps);
+    }
+    tps_json_doc_free(own);
+    *out = val;
+    return st;
+}
+
 static tps_status parse_object(parser *ps, int depth, tps_json **out)
 {
     tps_status st;
@@ -566,7 +634,14 @@ static tps_status parse_object(parser *ps, int depth, tps_json **out)
         skip_ws(ps);
         if (ps->pos >= ps->len || ps->in[ps->pos] != ':') return fail_expected(ps, "':' after an object key");
         ps->pos++;
-        if ((st = parse_value(ps, depth + 1, &val)) != TPS_OK) return st;
+        skip_ws(ps);
+        if (depth == 0 && is_lazy_key(ps, key) && ps->pos < ps->len && ps->in[ps->pos] == '[')
+            st = scan_lazy_array(ps, &val);
+        else if (depth == 0 && ps->member_fn)
+            st = parse_member_value(ps, key, &val);
+        else
+            st = parse_value(ps, depth + 1, &val);
+        if (st != TPS_OK) return st;
         if ((st = push(ps, key)) != TPS_OK || (st = push(ps, val)) != TPS_OK) return st;
         skip_ws(ps);
         if (ps->pos < ps->len && ps->in[ps->pos] == '}') break;
@@ -614,29 +689,117 @@ static tps_status parse_value(parser *ps, int depth, tps_json **out)
     }
 }
 
+/* An empty document for about len bytes of input: its blocks stop doubling near that size. */
+static tps_json_doc *doc_new(size_t len)
+{
+    tps_json_doc *doc = calloc(1, sizeof *doc);
+    if (!doc) return NULL;
+    doc->next_size = ARENA_FIRST_BLOCK;
+    doc->max_size = ARENA_MAX_BLOCK;
+    while (doc->max_size > ARENA_FIRST_BLOCK && doc->max_size / 2 >= len) doc->max_size /= 2;
+    return doc;
+}
+
+static tps_status parse_document(parser *ps, tps_json_doc **out);
+
 tps_status tps_json_parse(const char *text, size_t len, const char *what, tps_json_doc **out, tps_error *err)
+{
+    return tps_json_parse_lazy(text, len, what, NULL, out, err);
+}
+
+tps_status tps_json_parse_lazy(const char *text, size_t len, const char *what, const char *lazy_key, tps_json_doc **out,
+                               tps_error *err)
+{
+    parser ps = {.in = (const unsigned char *)text, .len = len, .what = what, .err = err, .lazy_key = lazy_key};
+    return parse_document(&ps, out);
+}
+
+tps_status tps_json_parse_members(const char *text, size_t len, const char *what, tps_json_keep_fn keep,
+                                  tps_json_member_fn fn, void *ctx, tps_json_doc **out, tps_error *err)
+{
+    parser ps = {.in = (const unsigned char *)text, .len = len, .what = what, .err = err, .member_fn = fn,
+                 .keep = keep, .member_ctx = ctx};
+    return parse_document(&ps, out);
+}
+
+/* The whole input as one value, with ps's options. */
+static tps_status parse_document(parser *ps, tps_json_doc **out)
 {
     tps_status st;
     *out = NULL;
-    parser ps = {.in = (const unsigned char *)text, .len = len, .what = what, .err = err};
-    ps.scratch = (tps_buf)TPS_BUF_INIT;
-    ps.doc = calloc(1, sizeof *ps.doc);
-    if (!ps.doc) return fail_oom(&ps);
-    ps.doc->next_size = ARENA_FIRST_BLOCK;
-    ps.doc->max_size = ARENA_MAX_BLOCK;
-    while (ps.doc->max_size > ARENA_FIRST_BLOCK && ps.doc->max_size / 2 >= len) ps.doc->max_size /= 2;
-    TPS_CHECK(parse_value(&ps, 0, &ps.doc->root));
-    skip_ws(&ps);
-    if (ps.pos < len) {
+    ps->scratch = (tps_buf)TPS_BUF_INIT;
+    if (!(ps->doc = doc_new(ps->len))) return fail_oom(ps);
+    TPS_CHECK(parse_value(ps, 0, &ps->doc->root));
+    skip_ws(ps);
+    if (ps->pos < ps->len) {
         char d[32];
-        st = fail_at(&ps, ps.pos, "expected the end of input after the value, found %s",
-                     describe(&ps, ps.pos, d, sizeof d));
+        st = fail_at(ps, ps->pos, "expected the end of input after the value, found %s",
+                     describe(ps, ps->pos, d, sizeof d));
         goto cleanup;
     }
-    *out = ps.doc;
-    ps.doc = NULL;
+    *out = ps->doc;
+    ps->doc = NULL;
 cleanup:
-    tps_json_doc_free(ps.doc);
+    tps_json_doc_free(ps->doc);
+    free(ps->stack);
+    tps_buf_release(&ps->scratch);
+    return st;
+}
+
+/* One element of a lazy array at ps->pos, parsed into a document of its own, handed to fn
+ * and freed. */
+static tps_status each_lazy_item(parser *ps, size_t i, tps_json_each_fn fn, void *ctx)
+{
+    tps_json *item;
+    if (!(ps->doc = doc_new(ARENA_FIRST_BLOCK * 4))) return fail_oom(ps);
+    tps_status st = parse_value(ps, 2, &item); /* inside the root object and the array */
+    if (st == TPS_OK) st = fn(ctx, i, item);
+    tps_json_doc_free(ps->doc);
+    ps->doc = NULL;
+    return st;
+}
+
+tps_status tps_json_each(const char *text, size_t len, const char *what, const tps_json *arr, tps_json_each_fn fn,
+                         void *ctx, tps_error *err)
+{
+    tps_status st = TPS_OK;
+    if (!arr->u.array.lazy) {
+        for (size_t i = 0; i < arr->u.array.n && st == TPS_OK; i++) st = fn(ctx, i, arr->u.array.items[i]);
+        return st;
+    }
+    /* The array's own bytes only: an element that is not JSON cannot run on past it. */
+    parser ps = {.in = (const unsigned char *)text, .len = arr->u.array.end <= len ? arr->u.array.end : len,
+                 .pos = arr->offset + 1, .what = what, .err = err};
+    ps.scratch = (tps_buf)TPS_BUF_INIT;
+    size_t i = 0;
+    skip_ws(&ps);
+    if (ps.pos < ps.len && ps.in[ps.pos] == ']') goto end;
+    for (;; i++) {
+        if (i >= arr->u.array.n) { /* the scan counted fewer: bytes it read otherwise than JSON does */
+            st = fail_expected(&ps, "the end of the array");
+            goto cleanup;
+        }
+        TPS_CHECK(each_lazy_item(&ps, i, fn, ctx));
+        skip_ws(&ps);
+        if (ps.pos < ps.len && ps.in[ps.pos] == ']') {
+            i++;
+            break;
+        }
+        if (ps.pos >= ps.len || ps.in[ps.pos] != ',') {
+            st = fail_expected(&ps, "',' or ']' in an array");
+            goto cleanup;
+        }
+        ps.pos++;
+        skip_ws(&ps);
+        if (ps.pos < ps.len && ps.in[ps.pos] == ']') {
+            st = fail_at(&ps, ps.pos, "trailing comma before ']'");
+            goto cleanup;
+        }
+    }
+end:
+    if (i != arr->u.array.n || ps.pos + 1 != ps.len)
+        st = fail_at(&ps, ps.pos, "the array's elements are not what its scan found");
+cleanup:
     free(ps.stack);
     tps_buf_release(&ps.scratch);
     return st;

@@ -52,8 +52,10 @@ struct tps_json {
             size_t len;
         } string;
         struct {
-            tps_json **items;
+            tps_json **items; /* NULL in a lazy array (tps_json_parse_lazy) */
             size_t n;
+            bool lazy;
+            size_t end; /* lazy: the byte after its ']' */
         } array;
         struct {
             tps_json **keys; /* each of type TPS_JSON_STRING, in document order */
@@ -66,6 +68,37 @@ struct tps_json {
 typedef struct tps_json_doc tps_json_doc;
 
 tps_status tps_json_parse(const char *text, size_t len, const char *what, tps_json_doc **out, tps_error *err);
+
+/* tps_json_parse, except that the array which is the root object's member lazy_key (when the
+ * root is an object with that member and it is an array) is only scanned for its extent and
+ * element count, not built: its node has lazy set, items NULL and n its element count, and
+ * tps_json_each parses its elements one at a time.  For a manifest's tensor list, whose
+ * parse tree would be several times the size of what the caller keeps of it.  Errors inside
+ * the lazy array are found when tps_json_each parses it; the text must outlive that. */
+tps_status tps_json_parse_lazy(const char *text, size_t len, const char *what, const char *lazy_key, tps_json_doc **out,
+                               tps_error *err);
+
+/* tps_json_parse for a document whose root object has many members, each read once and not
+ * needed after (a safetensors header: one member a tensor).  Each member value of the root
+ * object is parsed into a document of its own, handed to fn(ctx, key, value) and freed; the
+ * tree keeps the keys (duplicates are refused as ever) and, in place of each value, a null
+ * node at its offset, unless keep(ctx, key) (may be NULL) says to keep that value in the tree,
+ * where fn gets it too.  fn is called in document order as values are parsed, so it sees
+ * members before a syntax error further on: a caller that refuses a member should remember
+ * its first refusal and report it only when the parse succeeds, as a whole parse followed by
+ * a walk of the tree would. */
+typedef void (*tps_json_member_fn)(void *ctx, const tps_json *key, const tps_json *value);
+typedef bool (*tps_json_keep_fn)(void *ctx, const tps_json *key);
+tps_status tps_json_parse_members(const char *text, size_t len, const char *what, tps_json_keep_fn keep,
+                                  tps_json_member_fn fn, void *ctx, tps_json_doc **out, tps_error *err);
+
+/* Calls fn(ctx, i, item) on each element of array arr in order, stopping at the first status
+ * that is not TPS_OK.  A lazy array's elements are parsed from text (the input of
+ * tps_json_parse_lazy, len bytes) one at a time, each with the same strict rules and byte
+ * offsets as a whole parse, and freed when fn returns: memory is one element's tree. */
+typedef tps_status (*tps_json_each_fn)(void *ctx, size_t i, const tps_json *item);
+tps_status tps_json_each(const char *text, size_t len, const char *what, const tps_json *arr, tps_json_each_fn fn,
+                         void *ctx, tps_error *err);
 const tps_json *tps_json_root(const tps_json_doc *doc);
 void tps_json_doc_free(tps_json_doc *doc);
 

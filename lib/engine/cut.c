@@ -108,10 +108,14 @@ typedef struct mapped_file {
     int fd;
     const char *path;
     tps_io_map map;
+    uint64_t advised_lo, advised_hi; /* the last read-ahead asked for: [lo, hi) of the file */
 } mapped_file;
 
-/* How far ahead of the chunk being checksummed the kernel is asked to read a mapped file. */
+/* How far ahead of the chunk being checksummed the kernel is asked to read a mapped file, and
+ * the least it is asked for at a time: a run of tiny tensors costs one madvise per MiB, not
+ * one each (50,000 of them made 1.4 madvise calls a tensor). */
 #define WILLNEED_AHEAD ((uint64_t)8 << 20)
+#define WILLNEED_STEP ((uint64_t)1 << 20)
 
 typedef struct source_stream {
     const tps_manifest *m;
@@ -193,12 +197,12 @@ bool tps_tensor_locate(const tps_index *ix, const tps_tensor *t, uint64_t off, i
     return true;
 }
 
-static tps_status map_of(source_stream *ss, int fd, const char *path, const tps_io_map **out, tps_error *err)
+static tps_status map_of(source_stream *ss, int fd, const char *path, mapped_file **out, tps_error *err)
 {
     *out = NULL;
     for (size_t k = 0; k < ss->nmaps; k++)
         if (ss->maps[k].fd == fd) {
-            if (ss->maps[k].map.base) *out = &ss->maps[k].map;
+            if (ss->maps[k].map.base) *out = &ss->maps[k];
             return TPS_OK;
         }
     if (ss->nmaps == ss->capmaps) {
@@ -209,13 +213,12 @@ static tps_status map_of(source_stream *ss, int fd, const char *path, const tps_
         ss->capmaps = cap;
     }
     mapped_file *mf = &ss->maps[ss->nmaps++];
-    mf->fd = fd;
-    mf->path = path;
+    *mf = (mapped_file){.fd = fd, .path = path};
     /* No address space for it (ulimit -v, a 32-bit build) or a file that cannot be mapped:
      * read() it, as before, rather than fail. */
     tps_error ignored;
     tps_error_clear(&ignored);
-    if (tps_io_map_file(fd, path, &mf->map, &ignored) == TPS_OK && mf->map.base) *out = &mf->map;
+    if (tps_io_map_file(fd, path, &mf->map, &ignored) == TPS_OK && mf->map.base) *out = mf;
     return TPS_OK;
 }
 
@@ -226,17 +229,24 @@ static tps_status fill_mapped(source_stream *ss, tps_chunk *c, bool *done, tps_e
     int fd;
     const char *path;
     uint64_t fo, len = c->n;
-    const tps_io_map *mp = NULL;
+    mapped_file *mf = NULL;
     *done = false;
     /* A chunk that straddles two files (a reshard's piece from two source ranks) is read. */
     if (!ss->locate || tps_io_uncached() || !ss->locate(ss->ctx, ss->i, ss->g, &fd, &path, &fo, &len) || len < c->n)
         return TPS_OK;
-    tps_status st = map_of(ss, fd, path, &mp, err);
-    if (st || !mp) return st;
+    tps_status st = map_of(ss, fd, path, &mf, err);
+    if (st || !mf) return st;
+    const tps_io_map *mp = &mf->map;
     if (fo > mp->size || mp->size - fo < c->n)
         return tps_fail(err, TPS_EIO, "%s: file ended at offset %llu (it shrank while being read?)", path,
                         (unsigned long long)mp->size);
-    tps_io_map_willneed(mp, fo + WILLNEED_AHEAD, c->n);
+    uint64_t ahead = fo + WILLNEED_AHEAD;
+    if (ahead < mf->advised_lo || ahead + c->n > mf->advised_hi) {
+        uint64_t n = c->n > WILLNEED_STEP ? c->n : WILLNEED_STEP;
+        tps_io_map_willneed(mp, ahead, n);
+        mf->advised_lo = ahead;
+        mf->advised_hi = ahead + n;
+    }
     c->data = mp->base + fo;
     c->crc = 0;
     if (!tps_io_mapped_crc(c->data, c->n, &c->crc))

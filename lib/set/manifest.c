@@ -233,6 +233,10 @@ tps_status tps_manifest_to_json(const tps_manifest *m, tps_buf *buf, tps_error *
 typedef struct loader {
     const char *path;
     tps_error *err;
+    const char *text; /* the manifest's text: its tensor list is parsed one entry at a time */
+    size_t len;
+    tps_manifest *m;
+    size_t cap; /* entries m->tensors has room for (one more, zeroed, at its end) */
 } loader;
 
 /* "PATH: byte N: FIELD: MSG", or without "FIELD: " when field is empty. */
@@ -263,6 +267,19 @@ static char *dup_json_string(loader *L, const tps_json *v, tps_status *st)
         return NULL;
     }
     char *s = strdup(v->u.string.s);
+    if (!s) *st = tps_fail_oom(L->err, "loading the manifest");
+    return s;
+}
+
+/* A tensor's name (intern false) or rule (intern true), in the manifest's string pool. */
+static char *pool_json_string(loader *L, const tps_json *v, bool intern, tps_status *st)
+{
+    if (strlen(v->u.string.s) != v->u.string.len) {
+        *st = bad(L, v, "a string contains a NUL byte", "");
+        return NULL;
+    }
+    char *s = intern ? tps_strpool_intern(L->m->strings, v->u.string.s, v->u.string.len)
+                     : tps_strpool_add(L->m->strings, v->u.string.s, v->u.string.len);
     if (!s) *st = tps_fail_oom(L->err, "loading the manifest");
     return s;
 }
@@ -375,7 +392,7 @@ static tps_status load_tensor(loader *L, const tps_json *tj, uint64_t tp, tps_ma
     if (tj->type != TPS_JSON_OBJECT) return bad(L, tj, "tensor entry must be an object", "");
     const tps_json *v = field(L, tj, "name", TPS_JSON_STRING, &st);
     NEED(v);
-    NEED(t->name = dup_json_string(L, v, &st));
+    NEED(t->name = pool_json_string(L, v, false, &st));
     v = field(L, tj, "dtype", TPS_JSON_STRING, &st);
     NEED(v);
     if (!tps_dtype_parse(v->u.string.s, v->u.string.len, &t->dtype))
@@ -387,7 +404,7 @@ static tps_status load_tensor(loader *L, const tps_json *tj, uint64_t tp, tps_ma
     TPS_CHECK(get_crc(L, tj, &t->crc));
     v = field(L, tj, "rule", TPS_JSON_STRING, &st);
     NEED(v);
-    NEED(t->rule = dup_json_string(L, v, &st));
+    NEED(t->rule = pool_json_string(L, v, true, &st));
     v = field(L, tj, "partition", TPS_JSON_OBJECT, &st);
     NEED(v);
     TPS_CHECK(load_partition(L, v, &t->part));
@@ -432,6 +449,23 @@ static tps_status load_tensor(loader *L, const tps_json *tj, uint64_t tp, tps_ma
     }
 cleanup:
     return st;
+}
+
+/* Tensor entry i, as tps_json_each hands it over (its parse tree is freed after it). */
+static tps_status load_tensor_at(void *ctx, size_t i, const tps_json *tj)
+{
+    loader *L = ctx;
+    tps_manifest *m = L->m;
+    if (i >= L->cap) {
+        size_t cap = 2 * L->cap + 16;
+        tps_manifest_tensor *t = cap < SIZE_MAX / sizeof *t ? realloc(m->tensors, (cap + 1) * sizeof *t) : NULL;
+        if (!t) return tps_fail_oom(L->err, "loading the manifest");
+        memset(t + L->cap + 1, 0, (cap - L->cap) * sizeof *t);
+        m->tensors = t;
+        L->cap = cap;
+    }
+    m->ntensors = i + 1;
+    return load_tensor(L, tj, m->tp, &m->tensors[i]);
 }
 
 static int cmp_file(const void *a, const void *b)
@@ -631,12 +665,13 @@ static tps_status load_doc(loader *L, const tps_json *root, tps_manifest *m)
     }
     const tps_json *tensors = field(L, root, "tensors", TPS_JSON_ARRAY, &st);
     NEED(tensors);
-    m->tensors = calloc(tensors->u.array.n + 1, sizeof *m->tensors);
+    /* The count is the scan's, from commas: a valid entry takes well over 32 bytes of text,
+     * so more than that is room for entries that are not there (a run of commas), and the
+     * array grows as entries are loaded instead; a valid manifest gets its exact size. */
+    L->cap = tensors->u.array.n <= L->len / 32 ? tensors->u.array.n : L->len / 32;
+    m->tensors = calloc(L->cap + 1, sizeof *m->tensors);
     if (!m->tensors) return tps_fail_oom(L->err, "loading the manifest");
-    for (size_t i = 0; i < tensors->u.array.n; i++) {
-        m->ntensors = i + 1;
-        TPS_CHECK(load_tensor(L, tensors->u.array.items[i], m->tp, &m->tensors[i]));
-    }
+    TPS_CHECK(tps_json_each(L->text, L->len, L->path, tensors, load_tensor_at, L, L->err));
     TPS_CHECK(tps_manifest_index(m, L->path, L->err));
 cleanup:
     return st;
@@ -648,13 +683,15 @@ tps_status tps_manifest_parse(const char *text, size_t len, const char *what, tp
     tps_json_doc *doc = NULL;
     tps_manifest *m = NULL;
     tps_status st = TPS_OK;
-    TPS_CHECK(tps_json_parse(text, len, what, &doc, err));
+    /* The tensor list is most of the text, and its parse tree would be several times what
+     * is kept of it: it is parsed one entry at a time (docs/design.md, "The manifest in memory"). */
+    TPS_CHECK(tps_json_parse_lazy(text, len, what, "tensors", &doc, err));
     m = calloc(1, sizeof *m);
-    if (!m) {
+    if (!m || !(m->strings = tps_strpool_new())) {
         st = tps_fail_oom(err, "loading the manifest");
         goto cleanup;
     }
-    loader L = {what, err};
+    loader L = {what, err, text, len, m, 0};
     TPS_CHECK(load_doc(&L, tps_json_root(doc), m));
     *out = m;
     m = NULL;
@@ -776,10 +813,13 @@ void tps_manifest_free(tps_manifest *m)
 {
     if (!m) return;
     for (size_t i = 0; i < m->ntensors; i++) {
-        free(m->tensors[i].name);
-        free(m->tensors[i].rule);
+        if (!m->strings) {
+            free(m->tensors[i].name);
+            free(m->tensors[i].rule);
+        }
         free(m->tensors[i].target_name);
     }
+    tps_strpool_free(m->strings);
     free(m->target);
     free(m->target_version);
     for (size_t i = 0; i < m->nextras; i++) free(m->extras[i].name);

@@ -16,6 +16,7 @@
 #include "../base/index.h"
 #include "../base/json.h"
 #include "../base/status.h"
+#include "../base/strpool.h"
 #include "../layout/partition.h"
 
 #define TPS_MANIFEST_NAME "tpshard.json"
@@ -112,6 +113,11 @@ typedef struct tps_manifest {
     bool adopted;
     /* private: names of tensors and files, built by the loader or tps_manifest_index */
     tps_name_hash tensor_names, file_names;
+    /* private: a loaded manifest's tensor names and rules live here, not one malloc each (a
+     * rule is stored once however many tensors it cut); NULL in a manifest built in memory.
+     * Where set, those strings are never freed or replaced one by one: a command that changes
+     * them works on a copy (tps_manifest_retarget). */
+    tps_strpool *strings;
 } tps_manifest;
 
 /* Reads DIR/tpshard.json strictly: unknown version refused, every field type-checked,

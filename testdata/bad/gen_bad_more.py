@@ -223,6 +223,17 @@ def gen_manifests():
                                             [{"name": "s%d" % i, "length": 1, "unit": 1, "replicate": False}
                                              for i in range(64)]))
     case("rank_shapes_wrong", 3, "'a'", setf(["tensors", 0, "rank_shapes"], [[3, 2], [1, 2]]))
+    # The tensor list is scanned, then parsed an entry at a time (issue 27): a run of commas
+    # is refused for its first missing value (the scan's count of them is not allocated), an
+    # entry that is not JSON for its first bad byte, a list that never ends by where it began.
+    def tensors_text(inner):
+        m = copy.deepcopy(base)
+        m["tensors"] = "@TENSORS@"
+        return (json.dumps(m, indent=2) + "\n").encode().replace(b'"@TENSORS@"', inner)
+
+    case("tensors_commas", 3, "expected a value", text=tensors_text(b"[" + b"," * 100000 + b"]"))
+    case("tensors_entry_not_json", 3, "invalid literal", text=tensors_text(b'[{"name": tru}]'))
+    case("tensors_unterminated", 3, "does not end", text=tensors_text(b'[{"name": "a"}')[:-3])
     case("config_not_object", 3, "config", setf(["config"], "config.json"))
     case("config_keys_not_object", 3, "keys", setf(["config"], {"path": "config.json", "keys": [1]}))
     case("config_path_missing", 3, "path", setf(["config"], {"keys": {}}))

@@ -15,6 +15,7 @@
 #include "lib/base/checked.h"
 #include "lib/base/dtype.h"
 #include "lib/base/index.h"
+#include "lib/base/strpool.h"
 #include "tps_test.h"
 
 static uint64_t rng_state = 0x2545f4914f6cdd1dull;
@@ -482,6 +483,102 @@ static bool make_temp_file(void)
     return ok;
 }
 
+TEST(strpool_add_and_intern)
+{
+    tps_strpool *p = tps_strpool_new();
+    CHECK(p);
+    if (!p) return;
+    /* 100,000 names across many blocks: each reads back as written */
+    enum { N = 100000 };
+    char **names = calloc(N, sizeof *names);
+    CHECK(names);
+    if (!names) return;
+    for (int i = 0; i < N; i++) {
+        char s[64];
+        int n = snprintf(s, sizeof s, "model.layers.%d.mlp.experts.%d.w1.weight", i / 64, i % 64);
+        names[i] = tps_strpool_add(p, s, (size_t)n);
+        CHECK(names[i] && strcmp(names[i], s) == 0);
+    }
+    int bad = 0;
+    for (int i = 0; i < N; i++) {
+        char s[64];
+        snprintf(s, sizeof s, "model.layers.%d.mlp.experts.%d.w1.weight", i / 64, i % 64);
+        bad += strcmp(names[i], s) != 0;
+    }
+    CHECK_EQ_U64(bad, 0);
+    /* a string longer than a block, between short ones */
+    size_t big = 200000;
+    char *b = malloc(big);
+    CHECK(b);
+    if (b) {
+        memset(b, 'x', big);
+        char *pb = tps_strpool_add(p, b, big);
+        CHECK(pb && strlen(pb) == big && pb[0] == 'x');
+        free(b);
+    }
+    CHECK(strcmp(tps_strpool_add(p, "tail", 4), "tail") == 0);
+    CHECK(strcmp(names[N - 1], "model.layers.1562.mlp.experts.31.w1.weight") == 0);
+    /* interned: equal strings one copy, different ones (prefixes too) not */
+    char *r1 = tps_strpool_intern(p, "rule (preset:mixtral:38:5)", 26);
+    char *r2 = tps_strpool_intern(p, "rule (preset:mixtral:38:5)xyz", 26);
+    char *r3 = tps_strpool_intern(p, "rule (preset:mixtral:38:5", 25);
+    char *r4 = tps_strpool_intern(p, "", 0);
+    CHECK(r1 && r1 == r2 && r3 && r3 != r1 && strcmp(r3, "rule (preset:mixtral:38:5") == 0 && r4 && !*r4);
+    /* many distinct interned strings (the table grows), each found again */
+    for (int i = 0; i < 5000; i++) {
+        char s[32];
+        int n = snprintf(s, sizeof s, "r%d", i);
+        char *a = tps_strpool_intern(p, s, (size_t)n);
+        CHECK(a && strcmp(a, s) == 0);
+        if (i % 7 == 0) CHECK(tps_strpool_intern(p, s, (size_t)n) == a);
+    }
+    CHECK(tps_strpool_intern(p, "rule (preset:mixtral:38:5)", 26) == r1);
+    free(names);
+    tps_strpool_free(p);
+    tps_strpool_free(NULL);
+}
+
+/* An index over the temporary file, for tests that add tensors to it; NULL on failure. */
+static tps_index *index_over_temp_file(tps_error *err)
+{
+    tps_index *ix = NULL;
+    uint32_t f;
+    tps_error_clear(err);
+    CHECK_EQ_U64(tps_index_new("model", "safetensors", &ix, err), TPS_OK);
+    if (ix && tps_index_add_file(ix, tmp_path, &f, err) != TPS_OK) {
+        CHECK(!"the temporary file could not be added");
+        tps_index_free(ix);
+        ix = NULL;
+    }
+    return ix;
+}
+
+TEST(index_reserve_exact_then_growing)
+{
+    tps_error err;
+    tps_index *ix = index_over_temp_file(&err);
+    if (!ix) return;
+    /* 1,000 known up front: exactly 1,000 slots, and adding them moves nothing */
+    CHECK(tps_index_reserve(ix, 1000));
+    CHECK_EQ_U64(ix->tensors_cap, 1000);
+    const tps_tensor *first = ix->tensors;
+    const uint64_t shape[] = {1};
+    for (int i = 0; i < 1000; i++) {
+        char name[16];
+        int n = snprintf(name, sizeof name, "t%d", i);
+        CHECK_EQ_U64(tps_index_add_tensor(ix, name, (size_t)n, TPS_DT_U8, 1, shape, 0, (uint64_t)i, NULL, &err), TPS_OK);
+    }
+    CHECK(ix->tensors == first && ix->ntensors == 1000);
+    /* a later file's reservation grows as adding would (doubling), and keeps every tensor */
+    CHECK(tps_index_reserve(ix, 10));
+    CHECK_EQ_U64(ix->tensors_cap, 2000);
+    CHECK(tps_index_reserve(ix, 0));
+    CHECK(!tps_index_reserve(ix, SIZE_MAX));
+    const tps_tensor *t = tps_index_find(ix, "t999");
+    CHECK(t && t->offset == 999);
+    tps_index_free(ix);
+}
+
 TEST(index_tensors_and_ranges)
 {
     tps_index *ix = NULL;
@@ -577,13 +674,9 @@ TEST(index_tensors_and_ranges)
 TEST(index_lookup_10k)
 {
     enum { N = 10000 };
-    tps_index *ix = NULL;
     tps_error err;
-    tps_error_clear(&err);
-    CHECK_EQ_U64(tps_index_new("model", "safetensors", &ix, &err), TPS_OK);
+    tps_index *ix = index_over_temp_file(&err);
     if (!ix) return;
-    uint32_t f;
-    CHECK_EQ_U64(tps_index_add_file(ix, tmp_path, &f, &err), TPS_OK);
     const uint64_t one[] = {1};
     char name[64];
     for (int i = 0; i < N; i++) {
@@ -668,8 +761,10 @@ int main(void)
     RUN(dtype_from_f64_f32_f64_exact);
     RUN(buf_appends_and_printf);
     RUN(buf_overflow_sets_oom);
+    RUN(strpool_add_and_intern);
     if (make_temp_file()) {
         RUN(index_tensors_and_ranges);
+        RUN(index_reserve_exact_then_growing);
         RUN(index_lookup_10k);
         RUN(index_files_refused);
         unlink(tmp_path);

@@ -758,6 +758,351 @@ TEST(value_reemitted_verbatim)
     tps_json_doc_free(doc);
 }
 
+/* ---- tps_json_parse_lazy and tps_json_each: the full parse is the reference ---- */
+
+typedef struct lazy_seen {
+    tps_buf text; /* each element re-emitted compactly, one a line */
+    size_t n, heap_before, heap_max;
+} lazy_seen;
+
+static tps_status lazy_collect(void *ctx, size_t i, const tps_json *item)
+{
+    lazy_seen *s = ctx;
+    if (i != s->n) printf("#   element %zu handed over as %zu\n", s->n, i);
+    s->n++;
+    tps_jw w;
+    tps_jw_init(&w, &s->text, false);
+    tps_jw_value(&w, item);
+    tps_buf_putc(&s->text, '\n');
+    return TPS_OK;
+}
+
+#ifdef __GLIBC__
+/* The heap in use while element i is in hand, the parse's own documents included. */
+static tps_status lazy_measure(void *ctx, size_t i, const tps_json *item)
+{
+    (void)i, (void)item;
+    lazy_seen *s = ctx;
+    s->n++;
+    size_t h = heap_in_use() - s->heap_before;
+    if (h > s->heap_max) s->heap_max = h;
+    return TPS_OK;
+}
+#endif
+
+/* Parses text both ways; the lazy member "t" must give the elements the full parse gives,
+ * the other members the same tree, and both must fail alike (with the same message when the
+ * lazy scan itself found the array's end). */
+static void lazy_against_full(const char *text, size_t len, const char *name)
+{
+    tps_error ef, el;
+    tps_error_clear(&ef);
+    tps_error_clear(&el);
+    tps_json_doc *full = NULL, *lazy = NULL;
+    tps_status sf = tps_json_parse(text, len, "doc", &full, &ef);
+    tps_status sl = tps_json_parse_lazy(text, len, "doc", "t", &lazy, &el);
+    lazy_seen seen = {TPS_BUF_INIT, 0, 0, 0};
+    tps_buf want = TPS_BUF_INIT;
+    bool scanned = sl == TPS_OK;
+    if (sl == TPS_OK) {
+        const tps_json *t = tps_json_get(tps_json_root(lazy), "t");
+        if (t && t->type == TPS_JSON_ARRAY) sl = tps_json_each(text, len, "doc", t, lazy_collect, &seen, &el);
+    }
+    if ((sf == TPS_OK) != (sl == TPS_OK) || (sf && scanned && strcmp(ef.msg, el.msg) != 0)) {
+        printf("#   %s: full parse %d \"%s\", lazy %d \"%s\"\n", name, (int)sf, ef.msg, (int)sl, el.msg);
+        tps_test_failed_now = 1;
+    }
+    if (sf == TPS_OK && sl == TPS_OK) {
+        const tps_json *t = tps_json_get(tps_json_root(full), "t");
+        for (size_t i = 0; t && t->type == TPS_JSON_ARRAY && i < t->u.array.n; i++) {
+            tps_jw w;
+            tps_jw_init(&w, &want, false);
+            tps_jw_value(&w, t->u.array.items[i]);
+            tps_buf_putc(&want, '\n');
+        }
+        CHECK(want.len == seen.text.len && (!want.len || memcmp(want.data, seen.text.data, want.len) == 0));
+        /* the rest of the tree: "t" itself differs (lazy), so compare the other members */
+        const tps_json *rf = tps_json_root(full), *rl = tps_json_root(lazy);
+        CHECK_EQ_U64(rf->u.object.n, rl->u.object.n);
+        for (size_t i = 0; i < rf->u.object.n && i < rl->u.object.n; i++) {
+            if (strcmp(rf->u.object.keys[i]->u.string.s, "t") == 0) continue;
+            tps_buf a = TPS_BUF_INIT, b = TPS_BUF_INIT;
+            tps_jw wa, wb;
+            tps_jw_init(&wa, &a, false);
+            tps_jw_init(&wb, &b, false);
+            tps_jw_value(&wa, rf->u.object.values[i]);
+            tps_jw_value(&wb, rl->u.object.values[i]);
+            CHECK(a.len == b.len && memcmp(a.data, b.data, a.len) == 0);
+            tps_buf_release(&a);
+            tps_buf_release(&b);
+        }
+    }
+    tps_buf_release(&want);
+    tps_buf_release(&seen.text);
+    tps_json_doc_free(full);
+    tps_json_doc_free(lazy);
+}
+
+/* Compares the two ways of parsing text (len bytes), naming the case name in failures. */
+typedef void (*both_ways_fn)(const char *text, size_t len, const char *name);
+
+/* Every one-byte change of base to each of a few structural bytes, compared by fn. */
+static void each_byte_changed(const char *base, both_ways_fn fn)
+{
+    size_t n = strlen(base);
+    static const char repl[] = "[]{},:\"\\ 0a-";
+    char *m = malloc(n);
+    CHECK(m);
+    if (!m) return;
+    for (size_t at = 0; at < n; at++)
+        for (size_t r = 0; r < sizeof repl - 1; r++) {
+            memcpy(m, base, n);
+            m[at] = repl[r];
+            char name[64];
+            snprintf(name, sizeof name, "byte %zu as '%c'", at, repl[r]);
+            fn(m, n, name);
+        }
+    free(m);
+}
+
+/* Every malformed document of invalid_documents, between pre[k] and post[k] for k = 0, 1,
+ * compared by fn. */
+static void each_bad_case_inside(const char *const pre[2], const char *const post[2], both_ways_fn fn)
+{
+    for (size_t i = 0; i < sizeof bad_cases / sizeof bad_cases[0]; i++) {
+        const struct bad_case *c = &bad_cases[i];
+        size_t len = c->len ? c->len : strlen(c->text);
+        for (int k = 0; k < 2; k++) {
+            tps_buf b = TPS_BUF_INIT;
+            tps_buf_puts(&b, pre[k]);
+            tps_buf_append(&b, c->text, len);
+            tps_buf_puts(&b, post[k]);
+            fn(b.data, b.len, c->name);
+            tps_buf_release(&b);
+        }
+    }
+}
+
+TEST(lazy_array_same_elements_as_full_parse)
+{
+    static const char *docs[] = {
+        "{\"t\": []}",
+        "{\"t\": [ ]}",
+        "{\"a\": 1, \"t\": [1], \"z\": {\"t\": [2]}}",
+        "{\"t\": [\"]\", \"[\", \"\\\"]\", {\"k\": [[], {}]}, -1.5e3, null, true, false], \"b\": \"x\"}",
+        "{\"z\": [3], \"t\": [{\"name\": \"a,b\", \"shape\": [1, 2]}, {\"name\": \"\\u005d\"}]}",
+        "[1, 2]",       /* no root object: nothing lazy */
+        "{\"t\": 5}",   /* not an array: parsed as it is */
+    };
+    for (size_t i = 0; i < sizeof docs / sizeof docs[0]; i++) lazy_against_full(docs[i], strlen(docs[i]), docs[i]);
+    /* the lazy node says how many elements and where the array ends */
+    tps_error err;
+    tps_json_doc *doc = NULL;
+    const char *s = "{\"t\": [1, [2, 3], {\"x\": \",\"}] }";
+    CHECK(tps_json_parse_lazy(s, strlen(s), "doc", "t", &doc, &err) == TPS_OK);
+    const tps_json *t = doc ? tps_json_get(tps_json_root(doc), "t") : NULL;
+    CHECK(t && t->u.array.lazy && t->u.array.n == 3 && t->u.array.items == NULL && s[t->u.array.end - 1] == ']' &&
+          t->u.array.end == strlen(s) - 2);
+    tps_json_doc_free(doc);
+}
+
+TEST(lazy_array_errors_as_full_parse)
+{
+    /* every malformed document of invalid_documents, as an element of the lazy array and as
+     * the whole of a member after it */
+    static const char *const pre[2] = {"{\"t\": [1, ", "{\"t\": [1], \"u\": "}, *const post[2] = {", 2]}", "}"};
+    each_bad_case_inside(pre, post, lazy_against_full);
+    /* a duplicate key inside an element, and the lazy member repeated */
+    const char *dup = "{\"t\": [{\"a\": 1, \"b\": 2, \"a\": 3}]}", *twice = "{\"t\": [], \"t\": [1]}";
+    lazy_against_full(dup, strlen(dup), "duplicate key in an element");
+    lazy_against_full(twice, strlen(twice), "the member twice");
+    /* one byte changed anywhere in a document with a lazy array: both parses agree */
+    each_byte_changed("{\"a\": [1, 2], \"t\": [{\"n\": \"x\\\"y\", \"s\": [1, 2]}, [3, {\"k\": null}], \"e\\u00e9\"], \"z\": 1}",
+                      lazy_against_full);
+}
+
+#ifdef __GLIBC__
+static void manifest_entry(tps_buf *b, int i)
+{
+    tps_buf_printf(b, "{\"name\": \"layer.%d.w\", \"shape\": [64, 32], \"rank_shapes\": [[32, 32], [32, 32]], "
+                      "\"partition\": {\"replicated\": false, \"dim\": 0}}", i);
+}
+
+static void header_entry(tps_buf *b, int i)
+{
+    tps_buf_printf(b, "\"model.layers.%d.mlp.experts.0.w1.weight\": {\"dtype\": \"BF16\", \"shape\": [64, 32], "
+                      "\"data_offsets\": [%d, %d]}", i, i * 4096, (i + 1) * 4096);
+}
+
+/* open, 20,000 entries written by entry separated by commas, close, into b; returns the heap
+ * a whole parse of it takes. */
+static size_t big_document(tps_buf *b, const char *open, void (*entry)(tps_buf *, int), const char *close)
+{
+    tps_buf_puts(b, open);
+    for (int i = 0; i < 20000; i++) {
+        if (i) tps_buf_puts(b, ", ");
+        entry(b, i);
+    }
+    tps_buf_puts(b, close);
+    tps_error err;
+    size_t before = heap_in_use();
+    tps_json_doc *full = parse_n(b->data, b->len, &err);
+    size_t used = heap_in_use() - before;
+    CHECK(full);
+    tps_json_doc_free(full);
+    return used;
+}
+#endif
+
+TEST(lazy_array_memory_is_one_element)
+{
+#ifdef __GLIBC__
+    /* 20,000 manifest-like entries: the full tree is megabytes, one element a few KiB */
+    tps_buf b = TPS_BUF_INIT;
+    size_t full_bytes = big_document(&b, "{\"tp\": 2, \"t\": [", manifest_entry, "]}");
+    tps_error err;
+    tps_json_doc *lazy = NULL;
+    lazy_seen seen = {TPS_BUF_INIT, 0, 0, 0};
+    seen.heap_before = heap_in_use();
+    CHECK(tps_json_parse_lazy(b.data, b.len, "doc", "t", &lazy, &err) == TPS_OK);
+    const tps_json *t = lazy ? tps_json_get(tps_json_root(lazy), "t") : NULL;
+    CHECK(t && tps_json_each(b.data, b.len, "doc", t, lazy_measure, &seen, &err) == TPS_OK);
+    CHECK_EQ_U64(seen.n, 20000);
+    if (seen.heap_max > 64 * 1024 || full_bytes < 100 * seen.heap_max)
+        printf("#   full tree %zu bytes, lazy at most %zu bytes\n", full_bytes, seen.heap_max);
+    CHECK(seen.heap_max <= 64 * 1024);
+    CHECK(full_bytes >= 100 * seen.heap_max);
+    tps_json_doc_free(lazy);
+    tps_buf_release(&seen.text);
+    tps_buf_release(&b);
+#endif
+}
+
+/* ---- tps_json_parse_members: the full parse is the reference ---- */
+
+typedef struct members_seen {
+    tps_buf text; /* "key=value" of each member handed over, re-emitted compactly */
+    size_t heap_before, heap_max;
+    bool measure;
+} members_seen;
+
+static bool keep_k(void *ctx, const tps_json *key)
+{
+    (void)ctx;
+    return strcmp(key->u.string.s, "k") == 0;
+}
+
+static void members_collect(void *ctx, const tps_json *key, const tps_json *value)
+{
+    members_seen *s = ctx;
+#ifdef __GLIBC__
+    if (s->measure) {
+        size_t h = heap_in_use() - s->heap_before;
+        if (h > s->heap_max) s->heap_max = h;
+        return;
+    }
+#endif
+    tps_jw w;
+    tps_jw_init(&w, &s->text, false);
+    tps_jw_string_n(&w, key->u.string.s, key->u.string.len);
+    tps_buf_putc(&s->text, '=');
+    tps_jw_init(&w, &s->text, false);
+    tps_jw_value(&w, value);
+    tps_buf_putc(&s->text, '\n');
+}
+
+/* Both parses of text: same status and message; the members handed over are the full tree's
+ * root members in order; the tree keeps the keys, "k"'s value, and null nodes at the others'
+ * offsets. */
+static void members_against_full(const char *text, size_t len, const char *name)
+{
+    tps_error ef, em;
+    tps_error_clear(&ef);
+    tps_error_clear(&em);
+    tps_json_doc *full = NULL, *mem = NULL;
+    members_seen seen = {TPS_BUF_INIT, 0, 0, false};
+    tps_status sf = tps_json_parse(text, len, "doc", &full, &ef);
+    tps_status sm = tps_json_parse_members(text, len, "doc", keep_k, members_collect, &seen, &mem, &em);
+    if (sf != sm || (sf && strcmp(ef.msg, em.msg) != 0)) {
+        printf("#   %s: full parse %d \"%s\", members %d \"%s\"\n", name, (int)sf, ef.msg, (int)sm, em.msg);
+        tps_test_failed_now = 1;
+    }
+    const tps_json *rf = full ? tps_json_root(full) : NULL, *rm = mem ? tps_json_root(mem) : NULL;
+    if (sf == TPS_OK && sm == TPS_OK && rf->type == TPS_JSON_OBJECT) {
+        members_seen want = {TPS_BUF_INIT, 0, 0, false};
+        CHECK(rm->type == TPS_JSON_OBJECT && rm->u.object.n == rf->u.object.n);
+        for (size_t i = 0; i < rf->u.object.n && i < rm->u.object.n; i++) {
+            const tps_json *k = rf->u.object.keys[i], *vf = rf->u.object.values[i], *vm = rm->u.object.values[i];
+            members_collect(&want, k, vf);
+            CHECK_STR(rm->u.object.keys[i]->u.string.s, k->u.string.s);
+            CHECK_EQ_U64(vm->offset, vf->offset);
+            if (strcmp(k->u.string.s, "k") == 0) {
+                tps_buf a = TPS_BUF_INIT, b = TPS_BUF_INIT;
+                tps_jw wa, wb;
+                tps_jw_init(&wa, &a, false);
+                tps_jw_init(&wb, &b, false);
+                tps_jw_value(&wa, vf);
+                tps_jw_value(&wb, vm);
+                CHECK(a.len == b.len && memcmp(a.data, b.data, a.len) == 0);
+                tps_buf_release(&a);
+                tps_buf_release(&b);
+            } else {
+                CHECK(vm->type == TPS_JSON_NULL);
+            }
+        }
+        CHECK(want.text.len == seen.text.len && (!want.text.len || memcmp(want.text.data, seen.text.data, want.text.len) == 0));
+        tps_buf_release(&want.text);
+    }
+    tps_buf_release(&seen.text);
+    tps_json_doc_free(full);
+    tps_json_doc_free(mem);
+}
+
+TEST(members_same_as_full_parse)
+{
+    static const char *docs[] = {
+        "{}",
+        "{\"a\": {\"dtype\": \"F32\", \"shape\": [2, 3]}, \"k\": {\"x\": \"y\"}, \"b\": [1, [2]], \"c\": 3}",
+        "{\"k\": [1], \"\\u00e9\": \"s\", \"n\": null}",
+        "[{\"a\": 1}]", /* no root object: nothing handed over */
+        "\"x\"",
+    };
+    for (size_t i = 0; i < sizeof docs / sizeof docs[0]; i++) members_against_full(docs[i], strlen(docs[i]), docs[i]);
+    for (size_t i = 0; i < sizeof bad_cases / sizeof bad_cases[0]; i++)
+        members_against_full(bad_cases[i].text, bad_cases[i].len ? bad_cases[i].len : strlen(bad_cases[i].text),
+                             bad_cases[i].name);
+    /* as a root member's value, before and after others */
+    static const char *const pre[2] = {"{\"v\": ", "{\"a\": {\"b\": 1}, \"v\": "}, *const post[2] = {", \"z\": [1]}", "}"};
+    each_bad_case_inside(pre, post, members_against_full);
+    const char *dup = "{\"a\": {\"x\": 1}, \"k\": {}, \"a\": {\"x\": 2}}";
+    members_against_full(dup, strlen(dup), "a root key twice");
+    each_byte_changed("{\"w\": {\"dtype\": \"BF16\", \"shape\": [2, 3], \"data_offsets\": [0, 12]}, \"k\": {\"m\": \"x\\\"y\"}, "
+                      "\"e\\u00e9\": [1, {\"q\": null}]}",
+                      members_against_full);
+}
+
+TEST(members_memory_is_keys_and_one_value)
+{
+#ifdef __GLIBC__
+    /* 20,000 safetensors-like entries: the full tree against keys plus one value */
+    tps_buf b = TPS_BUF_INIT;
+    size_t full_bytes = big_document(&b, "{", header_entry, "}");
+    tps_error err;
+    members_seen seen = {TPS_BUF_INIT, 0, 0, true};
+    tps_json_doc *mem = NULL;
+    seen.heap_before = heap_in_use();
+    CHECK(tps_json_parse_members(b.data, b.len, "doc", NULL, members_collect, &seen, &mem, &err) == TPS_OK);
+    size_t kept = heap_in_use() - seen.heap_before;
+    /* what stays is the keys (the names) and a null node a value: well under a third */
+    if (3 * kept > full_bytes || 3 * seen.heap_max > full_bytes)
+        printf("#   full tree %zu bytes; members kept %zu, at most %zu in hand\n", full_bytes, kept, seen.heap_max);
+    CHECK(3 * kept <= full_bytes);
+    CHECK(3 * seen.heap_max <= full_bytes);
+    tps_json_doc_free(mem);
+    tps_buf_release(&b);
+#endif
+}
+
 int main(void)
 {
     RUN(nested_document);
@@ -777,5 +1122,10 @@ int main(void)
     RUN(emit_pretty);
     RUN(doubles_shortest_round_trip);
     RUN(value_reemitted_verbatim);
+    RUN(lazy_array_same_elements_as_full_parse);
+    RUN(lazy_array_errors_as_full_parse);
+    RUN(lazy_array_memory_is_one_element);
+    RUN(members_same_as_full_parse);
+    RUN(members_memory_is_keys_and_one_value);
     return tps_test_done();
 }
