@@ -164,7 +164,9 @@ def expected(hf, cfg, T, r, vocab_quantum=64, kv_shard=None, engine="vllm", scal
         if is_gemma(cfg):
             norms += ["pre_feedforward_layernorm", "post_feedforward_layernorm"]
         for norm in norms:
-            out[p + norm + ".weight"] = hf[p + norm + ".weight"]
+            for suffix in ("weight", "bias"):  # StarCoder2's LayerNorms carry biases
+                if p + norm + "." + suffix in hf:
+                    out[p + norm + "." + suffix] = hf[p + norm + "." + suffix]
         if getattr(cfg, "num_local_experts", None):  # Mixtral's block_sparse_moe (w1 gate, w3 up)
             m = p + "block_sparse_moe."
             I = cfg.intermediate_size
@@ -196,6 +198,11 @@ def expected(hf, cfg, T, r, vocab_quantum=64, kv_shard=None, engine="vllm", scal
                 out[sh + "down_proj.weight"] = hf[m + "shared_expert.down_proj.weight"][:, scols]
                 out[(sh + "expert_gate.weight") if engine == "vllm" else (m + "shared_expert_gate.weight")] = \
                     hf[m + "shared_expert_gate.weight"]  # a plain nn.Linear: whole on every rank
+        elif m + "c_fc.weight" in hf:  # StarCoder2: c_fc column-parallel with its bias, c_proj by rows
+            I = cfg.intermediate_size
+            cols = slice(r * I // T, (r + 1) * I // T)
+            out[m + "c_fc.weight"], out[m + "c_fc.bias"] = hf[m + "c_fc.weight"][cols], hf[m + "c_fc.bias"][cols]
+            out[m + "c_proj.weight"], out[m + "c_proj.bias"] = hf[m + "c_proj.weight"][:, cols], hf[m + "c_proj.bias"]
         else:
             I = cfg.intermediate_size
             cols = slice(r * I // T, (r + 1) * I // T)
@@ -203,6 +210,8 @@ def expected(hf, cfg, T, r, vocab_quantum=64, kv_shard=None, engine="vllm", scal
                                                         hf[m + "up_proj.weight"][cols]])
             out[m + "down_proj.weight"] = hf[m + "down_proj.weight"][:, cols]
     out["model.norm.weight"] = hf["model.norm.weight"]
+    if "model.norm.bias" in hf:
+        out["model.norm.bias"] = hf["model.norm.bias"]
     if not headless(cfg, scales):  # ParallelLMHead; tied, the smallest of its two names survives
         out["lm_head.weight"] = rows(hf["model.embed_tokens.weight" if tied else "lm_head.weight"])
     return out
