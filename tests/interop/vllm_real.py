@@ -31,8 +31,10 @@ ENGINE_TIMEOUT = 600
 # engine's own save), about 8 engine starts within the 20 minutes .ci/run gives the tier.
 MODE = os.environ.get("TPS_VLLM", "0")
 CI_SUBSET = {"llama": (1, 2), "qwen2-tied": (2,), "mixtral": (2,)}
-# TPS_VLLM_CASES=a,b runs only those cases (names as the tests print them), for a rerun.
+# TPS_VLLM_CASES=a,b runs only those cases (names as the tests print them), TPS_VLLM_TPS=1 only
+# that tp (with TPS_VLLM=1), for a rerun.
 CASES = [c for c in os.environ.get("TPS_VLLM_CASES", "").split(",") if c]
+ONLY_TPS = tuple(int(t) for t in os.environ.get("TPS_VLLM_TPS", "").split(",") if t)
 
 
 def tps_for(name):
@@ -40,11 +42,13 @@ def tps_for(name):
     if CASES and name not in CASES:
         print("# %s: not in TPS_VLLM_CASES, not run" % name)
         return ()
-    tps = CI_SUBSET.get(name, ()) if MODE == "ci" else (1, 2)
+    tps = CI_SUBSET.get(name, ()) if MODE == "ci" else ONLY_TPS or (1, 2)
+    why = "not in CI's subset of the real-vLLM tier" if MODE == "ci" else "TPS_VLLM_TPS leaves it out"
     for T in (1, 2):
         if T not in tps:
-            print("skip - %s tp %d: not in CI's subset of the real-vLLM tier (TPS_VLLM=1 runs it)" % (name, T))
+            print("skip - %s tp %d: %s (TPS_VLLM=1 runs it)" % (name, T, why))
     return tps
+
 
 def tier(name, body):
     """The tier's prologue and epilogue: a loud skip without vllm, body(tmp) otherwise."""
