@@ -7,6 +7,12 @@ model.*) and StarCoder2 (the Transformers backend too: q/k/v fused, biases, a ti
 vLLM loads each set with load_format="sharded_state" and must generate exactly the tokens and
 top-5 log-probs it generates from the Hugging Face directory at the same tp (tps: vllm_real.tps_for).
 
+Tried on the CPU build without a mapping (TPS_VLLM=1, tp 1, one engine start each): DeepSeek-V2
+(its CPU MLA kernel takes only a latent head of 576, kv_lora_rank 512 + qk_rope_head_dim 64, so
+the model has those; its state dict also names MLA's W_UK_T and W_UV, taken from kv_b_proj) and
+GPT-OSS in bfloat16 (experts as 3-D w13/w2 with biases, the source's [E, H, 2I] transposed): vLLM
+runs both from the Hugging Face directory, and split --target vllm refuses both (exit 3).
+
 Skips loudly without vllm (tests/interop/setup_vllm.sh).
 """
 import os
@@ -34,6 +40,36 @@ def cases():
     ]
 
 
+def unmapped_cases():
+    import transformers as T
+    return [
+        ("deepseek-v2", T.DeepseekV2Config(**dict(B, moe_intermediate_size=128, num_key_value_heads=8, q_lora_rank=None,
+                                                  kv_lora_rank=512, qk_nope_head_dim=32, qk_rope_head_dim=64,
+                                                  v_head_dim=32, n_routed_experts=4, num_experts_per_tok=2,
+                                                  n_shared_experts=1, first_k_dense_replace=1, topk_method="greedy",
+                                                  n_group=1, topk_group=1))),
+        ("gpt-oss", T.GptOssConfig(**dict(B, intermediate_size=256, head_dim=64, num_local_experts=4,
+                                          num_experts_per_tok=2, sliding_window=16, tie_word_embeddings=False,
+                                          layer_types=["sliding_attention", "full_attention"]))),
+    ]
+
+
+def unmapped(tmp, name, cfg):
+    """A family the CPU build runs that tpshard has no vllm mapping for: vLLM generates from its
+    Hugging Face directory at tp 1, and split --target vllm refuses it (exit 3, nothing written)."""
+    if vr.MODE != "1" or (vr.CASES and name not in vr.CASES):
+        print("skip - %s: tried on vLLM's CPU build with TPS_VLLM=1 only (no vllm mapping to judge)" % name)
+        return
+    src, out = os.path.join(tmp, name), os.path.join(tmp, name + "-vllm")
+    vr.build(cfg, src)
+    p = tpshard("split", src, "--tp", 1, "--target", "vllm", "-o", out, "-q")
+    report(p.returncode == 3 and "has no mapping for --target vllm" in p.stderr and not os.path.exists(out),
+           "%s: split --target vllm refused (no mapping), nothing written" % name, p.stderr)
+    got = vr.engine(src, 1)
+    report("error" not in got, "%s: vLLM's CPU build generates from the Hugging Face directory at tp 1 (a "
+           "mapping would be judged as the others are)" % name, got.get("error", ""))
+
+
 def body(tmp):
     for name, cfg in cases():
         tps = vr.tps_for(name)
@@ -43,6 +79,8 @@ def body(tmp):
         # GPT-2's and NeoX's norms carry biases; every family's norms are drawn around their centre
         vr.build(cfg, src, norm=(0, 0.3) if name.startswith("gemma") else (1.0, 0.2))
         vr.split_and_generate(tmp, name, src, tps)
+    for name, cfg in unmapped_cases():
+        unmapped(tmp, name, cfg)
 
 
 if __name__ == "__main__":
