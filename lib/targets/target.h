@@ -25,11 +25,13 @@
  *           per: "model.layers.*.input_layernorm.weight"   # once per match, its captures
  *           value: 1.0                # a 0-d F32 constant
  *           since: "0.14"             # the first engine release with them (--target-version)
+ *           before: "0.32"            # and the first without them (optional)
  *           engine: vllm              # only for this target (not sglang through an alias)
  *       tp_at_most_experts: "RULE"    # the engine refuses a tp above a stack's experts
  *       blocked:                      # rank files hold these rows reordered
  *         - match: "gpt_neox.layers.*.attention.query_key_value.{weight,bias}"
  *           blocks: 3                 # each partition unit is 3 blocks: [q_h; k_h; v_h]
+ *           before: "0.32"            # releases before this one only; engine: as extras
  *       transposed: ["transformer.h.*.attn.c_attn.weight", ...]   # 2-D slices held [b, a]
  *     sglang: vllm                    # the same mapping
  *
@@ -119,8 +121,9 @@ bool tps_target_transposes(const tps_target *t, const char *name);
  * once per tensor of files their per matches: how many, the first list of them appended to
  * out, quoted and comma-separated ("and N more" after). */
 size_t tps_target_missing(const tps_target *t, const tps_index *files, tps_buf *out, size_t list);
-/* The releases the target's since: values name for its own engine, newest first, at most
- * max: each starts a release class (what --target-version selects), "0" the class before. */
+/* The releases the target's since: and before: values name for its own engine, newest first,
+ * at most max: each starts a release class (what --target-version selects), "0" the class
+ * before. */
 size_t tps_target_releases(const tps_target *t, const char **out, size_t max);
 /* Whether name is one of the target's extras (a constant the engine's state dict holds
  * beside the weights, whatever the release that has it). */

@@ -1,6 +1,10 @@
 """Truth from outside for `--target vllm` / `--target sglang` on GPT-NeoX (Pythia).
 
-Written from vLLM's gpt_neox.py (GPTNeoXForCausalLM.load_weights: HF's names kept; the
+Written from vLLM's gpt_neox.py, which served GPT-NeoX through release 0.31 (so these sets are
+written with --target-version 0.31; vLLM 0.32 serves it through its Transformers backend, HF's
+module tree under model., embed_out as lm_head, query_key_value cut as HF keeps it: the current
+class, checked against that layout here and against the real engine in vllm_real_more.py)
+(GPTNeoXForCausalLM.load_weights: HF's names kept; the
 query_key_value weight and bias viewed as (heads, 3, head_dim, ...) and transposed to
 (3, heads, head_dim, ...) before QKVParallelLinear takes rank r's q, k and v heads, so a rank
 holds [q_r; k_r; v_r]; dense and dense_4h_to_h RowParallelLinear with their biases whole;
@@ -103,18 +107,20 @@ def tp_forward(R, cfg, T, ids):
     return x @ head.T
 
 
-def engine_sets(name, src, tmp, prefix, want, scales, forward, ref):
-    """split --target vllm|sglang at tp 1, 2, 4 into tmp/PREFIX{target}-{tp}: the engine's
-    loader takes every rank exactly (want(T, r), less vLLM's scale buffers, the names holding
-    scales, for SGLang), the tensor-parallel forward(ranks, T) from the rank files equals
-    transformers' logits ref, and config.json is in the set."""
+def engine_sets(name, src, tmp, prefix, want, scales, forward, ref, vllm_args=()):
+    """split --target vllm|sglang at tp 1, 2, 4 into tmp/PREFIX{target}-{tp} (vllm_args added
+    for vLLM): the engine's loader takes every rank exactly (want(T, r), less vLLM's scale
+    buffers, the names holding scales, for SGLang), the tensor-parallel forward(ranks, T) from
+    the rank files equals transformers' logits ref, and config.json is in the set."""
     import torch
     import vllm_emul
     for target in ("vllm", "sglang"):
         for T in (1, 2, 4):
             d = os.path.join(tmp, "%s%s-%d" % (prefix, target, T))
-            p = tap.tpshard("split", src, "--tp", T, "--target", target, "-o", d, "-q")
-            if not tap.report(p.returncode == 0, "%s --target %s tp %d: split" % (name, target, T), p.stderr):
+            args = vllm_args if target == "vllm" else ()
+            p = tap.tpshard("split", src, "--tp", T, "--target", target, "-o", d, "-q", *args)
+            if not tap.report(p.returncode == 0, "%s --target %s tp %d: split %s" % (name, target, T, " ".join(args)),
+                              p.stderr):
                 continue
             probs = []
             for r in range(T):
@@ -158,7 +164,8 @@ def main():
         ref = model(ids).logits[0].float()
 
     engine_sets("neox", src, tmp, "", lambda T, r: expected(sd, cfg, T, r), "attention.attn._",
-                lambda ranks, T: tp_forward(ranks, cfg, T, ids), ref)
+                lambda ranks, T: tp_forward(ranks, cfg, T, ids), ref, vllm_args=("--target-version", "0.31"))
+    transformers_backend(src, tmp, sd, cfg)
 
     # A wrong set: tpshard's own target keeps HF's per-head interleaved rows.
     d = os.path.join(tmp, "own-2")
@@ -367,6 +374,33 @@ def gpt2_cases(tmp):
     p = tap.tpshard("split", bare, "--tp", 2, "--target", "vllm", "-o", d, "-q")
     why = vllm_emul.same_sets(d, os.path.join(tmp, "g-vllm-2"), 2) if p.returncode == 0 else p.stderr
     tap.report(not why, "gpt2 without the transformer. prefix: --target vllm gives the same files", why)
+
+
+def transformers_backend(src, tmp, sd, cfg):
+    """The current class (vLLM 0.32's Transformers backend): HF's rows, cut as HF keeps them,
+    under model.* and lm_head; the set adopted without tpshard.json merges bit-exact."""
+    import torch
+    import vllm_emul
+    rename = lambda k: "lm_head.weight" if k == "embed_out.weight" else k.replace("gpt_neox.", "model.", 1)
+    for T in (1, 2, 4):
+        d = os.path.join(tmp, "current-%d" % T)
+        p = tap.tpshard("split", src, "--tp", T, "--target", "vllm", "-o", d, "-q")
+        probs = ["rank %d: %s" % (r, x) for r in range(T)
+                 for x in vllm_emul.load(d, r, {rename(k): v for k, v in _interleaved(sd, cfg, T, r).items()},
+                                         torch.float32)] if p.returncode == 0 else [p.stderr]
+        tap.report(not probs, "neox --target vllm tp %d (current: the Transformers backend's names, HF's rows): the "
+                   "loader takes every rank exactly" % T, "\n".join(probs[:5]))
+    saved = os.path.join(tmp, "current-saved-2")
+    shutil.copytree(os.path.join(tmp, "current-2"), saved)
+    os.remove(os.path.join(saved, "tpshard.json"))
+    merged = os.path.join(tmp, "current-saved.safetensors")
+    p = tap.tpshard("merge", saved, "-o", merged, "-q")
+    ok = p.returncode == 0
+    if ok:
+        from safetensors.torch import load_file
+        m, s = load_file(merged), load_file(os.path.join(src, "model.safetensors"))
+        ok = m.keys() == s.keys() and all(torch.equal(vllm_emul.raw(m[k]), vllm_emul.raw(s[k])) for k in s)
+    tap.report(ok, "neox: a current-class set without tpshard.json merges to the source bit-exact", p.stderr)
 
 
 def _interleaved(sd, cfg, T, r):

