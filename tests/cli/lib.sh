@@ -38,6 +38,22 @@ expect_exit() {
     fi
 }
 
+# expect_mismatch STAGE FRAG NAME CMD...: CMD (a verify) exits 1 naming "STAGE stage" and
+# saying FRAG (which names the rank).
+expect_mismatch() {
+    em_stage=$1 em_frag=$2 em_name=$3
+    shift 3
+    "$@" >"$T/.out" 2>"$T/.err"
+    rc=$?
+    if [ $rc -eq 1 ] && grep -qF -- "$em_stage stage" "$T/.err" && grep -qF -- "$em_frag" "$T/.err"; then
+        ok "$em_name"
+    else
+        notok "$em_name"
+        echo "#   expected exit 1 with '$em_stage stage' and '$em_frag', got exit $rc:"
+        sed 's/^/#   /' "$T/.err" | head -5
+    fi
+}
+
 # expect_wrong_cut FRAG NAME VERIFY-ARGS...: a set cut the wrong way makes verify exit 1 (FRAG
 # in its message) on the CPU ranks and on the device path (devsim: the GPU backend's
 # primitives in host memory), so that no wrong cut passes on either.

@@ -117,15 +117,8 @@ wrong() {
     split_wrong "$w" "$preset" "$M/tiny-$model" "$tp" "$rule" "$out" || return
     check "$w: check passes (the shards hold what the manifest says)" "$TPSHARD" check "$out"
     for backend in cpu devsim; do # devsim: the GPU path's primitives in host memory
-        "$TPSHARD" verify "$out" --backend $backend >"$T/.out" 2>"$T/.err"
-        rc=$?
-        if [ $rc -eq 1 ] && grep -qF -- "$stage stage" "$T/.err" && grep -qF -- "$frag" "$T/.err"; then
-            ok "$w: verify --backend $backend exits 1 naming the $stage stage and the rank"
-        else
-            notok "$w: verify --backend $backend exits 1 naming the $stage stage and the rank"
-            echo "#   expected exit 1 with '$stage stage' and '$frag', got exit $rc:"
-            sed 's/^/#   /' "$T/.err" | head -5
-        fi
+        expect_mismatch "$stage" "$frag" "$w: verify --backend $backend exits 1 naming the $stage stage and the rank" \
+            "$TPSHARD" verify "$out" --backend $backend
     done
 }
 

@@ -96,15 +96,9 @@ wrong() {
         devsim) set -- --backend devsim ;; # the GPU path's primitives in host memory
         *) set -- ;;
         esac
-        "$TPSHARD" verify "$out" --whole-model "$@" >"$T/.out" 2>"$T/.err"
-        rc=$?
-        if [ $rc -eq 1 ] && grep -qF -- "whole model, $stage stage" "$T/.err" && grep -qF -- "$frag" "$T/.err"; then
-            ok "$w: verify --whole-model ($how) exits 1 naming the $stage stage and the rank"
-        else
-            notok "$w: verify --whole-model ($how) exits 1 naming the $stage stage and the rank"
-            echo "#   expected exit 1 with '$stage stage' and '$frag', got exit $rc:"
-            sed 's/^/#   /' "$T/.err" | head -5
-        fi
+        expect_mismatch "whole model, $stage" "$frag" \
+            "$w: verify --whole-model ($how) exits 1 naming the $stage stage and the rank" \
+            "$TPSHARD" verify "$out" --whole-model "$@"
     done
 }
 
