@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "../lib/base/checked.h"
 #include "../lib/base/json.h"
 #include "../lib/megatron/megatron_args.h"
 #include "dcp.h"
@@ -174,7 +175,14 @@ static tps_status add_layers(tps_index *ix, dist_state *s, const tps_tensor *t, 
                         "%s: tensor '%s' is %s: a decoder layer tensor stacks args.num_layers = %llu layers on its first "
                         "dimension", ix->path, t->name, shape, (unsigned long long)layers);
     }
+    /* Each layer's slice holds bytes: args.num_layers cannot then exceed the bytes the files
+     * hold, which bounds the index this makes (an empty tensor would let a hostile num_layers
+     * ask for any number of entries). */
     uint64_t each = t->nbytes / layers;
+    if (each == 0 || t->nbytes % layers)
+        return tps_fail(err, TPS_EINVALID,
+                        "%s: tensor '%s' (%llu bytes) does not divide into args.num_layers = %llu non-empty layers",
+                        ix->path, t->name, (unsigned long long)t->nbytes, (unsigned long long)layers);
     char name[1200];
     for (uint64_t l = 0; l < layers; l++) {
         if (!layer_name(name, sizeof name, l, rest))
@@ -196,9 +204,17 @@ static tps_status add_layers(tps_index *ix, dist_state *s, const tps_tensor *t, 
 static tps_status build_view(tps_megatron_ckpt *c, tps_megatron_file *f, tps_index *dcp, uint64_t layers, tps_error *err)
 {
     dist_state *s = calloc(1, sizeof *s);
-    size_t nrefs = 0;
-    for (size_t i = 0; i < dcp->ntensors; i++) nrefs += stacked(dcp->tensors[i].name) ? layers : 1;
-    if (!s || !(s->refs = calloc(nrefs + 1, sizeof *s->refs))) {
+    uint64_t nrefs = 1;
+    bool fits = true; /* args.num_layers > 0 (tps_megatron_args_read) */
+    for (size_t i = 0; i < dcp->ntensors && fits; i++)
+        fits = tps_add_u64(nrefs, stacked(dcp->tensors[i].name) ? layers : 1, &nrefs);
+    if (!fits) {
+        free(s);
+        tps_index_free(dcp);
+        return tps_fail(err, TPS_EINVALID, "%s: args.num_layers = %llu does not fit %zu tensors' layers", f->path,
+                        (unsigned long long)layers, dcp->ntensors);
+    }
+    if (!s || nrefs > SIZE_MAX / sizeof *s->refs || !(s->refs = calloc((size_t)nrefs, sizeof *s->refs))) {
         free(s);
         tps_index_free(dcp);
         return tps_fail_oom(err, "reading a torch_dist checkpoint");

@@ -30,6 +30,15 @@ def bad_common(d):
     torch.save(common, p)
 
 
+def zero_layers(d):
+    """args.num_layers = 0: no layer to place the stacked decoder tensors in."""
+    import torch
+    p = os.path.join(d, "common.pt")
+    common = torch.load(p, weights_only=False)
+    common["args"].num_layers = 0
+    torch.save(common, p)
+
+
 def bad_backend(d):
     with open(os.path.join(d, "metadata.json"), "w") as f:
         f.write('{"sharded_backend": "zarr", "sharded_backend_version": 1}')
@@ -50,7 +59,8 @@ def main():
     cases = mutations("embedding.word_embeddings.weight")
     cases = [c for c in cases if c[0] in ("truncated_metadata", "truncated_distcp", "chunk_past_tensor")]
     cases += [("unknown_class_in_common", bad_common, "refused GLOBAL datetime.datetime"),
-              ("zarr_backend", bad_backend, "only torch_dist")]
+              ("zarr_backend", bad_backend, "only torch_dist"),
+              ("zero_layers", zero_layers, "args.num_layers is not a positive integer")]
     write_cases(bad, "gen_megatron_dist.py", "an iteration directory", good, "torch_dist, saved at tp 2 x pp 1",
                 cases)
 
