@@ -27,7 +27,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "../lib/base/checked.h"
@@ -497,13 +496,6 @@ static tps_vcomm process_comm(tps_vbackend *be, uint64_t T)
     return c;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 tps_status tps_vbackend_run(tps_vbackend *be, const tps_block *b, const vdims *d, uint64_t layer, uint64_t T,
                             const tps_vsource *ranks, size_t n, const float *x, vrank_out *outs, vstats *stats,
                             const tps_verify_opts *vo, tps_error *err)
@@ -511,7 +503,7 @@ tps_status tps_vbackend_run(tps_vbackend *be, const tps_block *b, const vdims *d
     tps_status st = TPS_OK;
     size_t nh = n * (size_t)d->hidden;
     *stats = (vstats){0, 0, 0};
-    double t0 = now_s();
+    double t0 = tps_vnow();
     if (!be || !be->mpi) {
         st = tps_vrank_run(b, d, layer, T, ranks, n, x, be ? be->vdev : NULL, outs, vo, err);
     } else {
@@ -530,7 +522,7 @@ tps_status tps_vbackend_run(tps_vbackend *be, const tps_block *b, const vdims *d
     }
     if (be && be->vdev) {
         tps_vdev_take_stats(be->vdev, &stats->upload_bytes, &stats->upload_seconds);
-        stats->layer_seconds = now_s() - t0;
+        stats->layer_seconds = tps_vnow() - t0;
     }
     TPS_CHECK(st);
     if (be && be->mpi) TPS_CHECK(gather_outs(be, T, nh, outs, stats, err));

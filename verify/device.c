@@ -1,7 +1,6 @@
 /* The ranks' devices, host side (verify/device.h). */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "../lib/base/checked.h"
 #include "device.h"
@@ -12,13 +11,6 @@ struct tps_vdev {
     uint64_t first, count;
     tps_vdev_rank *ranks; /* ranks[i] is rank first + i */
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 tps_status tps_vdev_open(const tps_dev_api *api, const tps_dev_setup *s, tps_vdev **out, tps_error *err)
 {
@@ -102,14 +94,14 @@ tps_status tps_vdev_upload(tps_vdev_rank *r, tps_vt *t, tps_error *err)
     }
     tps_dev_weight w = {.name = t->name, .dtype = dt, .rows = t->shape[0], .cols = t->shape[1],
                         .data = wide ? (const void *)wide : t->data};
-    double t0 = now_s();
+    double t0 = tps_vnow();
     st = r->dev->api->upload(r->dev->ctx, r->rank, &w, &b->buf, err);
     free(wide);
     if (st != TPS_OK) {
         free(b);
         return st;
     }
-    r->upload_seconds += now_s() - t0;
+    r->upload_seconds += tps_vnow() - t0;
     r->upload_bytes += (double)t->nelem * (dt == TPS_DT_F32 ? 4 : 2);
     b->owner = r;
     t->dev = b;

@@ -289,6 +289,9 @@ tps_status tps_vrank_each_thread(uint64_t T, size_t cap, struct tps_vdev *dev, t
 tps_status tps_vtensor_check(struct tps_shardset *ss, const char *name, const tps_vsource *source,
                              uint64_t *tensors, uint64_t *bytes, tps_error *err);
 
+/* Seconds on the monotonic clock (the reports' times). */
+double tps_vnow(void);
+
 /* Appends printf-style text to the NUL-terminated buf of size bytes, truncating (the
  * reports' detail strings). */
 void tps_vappendf(char *buf, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

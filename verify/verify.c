@@ -9,6 +9,13 @@
 
 #include "../lib/base/checked.h"
 #include "internal.h"
+
+double tps_vnow(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 #include "quant_blame.h"
 
 void tps_verify_result_release(tps_verify_result *r)
@@ -270,13 +277,6 @@ static tps_status blame(const tps_block *b, const vdims *d, const vlayer *rl, ui
     return TPS_OK;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* Rank 0's half of the pass: the float64 reference of both stages and the comparison of
  * every rank's outputs with it (and, on a difference, the culprit). */
 static tps_status compare_layer(const tps_block *b, const vdims *d, const vlayer *rl, uint64_t T, size_t n,
@@ -353,7 +353,7 @@ tps_status tps_verify_layer(const tps_block *b, uint64_t layer, uint64_t T, cons
                             tps_error *err)
 {
     tps_status st = TPS_OK;
-    double t0 = now_s();
+    double t0 = tps_vnow();
     tps_vbackend *be = o->backend;
     bool root = tps_vbackend_rank(be) == 0;
     vlayer rl;
@@ -453,6 +453,6 @@ cleanup:
     free(xd);
     free(h);
     for (int s = 0; s < TPS_VSTAGE_COUNT; s++) free(ref_out[s]);
-    res->seconds = now_s() - t0;
+    res->seconds = tps_vnow() - t0;
     return st;
 }

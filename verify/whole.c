@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "../lib/base/checked.h"
 #include "../lib/set/manifest.h"
@@ -29,13 +28,6 @@ void tps_verify_whole_release(tps_verify_whole *w)
     w->chain.xref = NULL;
     w->ref_logits = NULL;
     w->logits = NULL;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* What every process must know before the ranks run (sent from rank 0 under MPI). */
@@ -423,7 +415,7 @@ tps_status tps_verify_whole_begin(const tps_block *b, uint64_t T, const tps_vsou
                                   const tps_verify_opts *o, tps_verify_whole *w, tps_error *err)
 {
     tps_status st = TPS_OK;
-    double t0 = now_s();
+    double t0 = tps_vnow();
     tps_vbackend *be = o->backend;
     bool root = tps_vbackend_rank(be) == 0, multi = tps_vbackend_multi(be);
     wmeta m;
@@ -503,7 +495,7 @@ tps_status tps_verify_whole_begin(const tps_block *b, uint64_t T, const tps_vsou
         }
     }
 cleanup:
-    w->seconds += now_s() - t0;
+    w->seconds += tps_vnow() - t0;
     return st;
 }
 
@@ -567,7 +559,7 @@ tps_status tps_verify_whole_end(const tps_block *b, uint64_t T, const tps_vsourc
                                 const tps_verify_opts *o, tps_verify_whole *w, tps_error *err)
 {
     tps_status st = TPS_OK;
-    double t0 = now_s();
+    double t0 = tps_vnow();
     tps_vbackend *be = o->backend;
     bool root = tps_vbackend_rank(be) == 0, multi = tps_vbackend_multi(be);
     size_t n = (size_t)w->tokens, V = (size_t)w->vocab, Vp = (size_t)w->padded_vocab;
@@ -646,6 +638,6 @@ cleanup:
     free(gathered);
     free(logits);
     free(ref_logits);
-    w->seconds += now_s() - t0;
+    w->seconds += tps_vnow() - t0;
     return st;
 }
