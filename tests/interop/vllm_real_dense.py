@@ -17,13 +17,15 @@ import vllm_real as vr
 
 def body(tmp):
     from transformers import LlamaConfig, Qwen2Config
+    batch = vr.Batch()
     for name, cfg in [("llama", LlamaConfig(**vr.BASE)),
                       ("qwen2-tied", Qwen2Config(**dict(vr.BASE, tie_word_embeddings=True)))]:
         tps = vr.tps_for(name)
         if tps:
             src = os.path.join(tmp, name)
             vr.build(cfg, src)
-            vr.split_and_generate(tmp, name, src, tps, save_at=2 if name == "llama" else None)
+            vr.split_and_generate(batch, tmp, name, src, tps, save_at=2 if name == "llama" else None)
+    batch.run()
     vr.incomplete_saved_set("llama", os.path.join(tmp, "llama-saved-2"), 2)
 
 

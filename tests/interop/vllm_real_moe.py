@@ -23,12 +23,14 @@ def body(tmp):
                                             shared_expert_intermediate_size=256))),
         ("qwen3-moe", Qwen3MoeConfig(**dict(MOE, num_experts=4, moe_intermediate_size=128, norm_topk_prob=True))),
     ]
+    batch = vr.Batch()
     for name, cfg in cases:
         tps = vr.tps_for(name)
         if tps:
             src = os.path.join(tmp, name)
             vr.build(cfg, src)
-            vr.split_and_generate(tmp, name, src, tps)
+            vr.split_and_generate(batch, tmp, name, src, tps)
+    batch.run()
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ model.*) and StarCoder2 (the Transformers backend too: q/k/v fused, biases, a ti
 vLLM loads each set with load_format="sharded_state" and must generate exactly the tokens and
 top-5 log-probs it generates from the Hugging Face directory at the same tp (tps: vllm_real.tps_for).
 
-Tried on the CPU build without a mapping (TPS_VLLM=1, tp 1, one engine start each): DeepSeek-V2
+Tried on the CPU build without a mapping (tp 1, one engine start each): DeepSeek-V2
 (its CPU MLA kernel takes only a latent head of 576, kv_lora_rank 512 + qk_rope_head_dim 64, so
 the model has those; its state dict also names MLA's W_UK_T and W_UV, taken from kv_b_proj) and
 GPT-OSS in bfloat16 (experts as 3-D w13/w2 with biases, the source's [E, H, 2I] transposed): vLLM
@@ -54,23 +54,24 @@ def unmapped_cases():
     ]
 
 
-def unmapped(tmp, name, cfg):
+def unmapped(batch, tmp, name, cfg):
     """A family the CPU build runs that tpshard has no vllm mapping for: vLLM generates from its
     Hugging Face directory at tp 1, and split --target vllm refuses it (exit 3, nothing written)."""
-    if vr.MODE != "1" or (vr.CASES and name not in vr.CASES):
-        print("skip - %s: tried on vLLM's CPU build with TPS_VLLM=1 only (no vllm mapping to judge)" % name)
+    if vr.CASES and name not in vr.CASES:
         return
     src, out = os.path.join(tmp, name), os.path.join(tmp, name + "-vllm")
     vr.build(cfg, src)
     p = tpshard("split", src, "--tp", 1, "--target", "vllm", "-o", out, "-q")
     report(p.returncode == 3 and "has no mapping for --target vllm" in p.stderr and not os.path.exists(out),
            "%s: split --target vllm refused (no mapping), nothing written" % name, p.stderr)
-    got = vr.engine(src, 1)
-    report("error" not in got, "%s: vLLM's CPU build generates from the Hugging Face directory at tp 1 (a "
-           "mapping would be judged as the others are)" % name, got.get("error", ""))
+    job = batch.add(1, src)
+    batch.then(lambda result: report("error" not in result(job), "%s: vLLM's CPU build generates from the Hugging "
+                                     "Face directory at tp 1 (a mapping would be judged as the others are)" % name,
+                                     result(job).get("error", "")))
 
 
 def body(tmp):
+    batch = vr.Batch()
     for name, cfg in cases():
         tps = vr.tps_for(name)
         if not tps:
@@ -78,9 +79,10 @@ def body(tmp):
         src = os.path.join(tmp, name)
         # GPT-2's and NeoX's norms carry biases; every family's norms are drawn around their centre
         vr.build(cfg, src, norm=(0, 0.3) if name.startswith("gemma") else (1.0, 0.2))
-        vr.split_and_generate(tmp, name, src, tps)
+        vr.split_and_generate(batch, tmp, name, src, tps)
     for name, cfg in unmapped_cases():
-        unmapped(tmp, name, cfg)
+        unmapped(batch, tmp, name, cfg)
+    batch.run()
 
 
 if __name__ == "__main__":
