@@ -31,7 +31,7 @@ static const struct {
     {TPS_DT_U64, "uint64"},
 };
 
-static const tps_torch_dtype *torch_dtype(tps_dtype dt)
+const tps_torch_dtype *tps_torch_dtype_of(tps_dtype dt)
 {
     for (size_t i = 0; i < sizeof dtype_names / sizeof dtype_names[0]; i++)
         if (dtype_names[i].dt == dt) return tps_torch_dtype_by_name(dtype_names[i].name);
@@ -147,7 +147,7 @@ static tps_status sink_open(const char *path, const tps_sink_tensor *t, size_t n
             st = tps_fail(err, TPS_EINVALID, "%s: tensor name '%s' given twice", label, t[i].name);
             goto cleanup;
         }
-        if (!torch_dtype(t[i].dtype)) {
+        if (!tps_torch_dtype_of(t[i].dtype)) {
             st = tps_fail(err, TPS_EINVALID, "%s: tensor '%s' has dtype %s, which a torch archive cannot hold", label, t[i].name,
                           tps_dtype_name(t[i].dtype));
             goto cleanup;
@@ -210,7 +210,7 @@ static tps_status sink_open(const char *path, const tps_sink_tensor *t, size_t n
             }
         }
         slot[i] = j + 1;
-        pe[j] = (tps_pickle_entry){t[i].name, torch_dtype(t[i].dtype), t[i].ndim, t[i].shape, keys + 24 * i};
+        pe[j] = (tps_pickle_entry){t[i].name, tps_torch_dtype_of(t[i].dtype), t[i].ndim, t[i].shape, keys + 24 * i};
     }
     for (size_t i = 0; i < n; i++)
         if (!slot[i]) {
@@ -291,6 +291,39 @@ static tps_status write_data(torch_file *f, const void *buf, size_t len, bool ha
     return TPS_OK;
 }
 
+tps_status tps_torch_archive_tail(tps_zipw *z, const char *root, tps_error *err)
+{
+    char name[4096];
+    snprintf(name, sizeof name, "%s/version", root);
+    tps_status st = tps_zipw_record(z, name, "3\n", 2, err);
+    snprintf(name, sizeof name, "%s/byteorder", root);
+    return st ? st : tps_zipw_record(z, name, "little", 6, err);
+}
+
+tps_status tps_torch_write_value(const char *path, const char *value_json, tps_error *err)
+{
+    tps_json_doc *doc = NULL;
+    tps_buf pkl = TPS_BUF_INIT;
+    tps_zipw *z = NULL;
+    char *root = root_name(path), name[4096];
+    if (!root) return tps_fail_oom(err, "writing a torch archive");
+    tps_status st = tps_json_parse(value_json, strlen(value_json), path, &doc, err);
+    if (!st) st = tps_pickle_write_json(tps_json_root(doc), path, &pkl, err);
+    if (!st) st = tps_zipw_open(path, path, false, &z, err);
+    snprintf(name, sizeof name, "%s/data.pkl", root);
+    if (!st) st = tps_zipw_record(z, name, pkl.data, pkl.len, err);
+    if (!st) st = tps_torch_archive_tail(z, root, err);
+    if (!st) {
+        st = tps_zipw_commit(z, NULL, NULL, err);
+        z = NULL;
+    }
+    tps_zipw_abort(z);
+    tps_json_doc_free(doc);
+    tps_buf_release(&pkl);
+    free(root);
+    return st;
+}
+
 static tps_status sink_write(tps_sink_file *f, const void *buf, size_t len, tps_error *err)
 {
     return write_data((torch_file *)f, buf, len, false, 0, err);
@@ -305,7 +338,6 @@ static tps_status sink_commit(tps_sink_file *sf, uint32_t *crc, uint64_t *size, 
 {
     torch_file *f = (torch_file *)sf;
     tps_status st = TPS_OK;
-    char name[4096];
     if (f->failed) {
         st = tps_fail(err, TPS_EIO, "%s: not committed: an earlier write failed", f->label);
         goto cleanup;
@@ -315,10 +347,7 @@ static tps_status sink_commit(tps_sink_file *sf, uint32_t *crc, uint64_t *size, 
                       (unsigned long long)tps_zipw_left(f->z));
         goto cleanup;
     }
-    snprintf(name, sizeof name, "%s/version", f->root);
-    TPS_CHECK(tps_zipw_record(f->z, name, "3\n", 2, err));
-    snprintf(name, sizeof name, "%s/byteorder", f->root);
-    TPS_CHECK(tps_zipw_record(f->z, name, "little", 6, err));
+    TPS_CHECK(tps_torch_archive_tail(f->z, f->root, err));
     tps_zipw *z = f->z;
     f->z = NULL; /* commit frees it */
     st = tps_zipw_commit(z, crc, size, err);

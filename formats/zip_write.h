@@ -28,6 +28,7 @@
 #include <stdint.h>
 
 #include "../lib/base/status.h"
+#include "outfile.h"
 
 #define TPS_ZIPW_ALIGN 64
 
@@ -35,6 +36,12 @@ typedef struct tps_zipw tps_zipw;
 
 /* path NULL: a counting archive (outfile.h), label naming it in messages. */
 tps_status tps_zipw_open(const char *path, const char *label, bool force_zip64, tps_zipw **out, tps_error *err);
+
+/* An archive written into out from its current end (several archives one after another in
+ * one file, as a DCP .distcp holds its chunks): offsets count from the archive's first
+ * byte, tps_zipw_commit writes the end records without committing out, and neither it nor
+ * tps_zipw_abort closes out, which stays the caller's. */
+tps_status tps_zipw_open_in(tps_outfile *out, tps_zipw **z, tps_error *err);
 
 /* Starts a stored entry of size bytes (the previous one must have ended). */
 tps_status tps_zipw_begin(tps_zipw *z, const char *name, uint64_t size, tps_error *err);
@@ -49,7 +56,8 @@ tps_status tps_zipw_record(tps_zipw *z, const char *name, const void *p, size_t 
 uint64_t tps_zipw_left(const tps_zipw *z);
 
 /* Writes the central directory and end records and commits the file (outfile.h); fills
- * the whole file's CRC-32 and size.  Frees z in every case. */
+ * the whole file's CRC-32 and size (of an archive opened in a file: the file's so far).
+ * Frees z in every case. */
 tps_status tps_zipw_commit(tps_zipw *z, uint32_t *crc, uint64_t *size, tps_error *err);
 
 /* Removes what was written and frees z; accepts NULL. */

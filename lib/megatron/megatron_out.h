@@ -40,6 +40,7 @@
 #include "../base/index.h"
 #include "../base/status.h"
 #include "../engine/cut.h"
+#include "../engine/outdir.h"
 #include "../engine/write_set.h"
 #include "../set/manifest.h"
 #include "../set/sink.h"
@@ -76,6 +77,11 @@ typedef struct tps_megatron_out_opts {
     /* The args Namespace as the contract's JSON ({"$newobj": ["argparse.Namespace", [], {...}]});
      * NULL: the writer has none (a Hugging Face source builds one first). */
     const char *args_json;
+    /* What the args say of the checkpoint: its tensor_model_parallel_size (0: the manifest's tp;
+     * a torch_dist checkpoint is planned at tp 1 yet padded and named for the tp it is
+     * for) and ckpt_format where the source has the key (NULL: "torch"). */
+    uint64_t args_tp;
+    const char *ckpt_format;
     const char *checkpoint_version_json; /* NULL: 3.0 */
     int64_t iteration;                   /* >= 1, unless release */
     bool release;
@@ -113,5 +119,12 @@ tps_status tps_megatron_write(tps_manifest *m, const tps_megatron_out *mo, const
                               tps_global_read_fn read, void *ctx, const tps_write_opts *o, tps_error *err);
 
 void tps_megatron_out_free(tps_megatron_out *mo); /* accepts NULL */
+
+/* The tracker file (mo->tracker) into od: a before_publish step of both writers. */
+tps_status tps_megatron_write_tracker(const tps_outdir *od, const tps_megatron_out *mo, tps_error *err);
+
+/* Whether a global name is a linear layer's weight (linear_qkv, linear_proj, linear_fc1,
+ * linear_fc2 of a layer, output_layer): the modules that save an _extra_state. */
+bool tps_megatron_is_linear_weight(const char *name);
 
 #endif
