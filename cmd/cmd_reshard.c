@@ -281,7 +281,10 @@ const tps_cmd tps_cmd_reshard = {
                "allow).  KV replication and vocabulary padding are redone for M.  A set written\n"
                "with --target keeps its target (fused names, the engine's padding, config.json and\n"
                "tokenizer copied) unless --target names another (tpshard: the source's names),\n"
-               "and its engine release unless --target-version names another.\n",
+               "and its engine release unless --target-version names another.\n"
+               "A Megatron-LM checkpoint (legacy or torch_dist) is written as a legacy one at M x P\n"
+               "(--pp, --pp-layers), or with --ckpt-format torch_dist as Megatron-Core's distributed\n"
+               "checkpoint for M (global tensors, loadable at any TP and PP; no --pp).\n",
     .opts = reshard_opts,
     .min_args = 1,
     .max_args = 1,
