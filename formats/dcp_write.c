@@ -235,9 +235,8 @@ cleanup:
     return st;
 }
 
-static tps_status sink_write(tps_sink_file *sf, const void *buf, size_t len, tps_error *err)
+static tps_status write_data(dcp_file *f, const void *buf, size_t len, bool have_crc, uint32_t crc, tps_error *err)
 {
-    dcp_file *f = (dcp_file *)sf;
     const unsigned char *p = buf;
     if (f->failed) return tps_fail(err, TPS_EIO, "%s: an earlier write failed", f->label);
     while (len > 0) {
@@ -245,13 +244,11 @@ static tps_status sink_write(tps_sink_file *sf, const void *buf, size_t len, tps
             f->failed = true;
             return tps_fail(err, TPS_EINVALID, "%s: %zu bytes more than the tensors hold", f->label, len);
         }
-        uint64_t left = tps_zipw_left(f->z);
-        size_t take = len < left ? len : (size_t)left;
-        tps_status st = tps_zipw_data(f->z, p, take, false, 0, err);
-        if (!st && take == left) {
-            chunk *c = &f->c[f->cur];
-            st = tps_zipw_end(f->z, err);
-            if (!st) st = archive_end(f, c->at, &c->len, err);
+        size_t took;
+        bool ended;
+        tps_status st = tps_zipw_feed(f->z, p, len, have_crc, &crc, &took, &ended, err);
+        if (!st && ended) {
+            st = archive_end(f, f->c[f->cur].at, &f->c[f->cur].len, err);
             f->cur++;
             if (!st) st = next_chunk(f, err);
         }
@@ -259,16 +256,20 @@ static tps_status sink_write(tps_sink_file *sf, const void *buf, size_t len, tps
             f->failed = true;
             return st;
         }
-        p += take;
-        len -= take;
+        p += took;
+        len -= took;
     }
     return TPS_OK;
 }
 
+static tps_status sink_write(tps_sink_file *f, const void *buf, size_t len, tps_error *err)
+{
+    return write_data((dcp_file *)f, buf, len, false, 0, err);
+}
+
 static tps_status sink_write_crc(tps_sink_file *f, const void *buf, size_t len, uint32_t crc, tps_error *err)
 {
-    (void)crc;
-    return sink_write(f, buf, len, err);
+    return write_data((dcp_file *)f, buf, len, true, crc, err);
 }
 
 /* {"$reduce": [fn, [args...]]}: the opening; the caller writes the arguments. */

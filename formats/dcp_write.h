@@ -27,8 +27,7 @@
  *   dcp.bytes   a JSON array of [key, value] (value in pickle_write.h's JSON): the
  *               BytesStorageMetadata entries, listed first in .metadata
  * Other dcp.* keys are refused; keys outside dcp.* (the engine's) are ignored.  A file
- * opened without a path (counting) writes no .metadata.  The caller's CRCs are not reused:
- * the bytes are checksummed as they stream.
+ * opened without a path (counting) writes no .metadata.
  * Memory: the pickles and one small record per chunk; no tensor bytes are held. */
 #ifndef TPS_DCP_WRITE_H
 #define TPS_DCP_WRITE_H

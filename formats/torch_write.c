@@ -3,11 +3,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <zlib.h>
 
 #include "../lib/base/buf.h"
 #include "../lib/base/checked.h"
-#include "../lib/base/crc.h"
 #include "../lib/base/json.h"
 #include "pickle_write.h"
 #include "zip_write.h"
@@ -266,27 +264,19 @@ static tps_status write_data(torch_file *f, const void *buf, size_t len, bool ha
             f->failed = true;
             return tps_fail(err, TPS_EINVALID, "%s: %zu bytes more than the tensors hold", f->label, len);
         }
-        uint64_t left = tps_zipw_left(f->z);
-        size_t take = len < left ? len : (size_t)left;
-        uint32_t c = crc;
-        if (have_crc && take < len) {
-            /* The caller's CRC spans two records: the first piece's is computed, the rest's
-             * follows from crc(AB) = crc32_combine(crc(A), 0, |B|) ^ crc(B). */
-            c = tps_crc32(0, p, take);
-            crc ^= (uint32_t)crc32_combine(c, 0, (z_off_t)(len - take));
-        }
-        tps_status st = tps_zipw_data(f->z, p, take, have_crc, c, err);
-        if (!st && take == left) {
-            st = tps_zipw_end(f->z, err);
+        size_t took;
+        bool ended;
+        tps_status st = tps_zipw_feed(f->z, p, len, have_crc, &crc, &took, &ended, err);
+        if (!st && ended) {
             f->cur++;
-            if (!st) st = next_record(f, err);
+            st = next_record(f, err);
         }
         if (st) {
             f->failed = true;
             return st;
         }
-        p += take;
-        len -= take;
+        p += took;
+        len -= took;
     }
     return TPS_OK;
 }

@@ -158,6 +158,26 @@ tps_status tps_zipw_data(tps_zipw *z, const void *p, size_t n, bool have_crc, ui
     return tps_outfile_put(z->out, p, n, true, crc, err);
 }
 
+tps_status tps_zipw_feed(tps_zipw *z, const void *p, size_t n, bool have_crc, uint32_t *crc, size_t *took, bool *ended,
+                         tps_error *err)
+{
+    uint64_t left = tps_zipw_left(z);
+    size_t take = n < left ? n : (size_t)left;
+    uint32_t c = have_crc ? *crc : 0;
+    if (have_crc && take < n) {
+        /* The caller's CRC spans this entry and what follows: the head's is computed, the
+         * rest's follows from crc(AB) = crc32_combine(crc(A), 0, |B|) ^ crc(B). */
+        c = tps_crc32(0, p, take);
+        *crc ^= (uint32_t)crc32_combine(c, 0, (z_off_t)(n - take));
+    }
+    *took = take;
+    *ended = false;
+    tps_status st = tps_zipw_data(z, p, take, have_crc, c, err);
+    if (st || take < left) return st;
+    *ended = true;
+    return tps_zipw_end(z, err);
+}
+
 tps_status tps_zipw_end(tps_zipw *z, tps_error *err)
 {
     if (!z->open || z->left)

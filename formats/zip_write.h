@@ -47,6 +47,12 @@ tps_status tps_zipw_open_in(tps_outfile *out, tps_zipw **z, tps_error *err);
 tps_status tps_zipw_begin(tps_zipw *z, const char *name, uint64_t size, tps_error *err);
 /* Streams bytes of the current entry; crc is theirs when have_crc. */
 tps_status tps_zipw_data(tps_zipw *z, const void *p, size_t n, bool have_crc, uint32_t crc, tps_error *err);
+/* Streams the head of p[0, n) the current entry still takes (*took bytes) and ends the entry
+ * when that completes it (*ended): for a caller streaming one run of bytes through several
+ * entries.  With have_crc, *crc is the CRC-32 of all n bytes on entry, and of the n - *took
+ * left on return. */
+tps_status tps_zipw_feed(tps_zipw *z, const void *p, size_t n, bool have_crc, uint32_t *crc, size_t *took, bool *ended,
+                         tps_error *err);
 /* Ends the current entry (all its declared bytes written) with its data descriptor. */
 tps_status tps_zipw_end(tps_zipw *z, tps_error *err);
 /* begin + data + end of a small record held in memory. */

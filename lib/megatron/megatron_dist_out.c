@@ -170,17 +170,7 @@ tps_status tps_megatron_dist_write(tps_manifest *m, const tps_megatron_out *mo, 
     tps_status st = chunk_meta(m, num_layers, &f, err);
     if (!st) {
         tps_write_opts wo = *o;
-        wo.kind = TPS_OUT_SHARDSET;
-        wo.cut.sink = sink;
-        wo.cut.max_part_bytes = 0;
-        wo.cut.name_template = NULL;
-        wo.cut.part_first = mo->part_first;
-        wo.cut.nparts = 1;
-        wo.cut.file_name = dist_file_name;
-        wo.cut.file_meta = dist_file_meta;
-        wo.cut.files_arg = &f;
-        wo.before_publish = write_rest;
-        wo.before_publish_arg = &f;
+        tps_megatron_files_opts(&wo, sink, mo, 1, dist_file_name, dist_file_meta, write_rest, &f);
         st = tps_write_set(m, read, ctx, &wo, err);
     }
     free(f.chunks);

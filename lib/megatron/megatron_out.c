@@ -551,16 +551,23 @@ tps_status tps_megatron_write(tps_manifest *m, const tps_megatron_out *mo, const
 {
     out_files f = {.mo = mo};
     tps_write_opts wo = *o;
-    wo.kind = TPS_OUT_SHARDSET;
-    wo.cut.sink = sink;
-    wo.cut.max_part_bytes = 0;
-    wo.cut.name_template = NULL;
-    wo.cut.part_first = mo->part_first;
-    wo.cut.nparts = mo->pp;
-    wo.cut.file_name = out_file_name;
-    wo.cut.file_meta = out_file_meta;
-    wo.cut.files_arg = &f;
-    wo.before_publish = write_tracker;
-    wo.before_publish_arg = &f;
+    tps_megatron_files_opts(&wo, sink, mo, mo->pp, out_file_name, out_file_meta, write_tracker, &f);
     return tps_write_set(m, read, ctx, &wo, err);
+}
+
+void tps_megatron_files_opts(tps_write_opts *wo, const tps_sink *sink, const tps_megatron_out *mo, size_t nparts,
+                             tps_megatron_file_name_fn name, tps_megatron_file_meta_fn meta,
+                             tps_megatron_before_publish_fn before, void *arg)
+{
+    wo->kind = TPS_OUT_SHARDSET;
+    wo->cut.sink = sink;
+    wo->cut.max_part_bytes = 0;
+    wo->cut.name_template = NULL;
+    wo->cut.part_first = mo->part_first;
+    wo->cut.nparts = nparts;
+    wo->cut.file_name = name;
+    wo->cut.file_meta = meta;
+    wo->cut.files_arg = arg;
+    wo->before_publish = before;
+    wo->before_publish_arg = arg;
 }

@@ -118,6 +118,19 @@ void tps_megatron_file_name(const tps_megatron_out *mo, uint64_t r, uint64_t p, 
 tps_status tps_megatron_write(tps_manifest *m, const tps_megatron_out *mo, const tps_sink *sink,
                               tps_global_read_fn read, void *ctx, const tps_write_opts *o, tps_error *err);
 
+typedef tps_status (*tps_megatron_file_name_fn)(void *arg, uint64_t r, uint64_t tp, size_t p, char *out, size_t size,
+                                                tps_error *err);
+typedef const tps_kv *(*tps_megatron_file_meta_fn)(void *arg, uint64_t r, size_t p, size_t *n);
+typedef tps_status (*tps_megatron_before_publish_fn)(const tps_outdir *od, void *arg, tps_error *err);
+
+/* What both writers (this and megatron_dist_out.h) set in wo: a shard set (tpshard.json
+ * beside the tracker) of Megatron's own files through sink, nparts parts per rank from
+ * mo->part_first, named and described by name and meta, then before (the tracker, ...) after
+ * the files; arg goes to all three. */
+void tps_megatron_files_opts(tps_write_opts *wo, const tps_sink *sink, const tps_megatron_out *mo, size_t nparts,
+                             tps_megatron_file_name_fn name, tps_megatron_file_meta_fn meta,
+                             tps_megatron_before_publish_fn before, void *arg);
+
 void tps_megatron_out_free(tps_megatron_out *mo); /* accepts NULL */
 
 /* The tracker file (mo->tracker) into od: a before_publish step of both writers. */

@@ -27,16 +27,10 @@ import tempfile
 import torch
 
 import megatron_real as mr
-from tap import TPSHARD, report, status, tpshard
+from megatron_real_dist import run_ok
+from tap import TPSHARD, report, status
 
 TOKENS = [3, 17, 99, 42, 0, 64, 5, 77, 31]
-
-
-def run_ok(what, *args):
-    r = tpshard(*args)
-    report(r.returncode == 0, "megatron torch_dist write: %s exits 0" % what,
-           "exit %d\n%s" % (r.returncode, (r.stderr or r.stdout)[-3000:]))
-    return r if r.returncode == 0 else None
 
 
 def iter_dir(ck):
@@ -107,20 +101,31 @@ def random_qwen2(out_dir, seed=7):
     return out_dir
 
 
+def split_and_load(tmp, hf, what, grids):
+    """split --tp 2 --target megatron --ckpt-format torch_dist of the Hugging Face model hf,
+    loaded by real megatron-core at each (tp, pp) of grids and compared with transformers'
+    logits; the checkpoint's directory, or None when the split failed."""
+    ck = hf + "-dist"
+    if not run_ok("split --tp 2 --target megatron --ckpt-format torch_dist of a %s" % what, "split", hf,
+                  "--tp", 2, "--target", "megatron", "--ckpt-format", "torch_dist", "-o", ck, "-q"):
+        return None
+    ref = mr.hf_logits(hf, TOKENS)
+    for tp, pp in grids:
+        mr.close(mr.load_dist_and_forward(ck, TOKENS, tp, pp), ref,
+                 "megatron torch_dist write: real megatron-core loads tpshard's torch_dist of a %s at TP%d x "
+                 "PP%d (dist_checkpointing.load, then load_state_dict strict): its logits equal transformers'"
+                 % (what, tp, pp))
+    return ck
+
+
 def llama_case(tmp):
     from safetensors.torch import load_file
     hf = mr.random_llama(os.path.join(tmp, "hf-llama"), vocab=100, hidden=64, layers=4, heads=8,
                          kv_heads=2, inter=128, tie=False, seed=5)
     want = load_file(os.path.join(hf, "model.safetensors"))
-    ref = mr.hf_logits(hf, TOKENS)
-    ck = os.path.join(tmp, "llama-dist")
-    if not run_ok("split --tp 2 --target megatron --ckpt-format torch_dist (Llama)", "split", hf, "--tp", 2,
-                  "--target", "megatron", "--ckpt-format", "torch_dist", "-o", ck, "-q"):
+    ck = split_and_load(tmp, hf, "Llama (GQA, untied)", ((1, 1), (2, 1), (2, 2)))
+    if not ck:
         return
-    for tp, pp in ((1, 1), (2, 1), (2, 2)):
-        mr.close(mr.load_dist_and_forward(ck, TOKENS, tp, pp), ref,
-                 "megatron torch_dist write: real megatron-core loads tpshard's Llama torch_dist at TP%d x PP%d "
-                 "(dist_checkpointing.load, strict): its logits equal transformers'" % (tp, pp))
     # The keys and global sizes real megatron-core writes for a GPTModel of that config.
     args = mr.llama_args(100, 64, 4, 8, 2, 128, make_vocab_size_divisible_by=128)
     real = os.path.join(tmp, "real-tp2")
@@ -166,16 +171,8 @@ def llama_case(tmp):
 
 
 def qwen2_case(tmp):
-    hf = random_qwen2(os.path.join(tmp, "hf-qwen2"))
-    ref = mr.hf_logits(hf, TOKENS)
-    ck = os.path.join(tmp, "qwen2-dist")
-    if not run_ok("split --tp 2 --target megatron --ckpt-format torch_dist (Qwen2)", "split", hf, "--tp", 2,
-                  "--target", "megatron", "--ckpt-format", "torch_dist", "-o", ck, "-q"):
-        return
-    for tp, pp in ((2, 1), (1, 2)):
-        mr.close(mr.load_dist_and_forward(ck, TOKENS, tp, pp), ref,
-                 "megatron torch_dist write: real megatron-core loads tpshard's Qwen2 torch_dist (q/k/v biases, "
-                 "tied embeddings) at TP%d x PP%d: its logits equal transformers'" % (tp, pp))
+    split_and_load(tmp, random_qwen2(os.path.join(tmp, "hf-qwen2")), "Qwen2 (q/k/v biases, tied embeddings)",
+                   ((2, 1), (1, 2)))
 
 
 def main():
