@@ -38,28 +38,26 @@ typedef struct bytes_entry {
 } bytes_entry;
 
 typedef struct dcp_file {
+    tps_zipw_run run; /* first: entry cur is chunk cur's data/0, in its own archive */
     tps_outfile *out;
-    char *path, *label;
+    char *path;
     tps_json_doc *chunks_doc, *bytes_doc;
     chunk *c;
-    size_t n, cur; /* the chunk whose archive is open (n: all written) */
     bytes_entry *b;
     size_t nb;
-    tps_zipw *z; /* the open chunk's archive */
-    bool failed;
 } dcp_file;
 
 static void file_free(dcp_file *f)
 {
     if (!f) return;
-    tps_zipw_abort(f->z);
+    tps_zipw_abort(f->run.z);
     tps_outfile_abort(f->out);
     tps_json_doc_free(f->chunks_doc);
     tps_json_doc_free(f->bytes_doc);
     free(f->c);
     free(f->b);
     free(f->path);
-    free(f->label);
+    free(f->run.label);
     free(f);
 }
 
@@ -91,40 +89,40 @@ static tps_status parse_chunk(dcp_file *f, const tps_json *it, const tps_sink_te
         !u64_array(it->u.array.items[1], c->size, &c->ndim) || !u64_array(it->u.array.items[2], c->offsets, &no) ||
         no != c->ndim)
         return tps_fail(err, TPS_EINVALID, "%s: dcp.chunks item %zu is not [fqn, [global size], [offsets]] of one rank",
-                        f->label, i);
+                        f->run.label, i);
     c->fqn = it->u.array.items[0]->u.string.s;
     if (t->ndim > c->ndim)
-        return tps_fail(err, TPS_EINVALID, "%s: tensor '%s' has more dimensions than its fqn '%s'", f->label, t->name, c->fqn);
+        return tps_fail(err, TPS_EINVALID, "%s: tensor '%s' has more dimensions than its fqn '%s'", f->run.label, t->name, c->fqn);
     int lead = c->ndim - t->ndim;
     for (int d = 0; d < c->ndim; d++) {
         c->sizes[d] = d < lead ? 1 : t->shape[d - lead];
         uint64_t end;
         if (!tps_add_u64(c->offsets[d], c->sizes[d], &end) || end > c->size[d])
-            return tps_fail(err, TPS_EINVALID, "%s: tensor '%s' lies outside '%s' in dimension %d", f->label, t->name, c->fqn, d);
+            return tps_fail(err, TPS_EINVALID, "%s: tensor '%s' lies outside '%s' in dimension %d", f->run.label, t->name, c->fqn, d);
     }
     if (!(c->dt = tps_torch_dtype_of(t->dtype)))
-        return tps_fail(err, TPS_EINVALID, "%s: tensor '%s' has dtype %s, which a torch archive cannot hold", f->label, t->name,
+        return tps_fail(err, TPS_EINVALID, "%s: tensor '%s' has dtype %s, which a torch archive cannot hold", f->run.label, t->name,
                         tps_dtype_name(t->dtype));
     uint64_t nelem;
     if (!tps_prod_u64(t->shape, t->ndim, &nelem))
-        return tps_fail(err, TPS_EINVALID, "%s: tensor '%s': its element count overflows 64 bits", f->label, t->name);
+        return tps_fail(err, TPS_EINVALID, "%s: tensor '%s': its element count overflows 64 bits", f->run.label, t->name);
     return tps_dtype_nbytes(t->dtype, nelem, &c->nbytes, t->name, err);
 }
 
 /* One torch.save archive of a pickle alone (a non-tensor entry) or of a pickle and the
- * record data/0 of nbytes to come (a chunk: left open on f->z). */
+ * record data/0 of nbytes to come (a chunk: left open on f->run.z). */
 static tps_status archive_begin(dcp_file *f, const tps_buf *pkl, bool tensor, uint64_t nbytes, tps_error *err)
 {
-    TPS_CHECK_RET(tps_zipw_open_in(f->out, &f->z, err));
-    TPS_CHECK_RET(tps_zipw_record(f->z, ROOT "/data.pkl", pkl->data, pkl->len, err));
-    return tensor ? tps_zipw_begin(f->z, ROOT "/data/0", nbytes, err) : TPS_OK;
+    TPS_CHECK_RET(tps_zipw_open_in(f->out, &f->run.z, err));
+    TPS_CHECK_RET(tps_zipw_record(f->run.z, ROOT "/data.pkl", pkl->data, pkl->len, err));
+    return tensor ? tps_zipw_begin(f->run.z, ROOT "/data/0", nbytes, err) : TPS_OK;
 }
 
 static tps_status archive_end(dcp_file *f, uint64_t at, uint64_t *len, tps_error *err)
 {
-    tps_status st = tps_torch_archive_tail(f->z, ROOT, err);
-    tps_zipw *z = f->z;
-    f->z = NULL;
+    tps_status st = tps_torch_archive_tail(f->run.z, ROOT, err);
+    tps_zipw *z = f->run.z;
+    f->run.z = NULL;
     if (st) {
         tps_zipw_abort(z);
         return st;
@@ -140,7 +138,7 @@ static tps_status write_bytes_entries(dcp_file *f, tps_error *err)
     for (size_t i = 0; i < f->nb; i++) {
         const tps_json *it = a->u.array.items[i];
         if (it->type != TPS_JSON_ARRAY || it->u.array.n != 2 || it->u.array.items[0]->type != TPS_JSON_STRING)
-            return tps_fail(err, TPS_EINVALID, "%s: dcp.bytes item %zu is not [key, value]", f->label, i);
+            return tps_fail(err, TPS_EINVALID, "%s: dcp.bytes item %zu is not [key, value]", f->run.label, i);
         f->b[i].key = it->u.array.items[0]->u.string.s;
         f->b[i].at = tps_outfile_size(f->out);
         tps_buf pkl = TPS_BUF_INIT;
@@ -153,22 +151,30 @@ static tps_status write_bytes_entries(dcp_file *f, tps_error *err)
     return TPS_OK;
 }
 
-/* Opens the archive of chunk f->cur, first writing whole the empty chunks before it. */
+/* Opens the archive of chunk f->run.cur, first writing whole the empty chunks before it. */
 static tps_status next_chunk(dcp_file *f, tps_error *err)
 {
-    for (; f->cur < f->n; f->cur++) {
-        chunk *c = &f->c[f->cur];
+    for (; f->run.cur < f->run.n; f->run.cur++) {
+        chunk *c = &f->c[f->run.cur];
         c->at = tps_outfile_size(f->out);
         tps_pickle_entry e = {c->fqn, c->dt, c->ndim, c->sizes, "0"};
         tps_buf pkl = TPS_BUF_INIT;
-        tps_status st = tps_pickle_write_tensor(&e, f->label, &pkl, err);
+        tps_status st = tps_pickle_write_tensor(&e, f->run.label, &pkl, err);
         if (!st) st = archive_begin(f, &pkl, true, c->nbytes, err);
         tps_buf_release(&pkl);
         if (st || c->nbytes) return st;
-        TPS_CHECK_RET(tps_zipw_end(f->z, err));
+        TPS_CHECK_RET(tps_zipw_end(f->run.z, err));
         TPS_CHECK_RET(archive_end(f, c->at, &c->len, err));
     }
     return TPS_OK;
+}
+
+static tps_status chunk_done(tps_zipw_run *r, tps_error *err)
+{
+    dcp_file *f = (dcp_file *)r;
+    tps_status st = archive_end(f, f->c[r->cur].at, &f->c[r->cur].len, err);
+    r->cur++;
+    return st ? st : next_chunk(f, err);
 }
 
 static tps_status parse_json(const char *label, const char *key, const char *text, tps_json_doc **doc, size_t *n,
@@ -190,7 +196,7 @@ static tps_status sink_open(const char *path, const tps_sink_tensor *t, size_t n
     const char *label = path ? path : "(a rank file this run does not write)";
     const char *chunks = NULL, *bytes = NULL;
     dcp_file *f = calloc(1, sizeof *f);
-    if (!f || !(f->label = strdup(label)) || (path && !(f->path = strdup(path)))) {
+    if (!f || !(f->run.label = strdup(label)) || (path && !(f->path = strdup(path)))) {
         st = tps_fail_oom(err, "opening a DCP writer");
         goto cleanup;
     }
@@ -219,7 +225,8 @@ static tps_status sink_open(const char *path, const tps_sink_tensor *t, size_t n
         goto cleanup;
     }
     if (bytes) TPS_CHECK(parse_json(label, "dcp.bytes", bytes, &f->bytes_doc, &f->nb, err));
-    f->n = n;
+    f->run.n = n;
+    f->run.next = chunk_done;
     if (!(f->c = calloc(n ? n : 1, sizeof *f->c)) || !(f->b = calloc(f->nb ? f->nb : 1, sizeof *f->b))) {
         st = tps_fail_oom(err, "opening a DCP writer");
         goto cleanup;
@@ -235,41 +242,14 @@ cleanup:
     return st;
 }
 
-static tps_status write_data(dcp_file *f, const void *buf, size_t len, bool have_crc, uint32_t crc, tps_error *err)
-{
-    const unsigned char *p = buf;
-    if (f->failed) return tps_fail(err, TPS_EIO, "%s: an earlier write failed", f->label);
-    while (len > 0) {
-        if (f->cur >= f->n) {
-            f->failed = true;
-            return tps_fail(err, TPS_EINVALID, "%s: %zu bytes more than the tensors hold", f->label, len);
-        }
-        size_t took;
-        bool ended;
-        tps_status st = tps_zipw_feed(f->z, p, len, have_crc, &crc, &took, &ended, err);
-        if (!st && ended) {
-            st = archive_end(f, f->c[f->cur].at, &f->c[f->cur].len, err);
-            f->cur++;
-            if (!st) st = next_chunk(f, err);
-        }
-        if (st) {
-            f->failed = true;
-            return st;
-        }
-        p += took;
-        len -= took;
-    }
-    return TPS_OK;
-}
-
 static tps_status sink_write(tps_sink_file *f, const void *buf, size_t len, tps_error *err)
 {
-    return write_data((dcp_file *)f, buf, len, false, 0, err);
+    return tps_zipw_run_write((tps_zipw_run *)f, buf, len, false, 0, err);
 }
 
 static tps_status sink_write_crc(tps_sink_file *f, const void *buf, size_t len, uint32_t crc, tps_error *err)
 {
-    return write_data((dcp_file *)f, buf, len, true, crc, err);
+    return tps_zipw_run_write((tps_zipw_run *)f, buf, len, true, crc, err);
 }
 
 /* {"$reduce": [fn, [args...]]}: the opening; the caller writes the arguments. */
@@ -345,7 +325,7 @@ static void jw_tensor_meta(tps_jw *w, const dcp_file *f, size_t first)
     jw_size(w, c0->size, c0->ndim);
     tps_jw_key(w, "chunks");
     tps_jw_array_begin(w);
-    for (size_t i = first; i < f->n; i++) {
+    for (size_t i = first; i < f->run.n; i++) {
         if (strcmp(f->c[i].fqn, c0->fqn)) continue;
         jw_newobj(w, META "ChunkStorageMetadata");
         tps_jw_object_begin(w);
@@ -415,7 +395,7 @@ static void metadata_json(const dcp_file *f, const char *file, tps_buf *out)
         jw_newobj_end(&w);
         tps_jw_array_end(&w);
     }
-    for (size_t i = 0; i < f->n; i++) {
+    for (size_t i = 0; i < f->run.n; i++) {
         if (seen_before(f, i)) continue; /* quadratic in the fqns' chunks only: a few per fqn */
         tps_jw_array_begin(&w);
         tps_jw_string(&w, f->c[i].fqn);
@@ -431,7 +411,7 @@ static void metadata_json(const dcp_file *f, const char *file, tps_buf *out)
     tps_jw_key(&w, "$dict");
     tps_jw_array_begin(&w);
     for (size_t i = 0; i < f->nb; i++) jw_storage(&w, file, f->b[i].key, NULL, f->b[i].at, f->b[i].len);
-    for (size_t i = 0; i < f->n; i++) jw_storage(&w, file, f->c[i].fqn, &f->c[i], f->c[i].at, f->c[i].len);
+    for (size_t i = 0; i < f->run.n; i++) jw_storage(&w, file, f->c[i].fqn, &f->c[i], f->c[i].at, f->c[i].len);
     tps_jw_array_end(&w);
     tps_jw_object_end(&w);
     tps_jw_key(&w, "storage_meta");
@@ -464,13 +444,13 @@ static tps_status sink_commit(tps_sink_file *sf, uint32_t *crc, uint64_t *size, 
 {
     dcp_file *f = (dcp_file *)sf;
     tps_status st = TPS_OK;
-    if (f->failed) {
-        st = tps_fail(err, TPS_EIO, "%s: not committed: an earlier write failed", f->label);
+    if (f->run.failed) {
+        st = tps_fail(err, TPS_EIO, "%s: not committed: an earlier write failed", f->run.label);
         goto cleanup;
     }
-    if (f->cur < f->n) {
-        st = tps_fail(err, TPS_EINVALID, "%s: not committed: tensor %zu of %zu has %llu bytes still to come", f->label,
-                      f->cur, f->n, (unsigned long long)tps_zipw_left(f->z));
+    if (f->run.cur < f->run.n) {
+        st = tps_fail(err, TPS_EINVALID, "%s: not committed: tensor %zu of %zu has %llu bytes still to come", f->run.label,
+                      f->run.cur, f->run.n, (unsigned long long)tps_zipw_left(f->run.z));
         goto cleanup;
     }
     if (crc) *crc = tps_outfile_crc(f->out);

@@ -37,22 +37,18 @@ const tps_torch_dtype *tps_torch_dtype_of(tps_dtype dt)
 }
 
 typedef struct tps_torch_file {
-    tps_zipw *z;
+    tps_zipw_run run; /* first: entry cur is tensor cur's record data/<cur> */
     char *root;
-    size_t n;
     uint64_t *nbytes; /* per tensor, in sink order */
-    size_t cur;       /* the tensor whose record is open (n: all written) */
-    bool failed;
-    char *label;
 } torch_file;
 
 static void file_free(torch_file *f)
 {
     if (!f) return;
-    tps_zipw_abort(f->z);
+    tps_zipw_abort(f->run.z);
     free(f->root);
     free(f->nbytes);
-    free(f->label);
+    free(f->run.label);
     free(f);
 }
 
@@ -72,19 +68,25 @@ static char *root_name(const char *path)
     return r;
 }
 
-/* Opens the record of tensor f->cur, first ending (as empty records) the zero-byte tensors
+/* Opens the record of tensor f->run.cur, first ending (as empty records) the zero-byte tensors
  * before it. */
 static tps_status next_record(torch_file *f, tps_error *err)
 {
     char name[4096];
-    for (; f->cur < f->n; f->cur++) {
-        snprintf(name, sizeof name, "%s/data/%zu", f->root, f->cur);
-        tps_status st = tps_zipw_begin(f->z, name, f->nbytes[f->cur], err);
+    for (; f->run.cur < f->run.n; f->run.cur++) {
+        snprintf(name, sizeof name, "%s/data/%zu", f->root, f->run.cur);
+        tps_status st = tps_zipw_begin(f->run.z, name, f->nbytes[f->run.cur], err);
         if (st) return st;
-        if (f->nbytes[f->cur]) return TPS_OK;
-        if ((st = tps_zipw_end(f->z, err))) return st;
+        if (f->nbytes[f->run.cur]) return TPS_OK;
+        if ((st = tps_zipw_end(f->run.z, err))) return st;
     }
     return TPS_OK;
+}
+
+static tps_status record_done(tps_zipw_run *r, tps_error *err)
+{
+    r->cur++;
+    return next_record((torch_file *)r, err);
 }
 
 typedef struct meta_in {
@@ -125,11 +127,12 @@ static tps_status sink_open(const char *path, const tps_sink_tensor *t, size_t n
     tps_name_hash keyset = TPS_NAME_HASH_INIT(tps_pickle_entry, key);
     torch_file *f = calloc(1, sizeof *f);
     if (!f || !(f->nbytes = calloc(n ? n : 1, sizeof *f->nbytes)) || !(f->root = root_name(path)) ||
-        !(f->label = strdup(label)) || !(keys = malloc((n ? n : 1) * 24))) {
+        !(f->run.label = strdup(label)) || !(keys = malloc((n ? n : 1) * 24))) {
         st = tps_fail_oom(err, "opening a torch archive writer");
         goto cleanup;
     }
-    f->n = n;
+    f->run.n = n;
+    f->run.next = record_done;
     TPS_CHECK(read_meta(label, meta, nmeta, &m, err));
     for (size_t i = 0; i < n; i++) {
         size_t dup;
@@ -233,11 +236,11 @@ static tps_status sink_open(const char *path, const tps_sink_tensor *t, size_t n
         TPS_CHECK(tps_pickle_write_checkpoint(top, m.model_key, pe, ne, what, &pkl, err));
     }
     const char *z64 = getenv("TPS_TORCH_ZIP64");
-    TPS_CHECK(tps_zipw_open(path, label, z64 && strcmp(z64, "1") == 0, &f->z, err));
+    TPS_CHECK(tps_zipw_open(path, label, z64 && strcmp(z64, "1") == 0, &f->run.z, err));
     {
         char name[4096];
         snprintf(name, sizeof name, "%s/data.pkl", f->root);
-        TPS_CHECK(tps_zipw_record(f->z, name, pkl.data, pkl.len, err));
+        TPS_CHECK(tps_zipw_record(f->run.z, name, pkl.data, pkl.len, err));
     }
     TPS_CHECK(next_record(f, err));
     *out = (tps_sink_file *)f;
@@ -253,32 +256,6 @@ cleanup:
     free(slot);
     free(keys);
     return st;
-}
-
-static tps_status write_data(torch_file *f, const void *buf, size_t len, bool have_crc, uint32_t crc, tps_error *err)
-{
-    const unsigned char *p = buf;
-    if (f->failed) return tps_fail(err, TPS_EIO, "%s: an earlier write failed", f->label);
-    while (len > 0) {
-        if (f->cur >= f->n) {
-            f->failed = true;
-            return tps_fail(err, TPS_EINVALID, "%s: %zu bytes more than the tensors hold", f->label, len);
-        }
-        size_t took;
-        bool ended;
-        tps_status st = tps_zipw_feed(f->z, p, len, have_crc, &crc, &took, &ended, err);
-        if (!st && ended) {
-            f->cur++;
-            st = next_record(f, err);
-        }
-        if (st) {
-            f->failed = true;
-            return st;
-        }
-        p += took;
-        len -= took;
-    }
-    return TPS_OK;
 }
 
 tps_status tps_torch_archive_tail(tps_zipw *z, const char *root, tps_error *err)
@@ -316,30 +293,30 @@ tps_status tps_torch_write_value(const char *path, const char *value_json, tps_e
 
 static tps_status sink_write(tps_sink_file *f, const void *buf, size_t len, tps_error *err)
 {
-    return write_data((torch_file *)f, buf, len, false, 0, err);
+    return tps_zipw_run_write((tps_zipw_run *)f, buf, len, false, 0, err);
 }
 
 static tps_status sink_write_crc(tps_sink_file *f, const void *buf, size_t len, uint32_t crc, tps_error *err)
 {
-    return write_data((torch_file *)f, buf, len, true, crc, err);
+    return tps_zipw_run_write((tps_zipw_run *)f, buf, len, true, crc, err);
 }
 
 static tps_status sink_commit(tps_sink_file *sf, uint32_t *crc, uint64_t *size, tps_error *err)
 {
     torch_file *f = (torch_file *)sf;
     tps_status st = TPS_OK;
-    if (f->failed) {
-        st = tps_fail(err, TPS_EIO, "%s: not committed: an earlier write failed", f->label);
+    if (f->run.failed) {
+        st = tps_fail(err, TPS_EIO, "%s: not committed: an earlier write failed", f->run.label);
         goto cleanup;
     }
-    if (f->cur < f->n) {
-        st = tps_fail(err, TPS_EINVALID, "%s: not committed: tensor %zu of %zu has %llu bytes still to come", f->label, f->cur, f->n,
-                      (unsigned long long)tps_zipw_left(f->z));
+    if (f->run.cur < f->run.n) {
+        st = tps_fail(err, TPS_EINVALID, "%s: not committed: tensor %zu of %zu has %llu bytes still to come", f->run.label, f->run.cur, f->run.n,
+                      (unsigned long long)tps_zipw_left(f->run.z));
         goto cleanup;
     }
-    TPS_CHECK(tps_torch_archive_tail(f->z, f->root, err));
-    tps_zipw *z = f->z;
-    f->z = NULL; /* commit frees it */
+    TPS_CHECK(tps_torch_archive_tail(f->run.z, f->root, err));
+    tps_zipw *z = f->run.z;
+    f->run.z = NULL; /* commit frees it */
     st = tps_zipw_commit(z, crc, size, err);
 cleanup:
     file_free(f);

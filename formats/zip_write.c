@@ -158,26 +158,6 @@ tps_status tps_zipw_data(tps_zipw *z, const void *p, size_t n, bool have_crc, ui
     return tps_outfile_put(z->out, p, n, true, crc, err);
 }
 
-tps_status tps_zipw_feed(tps_zipw *z, const void *p, size_t n, bool have_crc, uint32_t *crc, size_t *took, bool *ended,
-                         tps_error *err)
-{
-    uint64_t left = tps_zipw_left(z);
-    size_t take = n < left ? n : (size_t)left;
-    uint32_t c = have_crc ? *crc : 0;
-    if (have_crc && take < n) {
-        /* The caller's CRC spans this entry and what follows: the head's is computed, the
-         * rest's follows from crc(AB) = crc32_combine(crc(A), 0, |B|) ^ crc(B). */
-        c = tps_crc32(0, p, take);
-        *crc ^= (uint32_t)crc32_combine(c, 0, (z_off_t)(n - take));
-    }
-    *took = take;
-    *ended = false;
-    tps_status st = tps_zipw_data(z, p, take, have_crc, c, err);
-    if (st || take < left) return st;
-    *ended = true;
-    return tps_zipw_end(z, err);
-}
-
 tps_status tps_zipw_end(tps_zipw *z, tps_error *err)
 {
     if (!z->open || z->left)
@@ -295,4 +275,50 @@ void tps_zipw_abort(tps_zipw *z)
     for (size_t i = 0; i < z->n; i++) free(z->e[i].name);
     free(z->e);
     free(z);
+}
+
+/* Streams the head of p[0, n) the current entry still takes (*took bytes) and ends the entry
+ * when that completes it (*ended).  With have_crc, *crc is the CRC-32 of all n bytes on
+ * entry, and of the n - *took left on return. */
+static tps_status tps_zipw_feed(tps_zipw *z, const void *p, size_t n, bool have_crc, uint32_t *crc, size_t *took, bool *ended,
+                         tps_error *err)
+{
+    uint64_t left = tps_zipw_left(z);
+    size_t take = n < left ? n : (size_t)left;
+    uint32_t c = have_crc ? *crc : 0;
+    if (have_crc && take < n) {
+        /* The caller's CRC spans this entry and what follows: the head's is computed, the
+         * rest's follows from crc(AB) = crc32_combine(crc(A), 0, |B|) ^ crc(B). */
+        c = tps_crc32(0, p, take);
+        *crc ^= (uint32_t)crc32_combine(c, 0, (z_off_t)(n - take));
+    }
+    *took = take;
+    *ended = false;
+    tps_status st = tps_zipw_data(z, p, take, have_crc, c, err);
+    if (st || take < left) return st;
+    *ended = true;
+    return tps_zipw_end(z, err);
+}
+
+tps_status tps_zipw_run_write(tps_zipw_run *r, const void *buf, size_t len, bool have_crc, uint32_t crc, tps_error *err)
+{
+    const unsigned char *p = buf;
+    if (r->failed) return tps_fail(err, TPS_EIO, "%s: an earlier write failed", r->label);
+    while (len > 0) {
+        if (r->cur >= r->n) {
+            r->failed = true;
+            return tps_fail(err, TPS_EINVALID, "%s: %zu bytes more than the tensors hold", r->label, len);
+        }
+        size_t took;
+        bool ended;
+        tps_status st = tps_zipw_feed(r->z, p, len, have_crc, &crc, &took, &ended, err);
+        if (!st && ended) st = r->next(r, err);
+        if (st) {
+            r->failed = true;
+            return st;
+        }
+        p += took;
+        len -= took;
+    }
+    return TPS_OK;
 }

@@ -47,12 +47,24 @@ tps_status tps_zipw_open_in(tps_outfile *out, tps_zipw **z, tps_error *err);
 tps_status tps_zipw_begin(tps_zipw *z, const char *name, uint64_t size, tps_error *err);
 /* Streams bytes of the current entry; crc is theirs when have_crc. */
 tps_status tps_zipw_data(tps_zipw *z, const void *p, size_t n, bool have_crc, uint32_t crc, tps_error *err);
-/* Streams the head of p[0, n) the current entry still takes (*took bytes) and ends the entry
- * when that completes it (*ended): for a caller streaming one run of bytes through several
- * entries.  With have_crc, *crc is the CRC-32 of all n bytes on entry, and of the n - *took
- * left on return. */
-tps_status tps_zipw_feed(tps_zipw *z, const void *p, size_t n, bool have_crc, uint32_t *crc, size_t *took, bool *ended,
-                         tps_error *err);
+/* One run of bytes streamed through a sequence of n entries, one per tensor: in one archive
+ * (the torch sink) or in an archive each (the DCP sink).  The sink embeds it first in its
+ * file and sets z (holding entry cur's open record), n, label and next. */
+typedef struct tps_zipw_run {
+    tps_zipw *z;
+    size_t cur, n; /* the entry being streamed (n: all written) */
+    bool failed;   /* a write failed: every later one is refused */
+    char *label;   /* the file, in messages */
+    /* Entry cur is complete and ended: advance cur and begin the next entry (on z, or on a
+     * new archive put in z), if any. */
+    tps_status (*next)(struct tps_zipw_run *r, tps_error *err);
+} tps_zipw_run;
+
+/* Streams buf[0, len) into r's entries in order, calling next at each entry's end; crc is the
+ * CRC-32 of the bytes when have_crc (split between entries with crc32_combine).  More bytes
+ * than the entries hold is TPS_EINVALID; any failure makes r refuse later writes. */
+tps_status tps_zipw_run_write(tps_zipw_run *r, const void *buf, size_t len, bool have_crc, uint32_t crc, tps_error *err);
+
 /* Ends the current entry (all its declared bytes written) with its data descriptor. */
 tps_status tps_zipw_end(tps_zipw *z, tps_error *err);
 /* begin + data + end of a small record held in memory. */
