@@ -284,7 +284,7 @@ const tps_cmd tps_cmd_reshard = {
                "and its engine release unless --target-version names another.\n"
                "A Megatron-LM checkpoint (legacy or torch_dist) is written as a legacy one at M x P\n"
                "(--pp, --pp-layers), or with --ckpt-format torch_dist as Megatron-Core's distributed\n"
-               "checkpoint for M (global tensors, loadable at any TP and PP; no --pp).\n",
+               "checkpoint for M (global tensors, loadable at any PP; no --pp).\n",
     .opts = reshard_opts,
     .min_args = 1,
     .max_args = 1,

@@ -178,7 +178,7 @@ const tps_cmd tps_cmd_split = {
                "128*N) and args from config.json; no optimizer or RNG state.\n"
                "--ckpt-format torch_dist writes Megatron-Core's distributed checkpoint instead:\n"
                "iter_0000001/ with metadata.json, common.pt, .metadata and __0_0.distcp (global\n"
-               "tensors, decoder layers stacked, one chunk per layer), loadable at any TP and PP\n"
+               "tensors, decoder layers stacked, one chunk per layer), loadable at any PP\n"
                "(no --pp; MoE experts are refused).\n"
                "SRC may be a Megatron-LM checkpoint (legacy mp_rank_* or Megatron-Core torch_dist,\n"
                "the tracker's directory or iter_NNNNNNN/): it is cut as the Hugging Face model its\n"

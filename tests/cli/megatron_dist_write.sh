@@ -79,3 +79,22 @@ nothing pp "--ckpt-format torch_dist --pp 2"
 expect_exit 2 "go with --target megatron" "--ckpt-format without --target megatron: a usage error" \
     "$TPSHARD" split "$M/tiny-llama" --tp 2 --ckpt-format torch_dist -o "$T/plain"
 nothing plain "--ckpt-format without --target megatron"
+
+# --dry-run writes nothing; --force replaces an earlier torch_dist output tpshard wrote (its
+# .metadata, metadata.json and common.pt beside the listed .distcp), and nothing foreign.
+check "--ckpt-format torch_dist --dry-run" \
+    "$TPSHARD" split "$M/tiny-llama" --tp 2 --target megatron --ckpt-format torch_dist -o "$T/dry" -n
+nothing dry "--ckpt-format torch_dist --dry-run"
+if [ -d "$T/llama-dist" ] &&
+    "$TPSHARD" split "$M/tiny-llama" --tp 4 --target megatron --ckpt-format torch_dist -o "$T/llama-dist" -f -q \
+        2>"$T/.err" && "$TPSHARD" inspect "$T/llama-dist" 2>>"$T/.err" | grep -q "saved at tp 4 x pp 1"; then
+    ok "--force replaces an earlier torch_dist checkpoint tpshard wrote"
+else
+    notok "--force onto an earlier torch_dist checkpoint"
+    sed 's/^/#   /' "$T/.err" | head -5
+fi
+if [ -d "$T/llama-dist" ]; then
+    : >"$T/llama-dist/iter_0000001/notes.txt"
+    expect_exit 3 "'iter_0000001/notes.txt' is not part of" "--force refuses a torch_dist directory holding a foreign file" \
+        "$TPSHARD" split "$M/tiny-llama" --tp 2 --target megatron --ckpt-format torch_dist -o "$T/llama-dist" -f
+fi
