@@ -8,9 +8,12 @@
 #include "formats/megatron_read.h"
 #include "formats/megatron_set.h"
 #include "formats/shardset.h"
+#include "formats/dcp_write.h"
 #include "formats/torch_write.h"
 #include "layout_args.h"
+#include "lib/megatron/megatron_dist_out.h"
 #include "lib/megatron/megatron_out.h"
+#include "megatron_hf.h"
 #include "output_args.h"
 #include "progress.h"
 
@@ -25,6 +28,7 @@ static struct {
     bool force;
     uint64_t pp, vocab;
     const char *pp_layers;
+    const char *ckpt_format;
 } o;
 
 static const tps_opt reshard_opts[] = {
@@ -38,6 +42,7 @@ static const tps_opt reshard_opts[] = {
     {"pp", 0, TPS_OPT_UINT, &o.pp, "P", "Megatron: the new pipeline size"},
     {"pp-layers", 0, TPS_OPT_STRING, &o.pp_layers, "A,B,...", "Megatron: layers per stage"},
     {"vocab-size", 0, TPS_OPT_UINT, &o.vocab, "V", "Megatron: the true vocabulary size"},
+    {"ckpt-format", 0, TPS_OPT_STRING, &o.ckpt_format, "F", "Megatron: torch (default) or torch_dist"},
     {"force", 'f', TPS_OPT_FLAG, &o.force, NULL, "replace an earlier shard set (nothing else)"},
     TPS_COMMON_OPTS,
     TPS_OPTS_END,
@@ -81,7 +86,14 @@ static int reshard_megatron(const char *dir)
         return tps_cli_usage("reshard", "--only-rank, --name-template and --max-shard-size do not apply to a Megatron "
                                         "checkpoint");
     if (tps_tp_check(o.tp, "--tp", &err)) return tps_cli_report("reshard", &err);
-    int rc = 0;
+    bool dist;
+    int rc = tps_cli_ckpt_format("reshard", o.ckpt_format, &dist);
+    if (rc) return rc;
+    if (dist && (o.pp > 1 || o.pp_layers))
+        return tps_cli_usage("reshard", "--ckpt-format torch_dist holds global tensors that load at any pipeline size: "
+                                        "no --pp or --pp-layers");
+    /* torch_dist's tensors are global: planned at tp 1, padded and named for --tp */
+    uint64_t plan_tp = dist ? 1 : o.tp;
     tps_shardset *ss = NULL;
     tps_megatron_source *msrc = NULL;
     tps_manifest *m = NULL;
@@ -94,6 +106,10 @@ static int reshard_megatron(const char *dir)
         goto done;
     }
     const tps_megatron_model *mm = &msrc->model;
+    if (dist && tps_megatron_dist_supported(dir, mm, &err)) {
+        rc = tps_cli_report("reshard", &err);
+        goto done;
+    }
     uint64_t div = mm->vocab_divisor, q = div * o.tp;
     /* The vocabulary rows at the new tp: Megatron's padding, from the true size.  The source's
      * partitions pad to its own padded rows (112 at tp 4 for 100 rows), which tp 8 need not
@@ -118,7 +134,7 @@ static int reshard_megatron(const char *dir)
         saved[i] = t->part.pad_multiple;
         t->part.pad_multiple = q;
     }
-    rc = tps_cli_retarget("reshard", dir, ss->m, o.tp, &m);
+    rc = tps_cli_retarget("reshard", dir, ss->m, plan_tp, &m);
     for (size_t i = 0; i < ss->m->ntensors; i++)
         if (saved[i]) ss->m->tensors[i].part.pad_multiple = saved[i];
     free(saved);
@@ -129,11 +145,16 @@ static int reshard_megatron(const char *dir)
                                 .checkpoint_version_json = msrc->checkpoint_version_json,
                                 .iteration = msrc->iteration, .release = msrc->release,
                                 .extra_state = msrc->extra_state, .n_extra_state = msrc->n_extra_state};
-    if (o.pp_layers && !o.pp) {
+    if (dist) {
+        oo.pp = 1;
+        oo.pp_layers = NULL;
+        oo.args_tp = o.tp;
+        oo.ckpt_format = "torch_dist";
+    } else if (o.pp_layers && !o.pp) {
         oo.pp = 1;
         for (const char *c = o.pp_layers; *c; c++) oo.pp += *c == ',';
     }
-    if (!oo.pp) {
+    if (!dist && !oo.pp) {
         oo.pp = ss->m->files[ss->m->nfiles - 1].part + 1;
         size_t n = 0;
         split[0] = '\0';
@@ -166,13 +187,19 @@ static int reshard_megatron(const char *dir)
     wo.cut.tensor_done = check_source;
     wo.cut.tensor_done_arg = &source;
     tps_progress_begin(&ps, "reshard");
-    tps_megatron_write(m, mo, &tps_torch_sink, read_source, &source, &wo, &err);
+    if (dist)
+        tps_megatron_dist_write(m, mo, mm->layers, &tps_dcp_sink, tps_torch_write_value, read_source, &source, &wo, &err);
+    else
+        tps_megatron_write(m, mo, &tps_torch_sink, read_source, &source, &wo, &err);
     tps_progress_end(&ps);
     rc = tps_cli_report("reshard", &err);
     if (rc == 0 && !tps_common.quiet) {
         fprintf(stderr, "reshard: optimizer and RNG state are not written: load with --no-load-optim --no-load-rng "
                         "(or --finetune), or reshard the optimizer with Megatron's distributed-optimizer tools\n");
-        if (msrc->dist)
+        if (dist)
+            printf("resharded %s to a torch_dist checkpoint for tp %llu in %s (--ckpt-format torch_dist)\n", dir,
+                   (unsigned long long)o.tp, o.out);
+        else if (msrc->dist)
             printf("resharded %s (torch_dist, saved at tp %u x pp %u) to tp %llu x pp %llu in %s (--ckpt-format torch)\n",
                    dir, msrc->saved_tp, msrc->saved_pp, (unsigned long long)m->tp, (unsigned long long)mo->pp, o.out);
         else
@@ -196,8 +223,8 @@ static int run_reshard(char **args, int nargs)
     const char *dir = args[0];
     if (!o.out) return tps_cli_usage("reshard", "-o DIR is required");
     if (tps_megatron_is_checkpoint(dir)) return reshard_megatron(dir);
-    if (o.pp || o.pp_layers || o.vocab)
-        return tps_cli_usage("reshard", "--pp, --pp-layers and --vocab-size apply to a Megatron checkpoint");
+    if (o.pp || o.pp_layers || o.vocab || o.ckpt_format)
+        return tps_cli_usage("reshard", "--pp, --pp-layers, --vocab-size and --ckpt-format apply to a Megatron checkpoint");
     tps_error err;
     tps_error_clear(&err);
     if (tps_tp_check(o.tp, "--tp", &err)) return tps_cli_report("reshard", &err);
@@ -254,7 +281,10 @@ const tps_cmd tps_cmd_reshard = {
                "allow).  KV replication and vocabulary padding are redone for M.  A set written\n"
                "with --target keeps its target (fused names, the engine's padding, config.json and\n"
                "tokenizer copied) unless --target names another (tpshard: the source's names),\n"
-               "and its engine release unless --target-version names another.\n",
+               "and its engine release unless --target-version names another.\n"
+               "A Megatron-LM checkpoint (legacy or torch_dist) is written as a legacy one at M x P\n"
+               "(--pp, --pp-layers), or with --ckpt-format torch_dist as Megatron-Core's distributed\n"
+               "checkpoint for M (global tensors, loadable at any PP; no --pp).\n",
     .opts = reshard_opts,
     .min_args = 1,
     .max_args = 1,

@@ -24,6 +24,7 @@ static struct {
     bool force, dry_run;
     uint64_t pp;
     const char *pp_layers;
+    const char *ckpt_format;
 } o;
 
 static const tps_opt split_opts[] = {
@@ -38,6 +39,7 @@ static const tps_opt split_opts[] = {
     {"target-version", 0, TPS_OPT_STRING, &o.target_version, "V", "the engine release (default: current)"},
     {"pp", 0, TPS_OPT_UINT, &o.pp, "P", "--target megatron: pipeline stages (default 1)"},
     {"pp-layers", 0, TPS_OPT_STRING, &o.pp_layers, "A,B,..", "--target megatron: layers per stage"},
+    {"ckpt-format", 0, TPS_OPT_STRING, &o.ckpt_format, "F", "--target megatron: torch (default) or torch_dist"},
     {"name-template", 0, TPS_OPT_STRING, &o.name_template, "T", "file names with {rank}, {tp}, {part}"},
     {"only-rank", 0, TPS_OPT_STRING, &o.only, "R[,R...]", "write only these ranks (full manifest)"},
     {"force", 'f', TPS_OPT_FLAG, &o.force, NULL, "replace an earlier shard set (nothing else)"},
@@ -72,13 +74,19 @@ static int run_split(char **args, int nargs)
     const char *src = args[0];
     if (!o.out && !o.dry_run) return tps_cli_usage("split", "-o DIR is required (or --dry-run)");
     bool megatron = o.target && strcmp(o.target, "megatron") == 0;
-    if ((o.pp || o.pp_layers) && !megatron) return tps_cli_usage("split", "--pp and --pp-layers go with --target megatron");
+    if ((o.pp || o.pp_layers || o.ckpt_format) && !megatron)
+        return tps_cli_usage("split", "--pp, --pp-layers and --ckpt-format go with --target megatron");
     if (megatron) {
         if (o.dtype || o.only || o.name_template || o.max_shard || o.target_version)
             return tps_cli_usage("split", "--target megatron writes Megatron's own files: no --dtype, --only-rank, "
                                           "--name-template, --max-shard-size or --target-version");
         if (o.la.tp == 0) return tps_cli_usage("split", "--tp N is required (N >= 1)");
-        tps_megatron_split_opts mo = {o.out, o.pp, o.pp_layers, o.force, o.dry_run};
+        tps_megatron_split_opts mo = {o.out, o.pp, o.pp_layers, o.force, o.dry_run, false};
+        int rc = tps_cli_ckpt_format("split", o.ckpt_format, &mo.dist);
+        if (rc) return rc;
+        if (mo.dist && (o.pp > 1 || o.pp_layers))
+            return tps_cli_usage("split", "--ckpt-format torch_dist holds global tensors that load at any pipeline "
+                                          "size: no --pp or --pp-layers");
         return tps_cli_split_megatron(src, &o.la, &mo);
     }
     tps_dtype to = TPS_DT_COUNT;
@@ -168,6 +176,10 @@ const tps_cmd tps_cmd_split = {
                "model_optim_rng.pt with Megatron-Core names (q/k/v grouped per query group in\n"
                "linear_qkv, [gate; up] in linear_fc1, the vocabulary zero-padded to a multiple of\n"
                "128*N) and args from config.json; no optimizer or RNG state.\n"
+               "--ckpt-format torch_dist writes Megatron-Core's distributed checkpoint instead:\n"
+               "iter_0000001/ with metadata.json, common.pt, .metadata and __0_0.distcp (global\n"
+               "tensors, decoder layers stacked, one chunk per layer), loadable at any PP\n"
+               "(no --pp; MoE experts are refused).\n"
                "SRC may be a Megatron-LM checkpoint (legacy mp_rank_* or Megatron-Core torch_dist,\n"
                "the tracker's directory or iter_NNNNNNN/): it is cut as the Hugging Face model its\n"
                "args describe (their preset, config.json made from them and written with --target);\n"

@@ -9,6 +9,7 @@
 
 #include "cli.h"
 #include "formats/megatron_set.h"
+#include "formats/dcp_write.h"
 #include "formats/safetensors.h"
 #include "formats/torch_write.h"
 #include "layout_args.h"
@@ -16,6 +17,7 @@
 #include "lib/base/buf.h"
 #include "lib/engine/publish.h"
 #include "lib/megatron/megatron_args.h"
+#include "lib/megatron/megatron_dist_out.h"
 #include "lib/megatron/megatron_hf.h"
 #include "lib/megatron/megatron_out.h"
 #include "lib/set/plan.h"
@@ -39,6 +41,24 @@ static tps_status mg_read(void *ctx, size_t i, uint64_t off, void *buf, size_t l
 /* The Megatron-Core plan of the view at tp: the megatron_gpt preset with the sizes args give,
  * as reshard plans a Megatron source; a tp it refuses is printed grouped, with the tp values
  * that fit. */
+int tps_cli_ckpt_format(const char *cmd, const char *v, bool *dist)
+{
+    *dist = v && strcmp(v, "torch_dist") == 0;
+    if (v && !*dist && strcmp(v, "torch") != 0)
+        return tps_cli_usage(cmd, "--ckpt-format expects torch (Megatron-LM's legacy files) or torch_dist, not '%s'", v);
+    return 0;
+}
+
+tps_status tps_megatron_dist_supported(const char *src, const tps_megatron_model *model, tps_error *err)
+{
+    if (model->experts)
+        return tps_fail(err, TPS_EINVALID,
+                        "%s: a model with %llu MoE experts: writing its experts as torch_dist is not done yet; use "
+                        "--ckpt-format torch",
+                        src, (unsigned long long)model->experts);
+    return TPS_OK;
+}
+
 static int plan_megatron(const char *src, const tps_index *view, const char *args_json, uint64_t tp,
                          tps_megatron_model *model, tps_layout **ml, tps_manifest **mm)
 {
@@ -112,7 +132,12 @@ int tps_cli_split_megatron(const char *src, const tps_layout_args *la, const tps
         goto done;
     }
     tps_megatron_model model;
-    if ((rc = plan_megatron(src, view, args.data, la->tp, &model, &ml, &mm)) != 0) goto done;
+    /* torch_dist's tensors are global: planned at tp 1, padded and named for la->tp */
+    if ((rc = plan_megatron(src, view, args.data, o->dist ? 1 : la->tp, &model, &ml, &mm)) != 0) goto done;
+    if (o->dist && tps_megatron_dist_supported(src, &model, &err)) {
+        rc = tps_cli_report("split", &err);
+        goto done;
+    }
     if (!(pre = calloc(mm->ntensors + 1, sizeof *pre))) {
         tps_fail_oom(&err, "planning");
         rc = tps_cli_report("split", &err);
@@ -126,6 +151,11 @@ int tps_cli_split_megatron(const char *src, const tps_layout_args *la, const tps
                                      .tied = !model.untied,
                                      .args_json = args.data,
                                      .iteration = 1};
+    if (o->dist) {
+        mo_opts.pp = 1;
+        mo_opts.args_tp = la->tp;
+        mo_opts.ckpt_format = "torch_dist";
+    }
     if (tps_megatron_out_plan(mm, &mo_opts, &mo, &err)) {
         rc = tps_cli_report("split", &err);
         goto done;
@@ -136,10 +166,16 @@ int tps_cli_split_megatron(const char *src, const tps_layout_args *la, const tps
     tps_write_opts wo = tps_cli_write_opts(o->out, o->force, inputs, NULL, NULL, 0, &ps);
     wo.dry_run = o->dry_run;
     tps_progress_begin(&ps, "split");
-    tps_megatron_write(mm, mo, &tps_torch_sink, mg_read, &source, &wo, &err);
+    if (o->dist)
+        tps_megatron_dist_write(mm, mo, model.layers, &tps_dcp_sink, tps_torch_write_value, mg_read, &source, &wo, &err);
+    else
+        tps_megatron_write(mm, mo, &tps_torch_sink, mg_read, &source, &wo, &err);
     tps_progress_end(&ps);
     if ((rc = tps_cli_report("split", &err)) != 0) goto done;
     if (o->dry_run && !tps_common.quiet) tps_cli_print_plan(mm, NULL, tps_common.json);
+    else if (!tps_common.quiet && o->dist)
+        printf("split %s into a Megatron-Core torch_dist checkpoint in %s (for tp %llu, %zu tensors)\n", src, o->out,
+               (unsigned long long)la->tp, mm->ntensors);
     else if (!tps_common.quiet)
         printf("split %s into a Megatron-LM checkpoint in %s (tp %llu, pp %llu, %zu tensors, %zu files)\n", src,
                o->out, (unsigned long long)mm->tp, (unsigned long long)mo->pp, mm->ntensors, mm->nfiles);

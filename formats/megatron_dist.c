@@ -9,6 +9,7 @@
 #include "../lib/base/checked.h"
 #include "../lib/base/json.h"
 #include "../lib/megatron/megatron_args.h"
+#include "../lib/megatron/megatron_dist_out.h"
 #include "dcp.h"
 #include "pickle.h"
 #include "pickle_json.h"
@@ -125,22 +126,6 @@ static tps_status read_common(tps_megatron_ckpt *c, const char *iter_path, tps_e
 
 /* ---- the global tensors, layer by layer ---- */
 
-/* TransformerEngine's names of the layer norms, which torch_dist uses for every layer spec. */
-static const char *const te_norm[][2] = {
-    {"self_attention.linear_qkv.layer_norm_", "input_layernorm."},
-    {"mlp.linear_fc1.layer_norm_", "pre_mlp_layernorm."},
-};
-
-/* decoder.layers.<l>.<rest>, rest under the legacy state dict's names. */
-static bool layer_name(char *out, size_t size, uint64_t l, const char *rest)
-{
-    for (size_t k = 0; k < sizeof te_norm / sizeof te_norm[0]; k++)
-        if (starts(rest, te_norm[k][0]))
-            return snprintf(out, size, LAYERS "%llu.%s%s", (unsigned long long)l, te_norm[k][1],
-                            rest + strlen(te_norm[k][0])) < (int)size;
-    return snprintf(out, size, LAYERS "%llu.%s", (unsigned long long)l, rest) < (int)size;
-}
-
 static bool stacked(const char *name) { return starts(name, LAYERS) && !isdigit((unsigned char)name[strlen(LAYERS)]); }
 
 /* One _extra_state entry ("<key>._extra_state/shard_<l>_<L>" for a stacked layer key) as the
@@ -154,7 +139,7 @@ static tps_status add_extra(tps_megatron_file *f, const char *entry, tps_error *
     memcpy(key, entry, keylen);
     key[keylen] = '\0';
     unsigned long long l = 0;
-    if (stacked(key) && !(slash && sscanf(slash, "/shard_%llu_", &l) == 1 && layer_name(name, sizeof name, l, key + strlen(LAYERS))))
+    if (stacked(key) && !(slash && sscanf(slash, "/shard_%llu_", &l) == 1 && tps_megatron_dist_layer_name(name, sizeof name, l, key + strlen(LAYERS))))
         return TPS_OK; /* not a per-layer entry we can place: it is not needed to read the model */
     if (!stacked(key)) snprintf(name, sizeof name, "%s", key);
     for (size_t i = 0; i < f->n_extra_state; i++)
@@ -185,7 +170,7 @@ static tps_status add_layers(tps_index *ix, dist_state *s, const tps_tensor *t, 
                         ix->path, t->name, (unsigned long long)t->nbytes, (unsigned long long)layers);
     char name[1200];
     for (uint64_t l = 0; l < layers; l++) {
-        if (!layer_name(name, sizeof name, l, rest))
+        if (!tps_megatron_dist_layer_name(name, sizeof name, l, rest))
             return tps_fail(err, TPS_EINVALID, "%s: tensor name '%s' too long", ix->path, t->name);
         tps_status st;
         if (!t->reader_data) { /* one chunk holds it all: layer l is a plain range */

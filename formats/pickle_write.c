@@ -108,6 +108,7 @@ typedef struct pw {
     const char *what;
     tps_error *err;
     bool oom;
+    const char *const *also; /* NULL-terminated globals allowed besides the list, or NULL */
 } pw;
 
 static uint64_t hash_bytes(const char *p, size_t n)
@@ -508,7 +509,9 @@ static tps_status allowed(pw *w, const tps_json *name, const char *form)
 {
     if (name->type != TPS_JSON_STRING || !strchr(name->u.string.s, '.') || strlen(name->u.string.s) != name->u.string.len)
         return tps_fail(w->err, TPS_EINVALID, "%s: %s needs a \"module.name\" string (JSON offset %zu)", w->what, form, name->offset);
-    if (!tps_pickle_write_allowed(name->u.string.s))
+    bool also = false;
+    for (const char *const *a = w->also; a && *a && !also; a++) also = strcmp(*a, name->u.string.s) == 0;
+    if (!also && !tps_pickle_write_allowed(name->u.string.s))
         return tps_fail(w->err, TPS_EINVALID,
                         "%s: global %s (JSON offset %zu) is not one torch's weights_only loader or Megatron's safe_globals allow; refused",
                         w->what, name->u.string.s, name->offset);
@@ -632,7 +635,13 @@ static tps_status finish(pw *w, tps_status st)
 
 tps_status tps_pickle_write_json(const tps_json *v, const char *what, tps_buf *out, tps_error *err)
 {
-    pw w = {.out = out, .what = what, .err = err};
+    return tps_pickle_write_json_also(v, NULL, what, out, err);
+}
+
+tps_status tps_pickle_write_json_also(const tps_json *v, const char *const *also, const char *what, tps_buf *out,
+                                      tps_error *err)
+{
+    pw w = {.out = out, .what = what, .err = err, .also = also};
     op(&w, OP_PROTO);
     op(&w, 2);
     tps_status st = value(&w, v);
@@ -761,6 +770,16 @@ tps_status tps_pickle_write_checkpoint(const tps_json *top, const char *model_ke
     op(&w, OP_EMPTY_DICT);
     put(&w);
     tps_status st = batched(&w, (top ? top->u.object.n : 0) + 1, DICT_EXACT, top_item, &c);
+    if (!st) op(&w, OP_STOP);
+    return finish(&w, st);
+}
+
+tps_status tps_pickle_write_tensor(const tps_pickle_entry *e, const char *what, tps_buf *out, tps_error *err)
+{
+    pw w = {.out = out, .what = what, .err = err};
+    op(&w, OP_PROTO);
+    op(&w, 2);
+    tps_status st = tensor(&w, e);
     if (!st) op(&w, OP_STOP);
     return finish(&w, st);
 }

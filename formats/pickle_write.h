@@ -48,6 +48,15 @@ typedef struct tps_pickle_entry {
 /* PROTO 2, the value v encodes, STOP, appended to out.  what names v in messages. */
 tps_status tps_pickle_write_json(const tps_json *v, const char *what, tps_buf *out, tps_error *err);
 
+/* The same, also allowing the globals of also (NULL-terminated): a pickle that is not loaded
+ * by weights_only (a DCP .metadata, formats/dcp_write.h) names classes outside the list. */
+tps_status tps_pickle_write_json_also(const tps_json *v, const char *const *also, const char *what, tps_buf *out,
+                                      tps_error *err);
+
+/* A torch.save data.pkl of one tensor alone (e's key names it in messages): what
+ * torch.save(tensor) writes, as a DCP chunk holds it. */
+tps_status tps_pickle_write_tensor(const tps_pickle_entry *e, const char *what, tps_buf *out, tps_error *err);
+
 /* A torch.save data.pkl: a dict of top's entries in order (top a JSON object, or NULL),
  * then model_key -> collections.OrderedDict of the entries in order.  A tensor is
  * torch._utils._rebuild_tensor_v2(storage, 0, size, contiguous stride, False,

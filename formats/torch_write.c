@@ -3,11 +3,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <zlib.h>
 
 #include "../lib/base/buf.h"
 #include "../lib/base/checked.h"
-#include "../lib/base/crc.h"
 #include "../lib/base/json.h"
 #include "pickle_write.h"
 #include "zip_write.h"
@@ -31,7 +29,7 @@ static const struct {
     {TPS_DT_U64, "uint64"},
 };
 
-static const tps_torch_dtype *torch_dtype(tps_dtype dt)
+const tps_torch_dtype *tps_torch_dtype_of(tps_dtype dt)
 {
     for (size_t i = 0; i < sizeof dtype_names / sizeof dtype_names[0]; i++)
         if (dtype_names[i].dt == dt) return tps_torch_dtype_by_name(dtype_names[i].name);
@@ -39,22 +37,18 @@ static const tps_torch_dtype *torch_dtype(tps_dtype dt)
 }
 
 typedef struct tps_torch_file {
-    tps_zipw *z;
+    tps_zipw_run run; /* first: entry cur is tensor cur's record data/<cur> */
     char *root;
-    size_t n;
     uint64_t *nbytes; /* per tensor, in sink order */
-    size_t cur;       /* the tensor whose record is open (n: all written) */
-    bool failed;
-    char *label;
 } torch_file;
 
 static void file_free(torch_file *f)
 {
     if (!f) return;
-    tps_zipw_abort(f->z);
+    tps_zipw_abort(f->run.z);
     free(f->root);
     free(f->nbytes);
-    free(f->label);
+    free(f->run.label);
     free(f);
 }
 
@@ -74,19 +68,25 @@ static char *root_name(const char *path)
     return r;
 }
 
-/* Opens the record of tensor f->cur, first ending (as empty records) the zero-byte tensors
+/* Opens the record of tensor f->run.cur, first ending (as empty records) the zero-byte tensors
  * before it. */
 static tps_status next_record(torch_file *f, tps_error *err)
 {
     char name[4096];
-    for (; f->cur < f->n; f->cur++) {
-        snprintf(name, sizeof name, "%s/data/%zu", f->root, f->cur);
-        tps_status st = tps_zipw_begin(f->z, name, f->nbytes[f->cur], err);
+    for (; f->run.cur < f->run.n; f->run.cur++) {
+        snprintf(name, sizeof name, "%s/data/%zu", f->root, f->run.cur);
+        tps_status st = tps_zipw_begin(f->run.z, name, f->nbytes[f->run.cur], err);
         if (st) return st;
-        if (f->nbytes[f->cur]) return TPS_OK;
-        if ((st = tps_zipw_end(f->z, err))) return st;
+        if (f->nbytes[f->run.cur]) return TPS_OK;
+        if ((st = tps_zipw_end(f->run.z, err))) return st;
     }
     return TPS_OK;
+}
+
+static tps_status record_done(tps_zipw_run *r, tps_error *err)
+{
+    r->cur++;
+    return next_record((torch_file *)r, err);
 }
 
 typedef struct meta_in {
@@ -127,11 +127,12 @@ static tps_status sink_open(const char *path, const tps_sink_tensor *t, size_t n
     tps_name_hash keyset = TPS_NAME_HASH_INIT(tps_pickle_entry, key);
     torch_file *f = calloc(1, sizeof *f);
     if (!f || !(f->nbytes = calloc(n ? n : 1, sizeof *f->nbytes)) || !(f->root = root_name(path)) ||
-        !(f->label = strdup(label)) || !(keys = malloc((n ? n : 1) * 24))) {
+        !(f->run.label = strdup(label)) || !(keys = malloc((n ? n : 1) * 24))) {
         st = tps_fail_oom(err, "opening a torch archive writer");
         goto cleanup;
     }
-    f->n = n;
+    f->run.n = n;
+    f->run.next = record_done;
     TPS_CHECK(read_meta(label, meta, nmeta, &m, err));
     for (size_t i = 0; i < n; i++) {
         size_t dup;
@@ -147,7 +148,7 @@ static tps_status sink_open(const char *path, const tps_sink_tensor *t, size_t n
             st = tps_fail(err, TPS_EINVALID, "%s: tensor name '%s' given twice", label, t[i].name);
             goto cleanup;
         }
-        if (!torch_dtype(t[i].dtype)) {
+        if (!tps_torch_dtype_of(t[i].dtype)) {
             st = tps_fail(err, TPS_EINVALID, "%s: tensor '%s' has dtype %s, which a torch archive cannot hold", label, t[i].name,
                           tps_dtype_name(t[i].dtype));
             goto cleanup;
@@ -210,7 +211,7 @@ static tps_status sink_open(const char *path, const tps_sink_tensor *t, size_t n
             }
         }
         slot[i] = j + 1;
-        pe[j] = (tps_pickle_entry){t[i].name, torch_dtype(t[i].dtype), t[i].ndim, t[i].shape, keys + 24 * i};
+        pe[j] = (tps_pickle_entry){t[i].name, tps_torch_dtype_of(t[i].dtype), t[i].ndim, t[i].shape, keys + 24 * i};
     }
     for (size_t i = 0; i < n; i++)
         if (!slot[i]) {
@@ -235,11 +236,11 @@ static tps_status sink_open(const char *path, const tps_sink_tensor *t, size_t n
         TPS_CHECK(tps_pickle_write_checkpoint(top, m.model_key, pe, ne, what, &pkl, err));
     }
     const char *z64 = getenv("TPS_TORCH_ZIP64");
-    TPS_CHECK(tps_zipw_open(path, label, z64 && strcmp(z64, "1") == 0, &f->z, err));
+    TPS_CHECK(tps_zipw_open(path, label, z64 && strcmp(z64, "1") == 0, &f->run.z, err));
     {
         char name[4096];
         snprintf(name, sizeof name, "%s/data.pkl", f->root);
-        TPS_CHECK(tps_zipw_record(f->z, name, pkl.data, pkl.len, err));
+        TPS_CHECK(tps_zipw_record(f->run.z, name, pkl.data, pkl.len, err));
     }
     TPS_CHECK(next_record(f, err));
     *out = (tps_sink_file *)f;
@@ -257,70 +258,65 @@ cleanup:
     return st;
 }
 
-static tps_status write_data(torch_file *f, const void *buf, size_t len, bool have_crc, uint32_t crc, tps_error *err)
+tps_status tps_torch_archive_tail(tps_zipw *z, const char *root, tps_error *err)
 {
-    const unsigned char *p = buf;
-    if (f->failed) return tps_fail(err, TPS_EIO, "%s: an earlier write failed", f->label);
-    while (len > 0) {
-        if (f->cur >= f->n) {
-            f->failed = true;
-            return tps_fail(err, TPS_EINVALID, "%s: %zu bytes more than the tensors hold", f->label, len);
-        }
-        uint64_t left = tps_zipw_left(f->z);
-        size_t take = len < left ? len : (size_t)left;
-        uint32_t c = crc;
-        if (have_crc && take < len) {
-            /* The caller's CRC spans two records: the first piece's is computed, the rest's
-             * follows from crc(AB) = crc32_combine(crc(A), 0, |B|) ^ crc(B). */
-            c = tps_crc32(0, p, take);
-            crc ^= (uint32_t)crc32_combine(c, 0, (z_off_t)(len - take));
-        }
-        tps_status st = tps_zipw_data(f->z, p, take, have_crc, c, err);
-        if (!st && take == left) {
-            st = tps_zipw_end(f->z, err);
-            f->cur++;
-            if (!st) st = next_record(f, err);
-        }
-        if (st) {
-            f->failed = true;
-            return st;
-        }
-        p += take;
-        len -= take;
+    char name[4096];
+    snprintf(name, sizeof name, "%s/version", root);
+    tps_status st = tps_zipw_record(z, name, "3\n", 2, err);
+    snprintf(name, sizeof name, "%s/byteorder", root);
+    return st ? st : tps_zipw_record(z, name, "little", 6, err);
+}
+
+tps_status tps_torch_write_value(const char *path, const char *value_json, tps_error *err)
+{
+    tps_json_doc *doc = NULL;
+    tps_buf pkl = TPS_BUF_INIT;
+    tps_zipw *z = NULL;
+    char *root = root_name(path), name[4096];
+    if (!root) return tps_fail_oom(err, "writing a torch archive");
+    tps_status st = tps_json_parse(value_json, strlen(value_json), path, &doc, err);
+    if (!st) st = tps_pickle_write_json(tps_json_root(doc), path, &pkl, err);
+    if (!st) st = tps_zipw_open(path, path, false, &z, err);
+    snprintf(name, sizeof name, "%s/data.pkl", root);
+    if (!st) st = tps_zipw_record(z, name, pkl.data, pkl.len, err);
+    if (!st) st = tps_torch_archive_tail(z, root, err);
+    if (!st) {
+        st = tps_zipw_commit(z, NULL, NULL, err);
+        z = NULL;
     }
-    return TPS_OK;
+    tps_zipw_abort(z);
+    tps_json_doc_free(doc);
+    tps_buf_release(&pkl);
+    free(root);
+    return st;
 }
 
 static tps_status sink_write(tps_sink_file *f, const void *buf, size_t len, tps_error *err)
 {
-    return write_data((torch_file *)f, buf, len, false, 0, err);
+    return tps_zipw_run_write((tps_zipw_run *)f, buf, len, false, 0, err);
 }
 
 static tps_status sink_write_crc(tps_sink_file *f, const void *buf, size_t len, uint32_t crc, tps_error *err)
 {
-    return write_data((torch_file *)f, buf, len, true, crc, err);
+    return tps_zipw_run_write((tps_zipw_run *)f, buf, len, true, crc, err);
 }
 
 static tps_status sink_commit(tps_sink_file *sf, uint32_t *crc, uint64_t *size, tps_error *err)
 {
     torch_file *f = (torch_file *)sf;
     tps_status st = TPS_OK;
-    char name[4096];
-    if (f->failed) {
-        st = tps_fail(err, TPS_EIO, "%s: not committed: an earlier write failed", f->label);
+    if (f->run.failed) {
+        st = tps_fail(err, TPS_EIO, "%s: not committed: an earlier write failed", f->run.label);
         goto cleanup;
     }
-    if (f->cur < f->n) {
-        st = tps_fail(err, TPS_EINVALID, "%s: not committed: tensor %zu of %zu has %llu bytes still to come", f->label, f->cur, f->n,
-                      (unsigned long long)tps_zipw_left(f->z));
+    if (f->run.cur < f->run.n) {
+        st = tps_fail(err, TPS_EINVALID, "%s: not committed: tensor %zu of %zu has %llu bytes still to come", f->run.label, f->run.cur, f->run.n,
+                      (unsigned long long)tps_zipw_left(f->run.z));
         goto cleanup;
     }
-    snprintf(name, sizeof name, "%s/version", f->root);
-    TPS_CHECK(tps_zipw_record(f->z, name, "3\n", 2, err));
-    snprintf(name, sizeof name, "%s/byteorder", f->root);
-    TPS_CHECK(tps_zipw_record(f->z, name, "little", 6, err));
-    tps_zipw *z = f->z;
-    f->z = NULL; /* commit frees it */
+    TPS_CHECK(tps_torch_archive_tail(f->run.z, f->root, err));
+    tps_zipw *z = f->run.z;
+    f->run.z = NULL; /* commit frees it */
     st = tps_zipw_commit(z, crc, size, err);
 cleanup:
     file_free(f);

@@ -31,7 +31,19 @@
 #define TPS_TORCH_WRITE_H
 
 #include "../lib/set/sink.h"
+#include "pickle.h"
+#include "zip_write.h"
 
 extern const tps_sink tps_torch_sink;
+
+/* The torch dtype that holds elements of dt; NULL for the sub-byte ones. */
+const tps_torch_dtype *tps_torch_dtype_of(tps_dtype dt);
+
+/* Ends a torch.save archive's records: <root>/version "3\n" and <root>/byteorder "little". */
+tps_status tps_torch_archive_tail(tps_zipw *z, const char *root, tps_error *err);
+
+/* A torch.save archive at path (committed in place, outfile.h) of the value value_json
+ * encodes (pickle_write.h's JSON; no tensors): what Megatron-Core's common.pt is. */
+tps_status tps_torch_write_value(const char *path, const char *value_json, tps_error *err);
 
 #endif

@@ -23,6 +23,8 @@ typedef struct zentry {
 
 struct tps_zipw {
     tps_outfile *out;
+    bool borrowed;   /* out is the caller's (tps_zipw_open_in): never committed nor aborted here */
+    uint64_t base;   /* where the archive begins in out: its offsets count from there */
     bool force;
     zentry *e;
     size_t n, cap;
@@ -74,6 +76,21 @@ tps_status tps_zipw_open(const char *path, const char *label, bool force_zip64, 
     return TPS_OK;
 }
 
+tps_status tps_zipw_open_in(tps_outfile *out, tps_zipw **zo, tps_error *err)
+{
+    *zo = NULL;
+    tps_zipw *z = calloc(1, sizeof *z);
+    if (!z) return tps_fail_oom(err, "opening a zip writer");
+    z->out = out;
+    z->borrowed = true;
+    z->base = tps_outfile_size(out);
+    *zo = z;
+    return TPS_OK;
+}
+
+/* Bytes of the archive so far: its offsets, which count from its first byte. */
+static uint64_t here(const tps_zipw *z) { return tps_outfile_size(z->out) - z->base; }
+
 uint64_t tps_zipw_left(const tps_zipw *z) { return z->open ? z->left : 0; }
 
 tps_status tps_zipw_begin(tps_zipw *z, const char *name, uint64_t size, tps_error *err)
@@ -93,7 +110,7 @@ tps_status tps_zipw_begin(tps_zipw *z, const char *name, uint64_t size, tps_erro
     memset(e, 0, sizeof *e);
     if (!(e->name = strdup(name))) return tps_fail_oom(err, "listing zip entries");
     z->n++;
-    e->ofs = tps_outfile_size(z->out);
+    e->ofs = here(z);
     e->size = size;
     e->z64 = z->force || size >= U32_SAT || e->ofs >= U32_SAT;
     /* torch's getPadding: the data starts where the local header, name and extras end */
@@ -214,9 +231,9 @@ tps_status tps_zipw_commit(tps_zipw *z, uint32_t *crc, uint64_t *size, tps_error
                       tps_outfile_name(z->out), z->e[z->n - 1].name, (unsigned long long)z->left);
         goto cleanup;
     }
-    uint64_t cd_ofs = tps_outfile_size(z->out);
+    uint64_t cd_ofs = here(z);
     for (size_t i = 0; i < z->n; i++) TPS_CHECK(central(z, &z->e[i], err));
-    uint64_t cd_end = tps_outfile_size(z->out), cd_size = cd_end - cd_ofs;
+    uint64_t cd_end = here(z), cd_size = cd_end - cd_ofs;
     bytes r = {.n = 0};
     p32(&r, TPS_ZIP_SIG_Z64_EOCD);
     p64(&r, TPS_ZIP_Z64_EOCD_LEN - 12);
@@ -242,6 +259,7 @@ tps_status tps_zipw_commit(tps_zipw *z, uint32_t *crc, uint64_t *size, tps_error
     p32(&r, sat || cd_ofs >= U32_SAT ? U32_SAT : (uint32_t)cd_ofs);
     p16(&r, 0);
     TPS_CHECK(emit(z, r.b, r.n, err));
+    if (z->borrowed) goto cleanup;
     TPS_CHECK(tps_outfile_commit(z->out, err));
     if (crc) *crc = tps_outfile_crc(z->out);
     if (size) *size = tps_outfile_size(z->out);
@@ -253,8 +271,54 @@ cleanup:
 void tps_zipw_abort(tps_zipw *z)
 {
     if (!z) return;
-    tps_outfile_abort(z->out);
+    if (!z->borrowed) tps_outfile_abort(z->out);
     for (size_t i = 0; i < z->n; i++) free(z->e[i].name);
     free(z->e);
     free(z);
+}
+
+/* Streams the head of p[0, n) the current entry still takes (*took bytes) and ends the entry
+ * when that completes it (*ended).  With have_crc, *crc is the CRC-32 of all n bytes on
+ * entry, and of the n - *took left on return. */
+static tps_status tps_zipw_feed(tps_zipw *z, const void *p, size_t n, bool have_crc, uint32_t *crc, size_t *took, bool *ended,
+                         tps_error *err)
+{
+    uint64_t left = tps_zipw_left(z);
+    size_t take = n < left ? n : (size_t)left;
+    uint32_t c = have_crc ? *crc : 0;
+    if (have_crc && take < n) {
+        /* The caller's CRC spans this entry and what follows: the head's is computed, the
+         * rest's follows from crc(AB) = crc32_combine(crc(A), 0, |B|) ^ crc(B). */
+        c = tps_crc32(0, p, take);
+        *crc ^= (uint32_t)crc32_combine(c, 0, (z_off_t)(n - take));
+    }
+    *took = take;
+    *ended = false;
+    tps_status st = tps_zipw_data(z, p, take, have_crc, c, err);
+    if (st || take < left) return st;
+    *ended = true;
+    return tps_zipw_end(z, err);
+}
+
+tps_status tps_zipw_run_write(tps_zipw_run *r, const void *buf, size_t len, bool have_crc, uint32_t crc, tps_error *err)
+{
+    const unsigned char *p = buf;
+    if (r->failed) return tps_fail(err, TPS_EIO, "%s: an earlier write failed", r->label);
+    while (len > 0) {
+        if (r->cur >= r->n) {
+            r->failed = true;
+            return tps_fail(err, TPS_EINVALID, "%s: %zu bytes more than the tensors hold", r->label, len);
+        }
+        size_t took;
+        bool ended;
+        tps_status st = tps_zipw_feed(r->z, p, len, have_crc, &crc, &took, &ended, err);
+        if (!st && ended) st = r->next(r, err);
+        if (st) {
+            r->failed = true;
+            return st;
+        }
+        p += took;
+        len -= took;
+    }
+    return TPS_OK;
 }

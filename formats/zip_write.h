@@ -28,6 +28,7 @@
 #include <stdint.h>
 
 #include "../lib/base/status.h"
+#include "outfile.h"
 
 #define TPS_ZIPW_ALIGN 64
 
@@ -36,10 +37,34 @@ typedef struct tps_zipw tps_zipw;
 /* path NULL: a counting archive (outfile.h), label naming it in messages. */
 tps_status tps_zipw_open(const char *path, const char *label, bool force_zip64, tps_zipw **out, tps_error *err);
 
+/* An archive written into out from its current end (several archives one after another in
+ * one file, as a DCP .distcp holds its chunks): offsets count from the archive's first
+ * byte, tps_zipw_commit writes the end records without committing out, and neither it nor
+ * tps_zipw_abort closes out, which stays the caller's. */
+tps_status tps_zipw_open_in(tps_outfile *out, tps_zipw **z, tps_error *err);
+
 /* Starts a stored entry of size bytes (the previous one must have ended). */
 tps_status tps_zipw_begin(tps_zipw *z, const char *name, uint64_t size, tps_error *err);
 /* Streams bytes of the current entry; crc is theirs when have_crc. */
 tps_status tps_zipw_data(tps_zipw *z, const void *p, size_t n, bool have_crc, uint32_t crc, tps_error *err);
+/* One run of bytes streamed through a sequence of n entries, one per tensor: in one archive
+ * (the torch sink) or in an archive each (the DCP sink).  The sink embeds it first in its
+ * file and sets z (holding entry cur's open record), n, label and next. */
+typedef struct tps_zipw_run {
+    tps_zipw *z;
+    size_t cur, n; /* the entry being streamed (n: all written) */
+    bool failed;   /* a write failed: every later one is refused */
+    char *label;   /* the file, in messages */
+    /* Entry cur is complete and ended: advance cur and begin the next entry (on z, or on a
+     * new archive put in z), if any. */
+    tps_status (*next)(struct tps_zipw_run *r, tps_error *err);
+} tps_zipw_run;
+
+/* Streams buf[0, len) into r's entries in order, calling next at each entry's end; crc is the
+ * CRC-32 of the bytes when have_crc (split between entries with crc32_combine).  More bytes
+ * than the entries hold is TPS_EINVALID; any failure makes r refuse later writes. */
+tps_status tps_zipw_run_write(tps_zipw_run *r, const void *buf, size_t len, bool have_crc, uint32_t crc, tps_error *err);
+
 /* Ends the current entry (all its declared bytes written) with its data descriptor. */
 tps_status tps_zipw_end(tps_zipw *z, tps_error *err);
 /* begin + data + end of a small record held in memory. */
@@ -49,7 +74,8 @@ tps_status tps_zipw_record(tps_zipw *z, const char *name, const void *p, size_t 
 uint64_t tps_zipw_left(const tps_zipw *z);
 
 /* Writes the central directory and end records and commits the file (outfile.h); fills
- * the whole file's CRC-32 and size.  Frees z in every case. */
+ * the whole file's CRC-32 and size (of an archive opened in a file: the file's so far).
+ * Frees z in every case. */
 tps_status tps_zipw_commit(tps_zipw *z, uint32_t *crc, uint64_t *size, tps_error *err);
 
 /* Removes what was written and frees z; accepts NULL. */

@@ -1,6 +1,7 @@
 /* --force onto a shard set whose files lie in subdirectories (a Megatron-LM checkpoint
- * tpshard wrote: lib/megatron/megatron_out.h): replaceable when everything there is what its
- * manifest lists. */
+ * tpshard wrote: lib/megatron/megatron_out.h, megatron_dist_out.h): replaceable when
+ * everything there is what its manifest lists, the tracker, or beside a listed .distcp file
+ * the other files of a torch_dist iteration directory (.metadata, metadata.json, common.pt). */
 #include "outdir.h"
 
 #include <dirent.h>
@@ -28,6 +29,22 @@ static bool listed_name(const char *const *names, size_t n, const char *name, bo
     return false;
 }
 
+/* Whether rel/base is one of the files a torch_dist writer puts beside a listed rel/X.distcp. */
+static bool dist_companion(const char *const *names, size_t n, const char *rel, const char *base)
+{
+    static const char *const companions[] = {".metadata", "metadata.json", "common.pt"};
+    size_t rl = strlen(rel);
+    bool known = false;
+    for (size_t k = 0; k < sizeof companions / sizeof companions[0]; k++) known |= !strcmp(base, companions[k]);
+    for (size_t i = 0; known && *rel && i < n; i++) {
+        size_t len = strlen(names[i]);
+        if (!strncmp(names[i], rel, rl) && names[i][rl] == '/' && !strchr(names[i] + rl + 1, '/') && len > 7 &&
+            !strcmp(names[i] + len - 7, ".distcp"))
+            return true;
+    }
+    return false;
+}
+
 static int cmp_name(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
 
 /* The first entry under dir/rel (rel "" for dir itself) that tpshard.json's names do not
@@ -49,7 +66,7 @@ static tps_status foreign_under(const char *dir, const char *rel, const char *co
         snprintf(p, sizeof p, "%s/%s", dir, sub);
         bool ok = lstat(p, &sb) == 0;
         if (ok && S_ISREG(sb.st_mode))
-            ok = listed_name(names, n, sub, false) ||
+            ok = listed_name(names, n, sub, false) || dist_companion(names, n, rel, e->d_name) ||
                  (!*rel && (!strcmp(sub, TPS_MANIFEST_NAME) || !strcmp(sub, TPS_MEGATRON_TRACKER)));
         else if (ok && S_ISDIR(sb.st_mode) && depth < 2 && listed_name(names, n, sub, true))
             st = foreign_under(dir, sub, names, n, depth + 1, foreign, size, err);

@@ -180,13 +180,13 @@ static tps_status updated_args(const tps_manifest *m, const tps_megatron_out_opt
         uint64_t v;
         bool done;
     } set[] = {
-        {"tensor_model_parallel_size", 0, m->tp, false},
+        {"tensor_model_parallel_size", 0, o->args_tp ? o->args_tp : m->tp, false},
         {"pipeline_model_parallel_size", 0, mo->pp, false},
         {"padded_vocab_size", padded ? 0 : 1, padded, false},
         {"decoder_first_pipeline_num_layers", uneven ? 0 : 1, mo->layer_first[1] - mo->layer_first[0], false},
         {"decoder_last_pipeline_num_layers", uneven ? 0 : 1, mo->layer_first[mo->pp] - mo->layer_first[mo->pp - 1],
          false},
-        /* what is written is the legacy format, whatever a torch_dist source's args said */
+        /* the format written, whatever the source's args said */
         {"ckpt_format", 2, 0, false},
     };
     size_t nset = sizeof set / sizeof set[0];
@@ -209,7 +209,7 @@ static tps_status updated_args(const tps_manifest *m, const tps_megatron_out_opt
         }
         set[j].done = true;
         if (set[j].kind == 0) tps_jw_u64(&w, set[j].v);
-        else if (set[j].kind == 2) tps_jw_string(&w, "torch");
+        else if (set[j].kind == 2) tps_jw_string(&w, o->ckpt_format ? o->ckpt_format : "torch");
         else tps_jw_null(&w);
     }
     for (size_t j = 0; j < nset; j++) {
@@ -231,7 +231,7 @@ static size_t module_len(const char *n)
     return d ? (size_t)(d - n) : 0;
 }
 
-static bool is_linear_weight(const char *n)
+bool tps_megatron_is_linear_weight(const char *n)
 {
     static const char *const suffix[] = {".linear_qkv.weight", ".linear_proj.weight", ".linear_fc1.weight",
                                          ".linear_fc2.weight", NULL};
@@ -349,6 +349,8 @@ tps_status tps_megatron_out_plan(tps_manifest *m, const tps_megatron_out_opts *o
         goto cleanup;
     }
     uint64_t padded = 0;
+    /* the vocabulary padded for the tp the checkpoint is for */
+    uint64_t pad_tp = o->args_tp ? o->args_tp : m->tp;
     for (size_t i = 0; i < m->ntensors + (want_copy ? 1 : 0); i++) {
         bool copy = i == m->ntensors;
         const tps_manifest_tensor *t = copy ? embed : &m->tensors[i];
@@ -362,8 +364,8 @@ tps_status tps_megatron_out_plan(tps_manifest *m, const tps_megatron_out_opts *o
         s.t.target_name = strdup(local);
         s.t.target_stack = 0;
         if (s.t.part.pad && !s.t.part.replicated) {
-            s.t.part.pad_multiple = (o->vocab_divisor ? o->vocab_divisor : TPS_MEGATRON_VOCAB_DIVISOR) * m->tp;
-            padded = tps_megatron_padded_vocab(s.t.shape[s.t.part.dim], o->vocab_divisor, m->tp);
+            s.t.part.pad_multiple = (o->vocab_divisor ? o->vocab_divisor : TPS_MEGATRON_VOCAB_DIVISOR) * pad_tp;
+            padded = tps_megatron_padded_vocab(s.t.shape[s.t.part.dim], o->vocab_divisor, pad_tp);
         }
         v[nv++] = s;
         if (!s.t.name || !s.t.target_name || (t->rule && !s.t.rule)) {
@@ -413,7 +415,7 @@ tps_status tps_megatron_out_plan(tps_manifest *m, const tps_megatron_out_opts *o
             goto cleanup;
         }
         for (size_t i = 0; i < nv; i++) {
-            if (!is_linear_weight(v[i].t.name)) continue;
+            if (!tps_megatron_is_linear_weight(v[i].t.name)) continue;
             size_t ml = module_len(v[i].t.name);
             if (!(extra[nextra] = malloc(ml + 14))) {
                 st = tps_fail_oom(err, "planning a Megatron checkpoint");
@@ -529,14 +531,19 @@ static const tps_kv *out_file_meta(void *arg, uint64_t r, size_t p, size_t *n)
     return f->meta;
 }
 
+tps_status tps_megatron_write_tracker(const tps_outdir *od, const tps_megatron_out *mo, tps_error *err)
+{
+    char *path = tps_outdir_path(od, TPS_MEGATRON_TRACKER);
+    if (!path) return tps_fail_oom(err, "writing the tracker");
+    tps_status st = tps_write_file_atomic(path, mo->tracker, strlen(mo->tracker), err);
+    free(path);
+    return st;
+}
+
 static tps_status write_tracker(const tps_outdir *od, void *arg, tps_error *err)
 {
     const out_files *f = arg;
-    char *path = tps_outdir_path(od, TPS_MEGATRON_TRACKER);
-    if (!path) return tps_fail_oom(err, "writing the tracker");
-    tps_status st = tps_write_file_atomic(path, f->mo->tracker, strlen(f->mo->tracker), err);
-    free(path);
-    return st;
+    return tps_megatron_write_tracker(od, f->mo, err);
 }
 
 tps_status tps_megatron_write(tps_manifest *m, const tps_megatron_out *mo, const tps_sink *sink,
@@ -544,16 +551,23 @@ tps_status tps_megatron_write(tps_manifest *m, const tps_megatron_out *mo, const
 {
     out_files f = {.mo = mo};
     tps_write_opts wo = *o;
-    wo.kind = TPS_OUT_SHARDSET;
-    wo.cut.sink = sink;
-    wo.cut.max_part_bytes = 0;
-    wo.cut.name_template = NULL;
-    wo.cut.part_first = mo->part_first;
-    wo.cut.nparts = mo->pp;
-    wo.cut.file_name = out_file_name;
-    wo.cut.file_meta = out_file_meta;
-    wo.cut.files_arg = &f;
-    wo.before_publish = write_tracker;
-    wo.before_publish_arg = &f;
+    tps_megatron_files_opts(&wo, sink, mo, mo->pp, out_file_name, out_file_meta, write_tracker, &f);
     return tps_write_set(m, read, ctx, &wo, err);
+}
+
+void tps_megatron_files_opts(tps_write_opts *wo, const tps_sink *sink, const tps_megatron_out *mo, size_t nparts,
+                             tps_megatron_file_name_fn name, tps_megatron_file_meta_fn meta,
+                             tps_megatron_before_publish_fn before, void *arg)
+{
+    wo->kind = TPS_OUT_SHARDSET;
+    wo->cut.sink = sink;
+    wo->cut.max_part_bytes = 0;
+    wo->cut.name_template = NULL;
+    wo->cut.part_first = mo->part_first;
+    wo->cut.nparts = nparts;
+    wo->cut.file_name = name;
+    wo->cut.file_meta = meta;
+    wo->cut.files_arg = arg;
+    wo->before_publish = before;
+    wo->before_publish_arg = arg;
 }

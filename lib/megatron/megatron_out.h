@@ -40,6 +40,7 @@
 #include "../base/index.h"
 #include "../base/status.h"
 #include "../engine/cut.h"
+#include "../engine/outdir.h"
 #include "../engine/write_set.h"
 #include "../set/manifest.h"
 #include "../set/sink.h"
@@ -76,6 +77,11 @@ typedef struct tps_megatron_out_opts {
     /* The args Namespace as the contract's JSON ({"$newobj": ["argparse.Namespace", [], {...}]});
      * NULL: the writer has none (a Hugging Face source builds one first). */
     const char *args_json;
+    /* What the args say of the checkpoint: its tensor_model_parallel_size (0: the manifest's tp;
+     * a torch_dist checkpoint is planned at tp 1 yet padded and named for the tp it is
+     * for) and ckpt_format where the source has the key (NULL: "torch"). */
+    uint64_t args_tp;
+    const char *ckpt_format;
     const char *checkpoint_version_json; /* NULL: 3.0 */
     int64_t iteration;                   /* >= 1, unless release */
     bool release;
@@ -112,6 +118,26 @@ void tps_megatron_file_name(const tps_megatron_out *mo, uint64_t r, uint64_t p, 
 tps_status tps_megatron_write(tps_manifest *m, const tps_megatron_out *mo, const tps_sink *sink,
                               tps_global_read_fn read, void *ctx, const tps_write_opts *o, tps_error *err);
 
+typedef tps_status (*tps_megatron_file_name_fn)(void *arg, uint64_t r, uint64_t tp, size_t p, char *out, size_t size,
+                                                tps_error *err);
+typedef const tps_kv *(*tps_megatron_file_meta_fn)(void *arg, uint64_t r, size_t p, size_t *n);
+typedef tps_status (*tps_megatron_before_publish_fn)(const tps_outdir *od, void *arg, tps_error *err);
+
+/* What both writers (this and megatron_dist_out.h) set in wo: a shard set (tpshard.json
+ * beside the tracker) of Megatron's own files through sink, nparts parts per rank from
+ * mo->part_first, named and described by name and meta, then before (the tracker, ...) after
+ * the files; arg goes to all three. */
+void tps_megatron_files_opts(tps_write_opts *wo, const tps_sink *sink, const tps_megatron_out *mo, size_t nparts,
+                             tps_megatron_file_name_fn name, tps_megatron_file_meta_fn meta,
+                             tps_megatron_before_publish_fn before, void *arg);
+
 void tps_megatron_out_free(tps_megatron_out *mo); /* accepts NULL */
+
+/* The tracker file (mo->tracker) into od: a before_publish step of both writers. */
+tps_status tps_megatron_write_tracker(const tps_outdir *od, const tps_megatron_out *mo, tps_error *err);
+
+/* Whether a global name is a linear layer's weight (linear_qkv, linear_proj, linear_fc1,
+ * linear_fc2 of a layer, output_layer): the modules that save an _extra_state. */
+bool tps_megatron_is_linear_weight(const char *name);
 
 #endif
