@@ -46,7 +46,7 @@ static tps_status check_rank(const tps_shardset *ss, uint64_t r, const tps_index
         if (!x)
             return tps_fail(err, TPS_EINVALID, "%s: rank %llu lacks tensor '%s'", ss->dir, (unsigned long long)r, t->name);
         uint64_t want[TPS_MAX_DIMS];
-        tps_partition_rank_shape(&t->part, t->ndim, t->shape, m->tp, r, want);
+        tps_partition_rank_shape(t->part, t->ndim, t->shape, m->tp, r, want);
         if (x->dtype != t->dtype || x->ndim != t->ndim || memcmp(x->shape, want, sizeof(uint64_t) * (size_t)t->ndim)) {
             char a[256], b[256];
             tps_shape_str(x->shape, x->ndim, a, sizeof a);
@@ -197,7 +197,7 @@ tps_status tps_shardset_read_global(tps_shardset *ss, const tps_manifest_tensor 
         return tps_fail(err, TPS_EINVALID, "read outside tensor '%s'", t->name);
     if (len == 0) return TPS_OK;
     tps_spans sp;
-    tps_status st = tps_spans_build(&t->part, t->dtype, t->ndim, t->shape, ss->m->tp, &sp, err);
+    tps_status st = tps_spans_build(t->part, t->dtype, t->ndim, t->shape, ss->m->tp, &sp, err);
     if (st) return st;
     /* A dimension-1 cut gives every rank one short piece per row, and a rank's pieces of
      * successive rows are adjacent in its file: gather each rank's with one preadv per batch
@@ -333,7 +333,7 @@ bool tps_shardset_locate_global(tps_shardset *ss, const tps_manifest_tensor *t, 
     tps_spans sp;
     tps_error ignored;
     tps_error_clear(&ignored);
-    if (off >= t->nbytes || tps_spans_build(&t->part, t->dtype, t->ndim, t->shape, ss->m->tp, &sp, &ignored)) return false;
+    if (off >= t->nbytes || tps_spans_build(t->part, t->dtype, t->ndim, t->shape, ss->m->tp, &sp, &ignored)) return false;
     bool found = false;
     uint64_t o = off / sp.slab_bytes, w = off % sp.slab_bytes;
     const tps_span *s = tps_spans_find(&sp, w);
