@@ -431,11 +431,15 @@ tps_status tps_megatron_out_plan(tps_manifest *m, const tps_megatron_out_opts *o
     }
     /* The manifest in the new order. */
     for (size_t i = 0; i < m->ntensors; i++) {
-        free(m->tensors[i].name);
-        free(m->tensors[i].rule);
+        if (!m->strings) { /* else in the pool, dropped below */
+            free(m->tensors[i].name);
+            free(m->tensors[i].rule);
+        }
         free(m->tensors[i].target_name);
     }
     free(m->tensors);
+    tps_strpool_unref(m->strings); /* the staged tensors' names and rules are mallocs of their own */
+    m->strings = NULL;
     if (!(m->tensors = calloc(nv + 1, sizeof *m->tensors))) {
         m->ntensors = 0;
         st = tps_fail_oom(err, "planning a Megatron checkpoint");

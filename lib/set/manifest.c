@@ -821,7 +821,7 @@ void tps_manifest_free(tps_manifest *m)
         }
         free(m->tensors[i].target_name);
     }
-    tps_strpool_free(m->strings);
+    tps_strpool_unref(m->strings);
     free(m->target);
     free(m->target_version);
     for (size_t i = 0; i < m->nextras; i++) free(m->extras[i].name);

@@ -118,8 +118,9 @@ typedef struct tps_manifest {
     tps_name_hash tensor_names, file_names;
     /* private: a loaded manifest's tensor names and rules live here, not one malloc each (a
      * rule is stored once however many tensors it cut); NULL in a manifest built in memory.
-     * Where set, those strings are never freed or replaced one by one: a command that changes
-     * them works on a copy (tps_manifest_retarget). */
+     * A retargeted copy shares the pool (by reference) and its strings.  Where set, those
+     * strings are never freed or replaced one by one: code that replaces every tensor's
+     * name (lib/megatron/megatron_out.c) drops the pool once none is left in it. */
     tps_strpool *strings;
     /* private: where the tensors' partitions live (NULL until the first is set); shared,
      * by reference, with a manifest retargeted from this one. */

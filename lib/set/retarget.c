@@ -36,7 +36,9 @@ tps_status tps_manifest_retarget(const tps_manifest *src, uint64_t tp, tps_manif
                         .target_version = src->target_version ? strdup(src->target_version) : NULL,
                         .source = {strdup(src->source.path), strdup(src->source.format), src->source.bytes, 0, NULL},
                         .tensors = calloc(src->ntensors + 1, sizeof *m->tensors),
-                        /* the tensors keep their partitions (checked at tp below): shared, not copied */
+                        /* the tensors keep their names, rules and partitions (checked at tp
+                         * below): shared with src, not copied */
+                        .strings = src->strings ? tps_strpool_ref(src->strings) : NULL,
                         .parts = src->parts ? tps_partpool_ref(src->parts) : NULL};
     m->source.files = calloc(src->source.nfiles + 1, sizeof *m->source.files);
     if (!m->tool || !m->layout_name || !m->layout_text || !m->source.path || !m->source.format || !m->tensors ||
@@ -79,9 +81,11 @@ tps_status tps_manifest_retarget(const tps_manifest *src, uint64_t tp, tps_manif
             continue;
         }
         tps_manifest_tensor *t = &m->tensors[m->ntensors++];
-        *t = *s;
-        t->name = strdup(s->name);
-        t->rule = strdup(s->rule);
+        *t = *s; /* name and rule in the shared pool, when src has one */
+        if (!m->strings) {
+            t->name = strdup(s->name);
+            t->rule = strdup(s->rule);
+        }
         t->target_name = s->target_name ? strdup(s->target_name) : NULL;
         t->crc = 0;
         if (!t->name || !t->rule || !t->target_name != !s->target_name) {
