@@ -114,7 +114,7 @@ static int reshard_megatron(const char *dir)
     /* The vocabulary rows at the new tp: Megatron's padding, from the true size.  The source's
      * partitions pad to its own padded rows (112 at tp 4 for 100 rows), which tp 8 need not
      * divide: the new tp's quantum is set while the set is retargeted, then restored for reading. */
-    uint64_t *saved = calloc(ss->m->ntensors + 1, sizeof *saved);
+    const tps_partition **saved = calloc(ss->m->ntensors + 1, sizeof *saved);
     if (!saved) {
         tps_fail_oom(&err, "resharding");
         rc = tps_cli_report("reshard", &err);
@@ -122,21 +122,24 @@ static int reshard_megatron(const char *dir)
     }
     for (size_t i = 0; i < ss->m->ntensors; i++) {
         tps_manifest_tensor *t = &ss->m->tensors[i];
-        if (!t->part.pad || t->part.replicated) continue;
-        if (!msrc->vocab_known && t->shape[t->part.dim] % q) {
+        if (!t->part->pad || t->part->replicated) continue;
+        if (!msrc->vocab_known && t->shape[t->part->dim] % q) {
             rc = tps_cli_usage("reshard", "%s: the args carry no vocab_size, and the %llu padded vocabulary rows are "
                                           "no multiple of make_vocab_size_divisible_by x tp = %llu: give the true "
                                           "vocabulary with --vocab-size V",
-                               dir, (unsigned long long)t->shape[t->part.dim], (unsigned long long)q);
+                               dir, (unsigned long long)t->shape[t->part->dim], (unsigned long long)q);
             free(saved);
             goto done;
         }
-        saved[i] = t->part.pad_multiple;
-        t->part.pad_multiple = q;
+        saved[i] = t->part; /* pooled partitions are immutable: the pointer is the old value */
+        if (tps_manifest_set_pad_multiple(ss->m, t, q, &err)) {
+            rc = tps_cli_report("reshard", &err);
+            break;
+        }
     }
-    rc = tps_cli_retarget("reshard", dir, ss->m, plan_tp, &m);
+    if (!rc) rc = tps_cli_retarget("reshard", dir, ss->m, plan_tp, &m);
     for (size_t i = 0; i < ss->m->ntensors; i++)
-        if (saved[i]) ss->m->tensors[i].part.pad_multiple = saved[i];
+        if (saved[i]) ss->m->tensors[i].part = saved[i];
     free(saved);
     if (rc) goto done;
     /* The stages: --pp / --pp-layers, else the source's split. */

@@ -157,14 +157,14 @@ static void sizes_from_manifest(const tps_shardset *ss, tps_block *b)
     char *name = tps_verify_tensor_name(b, TPS_ROLE_O_W, 0, 0, &oom);
     const tps_manifest_tensor *t = name ? tps_manifest_find(ss->m, name) : NULL;
     free(name);
-    if (!b->head_dim && !b->heads && t && !t->part.replicated && t->part.nseg == 1 && t->part.seg[0].unit > 1)
-        b->head_dim = t->part.seg[0].unit;
+    if (!b->head_dim && !b->heads && t && !t->part->replicated && t->part->nseg == 1 && t->part->seg[0].unit > 1)
+        b->head_dim = t->part->seg[0].unit;
     name = tps_verify_tensor_name(b, TPS_ROLE_QKV_W, 0, 0, &oom);
     t = name ? tps_manifest_find(ss->m, name) : NULL;
     free(name);
-    if (!b->head_dim || !t || t->part.replicated || t->part.nseg != 3) return;
-    if (!b->heads) b->heads = t->part.seg[0].length / b->head_dim;
-    if (!b->kv_heads) b->kv_heads = t->part.seg[1].length / b->head_dim;
+    if (!b->head_dim || !t || t->part->replicated || t->part->nseg != 3) return;
+    if (!b->heads) b->heads = t->part->seg[0].length / b->head_dim;
+    if (!b->kv_heads) b->kv_heads = t->part->seg[1].length / b->head_dim;
 }
 
 static void dump_matrix(tps_jw *w, const double *v, uint64_t rows, uint64_t cols)
@@ -481,7 +481,7 @@ static void qkv_cut_from_manifest(const tps_shardset *ss, tps_block *b)
     char *name = b->qkv_grouped ? tps_verify_tensor_name(b, TPS_ROLE_QKV_W, 0, 0, &oom) : NULL;
     const tps_manifest_tensor *t = name ? tps_manifest_find(ss->m, name) : NULL;
     free(name);
-    if (t && !t->part.replicated && t->part.nseg == 1 && ss->m->tp > (t->part.groups ? t->part.groups : 1))
+    if (t && !t->part->replicated && t->part->nseg == 1 && ss->m->tp > (t->part->groups ? t->part->groups : 1))
         b->qkv_row_chunks = true;
 }
 

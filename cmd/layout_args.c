@@ -383,9 +383,9 @@ void tps_cli_print_plan(const tps_manifest *m, const struct tps_quant *q, bool j
         const tps_manifest_tensor *t = &m->tensors[i];
         char desc[256], gs[256], rs[256];
         uint64_t shape0[TPS_MAX_DIMS];
-        tps_partition_describe(&t->part, desc, sizeof desc);
+        tps_partition_describe(t->part, desc, sizeof desc);
         tps_shape_str(t->shape, t->ndim, gs, sizeof gs);
-        tps_partition_rank_shape(&t->part, t->ndim, t->shape, m->tp, 0, shape0);
+        tps_partition_rank_shape(t->part, t->ndim, t->shape, m->tp, 0, shape0);
         tps_shape_str(shape0, t->ndim, rs, sizeof rs);
         if (json) {
             tps_jw_object_begin(&w);
@@ -404,7 +404,7 @@ void tps_cli_print_plan(const tps_manifest *m, const struct tps_quant *q, bool j
         }
         for (uint64_t r = 0; r < m->tp; r++) {
             uint64_t shape[TPS_MAX_DIMS], n = 1, bytes = 0;
-            tps_partition_rank_shape(&t->part, t->ndim, t->shape, m->tp, r, shape);
+            tps_partition_rank_shape(t->part, t->ndim, t->shape, m->tp, r, shape);
             for (int d = 0; d < t->ndim; d++) n *= shape[d]; /* a rank's slice is no larger than the padded tensor */
             bytes = n * tps_dtype_bits(t->dtype) / 8;
             rank_bytes[r] += bytes;

@@ -54,7 +54,7 @@ int tps_cli_apply_target(const char *verb, const char *name, const char *version
     tps_target *t = NULL;
     if (tps_target_load(m->layout_text, m->layout_name, name, &t, &err) == TPS_OK) {
         if (t) tps_target_apply(t, m, &err);
-        else tps_target_clear(m);
+        else tps_target_clear(m, &err);
     }
     tps_target_free(t);
     return tps_cli_report(verb, &err);

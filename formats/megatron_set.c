@@ -240,7 +240,7 @@ static tps_status compare_ranks(opener *o, const tps_manifest *m, tps_error *err
                     continue;
                 }
                 found++;
-                tps_partition_rank_shape(&t->part, t->ndim, t->shape, m->tp, r, rs);
+                tps_partition_rank_shape(t->part, t->ndim, t->shape, m->tp, r, rs);
                 if (x->dtype != t->dtype || x->ndim != t->ndim || memcmp(rs, x->shape, sizeof(uint64_t) * (size_t)x->ndim)) {
                     tps_shape_str(rs, t->ndim, want, sizeof want);
                     tps_shape_str(x->shape, x->ndim, have, sizeof have);
@@ -366,7 +366,7 @@ tps_status tps_megatron_shardset_open(const char *path, uint64_t vocab, tps_shar
     if (st) goto cleanup;
     for (size_t i = 0; i < m->ntensors; i++) {
         tps_manifest_tensor *t = &m->tensors[i];
-        if (t->part.pad && !t->part.replicated) t->part.pad_multiple = padded; /* the source's rows, zeros or not */
+        TPS_CHECK(tps_manifest_set_pad_multiple(m, t, padded, err)); /* the source's rows, zeros or not */
     }
     m->adopted = true;
     m->config_keys = kept;

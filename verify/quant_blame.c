@@ -75,14 +75,14 @@ static tps_status blame_one(const tps_block *b, const tps_manifest_tensor *mt, u
     bool same = false;
     if (tps_vload_weight(b, rank, wname, &w_r, &e2) == TPS_OK && w.dtype == TPS_DT_F32 && w_r.dtype == TPS_DT_F32) {
         tps_slice sl;
-        int wdim = mt->part.replicated ? 0 : qint ? 1 - mt->part.dim : mt->part.dim;
-        if (mt->part.replicated) {
+        int wdim = mt->part->replicated ? 0 : qint ? 1 - mt->part->dim : mt->part->dim;
+        if (mt->part->replicated) {
             sl.npieces = 1;
             sl.piece[0].start = 0, sl.piece[0].len = w.shape[0];
             same = slice_equal(&w, &w_r, 0, &sl, 1);
         } else {
-            tps_partition_slice(&mt->part, T, r, &sl);
-            uint64_t factor = mt->shape[mt->part.dim] ? w.shape[wdim] / mt->shape[mt->part.dim] : 1;
+            tps_partition_slice(mt->part, T, r, &sl);
+            uint64_t factor = mt->shape[mt->part->dim] ? w.shape[wdim] / mt->shape[mt->part->dim] : 1;
             same = sl.pad == 0 ? slice_equal(&w, &w_r, wdim, &sl, factor) : true;
         }
     }

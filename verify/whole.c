@@ -43,7 +43,7 @@ static uint64_t engine_vocab_quantum(const tps_block *b, const tps_verify_opts *
 {
     const char *en = b->model_role[TPS_MROLE_EMBED];
     const tps_manifest_tensor *t = o->shards && en ? tps_manifest_find(o->shards->m, en) : NULL;
-    return t && t->part.pad ? t->part.pad_multiple : 0;
+    return t && t->part->pad ? t->part->pad_multiple : 0;
 }
 
 static tps_status load_tensor(const tps_block *b, const tps_vsource *src, const char *name, tps_vt *t, tps_error *err)

@@ -96,11 +96,11 @@ tps_status tps_index_add_file(tps_index *ix, const char *path, uint32_t *file_id
 }
 
 /* FNV-1a: a simple hash is plenty for tensor names. */
-static size_t hash_name(const char *s)
+static uint64_t hash_name(const char *s)
 {
     uint64_t h = 1469598103934665603ull;
     for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return (size_t)h;
+    return h;
 }
 
 static const char *record_name(const tps_name_hash *h, const void *base, size_t i)
@@ -110,21 +110,32 @@ static const char *record_name(const tps_name_hash *h, const void *base, size_t 
     return name;
 }
 
+/* A slot holds the name's hash in its upper 32 bits and the record index + 1 in its lower
+ * 32 (0: empty), so a probe that meets another name is refused without reading that
+ * record: at 50k names each record read is a cache miss, and they made look-ups grow
+ * faster than the name count. */
+#define SLOT_TAG(hash) ((uint64_t)(hash) & 0xffffffff00000000ull)
+#define SLOT_INDEX_MAX 0xfffffffeull /* the most records a hash holds (index + 1 fits in 32 bits) */
+
 size_t tps_name_hash_find(const tps_name_hash *h, const void *base, const char *name)
 {
     if (!h->cap) return SIZE_MAX;
-    size_t slot = hash_name(name) & (h->cap - 1);
-    for (; h->slot[slot]; slot = (slot + 1) & (h->cap - 1))
-        if (strcmp(record_name(h, base, h->slot[slot] - 1), name) == 0) return h->slot[slot] - 1;
+    uint64_t hash = hash_name(name), tag = SLOT_TAG(hash);
+    for (size_t slot = (size_t)hash & (h->cap - 1); h->slot[slot]; slot = (slot + 1) & (h->cap - 1)) {
+        uint64_t v = h->slot[slot];
+        size_t i = (size_t)(v & 0xffffffffu) - 1;
+        if (SLOT_TAG(v) == tag && strcmp(record_name(h, base, i), name) == 0) return i;
+    }
     return SIZE_MAX;
 }
 
 /* Puts record i into the first free slot of its probe sequence; the caller knows it is new. */
-static void put(size_t *slots, size_t cap, const char *name, size_t i)
+static void put(uint64_t *slots, size_t cap, const char *name, size_t i)
 {
-    size_t slot = hash_name(name) & (cap - 1);
+    uint64_t hash = hash_name(name);
+    size_t slot = (size_t)hash & (cap - 1);
     while (slots[slot]) slot = (slot + 1) & (cap - 1);
-    slots[slot] = i + 1;
+    slots[slot] = SLOT_TAG(hash) | (uint64_t)(i + 1);
 }
 
 bool tps_name_hash_add(tps_name_hash *h, const void *base, size_t i, size_t *dup)
@@ -132,10 +143,11 @@ bool tps_name_hash_add(tps_name_hash *h, const void *base, size_t i, size_t *dup
     const char *name = record_name(h, base, i);
     *dup = tps_name_hash_find(h, base, name);
     if (*dup != SIZE_MAX) return true;
+    if ((uint64_t)i >= SLOT_INDEX_MAX) return false; /* 4 billion records: memory ran out long before */
     if ((i + 1) * 2 > h->cap) { /* at most half full: probe sequences stay short */
         size_t cap = h->cap ? h->cap * 2 : 64;
         while ((i + 1) * 2 > cap) cap *= 2;
-        size_t *slots = calloc(cap, sizeof *slots);
+        uint64_t *slots = calloc(cap, sizeof *slots);
         if (!slots) return false;
         for (size_t k = 0; k < i; k++) put(slots, cap, record_name(h, base, k), k);
         free(h->slot);

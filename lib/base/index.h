@@ -54,7 +54,7 @@ struct tps_index;
  * tensors).  It holds record indexes (slot = index + 1, 0 = empty), not pointers, so the
  * array may be reallocated; every call gets the array's current base. */
 typedef struct tps_name_hash {
-    size_t *slot;
+    uint64_t *slot; /* the name's hash in the upper 32 bits, the record index + 1 in the lower */
     size_t cap; /* a power of two, or 0 */
     size_t stride, name_off;
 } tps_name_hash;
@@ -63,7 +63,7 @@ typedef struct tps_name_hash {
 
 /* Adds record i of base, whose records 0..i-1 were all added before.  *dup is set to the
  * index of an earlier record with the same name (then nothing is added) or to SIZE_MAX.
- * False only when out of memory (the hash is left as it was). */
+ * False only when out of memory or past 2^32 - 2 records (the hash is left as it was). */
 bool tps_name_hash_add(tps_name_hash *h, const void *base, size_t i, size_t *dup);
 /* The index of the record named name, or SIZE_MAX. */
 size_t tps_name_hash_find(const tps_name_hash *h, const void *base, const char *name);

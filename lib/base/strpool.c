@@ -16,6 +16,7 @@ typedef struct block {
 } block;
 
 struct tps_strpool {
+    size_t refs;
     block *blocks; /* the newest first: where strings go */
     char **table;  /* interned strings, NULL where empty */
     size_t cap, n; /* table slots (a power of two, or 0) and strings in it */
@@ -23,7 +24,15 @@ struct tps_strpool {
 
 tps_strpool *tps_strpool_new(void)
 {
-    return calloc(1, sizeof(tps_strpool));
+    tps_strpool *p = calloc(1, sizeof *p);
+    if (p) p->refs = 1;
+    return p;
+}
+
+tps_strpool *tps_strpool_ref(tps_strpool *p)
+{
+    p->refs++;
+    return p;
 }
 
 char *tps_strpool_add(tps_strpool *p, const char *s, size_t n)
@@ -87,9 +96,9 @@ char *tps_strpool_intern(tps_strpool *p, const char *s, size_t n)
     return *at;
 }
 
-void tps_strpool_free(tps_strpool *p)
+void tps_strpool_unref(tps_strpool *p)
 {
-    if (!p) return;
+    if (!p || --p->refs) return;
     for (block *b = p->blocks, *next; b; b = next) {
         next = b->next;
         free(b);

@@ -464,7 +464,7 @@ static tps_status open_part(tps_manifest *m, uint64_t r, rank_out *ro, size_t p,
     }
     for (size_t k = 0; k < n; k++) {
         const tps_manifest_tensor *t = &m->tensors[i0 + k];
-        tps_partition_rank_shape(&t->part, t->ndim, t->shape, m->tp, r, shapes + k * TPS_MAX_DIMS);
+        tps_partition_rank_shape(t->part, t->ndim, t->shape, m->tp, r, shapes + k * TPS_MAX_DIMS);
         tps_target_file_shape(t, shapes + k * TPS_MAX_DIMS);
         e[k] = (tps_sink_tensor){t->name, t->dtype, t->ndim, shapes + k * TPS_MAX_DIMS};
     }

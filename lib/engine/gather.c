@@ -209,7 +209,7 @@ tps_status tps_gather_tensor(tps_shardset *ss, const tps_manifest_tensor *t, con
 {
     uint64_t T = ss->m->tp;
     tps_spans sp;
-    tps_status st = tps_spans_build(&t->part, t->dtype, t->ndim, t->shape, T, &sp, err);
+    tps_status st = tps_spans_build(t->part, t->dtype, t->ndim, t->shape, T, &sp, err);
     if (st) return st;
     tps_prefetch *pf = NULL;
     walk wk = {ss, t, h, calloc(T, sizeof(tps_index *)), calloc(T, sizeof(tps_tensor *)), calloc(T, sizeof(uLong)),

@@ -46,7 +46,7 @@ static tps_status check_rank(const tps_shardset *ss, uint64_t r, const tps_index
         if (!x)
             return tps_fail(err, TPS_EINVALID, "%s: rank %llu lacks tensor '%s'", ss->dir, (unsigned long long)r, t->name);
         uint64_t want[TPS_MAX_DIMS];
-        tps_partition_rank_shape(&t->part, t->ndim, t->shape, m->tp, r, want);
+        tps_partition_rank_shape(t->part, t->ndim, t->shape, m->tp, r, want);
         if (x->dtype != t->dtype || x->ndim != t->ndim || memcmp(x->shape, want, sizeof(uint64_t) * (size_t)t->ndim)) {
             char a[256], b[256];
             tps_shape_str(x->shape, x->ndim, a, sizeof a);
@@ -120,13 +120,30 @@ cleanup:
     return st;
 }
 
-/* Pending pieces of one rank that follow each other in its file, read by one preadv. */
+/* One rank's state while a global tensor is read: its rank tensor, looked up once (a
+ * dimension-1 cut has a piece per row, and a look-up per piece was most of a tiny tensor's
+ * cost), and its pending pieces that follow each other in its file, read by one preadv. */
 typedef struct run_batch {
+    const tps_index *ix; /* NULL until the rank is first needed */
+    const tps_tensor *x;
     const tps_source_file *f;
     uint64_t start, end; /* file offsets [start, end) */
     int n;
     struct iovec iov[256];
 } run_batch;
+
+/* Opens rank r (once per shard set) and finds t's rank tensor in it (once per read). */
+static tps_status rank_tensor(tps_shardset *ss, run_batch *b, uint32_t r, const tps_manifest_tensor *t,
+                              tps_error *err)
+{
+    if (b->ix) return TPS_OK;
+    const tps_index *ix;
+    tps_status st = tps_shardset_open_rank(ss, r, &ix, err);
+    if (st) return st;
+    b->x = tps_index_find(ix, t->name); /* open_rank checked that every rank holds every tensor */
+    b->ix = ix;
+    return TPS_OK;
+}
 
 static tps_status batch_flush(run_batch *b, tps_error *err)
 {
@@ -137,7 +154,7 @@ static tps_status batch_flush(run_batch *b, tps_error *err)
 
 /* Reads each further replica of the piece just read into p (global bytes [g, g+run) of t,
  * span s) and compares it with p. */
-static tps_status compare_replicas(tps_shardset *ss, const tps_manifest_tensor *t, const tps_spans *sp,
+static tps_status compare_replicas(tps_shardset *ss, run_batch *bt, const tps_manifest_tensor *t, const tps_spans *sp,
                                    const tps_span *s, uint64_t g, const unsigned char *p, uint64_t run,
                                    tps_error *err)
 {
@@ -147,9 +164,9 @@ static tps_status compare_replicas(tps_shardset *ss, const tps_manifest_tensor *
     tps_status st = TPS_OK;
     for (uint32_t j = 1; st == TPS_OK && j < s->nowners; j++) {
         uint32_t r = sp->owner[s->owner0 + j];
-        const tps_index *ix;
-        TPS_CHECK(tps_shardset_open_rank(ss, r, &ix, err));
-        const tps_tensor *x = tps_index_find(ix, t->name);
+        TPS_CHECK(rank_tensor(ss, &bt[r], r, t, err));
+        const tps_index *ix = bt[r].ix;
+        const tps_tensor *x = bt[r].x;
         uint64_t at = o * sp->rank_slab_bytes[r] + sp->owner_offset[s->owner0 + j] + (w - s->begin);
         for (uint64_t done = 0; done < run;) {
             size_t k = run - done < (1u << 20) ? (size_t)(run - done) : (1u << 20);
@@ -180,16 +197,19 @@ tps_status tps_shardset_read_global(tps_shardset *ss, const tps_manifest_tensor 
         return tps_fail(err, TPS_EINVALID, "read outside tensor '%s'", t->name);
     if (len == 0) return TPS_OK;
     tps_spans sp;
-    tps_status st = tps_spans_build(&t->part, t->dtype, t->ndim, t->shape, ss->m->tp, &sp, err);
+    tps_status st = tps_spans_build(t->part, t->dtype, t->ndim, t->shape, ss->m->tp, &sp, err);
     if (st) return st;
     /* A dimension-1 cut gives every rank one short piece per row, and a rank's pieces of
      * successive rows are adjacent in its file: gather each rank's with one preadv per batch
      * instead of one read per piece. */
-    run_batch *bt = calloc(ss->m->tp, sizeof *bt);
+    /* Not calloc: zeroing every rank's 4 KiB of iovecs was a tenth of a tiny tensor's read.
+     * tp <= TPS_MAX_TP (the manifest reader refuses more), so the size cannot overflow. */
+    run_batch *bt = malloc((size_t)ss->m->tp * sizeof *bt);
     if (!bt) {
         st = tps_fail_oom(err, "reading shards");
         goto cleanup;
     }
+    for (uint64_t r = 0; r < ss->m->tp; r++) bt[r].ix = NULL, bt[r].n = 0;
     unsigned char *p = buf;
     uint64_t g = off;
     while (g < end) {
@@ -198,16 +218,16 @@ tps_status tps_shardset_read_global(tps_shardset *ss, const tps_manifest_tensor 
         uint32_t owner = sp.owner[s->owner0]; /* any replica will do; the lowest rank is deterministic */
         uint64_t local = sp.owner_offset[s->owner0] + (w - s->begin);
         uint64_t run = s->end - w < end - g ? s->end - w : end - g;
-        const tps_index *ix;
-        TPS_CHECK(tps_shardset_open_rank(ss, owner, &ix, err));
-        const tps_tensor *x = tps_index_find(ix, t->name);
+        TPS_CHECK(rank_tensor(ss, &bt[owner], owner, t, err));
+        const tps_index *ix = bt[owner].ix;
+        const tps_tensor *x = bt[owner].x;
         /* o * rank_slab_bytes <= the rank tensor's size, which the reader bounded by its file. */
         uint64_t at = o * sp.rank_slab_bytes[owner] + local;
         if (ss->compare_replicas && s->nowners > 1) {
             /* The replicas are compared with the bytes themselves, so read them now. */
             TPS_CHECK(batch_flush(&bt[owner], err));
             TPS_CHECK(tps_tensor_read(ix, x, at, p, (size_t)run, err));
-            TPS_CHECK(compare_replicas(ss, t, &sp, s, g, p, run, err));
+            TPS_CHECK(compare_replicas(ss, bt, t, &sp, s, g, p, run, err));
         } else if (x->reader_data) {
             TPS_CHECK(tps_tensor_read(ix, x, at, p, (size_t)run, err));
         } else {
@@ -313,7 +333,7 @@ bool tps_shardset_locate_global(tps_shardset *ss, const tps_manifest_tensor *t, 
     tps_spans sp;
     tps_error ignored;
     tps_error_clear(&ignored);
-    if (off >= t->nbytes || tps_spans_build(&t->part, t->dtype, t->ndim, t->shape, ss->m->tp, &sp, &ignored)) return false;
+    if (off >= t->nbytes || tps_spans_build(t->part, t->dtype, t->ndim, t->shape, ss->m->tp, &sp, &ignored)) return false;
     bool found = false;
     uint64_t o = off / sp.slab_bytes, w = off % sp.slab_bytes;
     const tps_span *s = tps_spans_find(&sp, w);

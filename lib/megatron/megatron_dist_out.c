@@ -80,7 +80,7 @@ static tps_status chunk_meta(const tps_manifest *m, uint64_t num_layers, dist_fi
             return tps_fail(err, TPS_EINVALID, "tensor '%s' has no place in a torch_dist checkpoint of %" PRIu64 " layers",
                             t->name, num_layers);
         }
-        tps_partition_rank_shape(&t->part, t->ndim, t->shape, m->tp, 0, shape);
+        tps_partition_rank_shape(t->part, t->ndim, t->shape, m->tp, 0, shape);
         int lead = stacked ? 1 : 0;
         size[0] = num_layers;
         offsets[0] = layer;

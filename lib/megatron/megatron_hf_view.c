@@ -321,7 +321,7 @@ tps_status tps_megatron_hf_unview(const tps_megatron_hf *h, tps_layout *l, const
             tps_manifest_tensor *o = &m->tensors[m->ntensors];
             rview *v = &u->v[u->n];
             *o = *t;
-            o->part = (tps_partition){.replicated = true};
+            TPS_CHECK(tps_manifest_set_part(m, o, &(tps_partition){.replicated = true}, err));
             o->rule = NULL;
             o->target_name = NULL;
             o->target_stack = 0;

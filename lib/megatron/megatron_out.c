@@ -363,15 +363,16 @@ tps_status tps_megatron_out_plan(tps_manifest *m, const tps_megatron_out_opts *o
         s.t.rule = t->rule ? strdup(t->rule) : NULL;
         s.t.target_name = strdup(local);
         s.t.target_stack = 0;
-        if (s.t.part.pad && !s.t.part.replicated) {
-            s.t.part.pad_multiple = (o->vocab_divisor ? o->vocab_divisor : TPS_MEGATRON_VOCAB_DIVISOR) * pad_tp;
-            padded = tps_megatron_padded_vocab(s.t.shape[s.t.part.dim], o->vocab_divisor, pad_tp);
-        }
+        bool vocab = s.t.part->pad && !s.t.part->replicated;
+        if (vocab) padded = tps_megatron_padded_vocab(s.t.shape[s.t.part->dim], o->vocab_divisor, pad_tp);
         v[nv++] = s;
         if (!s.t.name || !s.t.target_name || (t->rule && !s.t.rule)) {
             st = tps_fail_oom(err, "planning a Megatron checkpoint");
             goto cleanup;
         }
+        if (vocab)
+            TPS_CHECK(tps_manifest_set_pad_multiple(
+                m, &v[nv - 1].t, (o->vocab_divisor ? o->vocab_divisor : TPS_MEGATRON_VOCAB_DIVISOR) * pad_tp, err));
     }
     qsort(v, nv, sizeof *v, cmp_staged);
     if (!(mo->src = calloc(nv + 1, sizeof *mo->src))) {
@@ -432,11 +433,15 @@ tps_status tps_megatron_out_plan(tps_manifest *m, const tps_megatron_out_opts *o
     }
     /* The manifest in the new order. */
     for (size_t i = 0; i < m->ntensors; i++) {
-        free(m->tensors[i].name);
-        free(m->tensors[i].rule);
+        if (!m->strings) { /* else in the pool, dropped below */
+            free(m->tensors[i].name);
+            free(m->tensors[i].rule);
+        }
         free(m->tensors[i].target_name);
     }
     free(m->tensors);
+    tps_strpool_unref(m->strings); /* the staged tensors' names and rules are mallocs of their own */
+    m->strings = NULL;
     if (!(m->tensors = calloc(nv + 1, sizeof *m->tensors))) {
         m->ntensors = 0;
         st = tps_fail_oom(err, "planning a Megatron checkpoint");

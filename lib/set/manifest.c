@@ -194,7 +194,7 @@ tps_status tps_manifest_to_json(const tps_manifest *m, tps_buf *buf, tps_error *
         tps_jw_key(&w, "rule");
         tps_jw_string(&w, t->rule ? t->rule : "");
         tps_jw_key(&w, "partition");
-        jw_partition(&w, &t->part);
+        jw_partition(&w, t->part);
         if (t->target_name) {
             tps_jw_key(&w, "target_name");
             tps_jw_string(&w, t->target_name);
@@ -215,7 +215,7 @@ tps_status tps_manifest_to_json(const tps_manifest *m, tps_buf *buf, tps_error *
         tps_jw_array_begin(&w);
         for (uint64_t r = 0; r < m->tp; r++) {
             uint64_t rs[TPS_MAX_DIMS];
-            tps_partition_rank_shape(&t->part, t->ndim, t->shape, m->tp, r, rs);
+            tps_partition_rank_shape(t->part, t->ndim, t->shape, m->tp, r, rs);
             tps_jw_u64_array(&w, rs, (size_t)t->ndim);
         }
         tps_jw_array_end(&w);
@@ -407,7 +407,9 @@ static tps_status load_tensor(loader *L, const tps_json *tj, uint64_t tp, tps_ma
     NEED(t->rule = pool_json_string(L, v, true, &st));
     v = field(L, tj, "partition", TPS_JSON_OBJECT, &st);
     NEED(v);
-    TPS_CHECK(load_partition(L, v, &t->part));
+    tps_partition part;
+    TPS_CHECK(load_partition(L, v, &part));
+    TPS_CHECK(tps_manifest_set_part(L->m, t, &part, L->err));
     if (tps_json_get(tj, "target_name")) { /* optional: a serving engine's name (lib/targets/target.h) */
         NEED(v = field(L, tj, "target_name", TPS_JSON_STRING, &st));
         NEED(t->target_name = dup_json_string(L, v, &st));
@@ -429,7 +431,7 @@ static tps_status load_tensor(loader *L, const tps_json *tj, uint64_t tp, tps_ma
                         (unsigned long long)t->nbytes, (unsigned long long)nbytes);
     tps_error perr;
     tps_error_clear(&perr);
-    if (tps_partition_check(&t->part, t->name, t->dtype, t->ndim, t->shape, tp, &perr))
+    if (tps_partition_check(t->part, t->name, t->dtype, t->ndim, t->shape, tp, &perr))
         return tps_fail(L->err, perr.code, "%s: %s", L->path, perr.msg);
     v = field(L, tj, "rank_shapes", TPS_JSON_ARRAY, &st);
     NEED(v);
@@ -438,7 +440,7 @@ static tps_status load_tensor(loader *L, const tps_json *tj, uint64_t tp, tps_ma
         uint64_t got[TPS_MAX_DIMS], want[TPS_MAX_DIMS];
         int nd;
         TPS_CHECK(get_shape(L, v->u.array.items[r], got, &nd));
-        tps_partition_rank_shape(&t->part, t->ndim, t->shape, tp, r, want);
+        tps_partition_rank_shape(t->part, t->ndim, t->shape, tp, r, want);
         if (nd != t->ndim || memcmp(got, want, sizeof(uint64_t) * (size_t)nd) != 0) {
             char gs[256], ws[256];
             tps_shape_str(got, nd, gs, sizeof gs);
@@ -819,7 +821,7 @@ void tps_manifest_free(tps_manifest *m)
         }
         free(m->tensors[i].target_name);
     }
-    tps_strpool_free(m->strings);
+    tps_strpool_unref(m->strings);
     free(m->target);
     free(m->target_version);
     for (size_t i = 0; i < m->nextras; i++) free(m->extras[i].name);
@@ -844,6 +846,7 @@ void tps_manifest_free(tps_manifest *m)
     free(m->held);
     tps_name_hash_free(&m->tensor_names);
     tps_name_hash_free(&m->file_names);
+    tps_partpool_unref(m->parts);
     free(m);
 }
 
@@ -883,11 +886,28 @@ void tps_manifest_held_str(const tps_manifest *m, char *out, size_t size)
     }
 }
 
+tps_status tps_manifest_set_part(tps_manifest *m, tps_manifest_tensor *t, const tps_partition *p, tps_error *err)
+{
+    if (!m->parts && !(m->parts = tps_partpool_new())) return tps_fail_oom(err, "storing a partition");
+    const tps_partition *pooled = tps_partpool_intern(m->parts, p);
+    if (!pooled) return tps_fail_oom(err, "storing a partition");
+    t->part = pooled;
+    return TPS_OK;
+}
+
+tps_status tps_manifest_set_pad_multiple(tps_manifest *m, tps_manifest_tensor *t, uint64_t q, tps_error *err)
+{
+    if (!t->part->pad || t->part->replicated || t->part->pad_multiple == q) return TPS_OK;
+    tps_partition p = *t->part;
+    p.pad_multiple = q;
+    return tps_manifest_set_part(m, t, &p, err);
+}
+
 tps_status tps_manifest_rank_bytes(const tps_manifest *m, size_t i, uint64_t r, uint64_t *out, tps_error *err)
 {
     const tps_manifest_tensor *t = &m->tensors[i];
     uint64_t shape[TPS_MAX_DIMS], nelem;
-    tps_partition_rank_shape(&t->part, t->ndim, t->shape, m->tp, r, shape);
+    tps_partition_rank_shape(t->part, t->ndim, t->shape, m->tp, r, shape);
     if (!tps_prod_u64(shape, t->ndim, &nelem)) return tps_fail(err, TPS_EINVALID, "tensor '%s' is too large", t->name);
     return tps_dtype_nbytes(t->dtype, nelem, out, t->name, err);
 }

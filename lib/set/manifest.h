@@ -18,6 +18,7 @@
 #include "../base/status.h"
 #include "../base/strpool.h"
 #include "../layout/partition.h"
+#include "../layout/partpool.h"
 
 #define TPS_MANIFEST_NAME "tpshard.json"
 #define TPS_MANIFEST_VERSION 1
@@ -30,7 +31,9 @@ typedef struct tps_manifest_tensor {
     tps_dtype dtype;
     int ndim;
     uint64_t shape[TPS_MAX_DIMS]; /* global, unpadded */
-    tps_partition part;
+    /* In the manifest's partition pool (lib/layout/partpool.h): immutable, shared by every
+     * tensor cut the same way.  Set and changed with tps_manifest_set_part only. */
+    const tps_partition *part;
     uint64_t nbytes; /* global, unpadded */
     uint32_t crc;    /* CRC-32 of the global tensor's bytes */
     char *rule;      /* label of the layout rule that cut it */
@@ -115,9 +118,13 @@ typedef struct tps_manifest {
     tps_name_hash tensor_names, file_names;
     /* private: a loaded manifest's tensor names and rules live here, not one malloc each (a
      * rule is stored once however many tensors it cut); NULL in a manifest built in memory.
-     * Where set, those strings are never freed or replaced one by one: a command that changes
-     * them works on a copy (tps_manifest_retarget). */
+     * A retargeted copy shares the pool (by reference) and its strings.  Where set, those
+     * strings are never freed or replaced one by one: code that replaces every tensor's
+     * name (lib/megatron/megatron_out.c) drops the pool once none is left in it. */
     tps_strpool *strings;
+    /* private: where the tensors' partitions live (NULL until the first is set); shared,
+     * by reference, with a manifest retargeted from this one. */
+    tps_partpool *parts;
 } tps_manifest;
 
 /* Reads DIR/tpshard.json strictly: unknown version refused, every field type-checked,
@@ -156,6 +163,12 @@ const tps_manifest_file *tps_manifest_find_file(const tps_manifest *m, const cha
 /* The "skipped" entry whose glob matches name (a tensor of the source the split left out),
  * or NULL. */
 const tps_manifest_skip *tps_manifest_skipped(const tps_manifest *m, const char *name);
+
+/* Points t, a tensor of m, at m's pooled copy of p (p itself may be anywhere). */
+tps_status tps_manifest_set_part(tps_manifest *m, tps_manifest_tensor *t, const tps_partition *p, tps_error *err);
+/* t's partition with pad_multiple q (a serving engine's or Megatron's vocabulary quantum),
+ * when t is padded and split; any other t is left as it is. */
+tps_status tps_manifest_set_pad_multiple(tps_manifest *m, tps_manifest_tensor *t, uint64_t q, tps_error *err);
 
 /* Bytes of rank r's slice of tensor i (padding included: it is in the rank's tensor). */
 tps_status tps_manifest_rank_bytes(const tps_manifest *m, size_t i, uint64_t r, uint64_t *out, tps_error *err);

@@ -82,11 +82,12 @@ tps_status tps_plan_build_grouped(const tps_index *ix, tps_layout *l, const char
         tps_partition_issue issue = {0};
         const char *label = NULL;
         bool follows = false;
-        tps_status ts = tps_layout_partition_tensor(l, ix, x, &t->part, &rule, &follows, &e);
+        tps_partition part;
+        tps_status ts = tps_layout_partition_tensor(l, ix, x, &part, &rule, &follows, &e);
         if (ts == TPS_OK) {
             label = tps_layout_rule_label(l, rule);
-            tps_problems_consider(problems, &t->part, x->dtype, x->ndim, x->shape);
-            ts = tps_partition_diagnose(&t->part, x->name, x->dtype, x->ndim, x->shape, tp, &issue, &e);
+            tps_problems_consider(problems, &part, x->dtype, x->ndim, x->shape);
+            ts = tps_partition_diagnose(&part, x->name, x->dtype, x->ndim, x->shape, tp, &issue, &e);
             if (ts != TPS_OK && label) {
                 size_t n = strlen(e.msg);
                 snprintf(e.msg + n, sizeof e.msg - n, "; rule %s", label);
@@ -112,6 +113,7 @@ tps_status tps_plan_build_grouped(const tps_index *ix, tps_layout *l, const char
             tps_problems_add(problems, kind, x->name, label, kind == TPS_PROBLEM_TP ? &issue : NULL, missing, e.msg);
             continue;
         }
+        TPS_CHECK(tps_manifest_set_part(m, t, &part, err));
         t->name = strdup(x->name);
         t->rule = strdup(label);
         if (!t->name || !t->rule) {

@@ -35,7 +35,11 @@ tps_status tps_manifest_retarget(const tps_manifest *src, uint64_t tp, tps_manif
                         .target = src->target ? strdup(src->target) : NULL,
                         .target_version = src->target_version ? strdup(src->target_version) : NULL,
                         .source = {strdup(src->source.path), strdup(src->source.format), src->source.bytes, 0, NULL},
-                        .tensors = calloc(src->ntensors + 1, sizeof *m->tensors)};
+                        .tensors = calloc(src->ntensors + 1, sizeof *m->tensors),
+                        /* the tensors keep their names, rules and partitions (checked at tp
+                         * below): shared with src, not copied */
+                        .strings = src->strings ? tps_strpool_ref(src->strings) : NULL,
+                        .parts = src->parts ? tps_partpool_ref(src->parts) : NULL};
     m->source.files = calloc(src->source.nfiles + 1, sizeof *m->source.files);
     if (!m->tool || !m->layout_name || !m->layout_text || !m->source.path || !m->source.format || !m->tensors ||
         !m->source.files || !m->config_path != !src->config_path || !m->config_keys != !src->config_keys || !m->target != !src->target ||
@@ -69,17 +73,19 @@ tps_status tps_manifest_retarget(const tps_manifest *src, uint64_t tp, tps_manif
         tps_error e;
         tps_error_clear(&e);
         tps_partition_issue issue;
-        tps_problems_consider(problems, &s->part, s->dtype, s->ndim, s->shape);
-        tps_status ts = tps_partition_diagnose(&s->part, s->name, s->dtype, s->ndim, s->shape, tp, &issue, &e);
+        tps_problems_consider(problems, s->part, s->dtype, s->ndim, s->shape);
+        tps_status ts = tps_partition_diagnose(s->part, s->name, s->dtype, s->ndim, s->shape, tp, &issue, &e);
         if (ts != TPS_OK) {
             if (first == TPS_OK) first = ts;
             tps_problems_add(problems, TPS_PROBLEM_TP, s->name, s->rule, &issue, NULL, e.msg);
             continue;
         }
         tps_manifest_tensor *t = &m->tensors[m->ntensors++];
-        *t = *s;
-        t->name = strdup(s->name);
-        t->rule = strdup(s->rule);
+        *t = *s; /* name and rule in the shared pool, when src has one */
+        if (!m->strings) {
+            t->name = strdup(s->name);
+            t->rule = strdup(s->rule);
+        }
         t->target_name = s->target_name ? strdup(s->target_name) : NULL;
         t->crc = 0;
         if (!t->name || !t->rule || !t->target_name != !s->target_name) {

@@ -17,7 +17,6 @@ tps_status tps_manifest_unsharded(const tps_manifest *src, tps_manifest **out, t
         const tps_manifest_tensor *s = &src->tensors[i];
         tps_manifest_tensor *t = &m->tensors[i];
         *t = *s;
-        t->part = (tps_partition){.replicated = true};
         t->name = strdup(s->name);
         t->rule = NULL;
         t->target_name = NULL; /* a checkpoint: the source's names, fusions undone */
@@ -28,6 +27,11 @@ tps_status tps_manifest_unsharded(const tps_manifest *src, tps_manifest **out, t
         if (!t->name) {
             tps_manifest_free(m);
             return tps_fail_oom(err, "planning the merge");
+        }
+        tps_status st = tps_manifest_set_part(m, t, &(tps_partition){.replicated = true}, err);
+        if (st) {
+            tps_manifest_free(m);
+            return st;
         }
     }
     *out = m;

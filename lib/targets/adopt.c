@@ -434,7 +434,7 @@ static tps_status compare_ranks(adopt *a, const tps_manifest *m, tps_error *err)
         for (size_t i = 0; i < m->ntensors; i++) {
             const tps_manifest_tensor *t = &m->tensors[i];
             e[i] = (tps_sink_tensor){t->name, t->dtype, t->ndim, shapes + i * TPS_MAX_DIMS};
-            tps_partition_rank_shape(&t->part, t->ndim, t->shape, m->tp, r, shapes + i * TPS_MAX_DIMS);
+            tps_partition_rank_shape(t->part, t->ndim, t->shape, m->tp, r, shapes + i * TPS_MAX_DIMS);
         }
         size_t nf = tps_target_file_tensors(m, 0, m->ntensors, r, e, shapes);
         for (size_t k = 0; k < m->nextras; k++) e[nf++] = (tps_sink_tensor){m->extras[k].name, TPS_DT_F32, 0, shapes};

@@ -507,7 +507,7 @@ static tps_status run_shape(const tps_manifest *m, size_t i, size_t j, uint64_t 
         for (size_t k = 0; k < per; k++) {
             const tps_manifest_tensor *t = &m->tensors[i + s * per + k];
             uint64_t rs[TPS_MAX_DIMS];
-            tps_partition_rank_shape(&t->part, t->ndim, t->shape, m->tp, r, rs);
+            tps_partition_rank_shape(t->part, t->ndim, t->shape, m->tp, r, rs);
             tps_target_file_shape(t, rs);
             if (t->dtype != h->dtype || t->target_stack != h->target_stack || t->ndim < 1 ||
                 (k && (t->ndim != gnd || memcmp(rs + 1, g + 1, sizeof *rs * (size_t)(gnd - 1)))))
@@ -601,7 +601,7 @@ tps_status tps_target_check_manifest(const tps_manifest *m, const char *what, tp
                 st = tps_fail(err, TPS_EINVALID, "%s: %s", what, e.msg);
                 goto cleanup;
             }
-            if (!t->part.pad || t->part.replicated) break; /* only padding makes ranks differ */
+            if (!t->part->pad || t->part->replicated) break; /* only padding makes ranks differ */
         }
         names[k++] = t->target_name;
         i = j;
@@ -621,7 +621,7 @@ cleanup:
 /* ---- laying a manifest out for a target ---- */
 
 /* Source names and padding, no extras; the version stays (tps_target_apply redoes the rest). */
-static void clear_layout(tps_manifest *m)
+static tps_status clear_layout(tps_manifest *m, tps_error *err)
 {
     for (size_t i = 0; i < m->ntensors; i++) {
         free(m->tensors[i].target_name);
@@ -629,7 +629,8 @@ static void clear_layout(tps_manifest *m)
         m->tensors[i].target_stack = 0;
         m->tensors[i].target_blocks = 0;
         m->tensors[i].target_transpose = false;
-        m->tensors[i].part.pad_multiple = 0;
+        tps_status st = tps_manifest_set_pad_multiple(m, &m->tensors[i], 0, err);
+        if (st) return st;
     }
     for (size_t i = 0; i < m->nextras; i++) free(m->extras[i].name);
     free(m->extras);
@@ -637,13 +638,14 @@ static void clear_layout(tps_manifest *m)
     m->nextras = 0;
     free(m->target);
     m->target = NULL;
+    return TPS_OK;
 }
 
-void tps_target_clear(tps_manifest *m)
+tps_status tps_target_clear(tps_manifest *m, tps_error *err)
 {
-    clear_layout(m);
     free(m->target_version);
     m->target_version = NULL;
+    return clear_layout(m, err);
 }
 
 /* Whether release version (NULL: the newest) is in [since, before) (either may be NULL: open). */
@@ -703,7 +705,7 @@ static void working_tps(const tps_manifest *m, uint64_t max, char *out, size_t s
         for (size_t i = 0; ok && i < m->ntensors; i++) {
             const tps_manifest_tensor *t = &m->tensors[i];
             tps_error e;
-            ok = tps_partition_check(&t->part, t->name, t->dtype, t->ndim, t->shape, T, &e) == TPS_OK;
+            ok = tps_partition_check(t->part, t->name, t->dtype, t->ndim, t->shape, T, &e) == TPS_OK;
         }
         if (ok) n += (size_t)snprintf(out + n, size - n, "%s%llu", n ? ", " : "", (unsigned long long)T);
     }
@@ -746,21 +748,20 @@ tps_status tps_target_apply(const tps_target *t, tps_manifest *m, tps_error *err
         st = tps_fail_oom(err, "laying out the target");
         goto cleanup;
     }
-    clear_layout(m);
+    TPS_CHECK(clear_layout(m, err));
     if (m->target_version && !version_ok(m->target_version)) {
         st = tps_fail(err, TPS_EARG, "--target-version '%s': expected a release number such as 0.13 or 0.14.1",
                       m->target_version);
         goto cleanup;
     }
     TPS_CHECK(apply_extras(t, m, err));
-    for (size_t i = 0; i < N; i++)
-        if (m->tensors[i].part.pad && !m->tensors[i].part.replicated) m->tensors[i].part.pad_multiple = t->vocab_multiple;
+    for (size_t i = 0; i < N; i++) TPS_CHECK(tps_manifest_set_pad_multiple(m, &m->tensors[i], t->vocab_multiple, err));
     for (size_t i = 0; i < N; i++) {
         tps_manifest_tensor *x = &m->tensors[i];
-        if (!x->part.pad || x->part.replicated || !t->vocab_multiple) continue;
+        if (!x->part->pad || x->part->replicated || !t->vocab_multiple) continue;
         tps_error e;
         tps_error_clear(&e);
-        if (tps_partition_check(&x->part, x->name, x->dtype, x->ndim, x->shape, m->tp, &e)) {
+        if (tps_partition_check(x->part, x->name, x->dtype, x->ndim, x->shape, m->tp, &e)) {
             char tps[512];
             working_tps(m, 0, tps, sizeof tps);
             st = tps_fail(err, TPS_EINVALID,
@@ -955,7 +956,7 @@ tps_status tps_target_member_index(const tps_manifest *m, uint64_t r, tps_index 
         if (t->target_name) {
             TPS_CHECK(run_shape(m, i, j, r, want, &nd, err));
         } else {
-            tps_partition_rank_shape(&t->part, t->ndim, t->shape, m->tp, r, want);
+            tps_partition_rank_shape(t->part, t->ndim, t->shape, m->tp, r, want);
             tps_target_file_shape(t, want);
         }
         const tps_tensor *x = tps_index_find(files, name);
@@ -977,7 +978,7 @@ tps_status tps_target_member_index(const tps_manifest *m, uint64_t r, tps_index 
         for (size_t k = i; k < j; k++) {
             const tps_manifest_tensor *y = &m->tensors[k];
             uint64_t rs[TPS_MAX_DIMS];
-            tps_partition_rank_shape(&y->part, y->ndim, y->shape, m->tp, r, rs);
+            tps_partition_rank_shape(y->part, y->ndim, y->shape, m->tp, r, rs);
             if (y->target_blocks || y->target_transpose) /* read back in the source's order */
                 TPS_CHECK(tps_target_blocked_member(vx, y, m->tp, rs, x->file, off, err));
             else

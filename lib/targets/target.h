@@ -78,8 +78,9 @@ void tps_target_free(tps_target *t); /* accepts NULL */
  * the engine's padding refuses is TPS_EINVALID naming the rule and the tp values that work. */
 tps_status tps_target_apply(const tps_target *t, tps_manifest *m, tps_error *err);
 
-/* Back to tpshard's own names and padding (reshard --target tpshard). */
-void tps_target_clear(tps_manifest *m);
+/* Back to tpshard's own names and padding (reshard --target tpshard); fails only when out
+ * of memory. */
+tps_status tps_target_clear(tps_manifest *m, tps_error *err);
 
 /* A loaded manifest's target names: each a run of consecutive tensors of one dtype whose
  * rank slices concatenate (same trailing dimensions, stack groups alike at every rank). */

@@ -17,7 +17,7 @@
 tps_status tps_target_blocked_geometry(const tps_manifest_tensor *t, uint64_t tp, uint64_t *groups,
                                        uint64_t *block_bytes, tps_error *err)
 {
-    const tps_partition *p = &t->part;
+    const tps_partition *p = t->part;
     uint64_t B = t->target_blocks;
     uint64_t u = p->nseg == 1 ? p->seg[0].unit : 0;
     if (p->replicated || p->dim != 0 || p->nseg != 1 || p->pad || p->groups > 1 || t->ndim < 1 || B < 2 || !u ||
@@ -39,7 +39,7 @@ tps_status tps_target_blocked_geometry(const tps_manifest_tensor *t, uint64_t tp
 
 tps_status tps_target_permute_check(const tps_manifest_tensor *t, uint64_t tp, tps_error *err)
 {
-    if (t->target_transpose && (t->ndim != 2 || t->part.pad || tps_dtype_bits(t->dtype) % 8))
+    if (t->target_transpose && (t->ndim != 2 || t->part->pad || tps_dtype_bits(t->dtype) % 8))
         return tps_fail(err, TPS_EINVALID, "tensor '%s': only an unpadded 2-D tensor of whole-byte elements is written transposed", t->name);
     uint64_t G, block;
     return t->target_blocks ? tps_target_blocked_geometry(t, tp, &G, &block, err) : TPS_OK;
@@ -55,13 +55,13 @@ void tps_target_file_shape(const tps_manifest_tensor *t, uint64_t *shape)
 
 void tps_target_file_partition(const tps_manifest_tensor *t, tps_partition *out)
 {
-    *out = t->part;
-    if (t->target_transpose && !t->part.replicated) out->dim = 1 - t->part.dim;
+    *out = *t->part;
+    if (t->target_transpose && !t->part->replicated) out->dim = 1 - t->part->dim;
     if (!t->target_blocks) return;
-    uint64_t B = t->target_blocks, len = t->part.seg[0].length, u = t->part.seg[0].unit;
+    uint64_t B = t->target_blocks, len = t->part->seg[0].length, u = t->part->seg[0].unit;
     out->nseg = (int)B;
     for (uint64_t b = 0; b < B; b++) {
-        out->seg[b] = t->part.seg[0];
+        out->seg[b] = t->part->seg[0];
         out->seg[b].name[0] = '\0';
         out->seg[b].length = len / B;
         out->seg[b].unit = u / B;

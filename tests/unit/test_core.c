@@ -534,8 +534,11 @@ TEST(strpool_add_and_intern)
     }
     CHECK(tps_strpool_intern(p, "rule (preset:mixtral:38:5)", 26) == r1);
     free(names);
-    tps_strpool_free(p);
-    tps_strpool_free(NULL);
+    CHECK(tps_strpool_ref(p) == p); /* two references: the first unref frees nothing */
+    tps_strpool_unref(p);
+    CHECK(strcmp(r1, "rule (preset:mixtral:38:5)") == 0);
+    tps_strpool_unref(p);
+    tps_strpool_unref(NULL);
 }
 
 /* An index over the temporary file, for tests that add tensors to it; NULL on failure. */

@@ -77,7 +77,7 @@ static tps_manifest *make_manifest(size_t n, uint64_t tp)
         t->ndim = 1;
         t->shape[0] = 2;
         t->nbytes = 8;
-        t->part.replicated = true;
+        CHECK_EQ_U64(tps_manifest_set_part(m, t, &(tps_partition){.replicated = true}, NULL), TPS_OK);
     }
     for (uint64_t r = 0; r < tp; r++) {
         tps_manifest_file *f = &m->files[m->nfiles++];
@@ -123,6 +123,9 @@ TEST(manifest_finds_tensors_and_files_by_hash)
         const tps_manifest_file *f = tps_manifest_find_file(back, "f1");
         CHECK(f && f->rank == 1);
         CHECK(tps_manifest_find_file(back, "f3") == NULL);
+        /* Every tensor is cut the same way (replicated): one partition, shared by all. */
+        CHECK(back->tensors[0].part->replicated && back->tensors[N - 1].part == back->tensors[0].part);
+        CHECK_EQ_U64(tps_partpool_count(back->parts), 1);
     }
     tps_manifest_index(m, "hand-built", &err); /* the builder's way to the hash */
     CHECK(m->tensor_names.cap > 0 && tps_manifest_find(m, "t17") == &m->tensors[17]);

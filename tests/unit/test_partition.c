@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "lib/layout/partition.h"
+#include "lib/layout/partpool.h"
 #include "lib/layout/spans.h"
 #include "tps_test.h"
 
@@ -284,6 +285,49 @@ TEST(grouped_qkv_refusals_name_groups_and_heads)
     CHECK(tps_partition_check(&p, "qkv", TPS_DT_BF16, 1, shape, 12, &err) == TPS_OK);
 }
 
+/* The pool stores each distinct partition once: equal ones (every field, segment names
+ * included) share one copy, any difference gets its own, and pooled copies do not move
+ * while thousands more are added. */
+TEST(partition_pool_shares_equal_partitions)
+{
+    tps_partpool *pool = tps_partpool_new();
+    CHECK(pool != NULL);
+    tps_partition a, b;
+    tps_partition_simple(&a, 0, 4096, 128);
+    tps_partition_simple(&b, 0, 4096, 128);
+    const tps_partition *pa = tps_partpool_intern(pool, &a), *pb = tps_partpool_intern(pool, &b);
+    CHECK(pa != NULL && pa == pb && pa != &a);
+    CHECK(pa->dim == 0 && pa->nseg == 1 && pa->seg[0].length == 4096 && pa->seg[0].unit == 128);
+    b.pad_multiple = 64;
+    CHECK(tps_partpool_intern(pool, &b) != pa);
+    b = a;
+    strcpy(b.seg[0].name, "q");
+    CHECK(tps_partpool_intern(pool, &b) != pa);
+    b = a;
+    b.seg[0].may_replicate = true;
+    CHECK(tps_partpool_intern(pool, &b) != pa);
+    CHECK(tps_partpool_intern(pool, &(tps_partition){.replicated = true}) != pa);
+    CHECK_EQ_U64(tps_partpool_count(pool), 5);
+    const tps_partition *first[3000];
+    for (uint64_t i = 0; i < 3000; i++) {
+        tps_partition_simple(&b, 1, 1000 + i, 1);
+        first[i] = tps_partpool_intern(pool, &b);
+    }
+    CHECK_EQ_U64(tps_partpool_count(pool), 3005);
+    bool same = true;
+    for (uint64_t i = 0; i < 3000; i++) {
+        tps_partition_simple(&b, 1, 1000 + i, 1);
+        same &= tps_partpool_intern(pool, &b) == first[i] && first[i]->seg[0].length == 1000 + i;
+    }
+    CHECK(same);
+    CHECK(tps_partpool_intern(pool, &a) == pa);
+    CHECK(tps_partpool_ref(pool) == pool); /* two references: the first unref frees nothing */
+    tps_partpool_unref(pool);
+    CHECK(pa->seg[0].length == 4096);
+    tps_partpool_unref(pool);
+    tps_partpool_unref(NULL);
+}
+
 int main(void)
 {
     RUN(plain_split_matches_brute_force);
@@ -295,5 +339,6 @@ int main(void)
     RUN(rank_shapes);
     RUN(grouped_qkv_holds_whole_groups_or_a_share_of_one);
     RUN(grouped_qkv_refusals_name_groups_and_heads);
+    RUN(partition_pool_shares_equal_partitions);
     return tps_test_done();
 }
