@@ -24,8 +24,8 @@ struct tps_prefetch {
     size_t cap;
     uint64_t produced, consumed;
     /* Who sleeps on cv.  Each side wakes the other only when half the slots changed hands
-     * (or at the end): a stream of tiny chunks (a many-tensor model's) then costs one wake-up
-     * per nslots/2 chunks instead of one per chunk, and big chunks still overlap. */
+     * (or at the end): a stream of tiny chunks (a many-tensor model's), batched many to a
+     * slot, then costs one wake-up per nslots/2 batches, and big chunks still overlap. */
     bool reader_waits, consumer_waits;
     bool stop, started, checksum;
     tps_fill_fn fill;
