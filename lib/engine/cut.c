@@ -272,21 +272,17 @@ static void blame_shrunk_source(const source_stream *ss, tps_error *err)
     }
 }
 
-static tps_status fill_source(void *arg, unsigned char *buf, size_t cap, tps_chunk *c, tps_error *err)
+/* Moves to the tensor the next chunk is of and sets *n to that chunk's size, 0 at the end of
+ * the stream; fill_source() and peek_source() both size chunks here, so they agree. */
+static tps_status next_chunk(source_stream *ss, size_t cap, size_t *n, tps_error *err)
 {
-    source_stream *ss = arg;
-    size_t *n = &c->n;
+    *n = 0;
     while (ss->i < ss->m->ntensors && ss->g >= ss->m->tensors[ss->i].nbytes) {
         ss->i++;
         ss->g = 0;
     }
-    if (ss->i == ss->m->ntensors) {
-        c->end = true;
-        return TPS_OK;
-    }
+    if (ss->i == ss->m->ntensors) return TPS_OK;
     const tps_manifest_tensor *t = &ss->m->tensors[ss->i];
-    if (tps_outdir_interrupted())
-        return tps_fail(err, TPS_EINTERRUPTED, "interrupted by signal %d while copying '%s'", tps_outdir_interrupted(), t->name);
     if (ss->sp_i != ss->i) {
         tps_spans_release(&ss->sp);
         ss->sp_i = (size_t)-1;
@@ -295,7 +291,31 @@ static tps_status fill_source(void *arg, unsigned char *buf, size_t cap, tps_chu
         ss->sp_i = ss->i;
     }
     *n = chunk_at(&ss->sp, t->nbytes, ss->g, cap);
-    tps_status st = TPS_OK;
+    return TPS_OK;
+}
+
+/* The prefetch ring's peek (lib/engine/prefetch.h): lets a run of tiny tensors share a slot. */
+static size_t peek_source(void *arg, size_t cap)
+{
+    tps_error ignored; /* the fill that follows meets it again */
+    size_t n;
+    tps_error_clear(&ignored);
+    return next_chunk(arg, cap, &n, &ignored) == TPS_OK ? n : 0;
+}
+
+static tps_status fill_source(void *arg, unsigned char *buf, size_t cap, tps_chunk *c, tps_error *err)
+{
+    source_stream *ss = arg;
+    size_t *n = &c->n;
+    tps_status st = next_chunk(ss, cap, n, err);
+    if (st) return st;
+    if (*n == 0) {
+        c->end = true;
+        return TPS_OK;
+    }
+    const tps_manifest_tensor *t = &ss->m->tensors[ss->i];
+    if (tps_outdir_interrupted())
+        return tps_fail(err, TPS_EINTERRUPTED, "interrupted by signal %d while copying '%s'", tps_outdir_interrupted(), t->name);
     if (t->target_blocks || t->target_transpose) { /* the view the file partition cuts (lib/targets/target.h) */
         stream_at a = {ss, ss->i};
         if (ss->g == 0 && t->target_transpose) st = source_crc(&a, t, &ss->src_crc[ss->i], err);
@@ -688,7 +708,7 @@ tps_status tps_cut(tps_manifest *m, const tps_cut_files *files, tps_global_read_
      * around the page cache instead of evicting everything else (lib/base/iocache.h). */
     long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
     tps_io_set_uncached(pages > 0 && psize > 0 && prog.total > (uint64_t)pages * (uint64_t)psize / 4);
-    TPS_CHECK(tps_prefetch_start(fill_source, &ss, chunk, NSLOTS, true, &pf, err));
+    TPS_CHECK(tps_prefetch_start(fill_source, peek_source, &ss, chunk, NSLOTS, true, &pf, err));
     /* With two cores or more, a second writer takes half of the ranks (lib/base/helper.h). */
     if (m->tp >= 2 && sysconf(_SC_NPROCESSORS_ONLN) >= 2) TPS_CHECK(tps_helper_start(&helper, err));
     for (size_t i = 0; i < m->ntensors; i++) {

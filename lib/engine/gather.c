@@ -229,7 +229,7 @@ tps_status tps_gather_tensor(tps_shardset *ss, const tps_manifest_tensor *t, con
     first_owner_stream fs = {&wk, &sp, 0, sp.nspans ? sp.span[0].begin : 0, 0};
     /* Several chunks: read them in a second thread while this one checksums and hands out. */
     if (!rows_done && t->nbytes > CHUNK && !(h && h->in_caller_thread))
-        TPS_CHECK(tps_prefetch_start(fill_first, &fs, STREAM_CHUNK, STREAM_SLOTS, false, &pf, err));
+        TPS_CHECK(tps_prefetch_start(fill_first, NULL, &fs, STREAM_CHUNK, STREAM_SLOTS, false, &pf, err));
     for (uint64_t o = 0; !rows_done && o < sp.outer && sp.slab_bytes > 0; o++) {
         for (size_t k = 0; k < sp.nspans; k++) {
             const tps_span *s = &sp.span[k];

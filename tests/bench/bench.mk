@@ -2,7 +2,8 @@
 #   make bench                      ~4 GiB Llama-3-8B-shaped checkpoint, 5 interleaved runs per case
 #   make bench BENCH_SIZE=30G       ~30 GiB (disk cases only), BENCH_RUNS=3 for a quick run
 #   make bench-scale                only the many-tensor cases (5,000 and 50,000 tiny tensors):
-#                                   check and reshard must be linear in the tensor count
+#                                   check and reshard must be linear in the tensor count;
+#                                   futex calls per tensor counted under strace when it is there
 # Other knobs (BENCH_DIR, BENCH_TMPFS, BENCH_COLD, BENCH_TORCH, BENCH_BIN, BENCH_KEEP, BENCH_SCALE): see
 # tests/bench/bench.py.  Results: build/bench/results.md, which make bench then puts in place
 # of the table in docs/benchmarks.md (between its bench:begin and bench:end lines; make

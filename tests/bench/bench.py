@@ -123,6 +123,7 @@ class Bench:
         self.results = {}  # case -> list of (wall, rssanon_kib, inblock)
         self.bytes = {}  # case -> bytes moved, for throughput
         self.waits = {}  # case -> voluntary context switches per run (waits between threads)
+        self.futex = {}  # many-tensor case -> futex calls of one run under strace (count_futex)
         self.notes = []
         self.only = env("BENCH_ONLY", "")
         self.scale = env("BENCH_SCALE", "1") == "1" or self.only == "scale"
@@ -420,6 +421,26 @@ class Bench:
         self.measure("merge tp8", [TPSHARD, "merge", s8, "-o", o + ".safetensors", "-q"], self.total,
                      pre=lambda: self.warm(f8), post=lambda: rm(o + ".safetensors"))
 
+    def count_futex(self):
+        """futex calls of one split and one reshard of each many-tensor set, under strace -f -c
+        (issue 27: what is left of the hand-offs between threads a tensor); a note when strace
+        is missing, no row."""
+        if not shutil.which("strace"):
+            self.notes.append("futex calls per tensor not counted: strace not found")
+            return
+        o = os.path.join(self.tmpfs, "scale-out")
+        for n, (s2, _) in sorted(self.scale_sets.items()):
+            for what, argv in (("split tp2", ["split", self.scale_src[n], "--tp", "2", "--preset", "mixtral"]),
+                               ("reshard 2->1", ["reshard", s2, "--tp", "1"])):
+                out = subprocess.run(["strace", "-f", "-c", "-e", "trace=futex", TPSHARD] + argv + ["-o", o, "-q"],
+                                     capture_output=True, text=True)
+                rm(o)
+                calls = [int(f[3]) for f in (line.split() for line in out.stderr.splitlines())
+                         if f and f[-1] == "futex" and len(f) >= 5]
+                if out.returncode != 0 or not calls:
+                    sys.exit(f"bench: strace of {what}, {n:,} tensors failed ({out.returncode})\n{out.stderr}")
+                self.futex[self.scale_case(what, n)] = calls[0]
+
     def per_tensor_rows(self, lines, n):
         """What each of n tensors costs (issue 27): time and waits between threads per tensor
         for split, reshard and check; the loaded manifest's heap per tensor (manifest_mem)."""
@@ -429,8 +450,9 @@ class Bench:
                 continue
             us = self.med(case) / n * 1e6
             waits = statistics.median(self.waits[case]) / n
+            futex = f", {self.futex[case] / n:.3f} futex calls (strace -f)" if case in self.futex else ""
             lines.append(f"| {what}, {n:,} tensors: per tensor (reported) | {us:.1f} µs | | "
-                         f"{waits:.2f} waits (voluntary context switches) | — | — |")
+                         f"{waits:.2f} waits (voluntary context switches){futex} | — | — |")
         held = subprocess.run([os.path.join(BUILD, "manifest_mem"), self.scale_sets[n][0]], capture_output=True,
                               text=True)
         if held.returncode == 0:
@@ -633,6 +655,8 @@ def main():
                 b.disk_cached_round()
             if b.scale:
                 b.scale_round()
+        if b.scale:
+            b.count_futex()
         if full and b.total > 8 * GiB:
             b.bystander_check()
         text = b.table()
