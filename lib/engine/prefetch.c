@@ -57,7 +57,9 @@ static bool fill_slot(tps_prefetch *p, slot *sl)
     for (;;) {
         tps_chunk *c = &sl->c[sl->nc];
         *c = (tps_chunk){sl->buf + used, 0, 0, false, false};
-        sl->st = p->fill(p->ctx, sl->buf + used, p->cap, c, &sl->err);
+        /* The room left, not cap: should peek() ever disagree with fill(), a chunk comes out
+         * shorter (the consumer's out-of-step check), never past the slot's buffer. */
+        sl->st = p->fill(p->ctx, sl->buf + used, p->cap - used, c, &sl->err);
         if (sl->st) return true;
         sl->nc++;
         if (c->end) return true;

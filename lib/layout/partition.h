@@ -41,6 +41,8 @@ typedef struct tps_segment {
     bool may_replicate;
 } tps_segment;
 
+/* A field added here must be added to lib/layout/partpool.c's same() and hash() too: the
+ * pool shares one partition between tensors those two call equal. */
 typedef struct tps_partition {
     bool replicated;
     int dim;
