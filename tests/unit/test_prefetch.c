@@ -41,12 +41,13 @@ static size_t peek(void *arg, size_t cap)
 static tps_status fill(void *arg, unsigned char *buf, size_t cap, tps_chunk *c, tps_error *err)
 {
     stream *s = arg;
-    CHECK(cap == CAP);
+    CHECK(cap <= CAP); /* the room left in the slot's buffer */
     if (s->next == s->n) {
         c->end = true;
         return TPS_OK;
     }
     size_t k = s->next++;
+    CHECK(s->size[k] <= cap); /* the ring never hands a chunk less room than it needs */
     if (k == s->fail_at) return tps_fail(err, TPS_EIO, "chunk %zu fails", k);
     s->buf[k] = buf;
     c->n = s->size[k];
