@@ -84,6 +84,19 @@ def build(cfg, path, seed=0, **kw):
         json.dump(c, f, indent=2)
 
 
+SHM = "/dev/shm"
+
+
+def engine_shm():
+    """The CPU build's tp > 1 shared-memory segments (/dev/shm/vllm_dist_*-cpushm_R): its
+    communicator creates one per rank and no engine shutdown removes them, so without this
+    every tp-2 start would leave two behind."""
+    try:
+        return {n for n in os.listdir(SHM) if n.startswith("vllm_dist_") and "-cpushm_" in n}
+    except OSError:
+        return set()
+
+
 def engines(tp, jobs):
     """vLLM started at tp on each job ({"model", "sharded", "save", "keys"}), one engine after
     another in one process (vllm_engine.py): a result per job, {"tokens", "logprobs"[, "keys"]},
@@ -94,6 +107,7 @@ def engines(tp, jobs):
         json.dump({"tp": tp, "jobs": jobs}, f)
     results = [None] * len(jobs)
     limit = ENGINE_TIMEOUT + 120 * len(jobs)
+    shm_before = engine_shm()
     try:
         p = subprocess.run([sys.executable, os.path.join(HERE, "vllm_engine.py"), f.name], capture_output=True,
                            text=True, timeout=limit)
@@ -103,6 +117,8 @@ def engines(tp, jobs):
         tail = "timed out after %d s: %s" % (limit, (e.stderr or b"")[-2500:])
     finally:
         os.unlink(f.name)
+        for name in engine_shm() - shm_before:
+            os.unlink(os.path.join(SHM, name))
     for line in out.splitlines():
         if line.startswith("VLLM_RESULT "):
             i, result = line[len("VLLM_RESULT "):].split(" ", 1)
