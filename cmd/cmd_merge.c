@@ -7,6 +7,7 @@
 
 #include "cli.h"
 #include "commands.h"
+#include "formats/safetensors.h"
 #include "formats/shardset.h"
 #include "lib/set/unsharded.h"
 #include "megatron_hf.h"
@@ -76,6 +77,7 @@ static int run_merge(char **args, int nargs)
                                            kind == TPS_OUT_FILE ? 0 : o.max_shard ? o.max_shard : 5000000000ull, &ps);
     wo.kind = kind;
     wo.cut.checkpoint = true;
+    wo.cut.sink = &tps_safetensors_checkpoint_sink; /* laid out as the safetensors library does */
     wo.cut.tensor_done = tps_shardset_source_check;
     wo.cut.tensor_done_arg = ss;
     wo.cut.locate = tps_shardset_source_locate;

@@ -226,6 +226,7 @@ int tps_cli_merge_hf(const char *src, const tps_megatron_merge_opts *o)
         tps_cli_write_opts(o->out, o->force, inputs, NULL, NULL, o->file ? 0 : o->max_shard ? o->max_shard : 5000000000ull, &ps);
     wo.kind = o->file ? TPS_OUT_FILE : TPS_OUT_CHECKPOINT;
     wo.cut.checkpoint = true;
+    wo.cut.sink = &tps_safetensors_checkpoint_sink; /* laid out as the safetensors library does */
     wo.before_publish = o->file ? NULL : tps_cli_write_config_into;
     wo.before_publish_arg = a->config;
     int rc = tps_cli_write("merge", a->hm, tps_megatron_hf_unview_read, a->rd, &wo);

@@ -58,9 +58,10 @@ cleanup:
 }
 
 /* {"__metadata__":{"format":"pt",...},"name":{"dtype":..,"shape":[..],"data_offsets":[b,e]},...}
- * padded with spaces to a multiple of 8; *data_total is the sum of the tensors' sizes. */
+ * padded with spaces so that the data start at a multiple of data_align; *data_total is the sum
+ * of the tensors' sizes. */
 static tps_status build_header(const char *path, const tps_st_entry *entries, size_t n, const tps_kv *meta,
-                               size_t nmeta, tps_buf *out, uint64_t *data_total, tps_error *err)
+                               size_t nmeta, unsigned data_align, tps_buf *out, uint64_t *data_total, tps_error *err)
 {
     tps_status st = TPS_OK;
     uint64_t *nbytes = calloc(n ? n : 1, sizeof *nbytes);
@@ -118,7 +119,7 @@ static tps_status build_header(const char *path, const tps_st_entry *entries, si
         pos = end;
     }
     tps_jw_object_end(&w);
-    while (out->len % 8 != 0 && !out->oom) tps_buf_putc(out, ' ');
+    while ((8 + out->len) % data_align != 0 && !out->oom) tps_buf_putc(out, ' ');
     if (out->oom) {
         st = tps_fail_oom(err, "preparing a safetensors header");
         goto cleanup;
@@ -135,7 +136,7 @@ cleanup:
 }
 
 tps_status tps_st_writer_open(const char *path, const tps_st_entry *entries, size_t n, const tps_kv *meta,
-                              size_t nmeta, tps_st_writer **out, tps_error *err)
+                              size_t nmeta, unsigned data_align, tps_st_writer **out, tps_error *err)
 {
     tps_status st;
     tps_buf hdr = TPS_BUF_INIT;
@@ -143,7 +144,10 @@ tps_status tps_st_writer_open(const char *path, const tps_st_entry *entries, siz
     uint64_t data_total = 0;
     *out = NULL;
     const char *label = path ? path : "(a rank file this run does not write)";
-    TPS_CHECK(build_header(label, entries, n, meta, nmeta, &hdr, &data_total, err));
+    if (data_align < 8 || data_align > TPS_ST_DATA_ALIGN || (data_align & (data_align - 1)) != 0)
+        return tps_fail(err, TPS_EARG, "%s: data alignment %u is not a power of two from 8 to %u", label, data_align,
+                        TPS_ST_DATA_ALIGN);
+    TPS_CHECK(build_header(label, entries, n, meta, nmeta, data_align, &hdr, &data_total, err));
     w = calloc(1, sizeof *w);
     if (!w) {
         st = tps_fail_oom(err, "opening a safetensors writer");
@@ -220,13 +224,25 @@ void tps_st_writer_abort(tps_st_writer *w)
 }
 
 /* The sink's file handle is the writer itself, passed through the opaque type. */
+static tps_status open_aligned(const char *path, const tps_sink_tensor *tensors, size_t n, const tps_kv *meta,
+                               size_t nmeta, unsigned data_align, tps_sink_file **out, tps_error *err)
+{
+    tps_st_writer *w = NULL;
+    tps_status st = tps_st_writer_open(path, tensors, n, meta, nmeta, data_align, &w, err);
+    *out = (tps_sink_file *)w;
+    return st;
+}
+
 static tps_status sink_open(const char *path, const tps_sink_tensor *tensors, size_t n, const tps_kv *meta,
                             size_t nmeta, tps_sink_file **out, tps_error *err)
 {
-    tps_st_writer *w = NULL;
-    tps_status st = tps_st_writer_open(path, tensors, n, meta, nmeta, &w, err);
-    *out = (tps_sink_file *)w;
-    return st;
+    return open_aligned(path, tensors, n, meta, nmeta, TPS_ST_DATA_ALIGN, out, err);
+}
+
+static tps_status checkpoint_open(const char *path, const tps_sink_tensor *tensors, size_t n, const tps_kv *meta,
+                                  size_t nmeta, tps_sink_file **out, tps_error *err)
+{
+    return open_aligned(path, tensors, n, meta, nmeta, TPS_ST_LIBRARY_ALIGN, out, err);
 }
 
 static tps_status sink_write(tps_sink_file *f, const void *buf, size_t len, tps_error *err)
@@ -247,3 +263,5 @@ static tps_status sink_commit(tps_sink_file *f, uint32_t *crc, uint64_t *size, t
 static void sink_abort(tps_sink_file *f) { tps_st_writer_abort((tps_st_writer *)f); }
 
 const tps_sink tps_safetensors_sink = {"safetensors", sink_open, sink_write, sink_write_crc, sink_commit, sink_abort};
+const tps_sink tps_safetensors_checkpoint_sink = {"safetensors",   checkpoint_open, sink_write,
+                                                  sink_write_crc, sink_commit,     sink_abort};

@@ -82,11 +82,12 @@ static unsigned char pattern(size_t k, uint64_t j, tps_dtype dt)
 
 /* Writes entries with pattern bytes through the streaming writer, in odd-sized chunks so
  * buffering and tensor boundaries do not line up.  sizes[] are the expected byte counts. */
-static tps_status write_pattern(const char *path, const tps_st_entry *e, size_t n, const uint64_t *sizes,
-                                const tps_kv *meta, size_t nmeta, uint32_t *crc, uint64_t *size, tps_error *err)
+static tps_status write_pattern_aligned(const char *path, const tps_st_entry *e, size_t n, const uint64_t *sizes,
+                                        const tps_kv *meta, size_t nmeta, unsigned align, uint32_t *crc,
+                                        uint64_t *size, tps_error *err)
 {
     tps_st_writer *w = NULL;
-    tps_status st = tps_st_writer_open(path, e, n, meta, nmeta, &w, err);
+    tps_status st = tps_st_writer_open(path, e, n, meta, nmeta, align, &w, err);
     if (st) return st;
     unsigned char chunk[7];
     for (size_t k = 0; k < n; k++)
@@ -99,6 +100,13 @@ static tps_status write_pattern(const char *path, const tps_st_entry *e, size_t 
             }
         }
     return tps_st_writer_commit(w, crc, size, err);
+}
+
+/* A shard file's layout: data on TPS_ST_DATA_ALIGN. */
+static tps_status write_pattern(const char *path, const tps_st_entry *e, size_t n, const uint64_t *sizes,
+                                const tps_kv *meta, size_t nmeta, uint32_t *crc, uint64_t *size, tps_error *err)
+{
+    return write_pattern_aligned(path, e, n, sizes, meta, nmeta, TPS_ST_DATA_ALIGN, crc, size, err);
 }
 
 static const uint64_t s23[] = {2, 3}, s4[] = {4}, s05[] = {0, 5}, s24[] = {2, 4}, s3[] = {3}, s1[] = {1};
@@ -130,7 +138,7 @@ TEST(writer_output_reads_back)
     uint64_t n = 0, data = 0;
     for (int i = 7; i >= 0; i--) n = (n << 8) | file[i];
     for (size_t k = 0; k < NMIXED; k++) data += mixed_bytes[k];
-    CHECK_EQ_U64(n % 8, 0);
+    CHECK_EQ_U64((8 + n) % 4096, 0);
     CHECK_EQ_U64(len, 8 + n + data);
     CHECK_EQ_U64(size, len);
     CHECK_EQ_U64(crc, crc32(crc32(0, NULL, 0), file, (uInt)len));
@@ -171,17 +179,21 @@ done:
 
 /* The exact header text, written by hand from the format (compact JSON, __metadata__ first,
  * offsets packed in entry order, spaces up to a multiple of 8). */
-TEST(writer_header_exact_bytes)
+/* The bytes of a small file at both alignments: a shard file's data start on a page
+ * (8 + the padded header is the next multiple of 4096); a merged checkpoint's on 8 bytes,
+ * the library's rule (its save_file pads its header N to a multiple of 8). */
+static void check_exact_bytes(unsigned align, size_t want_padded_of_wl_plus_8)
 {
     tps_error err;
     tps_error_clear(&err);
     const tps_st_entry e[] = {{"x", TPS_DT_U8, 1, s3}, {"y", TPS_DT_F32, 2, s23}};
     const uint64_t sizes[] = {3, 24};
     const char *path = sp("exact.safetensors");
-    CHECK(write_pattern(path, e, 2, sizes, NULL, 0, NULL, NULL, &err) == TPS_OK);
+    CHECK(write_pattern_aligned(path, e, 2, sizes, NULL, 0, align, NULL, NULL, &err) == TPS_OK);
     const char want[] = "{\"__metadata__\":{\"format\":\"pt\"},\"x\":{\"dtype\":\"U8\",\"shape\":[3],"
                         "\"data_offsets\":[0,3]},\"y\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[3,27]}}";
-    size_t wl = sizeof want - 1, padded = (wl + 7) / 8 * 8, len = 0;
+    size_t wl = sizeof want - 1, padded = want_padded_of_wl_plus_8 - 8, len = 0;
+    CHECK(8 + wl <= want_padded_of_wl_plus_8);
     unsigned char *file = slurp(path, &len);
     CHECK(file && len == 8 + padded + 27);
     if (!file || len != 8 + padded + 27) goto done;
@@ -190,6 +202,25 @@ TEST(writer_header_exact_bytes)
     for (size_t i = wl; i < padded; i++) CHECK_EQ_U64(file[8 + i], ' ');
 done:
     free(file);
+}
+
+TEST(writer_header_exact_bytes)
+{
+    check_exact_bytes(4096, 4096); /* the 140-byte header and its prefix fit the first page */
+    check_exact_bytes(8, 152);     /* 8 + 140 = 148, padded to 152 */
+}
+
+TEST(writer_refuses_odd_alignment)
+{
+    tps_error err;
+    tps_st_writer *w = NULL;
+    const unsigned bad[] = {0, 4, 12, 8192};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        tps_error_clear(&err);
+        CHECK(tps_st_writer_open(sp("odd.safetensors"), mixed, 1, NULL, 0, bad[i], &w, &err) == TPS_EARG);
+        CHECK(w == NULL);
+        CHECK_CONTAINS(err.msg, "alignment");
+    }
 }
 
 TEST(writer_caller_format_overrides_pt)
@@ -216,8 +247,8 @@ TEST(writer_empty_file_is_valid)
     const char *path = sp("none.safetensors");
     uint64_t size = 0;
     CHECK(write_pattern(path, NULL, 0, NULL, NULL, 0, NULL, &size, &err) == TPS_OK);
-    /* 8 + '{"__metadata__":{"format":"pt"}}' (32 bytes, already a multiple of 8) */
-    CHECK_EQ_U64(size, 8 + 32);
+    /* 8 + '{"__metadata__":{"format":"pt"}}' (32 bytes) padded to the first page */
+    CHECK_EQ_U64(size, 4096);
     tps_index *ix = NULL;
     CHECK(tps_safetensors_open(path, &ix, &err) == TPS_OK);
     if (ix) CHECK_EQ_U64(ix->ntensors, 0);
@@ -261,7 +292,7 @@ TEST(writer_reports_write_failure)
     tps_error err;
     tps_error_clear(&err);
     tps_st_writer *w = NULL;
-    CHECK(tps_st_writer_open(sp("full.safetensors"), e, 1, NULL, 0, &w, &err) == TPS_OK);
+    CHECK(tps_st_writer_open(sp("full.safetensors"), e, 1, NULL, 0, TPS_ST_DATA_ALIGN, &w, &err) == TPS_OK);
     unsigned char *buf = calloc(1, 3u << 20);
     tps_status st = TPS_OK;
     for (int i = 0; w && buf && i < 3 && st == TPS_OK; i++) st = tps_st_writer_write(w, buf, 1u << 20, &err);
@@ -283,7 +314,7 @@ TEST(writer_refuses_short_data)
     tps_error_clear(&err);
     tps_st_writer *w = NULL;
     const char *path = sp("short.safetensors");
-    CHECK(tps_st_writer_open(path, mixed, 2, NULL, 0, &w, &err) == TPS_OK);
+    CHECK(tps_st_writer_open(path, mixed, 2, NULL, 0, TPS_ST_DATA_ALIGN, &w, &err) == TPS_OK);
     if (!w) return;
     unsigned char buf[31] = {0}; /* the two tensors need 32 */
     CHECK(tps_st_writer_write(w, buf, sizeof buf, &err) == TPS_OK);
@@ -300,7 +331,7 @@ TEST(writer_refuses_long_data)
     tps_error_clear(&err);
     tps_st_writer *w = NULL;
     const char *path = sp("long.safetensors");
-    CHECK(tps_st_writer_open(path, mixed, 2, NULL, 0, &w, &err) == TPS_OK);
+    CHECK(tps_st_writer_open(path, mixed, 2, NULL, 0, TPS_ST_DATA_ALIGN, &w, &err) == TPS_OK);
     if (!w) return;
     unsigned char buf[33] = {0};
     CHECK(tps_st_writer_write(w, buf, 20, &err) == TPS_OK);
@@ -323,7 +354,7 @@ TEST(writer_abort_leaves_no_file_and_keeps_old_one)
     }
     mode_t old_mask = umask(022);
     tps_st_writer *w = NULL;
-    CHECK(tps_st_writer_open(path, mixed, 1, NULL, 0, &w, &err) == TPS_OK);
+    CHECK(tps_st_writer_open(path, mixed, 1, NULL, 0, TPS_ST_DATA_ALIGN, &w, &err) == TPS_OK);
     umask(old_mask);
     char tmp[64];
     snprintf(tmp, sizeof tmp, ".keep.safetensors.tmp.%ld", (long)getpid());
@@ -368,7 +399,7 @@ TEST(writer_never_follows_a_symlink_at_the_temp_name)
     }
     CHECK(symlink(sp("victim"), sp(tmp)) == 0);
     tps_st_writer *w = NULL;
-    CHECK(tps_st_writer_open(sp("t.safetensors"), mixed, 1, NULL, 0, &w, &err) == TPS_EIO);
+    CHECK(tps_st_writer_open(sp("t.safetensors"), mixed, 1, NULL, 0, TPS_ST_DATA_ALIGN, &w, &err) == TPS_EIO);
     CHECK(w == NULL);
     CHECK_CONTAINS(err.msg, "t.safetensors");
     struct stat sb;
@@ -403,7 +434,7 @@ TEST(writer_refuses_bad_entries)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         tps_error_clear(&err);
         tps_st_writer *w = NULL;
-        CHECK(tps_st_writer_open(sp("bad.safetensors"), cases[i].e, cases[i].n, cases[i].meta, cases[i].nmeta, &w,
+        CHECK(tps_st_writer_open(sp("bad.safetensors"), cases[i].e, cases[i].n, cases[i].meta, cases[i].nmeta, TPS_ST_DATA_ALIGN, &w,
                                  &err) == TPS_EINVALID);
         CHECK(w == NULL);
         CHECK_CONTAINS(err.msg, cases[i].frag);
@@ -613,6 +644,7 @@ int main(int argc, char **argv)
     RUN(writer_output_reads_back);
     RUN(writer_header_exact_bytes);
     RUN(writer_caller_format_overrides_pt);
+    RUN(writer_refuses_odd_alignment);
     RUN(writer_empty_file_is_valid);
     RUN(writer_count_only_matches_real_file);
     RUN(writer_reports_write_failure);
