@@ -203,10 +203,12 @@ class Bench:
         os.makedirs(self.tmpfs, exist_ok=True)
         self.sets = {}
         for tp in (4, 8) if self.tmpfs_ok else ():  # reshard, merge and check inputs, on disk
+            # Made by the binary measured, even with BENCH_KEEP: an older binary's set can lay
+            # its files out differently (where their data start), which changes what a
+            # reshard or merge of it costs.
             d = os.path.join(os.path.dirname(self.src), f"tp{tp}")
-            if not os.path.exists(os.path.join(d, "tpshard.json")):
-                rm(d)
-                sh([TPSHARD, "split", self.src, "--tp", str(tp), "--preset", "llama", "-o", d, "-q"])
+            rm(d)
+            sh([TPSHARD, "split", self.src, "--tp", str(tp), "--preset", "llama", "-o", d, "-q"])
             self.sets[tp] = d
         self.megatron = None
         if self.tmpfs_ok and self.only != "cached":  # a Megatron-LM checkpoint of the same model at tp 8 (issue 18)

@@ -108,15 +108,19 @@ def engines(tp, jobs):
     results = [None] * len(jobs)
     limit = ENGINE_TIMEOUT + 120 * len(jobs)
     shm_before = engine_shm()
+    # The engine's ZeroMQ sockets (ipc://BASE/UUID) go into a directory of their own, removed
+    # afterwards: by default BASE is /tmp, and no shutdown removes them.
+    rpc = tempfile.mkdtemp(prefix="tps-vllm-rpc-")
     try:
         p = subprocess.run([sys.executable, os.path.join(HERE, "vllm_engine.py"), f.name], capture_output=True,
-                           text=True, timeout=limit)
+                           text=True, timeout=limit, env=dict(os.environ, VLLM_RPC_BASE_PATH=rpc))
         out, tail = p.stdout, "exit %d; %s" % (p.returncode, p.stderr[-2500:])
     except subprocess.TimeoutExpired as e:
         out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
         tail = "timed out after %d s: %s" % (limit, (e.stderr or b"")[-2500:])
     finally:
         os.unlink(f.name)
+        shutil.rmtree(rpc, ignore_errors=True)
         for name in engine_shm() - shm_before:
             os.unlink(os.path.join(SHM, name))
     for line in out.splitlines():
