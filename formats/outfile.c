@@ -17,15 +17,6 @@
 /* Pieces at least this large are written straight from the caller's memory: copying them
  * into the buffer first would only add a pass over the bytes. */
 #define DIRECT_MIN ((size_t)256 << 10)
-/* Where the kernel's copy into the page cache is fast.  write() copies each byte to the same
- * place within a page as its file offset; when that place lies a little past the source's own
- * place within a page ((offset - address) mod PAGE from 1 to ALIAS_BAND-1), every load
- * aliases a store the copy has just made (4K aliasing) and the copy ran at a third of its
- * speed (docs/design.md, "Where a file's data start").  So buffered bytes sit in the buffer
- * at their file offset's place in a page, and a large piece whose source is so placed is
- * copied through the buffer, half a page away from it. */
-#define PAGE 4096u
-#define ALIAS_BAND 256u
 /* Linux transfers at most 0x7ffff000 bytes per write(). */
 #define MAX_WRITE ((size_t)1 << 30)
 /* Writeback is started every this many bytes, so the disk works while the copy goes on and
@@ -36,9 +27,8 @@ struct tps_outfile {
     char *path; /* the final name, or the label of a counting file */
     char *tmp;  /* NULL once renamed, or when never created by us */
     int fd;
-    unsigned char *buf; /* PAGE-aligned, WBUF_SIZE + PAGE bytes */
-    size_t bstart;      /* where the buffered run begins: flushed % PAGE */
-    size_t buflen;      /* bytes buffered from bstart on */
+    unsigned char *buf;
+    size_t buflen;
     uint64_t written;         /* bytes accepted so far */
     uint64_t flushed, kicked; /* bytes handed to write(); bytes whose writeback was started */
     uint32_t crc;
@@ -66,7 +56,7 @@ tps_status tps_outfile_open(const char *path, const char *label, tps_outfile **o
         f->fd = -1;
         f->count_only = !path;
     }
-    if (!f || !(f->path = strdup(name)) || (path && !(f->buf = aligned_alloc(PAGE, WBUF_SIZE + PAGE))) ||
+    if (!f || !(f->path = strdup(name)) || (path && !(f->buf = malloc(WBUF_SIZE))) ||
         (path && !(f->tmp = temp_name(path)))) {
         tps_outfile_abort(f);
         return tps_fail_oom(err, "opening an output file");
@@ -109,35 +99,11 @@ static tps_status write_all(tps_outfile *f, const void *p, size_t n, tps_error *
     return TPS_OK;
 }
 
-static bool copy_would_alias(uint64_t off, const void *p)
-{
-    uint64_t d = (off - (uint64_t)(uintptr_t)p) % PAGE; /* PAGE divides 2^64: wrapping is harmless */
-    return d != 0 && d < ALIAS_BAND;
-}
-
-/* A large piece whose copy would alias, through the (empty) buffer: each run is placed half a
- * page from its source, so neither our copy nor the kernel's comes near aliasing. */
-static tps_status write_staged(tps_outfile *f, const unsigned char *p, size_t n, tps_error *err)
-{
-    while (n > 0) {
-        size_t k = (size_t)(((uintptr_t)p + PAGE / 2 - (uintptr_t)f->buf) % PAGE);
-        size_t m = n < WBUF_SIZE ? n : WBUF_SIZE; /* k + m fits: the buffer has PAGE to spare */
-        memcpy(f->buf + k, p, m);
-        tps_status st = write_all(f, f->buf + k, m, err);
-        if (st) return st;
-        p += m;
-        n -= m;
-    }
-    f->bstart = (size_t)(f->flushed % PAGE);
-    return TPS_OK;
-}
-
 static tps_status flush(tps_outfile *f, tps_error *err)
 {
     if (f->count_only) return TPS_OK;
-    tps_status st = write_all(f, f->buf + f->bstart, f->buflen, err);
+    tps_status st = write_all(f, f->buf, f->buflen, err);
     f->buflen = 0;
-    f->bstart = (size_t)(f->flushed % PAGE);
     return st;
 }
 
@@ -145,16 +111,29 @@ tps_status tps_outfile_put(tps_outfile *f, const void *p, size_t n, bool have_cr
 {
     tps_status st;
     if (f->failed) return tps_fail(err, TPS_EIO, "%s: an earlier write failed", f->path);
-    f->crc = have_crc ? (uint32_t)crc32_combine(f->crc, crc, (z_off_t)n) : tps_crc32(f->crc, p, n);
+    /* p may point into a mapped source file (a run of a chunk the reader mapped), which can
+     * shrink under us: its pages are read with SIGBUS caught, the failure an EIO naming the
+     * file, instead of the process killed. */
+    if (have_crc) {
+        f->crc = (uint32_t)crc32_combine(f->crc, crc, (z_off_t)n);
+    } else if (!tps_io_mapped_crc(p, n, &f->crc)) {
+        f->failed = true;
+        return tps_fail(err, TPS_EIO, "%s: the bytes to write were gone (a mapped source file shrank?)", f->path);
+    }
     f->written += n;
     if (f->count_only) return TPS_OK; /* the CRC and size are all it keeps */
     if (n >= DIRECT_MIN) {
         if ((st = flush(f, err))) return st;
-        return copy_would_alias(f->flushed, p) ? write_staged(f, p, n, err) : write_all(f, p, n, err);
+        return write_all(f, p, n, err);
     }
-    if (n > WBUF_SIZE + PAGE - f->bstart - f->buflen && (st = flush(f, err))) return st;
-    memcpy(f->buf + f->bstart + f->buflen, p, n); /* n < DIRECT_MIN: it fits after a flush */
-    f->buflen += n;
+    if (n <= WBUF_SIZE - f->buflen) {
+        memcpy(f->buf + f->buflen, p, n);
+        f->buflen += n;
+        return TPS_OK;
+    }
+    if ((st = flush(f, err))) return st;
+    memcpy(f->buf, p, n);
+    f->buflen = n;
     return TPS_OK;
 }
 

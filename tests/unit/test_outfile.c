@@ -1,9 +1,8 @@
 /* The output file's buffering (formats/outfile.c): whatever the mix of small pieces (copied
- * into the buffer) and large ones (written from the caller's memory, or through the buffer
- * when the kernel's copy would alias), the file holds exactly the bytes put, in order, and
- * the running CRC equals zlib's over the file.  Large pieces are put from every place within
- * a page relative to the file offset (among them the aliasing band the outfile stages), in
- * both CRC modes. */
+ * into the buffer) and large ones (written from the caller's memory), the file holds exactly
+ * the bytes put, in order, and the running CRC equals zlib's over the file.  Large pieces
+ * are put from many places within a page relative to the file offset, in both CRC modes;
+ * a piece from a mapped file cut short under it fails cleanly. */
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +11,7 @@
 #include <zlib.h>
 
 #include "formats/outfile.h"
+#include "lib/base/iocache.h"
 #include "tps_test.h"
 
 enum { PAGE = 4096, LARGE = (256 << 10) + 777, SOURCE = 2 << 20 };
@@ -82,8 +82,8 @@ static void put_and_compare(const char *name, const unsigned char *src, const pi
 
 /* A large piece after a small one that leaves the file offset at `lead` within a page, from
  * a source address `shift` bytes before that place (so (offset - address) mod PAGE is
- * shift): 0 (page onto page), inside the band the outfile stages (1 to 255), and outside.
- * The last piece is longer than the buffer, so a staged piece takes several runs. */
+ * shift): 0 (page onto page), a few bytes (where the kernel's copy aliases: design.md, "Where
+ * a file's data start"), and far.  The last piece is longer than the buffer. */
 TEST(outfile_large_pieces_from_every_place_in_a_page)
 {
     unsigned char *src = aligned_alloc(PAGE, SOURCE);
@@ -97,7 +97,7 @@ TEST(outfile_large_pieces_from_every_place_in_a_page)
             for (int with_crc = 0; with_crc < 2; with_crc++) {
                 size_t lead = leads[a], from = (PAGE + lead - shifts[b]) % PAGE + PAGE;
                 /* a second large piece follows the first at once, then a small one and a
-                 * piece several buffers long, so staged runs and buffer flushes alternate */
+                 * piece longer than the buffer, so direct writes and buffer flushes alternate */
                 piece ps[] = {{0, lead}, {from, LARGE}, {from + LARGE, LARGE}, {3, 5},
                               {from + 1, (1 << 20) + 4099}};
                 put_and_compare("large.bin", src, ps, sizeof ps / sizeof ps[0], with_crc);
@@ -131,6 +131,57 @@ TEST(outfile_small_pieces_cross_buffer_ends)
     free(src);
 }
 
+/* A piece from a mapped source cut short under it must fail with EIO naming the file, not
+ * kill the process: whether the outfile reads it for the CRC (the SIGBUS caught) or, with
+ * the CRC given, only hands it to write() (which meets the missing page: EFAULT); the same
+ * piece from the intact file goes through. */
+TEST(outfile_piece_from_a_shrunk_mapping_fails_cleanly)
+{
+    char src[512], out[512];
+    snprintf(src, sizeof src, "%s/src.bin", dir);
+    snprintf(out, sizeof out, "%s/out.bin", dir);
+    int fd = open(src, O_RDWR | O_CREAT | O_TRUNC, 0644);
+    CHECK(fd >= 0);
+    if (fd < 0) return;
+    unsigned char *b = malloc(SOURCE);
+    CHECK(b != NULL);
+    for (size_t i = 0; b && i < SOURCE; i++) b[i] = (unsigned char)(i * 7 + 1);
+    CHECK(b && write(fd, b, SOURCE) == (ssize_t)SOURCE);
+    tps_io_map m;
+    tps_error err;
+    tps_error_clear(&err);
+    CHECK(tps_io_map_file(fd, src, &m, &err) == TPS_OK && m.base);
+    uint32_t crc = (uint32_t)crc32(0, b, LARGE);
+    for (int run = 0; m.base && run < 3; run++) {
+        int shrink = run > 0, with_crc = run == 2; /* the engine hands mapped chunks with their CRC */
+        tps_outfile *f = NULL;
+        tps_error_clear(&err);
+        CHECK(tps_outfile_open(out, NULL, &f, &err) == TPS_OK);
+        if (!f) break;
+        CHECK(tps_outfile_put(f, b, 8, false, 0, &err) == TPS_OK);
+        if (shrink) CHECK(ftruncate(fd, PAGE) == 0);
+        tps_status st = tps_outfile_put(f, m.base, LARGE, with_crc, crc, &err);
+        if (shrink) {
+            CHECK(st == TPS_EIO);
+            CHECK_CONTAINS(err.msg, "out.bin");
+            CHECK(tps_outfile_failed(f));
+        } else {
+            CHECK(st == TPS_OK);
+            CHECK(tps_outfile_commit(f, &err) == TPS_OK);
+        }
+        tps_outfile_abort(f);
+    }
+    size_t len = 0;
+    unsigned char *got = read_all(out, &len); /* the intact run's file; the failed one never replaced it */
+    CHECK(got && b && len == 8 + (size_t)LARGE && memcmp(got, b, 8) == 0 && memcmp(got + 8, b, LARGE) == 0);
+    free(got);
+    tps_io_unmap(&m);
+    close(fd);
+    unlink(src);
+    unlink(out);
+    free(b);
+}
+
 int main(void)
 {
     const char *tmp = getenv("TMPDIR");
@@ -138,6 +189,7 @@ int main(void)
     if (!mkdtemp(dir)) return 1;
     RUN(outfile_large_pieces_from_every_place_in_a_page);
     RUN(outfile_small_pieces_cross_buffer_ends);
+    RUN(outfile_piece_from_a_shrunk_mapping_fails_cleanly);
     rmdir(dir);
     return tps_test_done();
 }
