@@ -82,7 +82,7 @@ static void put_and_compare(const char *name, const unsigned char *src, const pi
 
 /* A large piece after a small one that leaves the file offset at `lead` within a page, from
  * a source address `shift` bytes before that place (so (offset - address) mod PAGE is
- * shift): 0 (page onto page), a few bytes (where the kernel's copy aliases: design.md, "Where
+ * shift): 0 (page onto page), a few bytes (where the kernel's copy aliases: docs/design.md, "Where
  * a file's data start"), and far.  The last piece is longer than the buffer. */
 TEST(outfile_large_pieces_from_every_place_in_a_page)
 {
