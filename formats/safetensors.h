@@ -18,8 +18,8 @@
 
 #define TPS_ST_MAX_HEADER 100000000ull
 /* Where the writer starts a shard file's data buffer: the header is padded with spaces so
- * that 8+N is a multiple of this (the format asks only for 8; spaces after the JSON are valid and the
- * reference reader accepts them).  Page alignment matters for speed: with the data of the
+ * that 8+N is a multiple of this (the format asks only for 8; spaces after the JSON are
+ * valid and the reference reader accepts them).  Page alignment matters for speed: with the data of the
  * files tpshard writes and reads at the same offset within a page, a reshard or merge copies
  * page onto page.  Before, a header 8 bytes longer than its source's (tp 4's shapes have
  * more digits than tp 8's) put every destination 8 bytes past its source within a page,

@@ -122,7 +122,10 @@ def engines(tp, jobs):
         os.unlink(f.name)
         shutil.rmtree(rpc, ignore_errors=True)
         for name in engine_shm() - shm_before:
-            os.unlink(os.path.join(SHM, name))
+            try:  # another run's engine may have removed or reused it meanwhile
+                os.unlink(os.path.join(SHM, name))
+            except FileNotFoundError:
+                pass
     for line in out.splitlines():
         if line.startswith("VLLM_RESULT "):
             i, result = line[len("VLLM_RESULT "):].split(" ", 1)
