@@ -9,6 +9,7 @@
 #include <zlib.h>
 
 #include "../lib/base/crc.h"
+#include "../lib/base/hostmem.h"
 #include "../lib/base/iocache.h"
 
 /* Large enough that streaming costs few syscalls, small enough to not matter next to the
@@ -17,8 +18,6 @@
 /* Pieces at least this large are written straight from the caller's memory: copying them
  * into the buffer first would only add a pass over the bytes. */
 #define DIRECT_MIN ((size_t)256 << 10)
-/* Linux transfers at most 0x7ffff000 bytes per write(). */
-#define MAX_WRITE ((size_t)1 << 30)
 /* Writeback is started every this many bytes, so the disk works while the copy goes on and
  * the fsync at commit has little left to do (instead of one long flush at the end). */
 #define KICK_BYTES ((uint64_t)8 << 20)
@@ -78,8 +77,9 @@ tps_status tps_outfile_open(const char *path, const char *label, tps_outfile **o
 static tps_status write_all(tps_outfile *f, const void *p, size_t n, tps_error *err)
 {
     const char *c = p;
+    size_t most = tps_write_chunk(); /* the page cache's folio size follows it (hostmem.h) */
     while (n > 0) {
-        ssize_t r = tps_io_write(f->fd, c, n < MAX_WRITE ? n : MAX_WRITE);
+        ssize_t r = tps_io_write(f->fd, c, n < most ? n : most);
         if (r < 0) {
             if (errno == EINTR) continue;
             f->failed = true;

@@ -7,6 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../base/hostmem.h"
+
 tps_status tps_write_file_atomic(const char *path, const void *data, size_t len, tps_error *err)
 {
     size_t n = strlen(path) + 32;
@@ -24,7 +26,7 @@ tps_status tps_write_file_atomic(const char *path, const void *data, size_t len,
     }
     const char *p = data;
     while (len > 0) {
-        ssize_t w = write(fd, p, len);
+        ssize_t w = write(fd, p, len < tps_write_chunk() ? len : tps_write_chunk()); /* hostmem.h */
         if (w < 0 && errno == EINTR) continue;
         if (w < 0) {
             st = tps_fail_errno(err, errno, "%s: write failed", tmp);
