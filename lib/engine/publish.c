@@ -25,8 +25,9 @@ tps_status tps_write_file_atomic(const char *path, const void *data, size_t len,
         return st;
     }
     const char *p = data;
+    size_t most = tps_write_chunk(); /* the page cache's folio size follows it (hostmem.h) */
     while (len > 0) {
-        ssize_t w = write(fd, p, len < tps_write_chunk() ? len : tps_write_chunk()); /* hostmem.h */
+        ssize_t w = write(fd, p, len < most ? len : most);
         if (w < 0 && errno == EINTR) continue;
         if (w < 0) {
             st = tps_fail_errno(err, errno, "%s: write failed", tmp);
