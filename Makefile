@@ -36,7 +36,11 @@ endif
 # manifest as data, planning a set; targets: engine schemas as data, adoption; engine: cut,
 # gather, the write step, publishing, reading sets; megatron: Megatron-LM args and mappings.
 LIB_LAYERS := base layout set targets engine megatron
-LIB_SRC := $(wildcard lib/*.c) $(wildcard lib/*/*.c) $(wildcard formats/*.c) $(wildcard verify/*.c)
+# The plugins' sources (verify/gpu.mk builds each into its own shared object) stay out of
+# libtpshard.a.
+VERIFY_PLUGIN_SRC := verify/devsim/devsim.c verify/mpi/mpi_glue.c
+LIB_SRC := $(wildcard lib/*.c lib/*/*.c formats/*.c formats/*/*.c) \
+    $(filter-out $(VERIFY_PLUGIN_SRC),$(wildcard verify/*.c verify/*/*.c verify/*/*/*.c))
 CMD_SRC := $(wildcard cmd/*.c)
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 PRESETS := $(wildcard lib/presets/*.yaml)
