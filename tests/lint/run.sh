@@ -1,15 +1,20 @@
 #!/bin/sh
 # make lint: every check below runs, even after one fails; each prints one line (and, when it
 # fails, what it found), and the last line is the verdict:
-#   lint: passed (5 checks)        or        lint: FAILED: werror layering
+#   lint: passed (7 checks)        or        lint: FAILED: werror layering
 # Checks:
 #   werror       what make test compiles with $(CC) (library, tpshard's objects, unit tests,
 #                fuzz replays), built with -Werror in $LINT_BUILD (build/lint), so build/
 #                and ./tpshard stay as they are; incremental like any build
 #   headers      every header of lib/ formats/ verify/ cmd/ compiles alone (headers.sh)
-#   layering     lib/ includes only lib/, formats/ no cmd/ or verify/ (layering.sh)
+#   layering     lib/ includes only lib/, formats/ no cmd/ or verify/, and inside lib/, verify/
+#                and formats/ a folder only those below it in the Makefile's order (layering.sh)
+#   circles      no include or call circle between the files of lib/ formats/ verify/ cmd/,
+#                calls read from the -Werror build's objects (circles.sh)
+#   thin-cmd     no cmd/*.c over 420 lines: a command keeps its options, progress, output and
+#                exit codes; what it computes lives in the library (issue 34)
 #   cited-paths  every repository path a comment cites exists (cited_paths.sh)
-#   selftest     the last three checks catch what they are for, on a planted tree (selftest.sh)
+#   selftest     the layering, circles, headers and cited-paths checks catch what they are for, on a planted tree (selftest.sh)
 # Run through make (make -j2 lint), which passes MAKE, CC, the build's flags and LINT_BUILD.
 set -u
 top=$(cd "$(dirname "$0")/../.." && pwd)
@@ -35,6 +40,13 @@ werror() {
         HAVE_CUDA=0 HAVE_MPI=0 lint-build && echo "werror: built with -Werror in ${LINT_BUILD:-build/lint}"
 }
 check werror werror
+thin_cmd() {
+    fat=$(wc -l cmd/*.c | awk '$2 != "total" && $1 > 420 { print "    " $2 ": " $1 " lines" }')
+    [ -z "$fat" ] || { echo "cmd/ files over 420 lines (move what they compute into lib/ or verify/):"; echo "$fat"; return 1; }
+    echo "thin-cmd: $(ls cmd/*.c | wc -l) files of cmd/, the longest $(wc -l cmd/*.c | awk '$2 != "total"' | sort -n | tail -n 1 | awk '{ print $2 " at " $1 }') lines"
+}
+check circles sh tests/lint/circles.sh . "${LINT_BUILD:-build/lint}"
+check thin-cmd thin_cmd
 check headers env CFLAGS="${HDR_CFLAGS:-}" sh tests/lint/headers.sh
 check layering sh tests/lint/layering.sh
 check cited-paths sh tests/lint/cited_paths.sh

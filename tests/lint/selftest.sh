@@ -59,6 +59,69 @@ sh "$here/layering.sh" . >clean.out 2>&1 && ok "layering.sh passes lib/ folders 
     { notok "layering.sh on ordered folders"; sed 's/^/#   /' clean.out | head -10; }
 cd ../tree
 
+# verify/'s and formats/'s folders: formats/ names its top files "." at the bottom of its order
+# (the reader interface every format builds on), verify/ keeps them as the face on top; an
+# arrow up each order (one closing a cycle safetensors <-> torch), a folder including verify/'s
+# face, formats/'s top reaching up into a format
+mkdir -p ../folders2/verify/math ../folders2/verify/load ../folders2/formats/safetensors ../folders2/formats/torch ../folders2/lib
+cd ../folders2
+printf 'LIB_LAYERS :=\nVERIFY_LAYERS := math load\nFORMATS_LAYERS := . safetensors torch\n' >Makefile
+for h in verify/v verify/math/m verify/load/l formats/checkpoint formats/safetensors/s formats/torch/t; do
+    printf '#ifndef H\n#define H\n#endif\n' >$h.h
+done
+printf '#include "../load/l.h"\n#include "m.h"\n' >verify/math/m.c
+printf '#include "verify/v.h"\n#include "../math/m.h"\n' >verify/load/l.c
+printf '#include "load/l.h"\n#include "math/m.h"\n' >verify/v.c
+printf '#include "torch/t.h"\n#include "checkpoint.h"\n' >formats/checkpoint.c
+printf '#include "../torch/t.h"\n#include "../checkpoint.h"\n' >formats/safetensors/s.c
+printf '#include "formats/safetensors/s.h"\n#include "formats/checkpoint.h"\n' >formats/torch/t.c
+printf 'verify/math/m.c:1\nverify/load/l.c:1\nformats/checkpoint.c:1\nformats/safetensors/s.c:1\n' >../folders2.want
+expect "layering.sh reports arrows up verify/'s and formats/'s folder orders and into verify/'s face" ../folders2.want \
+    sh "$here/layering.sh" .
+sed -i 1d verify/math/m.c verify/load/l.c formats/checkpoint.c formats/safetensors/s.c
+sh "$here/layering.sh" . >clean.out 2>&1 && ok "layering.sh passes verify/ and formats/ folders that include only down their orders" ||
+    { notok "layering.sh on ordered verify/ and formats/ folders"; sed 's/^/#   /' clean.out | head -10; }
+
+# circles: a call circle with no include between them (lib/), an include circle (verify/), a
+# circle a comment allows (formats/), and a one-way pair (cmd/)
+mkdir -p ../circles/lib ../circles/verify ../circles/formats ../circles/cmd ../circles/obj
+cd ../circles
+printf 'int a(void);\nint b(void);\nint a(void) { return b(); }\n' >lib/a.c
+printf 'int a(void);\nint b(void);\nint b(void) { return a() + 1; }\n' >lib/b.c
+printf '#include "y.h"\nint x(void) { return 1; }\n' >verify/x.c
+printf 'int x(void);\n' >verify/x.h
+printf '#include "x.h"\nint y(void) { return 2; }\n' >verify/y.c
+printf 'int y(void);\n' >verify/y.h
+printf '/* circle-ok: formats/q  planted: the lint must let it be */\nint q(void);\nint p(void) { return q(); }\n' >formats/p.c
+printf 'int p(void);\nint q(void) { return p(); }\n' >formats/q.c
+printf 'int d(void);\nint c(void) { return d(); }\n' >cmd/c.c
+printf 'int d(void) { return 0; }\n' >cmd/d.c
+compile() {
+    for c in lib/a lib/b verify/x verify/y formats/p formats/q cmd/c cmd/d; do
+        mkdir -p obj/$(dirname $c) && ${CC:-cc} -c -I. -o obj/$c.o $c.c || return 1
+    done
+}
+if compile; then
+    sh "$here/circles.sh" . obj >got.out 2>&1
+    rc=$?
+    grep '^circle of' got.out >got.lines
+    printf 'circle of 2: lib/a lib/b\ncircle of 2: verify/x verify/y\n' >want.lines
+    if [ $rc -eq 1 ] && diff want.lines got.lines >/dev/null && grep -q 'lib/a -> lib/b  (calls:b)' got.out &&
+        grep -q 'verify/x -> verify/y  (includes:verify/y.h(verify/x.c:1))' got.out; then
+        ok "circles.sh reports a call circle and an include circle, not the one a comment allows nor a one-way pair"
+    else
+        notok "circles.sh on planted circles (exit $rc)"
+        sed 's/^/#   /' got.out | head -20
+    fi
+    printf 'int b(void) { return 1; }\n' >lib/b.c
+    printf 'int y(void) { return 2; }\n' >verify/y.c
+    compile && sh "$here/circles.sh" . obj >clean.out 2>&1 && ok "circles.sh passes once the circles are gone" ||
+        { notok "circles.sh on a tree without circles"; sed 's/^/#   /' clean.out | head -10; }
+else
+    notok "circles.sh: the planted tree does not compile with ${CC:-cc}"
+fi
+cd ../tree
+
 # headers: one uses a type it does not include, one has no guard; the template is skipped
 printf '#ifndef X_H\n#define X_H\n#include <stdint.h>\ntypedef uint64_t x_t;\n#endif\n' >lib/x.h
 printf '#ifndef N_H\n#define N_H\nstatic inline size_t n(void) { return 0; }\n#endif\n' >lib/needs.h
