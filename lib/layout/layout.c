@@ -430,7 +430,7 @@ static tps_status parse_skip(pctx *c, const yaml_node_t *n)
 
 static tps_status parse_root(pctx *c, const yaml_node_t *root)
 {
-    /* targets: is read by lib/targets/target.c when a serving engine's layout is asked for. */
+    /* targets: is read by lib/targets/target_schema.c when a serving engine's layout is asked for. */
     static const char *const allowed[] = {"name",  "description", "architectures", "aliases", "sizes", "infer",
                                           "skip", "rules",       "default",       "block",   "targets", NULL};
     enum { K_NAME, K_DESC, K_ARCH, K_ALIAS, K_SIZES, K_INFER, K_SKIP, K_RULES, K_DEFAULT, K_BLOCK, K_TARGETS, K_COUNT };
