@@ -18,6 +18,7 @@
 #include "../base/status.h"
 #include "../set/manifest.h"
 #include "../set/sink.h"
+#include "file_names.h"
 #include "outdir.h"
 
 /* Reads bytes [off, off+len) of global tensor i (in manifest order). */
@@ -80,22 +81,6 @@ typedef struct tps_cut_opts {
     const tps_kv *(*file_meta)(void *arg, uint64_t r, size_t p, size_t *n);
     void *files_arg;
 } tps_cut_opts;
-
-#define TPS_DEFAULT_NAME_TEMPLATE "model-rank-{rank}-of-{tp}.safetensors"
-/* vLLM's sharded-state pattern; parts count from 0 as there. */
-#define TPS_DEFAULT_PART_TEMPLATE "model-rank-{rank}-part-{part}.safetensors"
-/* Rank r's index when it has parts: {"metadata": {"total_size": N}, "weight_map": {tensor: file}},
- * named like the rank's unsplit file plus ".index.json", as model.safetensors.index.json is
- * for model.safetensors. */
-#define TPS_RANK_INDEX_TEMPLATE "model-rank-{rank}-of-{tp}.safetensors.index.json"
-
-/* The index merge writes beside a multi-file checkpoint. */
-#define TPS_CHECKPOINT_INDEX_NAME "model.safetensors.index.json"
-
-/* Formats a template for rank r of T (and part p, for templates with {part}) into a plain
- * file name (refusing '/', "..", empty, a leading '.'). */
-tps_status tps_format_name(const char *tmpl, uint64_t r, uint64_t T, uint64_t p, char *out, size_t size,
-                           tps_error *err);
 
 /* Every rank's parts and file names, decided before anything is written. */
 typedef struct tps_cut_files tps_cut_files;

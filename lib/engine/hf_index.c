@@ -4,7 +4,7 @@
 
 #include "../base/checked.h"
 #include "../base/json.h"
-#include "cut.h"
+#include "file_names.h"
 #include "publish.h"
 
 tps_status tps_hf_index_write(const tps_outdir *od, const char *index_name, const tps_manifest *m,

@@ -15,7 +15,7 @@
 
 #include "../set/manifest.h"
 #include "../targets/target.h"
-#include "cut.h"
+#include "file_names.h"
 
 /* Atomic rather than volatile sig_atomic_t: the handler may run on any thread (the reader
  * thread, check's walkers) and the main thread reads it, which only an atomic makes defined

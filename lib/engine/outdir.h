@@ -31,6 +31,7 @@
 #include <stddef.h>
 
 #include "../base/status.h"
+#include "outdir_nested.h" /* the tracker's name, which the guards look for */
 
 typedef struct tps_outdir_src tps_outdir_src;
 
@@ -67,14 +68,5 @@ int tps_outdir_interrupted(void);
 
 /* rm -rf of a directory tree we created (does not follow symlinks). */
 void tps_remove_tree(const char *path);
-
-/* A Megatron-LM checkpoint's tracker (lib/megatron/megatron_out.h writes one): a shard set
- * that has it at its top keeps its files in subdirectories its manifest names. */
-#define TPS_MEGATRON_TRACKER "latest_checkpointed_iteration.txt"
-
-/* --force onto dir, which holds the tracker: TPS_OK when everything there is what tpshard
- * wrote (tpshard.json, the tracker, and under the iteration directories only the files
- * tpshard.json lists); else TPS_EINVALID naming the first foreign entry. */
-tps_status tps_outdir_nested_replaceable(const char *dir, tps_error *err);
 
 #endif

@@ -2,7 +2,7 @@
  * tpshard wrote: lib/megatron/megatron_out.h, megatron_dist_out.h): replaceable when
  * everything there is what its manifest lists, the tracker, or beside a listed .distcp file
  * the other files of a torch_dist iteration directory (.metadata, metadata.json, common.pt). */
-#include "outdir.h"
+#include "outdir_nested.h"
 
 #include <dirent.h>
 #include <errno.h>

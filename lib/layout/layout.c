@@ -159,7 +159,6 @@
 #include "../base/checked.h"
 #include "layout_int.h"
 #include "layout_parse.h"
-#include "presets.h"
 #include "quant.h"
 
 /* Layout files are hand-written text; anything near this is not one. */
@@ -431,7 +430,7 @@ static tps_status parse_skip(pctx *c, const yaml_node_t *n)
 
 static tps_status parse_root(pctx *c, const yaml_node_t *root)
 {
-    /* targets: is read by lib/targets/target.c when a serving engine's layout is asked for. */
+    /* targets: is read by lib/targets/target_schema.c when a serving engine's layout is asked for. */
     static const char *const allowed[] = {"name",  "description", "architectures", "aliases", "sizes", "infer",
                                           "skip", "rules",       "default",       "block",   "targets", NULL};
     enum { K_NAME, K_DESC, K_ARCH, K_ALIAS, K_SIZES, K_INFER, K_SKIP, K_RULES, K_DEFAULT, K_BLOCK, K_TARGETS, K_COUNT };
@@ -590,24 +589,6 @@ cleanup:
     fclose(f);
     tps_buf_release(&b);
     return st;
-}
-
-tps_status tps_layout_load_preset(const char *preset, tps_layout **out, tps_error *err)
-{
-    *out = NULL;
-    const tps_preset *p = tps_preset_resolve(preset);
-    if (!p) {
-        tps_buf names = TPS_BUF_INIT;
-        for (const tps_preset *q = tps_presets; q->name; q++)
-            tps_buf_printf(&names, "%s%s", q == tps_presets ? "" : ", ", q->name);
-        const char *list = tps_buf_cstr(&names);
-        tps_status st = tps_fail(err, TPS_EARG, "unknown preset '%s' (presets: %s)", preset, list ? list : "?");
-        tps_buf_release(&names);
-        return st;
-    }
-    char name[128];
-    snprintf(name, sizeof name, "preset:%s", p->name);
-    return tps_layout_parse(p->yaml, strlen(p->yaml), name, out, err);
 }
 
 void tps_layout_free(tps_layout *l)

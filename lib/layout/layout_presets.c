@@ -1,5 +1,7 @@
-/* Choosing a built-in preset: by the names users know (--preset mistral, --preset gpt-neox)
- * and from a Hugging Face config.json (auto-detection).  The table is data: each preset's
+/* Choosing a built-in preset: by the names users know (--preset mistral, --preset gpt-neox,
+ * and loading it: tps_layout_load_preset) and from a Hugging Face config.json
+ * (auto-detection).  It sits above layout.c: it parses and frees layouts, layout.c knows no
+ * preset.  The table is data: each preset's
  * YAML lists the architectures it serves and its aliases, so adding a family touches one
  * file. */
 #include <ctype.h>
@@ -46,6 +48,24 @@ const tps_preset *tps_preset_resolve(const char *name)
         tps_layout_free(l);
     }
     return found;
+}
+
+tps_status tps_layout_load_preset(const char *preset, tps_layout **out, tps_error *err)
+{
+    *out = NULL;
+    const tps_preset *p = tps_preset_resolve(preset);
+    if (!p) {
+        tps_buf names = TPS_BUF_INIT;
+        for (const tps_preset *q = tps_presets; q->name; q++)
+            tps_buf_printf(&names, "%s%s", q == tps_presets ? "" : ", ", q->name);
+        const char *list = tps_buf_cstr(&names);
+        tps_status st = tps_fail(err, TPS_EARG, "unknown preset '%s' (presets: %s)", preset, list ? list : "?");
+        tps_buf_release(&names);
+        return st;
+    }
+    char name[128];
+    snprintf(name, sizeof name, "preset:%s", p->name);
+    return tps_layout_parse(p->yaml, strlen(p->yaml), name, out, err);
 }
 
 /* The preset whose architectures: lists arch (exact: these are Python class names). */

@@ -117,21 +117,6 @@ static bool pattern_match(const qpattern *p, const char *module, bool substring)
 
 /* ---- companions ---- */
 
-void tps_quant_add_companion(tps_quant_scheme *s, const char *suffix, int ndim, int w0, uint64_t r0, int w1,
-                             uint64_t r1, bool primary, bool replicate_in)
-{
-    tps_quant_companion *c = &s->comp[s->ncomp++];
-    memset(c, 0, sizeof *c);
-    snprintf(c->suffix, sizeof c->suffix, "%s", suffix);
-    c->ndim = ndim;
-    c->wdim[0] = w0;
-    c->wdim[1] = w1;
-    c->ratio[0] = r0;
-    c->ratio[1] = r1;
-    c->primary = primary;
-    c->replicate_in = replicate_in;
-}
-
 /* The FP8 weight and its scale of one strategy; static input scales and the KV-cache
  * output scales (k_proj / v_proj) are per-tensor scalars, replicated. */
 enum { FP8_TENSOR, FP8_CHANNEL, FP8_BLOCK };

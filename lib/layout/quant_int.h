@@ -20,7 +20,7 @@
 
 #include "../base/json.h"
 #include "../base/status.h"
-#include "quant.h"
+#include "quant_scheme.h"
 
 /* The scheme of a "gptq" (awq false) or "awq" quantization_config qc; what names the file.
  * Refuses what vLLM does not load or tpshard cannot cut exactly (3-bit's fractional pack,

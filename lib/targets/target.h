@@ -50,139 +50,26 @@
  * tensor.  Tensors no entry maps keep their names.  The manifest records the mapping per
  * tensor (target_name, target_stack), so reshard, merge and check need no layout.  Extras
  * (vLLM's attention scale buffers since 0.14) close every rank's last part; the manifest lists
- * them (target_extras) with the release class (target_version); merge drops them. */
+ * them (target_extras) with the release class (target_version); merge drops them.
+ *
+ * This header is the face of targets; each job has its file, the lower ones first:
+ *   target_names.h    the name patterns ('*', '{a,b}', captures)
+ *   target_release.h  release numbers (since:, before:, --target-version)
+ *   target_schema.h   reading the targets: section into a tps_target
+ *   target_blocks.h   blocked and transposed rows (the swap, the view, reading back)
+ *   target_files.h    what rank files hold: runs of members fused, parts, extras' bytes,
+ *                     a loaded manifest's checks, the member index
+ *   target_apply.h    laying a manifest out for a target (padding, extras, fusion)
+ *   target_reverse.h  the mapping run backwards, for sets an engine saved (adopt.h) */
 #ifndef TPS_TARGET_H
 #define TPS_TARGET_H
 
-#include <stdbool.h>
-#include <stddef.h>
-#include <stdint.h>
-
-#include "../base/buf.h"
-#include "../base/index.h"
-#include "../base/status.h"
-#include "../set/manifest.h"
-#include "../set/sink.h"
-
-typedef struct tps_target tps_target;
-
-/* Target name (e.g. "vllm") from the layout text's targets: section.  "tpshard" gives
- * *out NULL (source names, no target).  A layout without that target is TPS_EINVALID
- * naming the presets that have one. */
-tps_status tps_target_load(const char *layout_text, const char *layout_name, const char *name, tps_target **out,
-                           tps_error *err);
-void tps_target_free(tps_target *t); /* accepts NULL */
-
-/* Lays m (tensors and partitions planned at m->tp) out for the target: the engine's
- * vocabulary padding, target names, members moved next to each other in from order.  A tp
- * the engine's padding refuses is TPS_EINVALID naming the rule and the tp values that work. */
-tps_status tps_target_apply(const tps_target *t, tps_manifest *m, tps_error *err);
-
-/* Back to tpshard's own names and padding (reshard --target tpshard); fails only when out
- * of memory. */
-tps_status tps_target_clear(tps_manifest *m, tps_error *err);
-
-/* A loaded manifest's target names: each a run of consecutive tensors of one dtype whose
- * rank slices concatenate (same trailing dimensions, stack groups alike at every rank). */
-tps_status tps_target_check_manifest(const tps_manifest *m, const char *what, tps_error *err);
-/* tps_manifest_load, then the check above: how a shard set's manifest is read (the manifest
- * itself is data and knows no target). */
-tps_status tps_target_manifest_load(const char *dir, tps_manifest **out, tps_error *err);
-
-/* The tensors of rank r's part holding manifest tensors [i0, i0+n) (whole runs): e[k] and
- * shapes[k*TPS_MAX_DIMS] describe tensor i0+k at that rank on entry; on return the first
- * returned count entries describe the file's tensors, each run fused into one. */
-size_t tps_target_file_tensors(const tps_manifest *m, size_t i0, size_t n, uint64_t r, tps_sink_tensor *e,
-                               uint64_t *shapes);
-
-/* tps_parts_greedy with each run kept whole in one part. */
-tps_status tps_target_parts(const tps_manifest *m, const uint64_t *bytes, uint64_t max, size_t *first,
-                            size_t *nparts, tps_error *err);
-
-/* Rank r's files as an index by manifest names: each member a byte range of its fused tensor,
- * after checking that the files hold exactly the fused tensors, with the shapes the
- * partitions give.  *out replaces files (which it consumes in every case). */
-tps_status tps_target_member_index(const tps_manifest *m, uint64_t r, tps_index *files, tps_index **out,
-                                   tps_error *err);
-
-/* The mapping run backwards (lib/targets/adopt.h): the source tensors engine tensor name holds, in
- * file order (*n malloc'd names in a malloc'd array; with *stack, S groups: experts 0..S-1 of
- * the entry's from names).  *n 0: no entry maps name, which keeps its own.  *tied: the entry
- * is a tied survivor (its source is the other name only when the set lacks that name). */
-tps_status tps_target_sources(const tps_target *t, const char *name, uint64_t S, char ***names, size_t *n,
-                              bool *tied, bool *stack, tps_error *err);
-/* An extra's bytes as a rank file holds them (F32, little-endian). */
-void tps_target_extra_bytes(double value, unsigned char out[4]);
-/* The bytes m's extras add at the end of each rank's last part: their CRC-32, *len bytes. */
-uint32_t tps_target_extras_crc(const tps_manifest *m, uint64_t *len);
-
-/* Whether the target holds source tensor name transposed (a transposed: entry matches it). */
-bool tps_target_transposes(const tps_target *t, const char *name);
-/* The names an engine-saved rank's files lack of those the target's required: entries ask
- * once per tensor of files their per matches: how many, the first list of them appended to
- * out, quoted and comma-separated ("and N more" after). */
-size_t tps_target_missing(const tps_target *t, const tps_index *files, tps_buf *out, size_t list);
-/* The releases the target's since: and before: values name for its own engine, newest first,
- * at most max: each starts a release class (what --target-version selects), "0" the class
- * before. */
-size_t tps_target_releases(const tps_target *t, const char **out, size_t max);
-/* Whether name is one of the target's extras (a constant the engine's state dict holds
- * beside the weights, whatever the release that has it). */
-bool tps_target_is_extra(const tps_target *t, const char *name);
-/* The engine's vocabulary multiple (0: no padding of its own). */
-uint64_t tps_target_vocab_multiple(const tps_target *t);
-
-/* Blocked rows (blocked: entries; the manifest's target_blocks B): the rank slice's
- * dimension 0 is groups of one partition unit, each B blocks, and the rank file holds it
- * with the two leading axes of [groups, B, block] swapped: GPT-NeoX's per-head
- * [q_h; k_h; v_h] as vLLM's [q_r; k_r; v_r].  The copy engine cuts such a tensor as a view of
- * the global tensor with the same swap ([B, heads, block]: all q, all k, all v) under the
- * file partition (B segments of unit/B), which hands every rank exactly its file's bytes;
- * the member index reads the rank slice back through the inverse swap.  So the manifest
- * keeps the source's names, shapes, partitions and CRCs, and reshard, merge and verify see
- * the source's tensors. */
-/* The geometry of t's blocking at tp: *groups (the partition units of the global tensor)
- * and *block_bytes; TPS_EINVALID when t's partition cannot carry it at tp. */
-tps_status tps_target_blocked_geometry(const tps_manifest_tensor *t, uint64_t tp, uint64_t *groups,
-                                       uint64_t *block_bytes, tps_error *err);
-/* The partition the copy engine cuts t's view with (t->part when t is not blocked). */
-void tps_target_file_partition(const tps_manifest_tensor *t, tps_partition *out);
-/* Byte off of an [X, Y, block] array (bytes) as stored [Y, X, block]: the stored offset, and
- * in *run the bytes from there that stay contiguous in both. */
-uint64_t tps_target_swap_offset(uint64_t off, uint64_t X, uint64_t Y, uint64_t block, uint64_t *run);
-/* Transposed (transposed: entries; the manifest's target_transpose): a 2-D tensor's rank
- * slice [a, b] is held [b, a] (GPT-2's Conv1D weights as vLLM's [out, in]); the copy engine
- * cuts the global tensor's transpose with the partition's dimension swapped. */
-/* t's blocking or transposition is one tp can carry; else TPS_EINVALID naming t. */
-tps_status tps_target_permute_check(const tps_manifest_tensor *t, uint64_t tp, tps_error *err);
-/* A rank shape of t as its rank files hold it (swapped when t is transposed). */
-void tps_target_file_shape(const tps_manifest_tensor *t, uint64_t *shape);
-/* Reads bytes [off, off+len) of an [X, Y, block] array stored [Y, X, block] through rd. */
-typedef tps_status (*tps_target_read_fn)(void *ctx, uint64_t off, void *buf, size_t len, tps_error *err);
-tps_status tps_target_swap_read(tps_target_read_fn rd, void *ctx, uint64_t off, void *buf, size_t len, uint64_t X,
-                                uint64_t Y, uint64_t block, tps_error *err);
-/* Bytes [off, off+len) of the global tensor t in the copy engine's order (the view the file
- * partition cuts), read through rd, which gives the source's order. */
-tps_status tps_target_view_read(const tps_manifest_tensor *t, uint64_t tp, tps_target_read_fn rd, void *ctx,
-                                uint64_t off, void *buf, size_t len, tps_error *err);
-/* Adds permuted (blocked or transposed) tensor t's rank slice (shape rs) to a member index vx, read from file at base. */
-tps_status tps_target_blocked_member(tps_index *vx, const tps_manifest_tensor *t, uint64_t tp, const uint64_t *rs,
-                                     uint32_t file, uint64_t base, tps_error *err);
-
-/* The mapping's name patterns, for other mappings written the same way (lib/megatron/megatron_hf.h):
- * '*' matches a non-empty dot-free run and '{a,b}' one alternative, each a capture. */
-#define TPS_TARGET_MAX_CAPS 8
-typedef struct tps_target_caps {
-    int n;
-    const char *s[TPS_TARGET_MAX_CAPS];
-    size_t len[TPS_TARGET_MAX_CAPS];
-} tps_target_caps;
-/* Whether name matches pattern, its captures into *c (c->n 0 on entry). */
-bool tps_target_name_match(const char *pattern, const char *name, tps_target_caps *c);
-/* pattern with its wildcards replaced by the first ncap captures; false when too long or
- * short of captures. */
-bool tps_target_name_subst(const char *pattern, const tps_target_caps *c, int ncap, char *out, size_t size);
-/* How many wildcards pattern has. */
-int tps_target_name_wildcards(const char *pattern);
+#include "target_apply.h"
+#include "target_blocks.h"
+#include "target_files.h"
+#include "target_names.h"
+#include "target_release.h"
+#include "target_reverse.h"
+#include "target_schema.h"
 
 #endif

@@ -1,12 +1,13 @@
-/* Blocked rows (lib/targets/target.h, blocked:): a rank file holds a tensor's rank slice with the
- * two leading axes of [groups, B, block] swapped.  Both directions are the same swap of an
- * [X, Y, block] array, so a run never crosses a block: GPT-NeoX's blocks are head_dim rows
- * (head_dim * hidden elements), long runs that the copy engine and pread take as they are. */
+/* Blocked rows (lib/targets/target_blocks.h, blocked:): a rank file holds a tensor's rank
+ * slice with the two leading axes of [groups, B, block] swapped.  Both directions are the
+ * same swap of an [X, Y, block] array, so a run never crosses a block: GPT-NeoX's blocks are
+ * head_dim rows (head_dim * hidden elements), long runs that the copy engine and pread take
+ * as they are. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "target.h"
+#include "target_blocks.h"
 
 #define TPS_CHECK_RET(x)          \
     do {                          \

@@ -1,0 +1,16 @@
+/* A layout's targets: section (the schema: lib/targets/target.h) read into a tps_target. */
+#ifndef TPS_TARGET_SCHEMA_H
+#define TPS_TARGET_SCHEMA_H
+
+#include "../base/status.h"
+
+typedef struct tps_target tps_target;
+
+/* Target name (e.g. "vllm") from the layout text's targets: section.  "tpshard" gives
+ * *out NULL (source names, no target).  A layout without that target is TPS_EINVALID
+ * naming the presets that have one. */
+tps_status tps_target_load(const char *layout_text, const char *layout_name, const char *name, tps_target **out,
+                           tps_error *err);
+void tps_target_free(tps_target *t); /* accepts NULL */
+
+#endif
