@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "../lib/base/checked.h"
-#include "torch.h"
 #include "view.h"
 
 typedef struct hparser {

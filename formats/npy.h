@@ -60,7 +60,7 @@ tps_status tps_npy_open(const char *path, tps_index **out, tps_error *err);
 
 /* Adds every member of the npz archive z (file id file of ix) as a tensor; ix's reader
  * state must be a view state owning z.  Checks every member's CRC when the file is at
- * most TPS_EAGER_CRC_MAX bytes (torch.h). */
+ * most TPS_EAGER_CRC_MAX bytes (zip.h). */
 tps_status tps_npz_read(tps_index *ix, tps_zip *z, uint32_t file, tps_error *err);
 
 #endif

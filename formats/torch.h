@@ -31,16 +31,15 @@
  *     elements by their index ("layers.0.weight"); numbers, strings and None are skipped.
  *   - CRCs: the archive is opened with TPS_ZIP_CRC_ZERO_IS_ABSENT (zip.h).  data.pkl and
  *     the small records are always checked; the storage records are checked at open when
- *     the file is at most TPS_EAGER_CRC_MAX bytes, else left to the caller (re-reading a
- *     large checkpoint at open would double the cost of a split; torch never checks them).
+ *     the file is at most TPS_EAGER_CRC_MAX bytes (zip.h), else left to the caller
+ *     (re-reading a large checkpoint at open would double the cost of a split; torch never
+ *     checks them).
  *   - Refused, with how to re-save: the legacy pre-1.6 format (a pickle stream, not a zip)
  *     and TorchScript archives (constants.pkl or code/ entries). */
 #ifndef TPS_TORCH_H
 #define TPS_TORCH_H
 
 #include "../lib/base/index.h"
-
-#define TPS_EAGER_CRC_MAX (256ull << 20)
 
 /* True when the first n (up to 8) bytes of a file of file_size bytes are a pickle stream
  * (legacy torch.save output) and cannot be a safetensors file: either the legacy magic
