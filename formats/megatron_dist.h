@@ -1,6 +1,6 @@
 /* Megatron-Core torch_dist checkpoints (Megatron-LM --ckpt-format torch_dist, the default
  * since Megatron-Core's dist_checkpointing) read as a Megatron checkpoint whose one "rank"
- * holds the model's global tensors (formats/megatron_read.h: tp 1 x pp 1), so inspect,
+ * holds the model's global tensors (formats/megatron_ckpt.h: tp 1 x pp 1), so inspect,
  * split (through the Megatron-to-HF mapping), merge --target hf and reshard read it as they
  * read a legacy checkpoint.
  *
@@ -42,7 +42,7 @@
 #include <stdbool.h>
 
 #include "../lib/base/status.h"
-#include "megatron_read.h"
+#include "megatron_ckpt.h"
 
 /* True when dir holds metadata.json and common.pt or .metadata: what Megatron-Core's
  * dist_checkpointing.save writes (the backend is checked on opening). */

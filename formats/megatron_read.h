@@ -27,39 +27,9 @@
 #define TPS_MEGATRON_READ_H
 
 #include <stdbool.h>
-#include <stdint.h>
 
-#include "../lib/base/index.h"
 #include "../lib/base/json.h"
-
-/* The tracker and rank file names: TPS_MEGATRON_TRACKER, TPS_MEGATRON_FILE (lib/megatron/megatron_out.h). */
-
-typedef struct tps_megatron_file {
-    uint32_t tp_rank, pp_rank;
-    char *path;         /* .../mp_rank_XX[_YYY]/model_optim_rng.pt */
-    tps_index *ix;      /* the model tensors as stored: mcore names with LOCAL layer numbers
-                           (legacy nesting already mapped to mcore names); plain ranges into
-                           the zip's stored records (views when needed) */
-    char **extra_state; /* keys ending in "._extra_state", local numbers, mcore names */
-    size_t n_extra_state;
-} tps_megatron_file;
-
-typedef struct tps_megatron_ckpt {
-    char *root;     /* the directory holding the tracker (or the iter dir's parent) */
-    char *iter_dir; /* "iter_0000100" or "release" */
-    bool release;
-    int64_t iteration;             /* from the file's top-level "iteration" (0 if absent) */
-    char *checkpoint_version_json; /* the top-level value, JSON, e.g. "3.0" ("null" if absent) */
-    char *args_json;               /* args (argparse.Namespace), JSON ("null" if absent) */
-    uint32_t tp, pp;               /* from the rank directories found (a full grid) */
-    tps_megatron_file *files;      /* tp*pp, index = pp_rank*tp + tp_rank */
-    bool legacy_names;             /* the files used megatron.legacy nesting */
-    /* A torch_dist checkpoint (formats/megatron_dist.h): files[0] holds the global tensors
-     * (tp = pp = 1); saved_tp x saved_pp is what args say it was saved at. */
-    bool dist;
-    uint32_t saved_tp, saved_pp;
-    size_t optimizer_tensors, other_entries; /* left out: optimizer.* tensors, RNG and other bytes */
-} tps_megatron_ckpt;
+#include "megatron_ckpt.h"
 
 /* A tracker directory, an iter_* / release directory, a directory of mp_rank_* entries, or
  * a torch_dist iteration directory (metadata.json beside common.pt or .metadata). */
@@ -70,10 +40,6 @@ bool tps_megatron_is_checkpoint(const char *path);
  * a hostile pickle, disagreeing args), TPS_EIO for unreadable files.  A torch_dist iteration
  * directory is read by formats/megatron_dist.h. */
 tps_status tps_megatron_open(const char *path, tps_megatron_ckpt **out, tps_error *err);
-void tps_megatron_close(tps_megatron_ckpt *c);
-
-/* Appends name to mf's _extra_state keys. */
-tps_status tps_megatron_file_add_extra(tps_megatron_file *mf, const char *name, tps_error *err);
 
 /* args' field dict (the Namespace's state) parsed from args_json; *doc to be freed with
  * tps_json_doc_free.  *fields is NULL when args is absent or not a Namespace. */
