@@ -5,9 +5,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../lib/base/checked.h"
-#include "pickle.h"
-#include "zip.h"
+#include "../../lib/base/checked.h"
+#include "../torch/pickle.h"
+#include "../zip.h"
 
 #define META_CLS "torch.distributed.checkpoint.metadata."
 #define FS_CLS "torch.distributed.checkpoint.filesystem."

@@ -41,7 +41,7 @@
 #ifndef TPS_DCP_H
 #define TPS_DCP_H
 
-#include "../lib/base/index.h"
+#include "../../lib/base/index.h"
 
 /* Largest .metadata read (a model of 100k tensors and 64 chunks each is far below it). */
 #define TPS_DCP_MAX_METADATA (1ull << 30)
@@ -54,7 +54,7 @@ tps_status tps_dcp_open(const char *dir, tps_index **out, tps_error *err);
 
 /* The names of ix's non-tensor (BytesStorageMetadata) entries, in .metadata's order, owned
  * by ix; 0 when ix is not a DCP index.  Megatron-Core's torch_dist keeps _extra_state and
- * RNG state there (formats/megatron_dist.h). */
+ * RNG state there (formats/megatron/megatron_dist.h). */
 size_t tps_dcp_bytes_entries(const tps_index *ix, const char *const **names);
 
 #endif

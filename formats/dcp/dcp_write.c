@@ -4,14 +4,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../lib/base/buf.h"
-#include "../lib/base/checked.h"
-#include "../lib/base/json.h"
-#include "../lib/engine/publish.h"
-#include "outfile.h"
-#include "pickle_write.h"
-#include "torch_write.h"
-#include "zip_write.h"
+#include "../../lib/base/buf.h"
+#include "../../lib/base/checked.h"
+#include "../../lib/base/json.h"
+#include "../../lib/engine/publish.h"
+#include "../outfile.h"
+#include "../torch/pickle_write.h"
+#include "../torch/torch_write.h"
+#include "../torch/zip_write.h"
 
 #define ROOT "archive" /* torch.save's root folder for a stream without a file name */
 #define META "torch.distributed.checkpoint.metadata."

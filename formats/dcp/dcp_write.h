@@ -1,4 +1,4 @@
-/* Writing a PyTorch Distributed Checkpoint (torch.distributed.checkpoint, formats/dcp.h has
+/* Writing a PyTorch Distributed Checkpoint (torch.distributed.checkpoint, formats/dcp/dcp.h has
  * the reader's view) as one saving rank writes it, streamed: the copy engine's sink
  * (lib/set/sink.h) named "dcp".
  *
@@ -32,7 +32,7 @@
 #ifndef TPS_DCP_WRITE_H
 #define TPS_DCP_WRITE_H
 
-#include "../lib/set/sink.h"
+#include "../../lib/set/sink.h"
 
 extern const tps_sink tps_dcp_sink;
 

@@ -1,14 +1,13 @@
 /* A Megatron-LM checkpoint as read: what both readers fill, the legacy one
- * (formats/megatron_read.h, --ckpt-format torch) and the torch_dist one
- * (formats/megatron_dist.h), and what everything above them uses.
+ * (formats/megatron/megatron_read.h, --ckpt-format torch) and the torch_dist one
+ * (formats/megatron/megatron_dist.h), and what everything above them uses.
  *
  * Directory layout (megatron/training/checkpointing.py), shared by both formats:
  *   ROOT/latest_checkpointed_iteration.txt   "N" (decimal, > 0) or "release"
  *   ROOT/iter_{N:07d}/ or ROOT/release/       the iteration directory, holding either
- *     mp_rank_{tp:02d}[_{pp:03d}]/model_optim_rng.pt   one torch.save archive per rank
- *                                                    (legacy: formats/megatron_read.h)
- *     metadata.json, common.pt, .metadata, __R_N.distcp
- *                                                    (torch_dist: formats/megatron_dist.h)
+ *     mp_rank_{tp:02d}[_{pp:03d}]/model_optim_rng.pt   legacy: one torch.save archive per
+ *                                                    rank (megatron_read.h)
+ *     metadata.json, common.pt, .metadata, __R_N.distcp  torch_dist (megatron_dist.h)
  * Here a checkpoint is a tp x pp grid of rank files, each one tensor index under
  * Megatron-Core names with local layer numbers (a torch_dist checkpoint is the 1 x 1 grid of
  * its global tensors), with the args and version read from the pickles as JSON. */
@@ -18,7 +17,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "../lib/base/index.h"
+#include "../../lib/base/index.h"
 
 /* The tracker and rank file names: TPS_MEGATRON_TRACKER, TPS_MEGATRON_FILE (lib/megatron/megatron_out.h). */
 
@@ -42,8 +41,8 @@ typedef struct tps_megatron_ckpt {
     uint32_t tp, pp;               /* from the rank directories found (a full grid) */
     tps_megatron_file *files;      /* tp*pp, index = pp_rank*tp + tp_rank */
     bool legacy_names;             /* the files used megatron.legacy nesting */
-    /* A torch_dist checkpoint (formats/megatron_dist.h): files[0] holds the global tensors
-     * (tp = pp = 1); saved_tp x saved_pp is what args say it was saved at. */
+    /* A torch_dist checkpoint (formats/megatron/megatron_dist.h): files[0] holds the global
+     * tensors (tp = pp = 1); saved_tp x saved_pp is what args say it was saved at. */
     bool dist;
     uint32_t saved_tp, saved_pp;
     size_t optimizer_tensors, other_entries; /* left out: optimizer.* tensors, RNG and other bytes */

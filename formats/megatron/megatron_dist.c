@@ -6,15 +6,15 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../lib/base/checked.h"
-#include "../lib/base/json.h"
-#include "../lib/megatron/megatron_args.h"
-#include "../lib/megatron/megatron_dist_out.h"
-#include "dcp.h"
-#include "pickle.h"
-#include "pickle_json.h"
-#include "torch.h"
-#include "view.h"
+#include "../../lib/base/checked.h"
+#include "../../lib/base/json.h"
+#include "../../lib/megatron/megatron_args.h"
+#include "../../lib/megatron/megatron_dist_out.h"
+#include "../dcp/dcp.h"
+#include "../torch/pickle.h"
+#include "../torch/pickle_json.h"
+#include "../torch/torch.h"
+#include "../view.h"
 
 #define MAX_METADATA_JSON 65536
 #define LAYERS "decoder.layers."

@@ -1,6 +1,6 @@
 /* Megatron-Core torch_dist checkpoints (Megatron-LM --ckpt-format torch_dist, the default
  * since Megatron-Core's dist_checkpointing) read as a Megatron checkpoint whose one "rank"
- * holds the model's global tensors (formats/megatron_ckpt.h: tp 1 x pp 1), so inspect,
+ * holds the model's global tensors (formats/megatron/megatron_ckpt.h: tp 1 x pp 1), so inspect,
  * split (through the Megatron-to-HF mapping), merge --target hf and reshard read it as they
  * read a legacy checkpoint.
  *
@@ -12,7 +12,7 @@
  *                      "common_backend": "torch", "common_backend_version": 1}
  *     common.pt       a torch.save of what is not sharded: args (argparse.Namespace),
  *                     checkpoint_version, iteration, num_floating_point_operations_so_far, ...
- *     .metadata, __R_N.distcp   a PyTorch Distributed Checkpoint (formats/dcp.h) of the
+ *     .metadata, __R_N.distcp   a PyTorch Distributed Checkpoint (formats/dcp/dcp.h) of the
  *                     sharded part, under the ShardedTensors' keys
  * The keys are global and independent of the tp x pp that saved them:
  *   embedding.word_embeddings.weight [padded vocab, hidden], output_layer.weight (untied),
@@ -30,18 +30,18 @@
  * (bytes [l * layer bytes, +layer bytes) of the global tensor: a byte range of the chunks
  * that hold that layer, never the whole tensor), under the legacy state dict's names; the
  * _extra_state entries' names (as the legacy reader records them); args, iteration and
- * checkpoint_version from common.pt through the restricted unpickler (formats/pickle.h).
+ * checkpoint_version from common.pt through the restricted unpickler (formats/torch/pickle.h).
  * What is not: optimizer.* tensors (counted: optimizer_tensors), RNG and other non-tensor
  * entries (counted: other_entries).  Refused (TPS_EINVALID): a metadata.json whose
  * sharded_backend is not torch_dist, a common.pt without args or whose pickle is refused,
  * a stacked tensor whose first dimension is not args.num_layers, MoE expert tensors (not
- * read yet), and whatever formats/dcp.h refuses. */
+ * read yet), and whatever formats/dcp/dcp.h refuses. */
 #ifndef TPS_FORMATS_MEGATRON_DIST_H
 #define TPS_FORMATS_MEGATRON_DIST_H
 
 #include <stdbool.h>
 
-#include "../lib/base/status.h"
+#include "../../lib/base/status.h"
 #include "megatron_ckpt.h"
 
 /* True when dir holds metadata.json and common.pt or .metadata: what Megatron-Core's

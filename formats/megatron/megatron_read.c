@@ -8,13 +8,13 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../lib/base/buf.h"
-#include "../lib/megatron/megatron_out.h"
+#include "../../lib/base/buf.h"
+#include "../../lib/megatron/megatron_out.h"
 #include "megatron_dist.h"
-#include "pickle.h"
-#include "pickle_json.h"
-#include "torch.h"
-#include "view.h"
+#include "../torch/pickle.h"
+#include "../torch/pickle_json.h"
+#include "../torch/torch.h"
+#include "../view.h"
 
 #define MAX_TRACKER_BYTES 4096
 #define MAX_NEST 16

@@ -28,7 +28,7 @@
 
 #include <stdbool.h>
 
-#include "../lib/base/json.h"
+#include "../../lib/base/json.h"
 #include "megatron_ckpt.h"
 
 /* A tracker directory, an iter_* / release directory, a directory of mp_rank_* entries, or
@@ -38,7 +38,7 @@ bool tps_megatron_is_checkpoint(const char *path);
 /* Opens every rank file.  TPS_EINVALID for what Megatron would not load (a bad tracker,
  * iteration 0, a missing rank directory, expert parallel or virtual pipeline checkpoints,
  * a hostile pickle, disagreeing args), TPS_EIO for unreadable files.  A torch_dist iteration
- * directory is read by formats/megatron_dist.h. */
+ * directory is read by formats/megatron/megatron_dist.h. */
 tps_status tps_megatron_open(const char *path, tps_megatron_ckpt **out, tps_error *err);
 
 /* args' field dict (the Namespace's state) parsed from args_json; *doc to be freed with

@@ -6,11 +6,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../lib/base/buf.h"
-#include "../lib/base/json.h"
-#include "../lib/layout/layout.h"
-#include "../lib/megatron/megatron_out.h"
-#include "../lib/set/plan.h"
+#include "../../lib/base/buf.h"
+#include "../../lib/base/json.h"
+#include "../../lib/layout/layout.h"
+#include "../../lib/megatron/megatron_out.h"
+#include "../../lib/set/plan.h"
 #include "megatron_read.h"
 
 /* The checkpoint stays open while any rank index reads a view through it. */

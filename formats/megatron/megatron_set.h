@@ -1,5 +1,5 @@
-/* A Megatron-LM legacy checkpoint (formats/megatron_read.h) opened as a tpshard shard set, so
- * check, merge, verify and reshard read it as they read any other set.
+/* A Megatron-LM legacy checkpoint (formats/megatron/megatron_read.h) opened as a tpshard shard
+ * set, so check, merge, verify and reshard read it as they read any other set.
  *
  * The manifest is planned by the megatron_gpt presets from the checkpoint's args
  * (lib/megatron/megatron_args.h): tensors by their Megatron-Core GLOBAL names (layers renumbered from
@@ -16,10 +16,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "../lib/base/status.h"
-#include "../lib/engine/shardset.h"
-#include "../lib/megatron/megatron_args.h"
-#include "../lib/set/manifest.h"
+#include "../../lib/base/status.h"
+#include "../../lib/engine/shardset.h"
+#include "../../lib/megatron/megatron_args.h"
+#include "../../lib/set/manifest.h"
 
 /* What writing the set again at another tp x pp needs beyond its manifest. */
 typedef struct tps_megatron_source {
@@ -31,7 +31,7 @@ typedef struct tps_megatron_source {
     bool release;
     char **extra_state; /* rank 0's _extra_state keys, GLOBAL names, stage by stage */
     size_t n_extra_state;
-    /* torch_dist (formats/megatron_dist.h): the grid it was saved at, what is left out */
+    /* torch_dist (formats/megatron/megatron_dist.h): the grid it was saved at, what is left out */
     bool dist;
     uint32_t saved_tp, saved_pp;
     size_t optimizer_tensors, other_entries;

@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../lib/base/checked.h"
-#include "view.h"
+#include "../../lib/base/checked.h"
+#include "../view.h"
 
 typedef struct hparser {
     const char *s;

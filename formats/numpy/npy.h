@@ -28,8 +28,8 @@
 #ifndef TPS_NPY_H
 #define TPS_NPY_H
 
-#include "../lib/base/index.h"
-#include "zip.h"
+#include "../../lib/base/index.h"
+#include "../zip.h"
 
 #define TPS_NPY_MAX_HEADER 10000u
 

@@ -10,11 +10,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../lib/base/json.h"
-#include "dcp.h"
-#include "npy.h"
-#include "safetensors.h"
-#include "torch.h"
+#include "../../lib/base/json.h"
+#include "../dcp/dcp.h"
+#include "../numpy/npy.h"
+#include "../safetensors/safetensors.h"
+#include "../torch/torch.h"
 
 static bool ends_with(const char *s, const char *suffix)
 {

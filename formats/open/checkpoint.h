@@ -14,7 +14,7 @@
 #ifndef TPS_CHECKPOINT_H
 #define TPS_CHECKPOINT_H
 
-#include "../lib/base/index.h"
+#include "../../lib/base/index.h"
 
 /* A file that is one part of a multi-file checkpoint is refused (TPS_EINVALID), naming the
  * index beside it that lists it with other files (any *.index.json), or else the Hugging

@@ -1,8 +1,8 @@
 #include "shardset.h"
 
-#include "megatron_read.h"
-#include "megatron_set.h"
-#include "safetensors.h"
+#include "../megatron/megatron_read.h"
+#include "../megatron/megatron_set.h"
+#include "../safetensors/safetensors.h"
 
 tps_status tps_shardset_open(const char *dir, tps_shardset **out, tps_error *err)
 {

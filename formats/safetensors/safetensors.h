@@ -13,8 +13,8 @@
 
 #include <stdint.h>
 
-#include "../lib/base/index.h"
-#include "../lib/set/sink.h"
+#include "../../lib/base/index.h"
+#include "../../lib/set/sink.h"
 
 #define TPS_ST_MAX_HEADER 100000000ull
 /* Where the writer starts a shard file's data buffer: the header is padded with spaces so

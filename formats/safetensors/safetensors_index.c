@@ -13,7 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../lib/base/json.h"
+#include "../../lib/base/json.h"
 
 #define INDEX_NAME "model.safetensors.index.json"
 

@@ -18,8 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../lib/base/checked.h"
-#include "../lib/base/json.h"
+#include "../../lib/base/checked.h"
+#include "../../lib/base/json.h"
 
 /* One tensor entry, pointing into the parsed JSON document. */
 typedef struct st_entry {

@@ -6,10 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../lib/base/buf.h"
-#include "../lib/base/checked.h"
-#include "../lib/base/json.h"
-#include "outfile.h"
+#include "../../lib/base/buf.h"
+#include "../../lib/base/checked.h"
+#include "../../lib/base/json.h"
+#include "../outfile.h"
 
 struct tps_st_writer {
     tps_outfile *out;

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../lib/base/checked.h"
+#include "../../lib/base/checked.h"
 
 #define DCP_MEM_FORMAT "torch.distributed.checkpoint.metadata._MEM_FORMAT_ENCODING"
 #define DCP_WRITE_ITEM_TYPE "torch.distributed.checkpoint.planner.WriteItemType"

@@ -31,7 +31,7 @@
  *   (argparse.Namespace, types.SimpleNamespace, pathlib.PosixPath, numpy's _reconstruct/
  *   ndarray/dtype/UInt32DType, Megatron's enums and OptimizerConfig, io/_io.BytesIO,
  *   signal.Signals, torch._C.Generator, torch.Size, torch.device, builtins.bytearray/complex)
- *   and torch.distributed.checkpoint's metadata dataclasses (formats/dcp.h lists them), and
+ *   and torch.distributed.checkpoint's metadata dataclasses (formats/dcp/dcp.h lists them), and
  *   the save-plan classes Megatron-Core's torch_dist keeps in it (planner.SavePlan,
  *   WriteItem, WriteItemType, TensorWriteData)
  *   builtins.getattr                             -> an opaque object, only when called as
@@ -55,7 +55,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../lib/base/index.h"
+#include "../../lib/base/index.h"
 
 /* A torch dtype and its storage class. */
 typedef struct tps_torch_dtype {

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../lib/base/json.h"
+#include "../../lib/base/json.h"
 
 #define MAX_VISITS (1u << 22)
 

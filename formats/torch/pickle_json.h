@@ -19,7 +19,7 @@
 #ifndef TPS_PICKLE_JSON_H
 #define TPS_PICKLE_JSON_H
 
-#include "../lib/base/buf.h"
+#include "../../lib/base/buf.h"
 #include "pickle.h"
 
 /* Appends v's JSON to out; what names the value in messages.  TPS_EINVALID when v nests

@@ -32,8 +32,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../lib/base/buf.h"
-#include "../lib/base/json.h"
+#include "../../lib/base/buf.h"
+#include "../../lib/base/json.h"
 #include "pickle.h"
 
 /* One entry of the state dict: a tensor on its own storage, or None (dt NULL). */
@@ -49,7 +49,7 @@ typedef struct tps_pickle_entry {
 tps_status tps_pickle_write_json(const tps_json *v, const char *what, tps_buf *out, tps_error *err);
 
 /* The same, also allowing the globals of also (NULL-terminated): a pickle that is not loaded
- * by weights_only (a DCP .metadata, formats/dcp_write.h) names classes outside the list. */
+ * by weights_only (a DCP .metadata, formats/dcp/dcp_write.h) names classes outside the list. */
 tps_status tps_pickle_write_json_also(const tps_json *v, const char *const *also, const char *what, tps_buf *out,
                                       tps_error *err);
 

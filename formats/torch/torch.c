@@ -4,12 +4,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../lib/base/buf.h"
-#include "../lib/base/checked.h"
-#include "npy.h"
+#include "../../lib/base/buf.h"
+#include "../../lib/base/checked.h"
+#include "../numpy/npy.h"
 #include "pickle.h"
-#include "view.h"
-#include "zip.h"
+#include "../view.h"
+#include "../zip.h"
 
 #define MAX_NEST 32
 #define RESAVE_HINT \

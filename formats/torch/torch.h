@@ -39,7 +39,7 @@
 #ifndef TPS_TORCH_H
 #define TPS_TORCH_H
 
-#include "../lib/base/index.h"
+#include "../../lib/base/index.h"
 
 /* True when the first n (up to 8) bytes of a file of file_size bytes are a pickle stream
  * (legacy torch.save output) and cannot be a safetensors file: either the legacy magic

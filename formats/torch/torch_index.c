@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../lib/base/json.h"
+#include "../../lib/base/json.h"
 #include "torch.h"
-#include "view.h"
+#include "../view.h"
 
 #define MAX_INDEX_BYTES (64u << 20)
 

@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../lib/base/buf.h"
-#include "../lib/base/checked.h"
-#include "../lib/base/json.h"
+#include "../../lib/base/buf.h"
+#include "../../lib/base/checked.h"
+#include "../../lib/base/json.h"
 #include "pickle_write.h"
 #include "zip_write.h"
 

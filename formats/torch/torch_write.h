@@ -30,7 +30,7 @@
 #ifndef TPS_TORCH_WRITE_H
 #define TPS_TORCH_WRITE_H
 
-#include "../lib/set/sink.h"
+#include "../../lib/set/sink.h"
 #include "pickle.h"
 #include "zip_write.h"
 

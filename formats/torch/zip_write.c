@@ -4,10 +4,10 @@
 #include <string.h>
 #include <zlib.h>
 
-#include "../lib/base/checked.h"
-#include "../lib/base/crc.h"
-#include "outfile.h"
-#include "zip.h"
+#include "../../lib/base/checked.h"
+#include "../../lib/base/crc.h"
+#include "../outfile.h"
+#include "../zip.h"
 
 #define FLAGS 0x0808u /* bit 3: sizes in the data descriptor; bit 11: UTF-8 names */
 #define U32_SAT 0xFFFFFFFFu

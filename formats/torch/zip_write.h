@@ -27,8 +27,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../lib/base/status.h"
-#include "outfile.h"
+#include "../../lib/base/status.h"
+#include "../outfile.h"
 
 #define TPS_ZIPW_ALIGN 64
 
