@@ -36,6 +36,15 @@ endif
 # manifest as data, planning a set; targets: engine schemas as data, adoption; engine: cut,
 # gather, the write step, publishing, reading sets; megatron: Megatron-LM args and mappings.
 LIB_LAYERS := base layout set targets engine megatron
+# formats/'s folders, bottom first, `.` standing for its top files: a file of formats/
+# includes only its own folder, those before it and lib/, never cmd/ or verify/ (make lint
+# checks it: tests/lint/layering.sh).  .: the writers' output file, strided views, the ZIP
+# reader; safetensors; numpy: .npy and .npz (on the ZIP reader); torch: torch.save read and
+# written, the pickle reader and writer, the ZIP writer, the .npz-or-torch choice for a ZIP
+# file; dcp: PyTorch Distributed Checkpoints (torch's pickle and writer); megatron: legacy and
+# torch_dist checkpoints (torch archives, a DCP); open: what sniffs a path and opens whichever
+# reader fits (a checkpoint, a shard set).
+FORMATS_LAYERS := . safetensors numpy torch dcp megatron open
 # The plugins' sources (verify/gpu.mk builds each into its own shared object) stay out of
 # libtpshard.a.
 VERIFY_PLUGIN_SRC := verify/devsim/devsim.c verify/mpi/mpi_glue.c

@@ -9,10 +9,10 @@
 
 #include "cli.h"
 #include "commands.h"
-#include "formats/checkpoint.h"
-#include "formats/megatron_read.h"
-#include "formats/shardset.h"
-#include "formats/torch.h"
+#include "formats/open/checkpoint.h"
+#include "formats/megatron/megatron_read.h"
+#include "formats/open/shardset.h"
+#include "formats/torch/torch.h"
 #include "lib/base/buf.h"
 #include "lib/base/crc.h"
 #include "lib/base/json.h"
@@ -226,7 +226,7 @@ static const tps_manifest_file *manifest_file(const tps_manifest_file *const *by
 static bool adopted_set; /* an engine's own set: its files have no recorded CRC */
 
 /* A Megatron rank file's zip records carry CRCs the reader leaves unchecked at open
- * (formats/megatron_read.c): proved here, every record of every rank file. */
+ * (formats/megatron/megatron_read.c): proved here, every record of every rank file. */
 static void check_megatron_records(tps_shardset *ss, findings *f, coverage *cov)
 {
     for (uint64_t r = 0; r < ss->m->tp; r++) {

@@ -7,9 +7,9 @@
 
 #include "cli.h"
 #include "commands.h"
-#include "formats/checkpoint.h"
-#include "formats/megatron_read.h"
-#include "formats/shardset.h"
+#include "formats/open/checkpoint.h"
+#include "formats/megatron/megatron_read.h"
+#include "formats/open/shardset.h"
 #include "inspect_megatron.h"
 #include "layout_args.h"
 #include "lib/base/buf.h"

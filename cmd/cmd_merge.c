@@ -7,8 +7,8 @@
 
 #include "cli.h"
 #include "commands.h"
-#include "formats/safetensors.h"
-#include "formats/shardset.h"
+#include "formats/safetensors/safetensors.h"
+#include "formats/open/shardset.h"
 #include "lib/set/unsharded.h"
 #include "megatron_hf.h"
 #include "output_args.h"

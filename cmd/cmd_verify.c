@@ -10,8 +10,8 @@
 
 #include "cli.h"
 #include "commands.h"
-#include "formats/checkpoint.h"
-#include "formats/shardset.h"
+#include "formats/open/checkpoint.h"
+#include "formats/open/shardset.h"
 #include "lib/base/buf.h"
 #include "lib/base/json.h"
 #include "lib/layout/layout.h"

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "formats/megatron_read.h"
+#include "formats/megatron/megatron_read.h"
 #include "lib/base/buf.h"
 #include "lib/base/json.h"
 

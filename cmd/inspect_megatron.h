@@ -1,4 +1,4 @@
-/* tpshard inspect on a Megatron-LM checkpoint directory (formats/megatron_read.h). */
+/* tpshard inspect on a Megatron-LM checkpoint directory (formats/megatron/megatron_read.h). */
 #ifndef TPS_INSPECT_MEGATRON_H
 #define TPS_INSPECT_MEGATRON_H
 

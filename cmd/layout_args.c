@@ -7,8 +7,8 @@
 #include <sys/stat.h>
 
 #include "cli.h"
-#include "formats/checkpoint.h"
-#include "formats/megatron_read.h"
+#include "formats/open/checkpoint.h"
+#include "formats/megatron/megatron_read.h"
 #include "megatron_as_hf.h"
 #include "lib/base/buf.h"
 #include "lib/base/json.h"

@@ -9,7 +9,7 @@
 
 #include <stdint.h>
 
-#include "formats/megatron_set.h"
+#include "formats/megatron/megatron_set.h"
 #include "lib/base/index.h"
 #include "lib/engine/shardset.h"
 #include "lib/layout/layout.h"

@@ -8,10 +8,10 @@
 #include <string.h>
 
 #include "cli.h"
-#include "formats/megatron_set.h"
-#include "formats/dcp_write.h"
-#include "formats/safetensors.h"
-#include "formats/torch_write.h"
+#include "formats/megatron/megatron_set.h"
+#include "formats/dcp/dcp_write.h"
+#include "formats/safetensors/safetensors.h"
+#include "formats/torch/torch_write.h"
 #include "layout_args.h"
 #include "megatron_as_hf.h"
 #include "lib/base/buf.h"

@@ -7,7 +7,7 @@
 #include "lib/targets/target.h"
 
 #include "cli.h"
-#include "formats/safetensors.h"
+#include "formats/safetensors/safetensors.h"
 
 tps_write_opts tps_cli_write_opts(const char *out, bool force, const char *const *inputs, const char *only_ranks,
                                   const char *name_template, uint64_t max_part_bytes, tps_progress_state *ps)

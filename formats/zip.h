@@ -65,6 +65,11 @@
 /* Open flags. */
 #define TPS_ZIP_CRC_ZERO_IS_ABSENT 1u
 
+/* The size up to which the readers of archives (torch.h, npy.h) check every entry's CRC at
+ * open; a larger file's big entries are left to the caller (re-reading them at open would
+ * double the cost of a split). */
+#define TPS_EAGER_CRC_MAX (256ull << 20)
+
 typedef struct tps_zip_entry {
     char *name; /* NUL-terminated; checked to hold no NUL */
     uint16_t flags;

@@ -2,7 +2,7 @@
  * side of the copy engine (reshard, merge, check and verify read sets through it).  A set is
  * its manifest (lib/set/manifest.h) or, for a directory a serving engine saved, the manifest
  * adoption builds (lib/targets/adopt.h); the rank files are read through the format reader the
- * caller hands in (formats/shardset.h). */
+ * caller hands in (formats/open/shardset.h). */
 #ifndef TPS_SHARDSET_H
 #define TPS_SHARDSET_H
 
@@ -23,7 +23,7 @@ typedef struct tps_shardset {
                               returns and fails (TPS_EMISMATCH) where they differ */
 } tps_shardset;
 
-/* Opens DIR's manifest; rank files are read with add_file (formats/checkpoint.h has
+/* Opens DIR's manifest; rank files are read with add_file (formats/open/checkpoint.h has
  * tps_shardset_open, which hands in the safetensors reader). */
 tps_status tps_shardset_open_with(const char *dir, tps_file_reader_fn add_file, tps_shardset **out, tps_error *err);
 

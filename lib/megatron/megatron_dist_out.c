@@ -58,7 +58,7 @@ typedef struct dist_files {
     tps_kv meta[2];
 } dist_files;
 
-/* dcp.chunks (formats/dcp_write.h): each tensor under its key, a layer at its offset on
+/* dcp.chunks (formats/dcp/dcp_write.h): each tensor under its key, a layer at its offset on
  * the stacked axis; dcp.bytes: the _extra_state entries of each layer's linears. */
 static tps_status chunk_meta(const tps_manifest *m, uint64_t num_layers, dist_files *f, tps_error *err)
 {

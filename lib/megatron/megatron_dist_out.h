@@ -1,12 +1,12 @@
 /* Writing a Megatron-Core torch_dist checkpoint (Megatron-LM --ckpt-format torch_dist) from a
  * Megatron plan (megatron_out.h, planned at tp 1 x pp 1: every tensor global, the vocabulary
  * padded for the tp the args name), and the key names torch_dist and the legacy format give
- * a decoder layer's tensors (the reader, formats/megatron_dist.h, maps them back).
+ * a decoder layer's tensors (the reader, formats/megatron/megatron_dist.h, maps them back).
  *
  * What is written (as megatron-core 0.16.1's dist_checkpointing.save lays it out, without
- * the optimizer and RNG state; formats/megatron_dist.h has the layout):
+ * the optimizer and RNG state; formats/megatron/megatron_dist.h has the layout):
  *   ROOT/latest_checkpointed_iteration.txt   the tracker (megatron_out.h)
- *   ROOT/<iter dir>/__0_0.distcp, .metadata  one DCP (formats/dcp_write.h, through the sink
+ *   ROOT/<iter dir>/__0_0.distcp, .metadata  one DCP (formats/dcp/dcp_write.h, through the sink
  *       the caller hands in): embedding.word_embeddings.weight, decoder.final_layernorm.*,
  *       output_layer.weight (untied) whole; each decoder layer tensor under its stacked key
  *       (decoder.layers.<rest>, [num_layers, ...]) as one chunk per layer, the layer norms

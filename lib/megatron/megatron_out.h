@@ -18,7 +18,7 @@
  *   - with tied embeddings and pp > 1 appends output_layer.weight to the last stage as a copy
  *     of the word embeddings (src[] says which input tensor each output tensor's bytes come
  *     from; a tied set at pp 1 drops a source's output_layer.weight copy);
- *   - builds each file's torch sink metadata (formats/torch_write.h, the #18 contract): the
+ *   - builds each file's torch sink metadata (formats/torch/torch_write.h, the #18 contract): the
  *     top-level entries (args updated: tensor_model_parallel_size, pipeline_model_parallel_size,
  *     padded_vocab_size, and with an explicit split decoder_first/last_pipeline_num_layers;
  *     everything else kept; checkpoint_version and iteration kept) and the model dict's key

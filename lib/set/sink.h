@@ -2,9 +2,9 @@
  *
  * The engine (lib/engine/cut.h) decides which bytes go to which rank file and in which order; a
  * sink decides how a file is laid out on disk around those bytes (its header, its
- * metadata).  lib/ declares the interface and formats/ implements it (formats/safetensors.h,
- * tps_safetensors_sink), and the caller hands the sink in, so the library never depends on
- * a file format.
+ * metadata).  lib/ declares the interface and formats/ implements it
+ * (formats/safetensors/safetensors.h, tps_safetensors_sink), and the caller hands the sink in,
+ * so the library never depends on a file format.
  *
  * A file is opened with its tensors, in the order their bytes will be written, and string
  * metadata; the engine then writes exactly those tensors' bytes in that order, and commits

@@ -1,11 +1,11 @@
 #!/bin/sh
-# Megatron-Core torch_dist checkpoints (formats/megatron_dist.h) on the committed catalogue
-# testdata/bad/megatron_dist/ (saved by real megatron-core at tp 2, testdata/gen_megatron_dist.py):
-# split of the checkpoint equals split of its merge, byte for byte (two paths: the DCP read
-# through the Megatron-to-HF mapping, and the safetensors the merge wrote); every hostile copy
-# makes split and merge exit 3 with nothing written and the input unchanged.  The numbers
-# themselves (transformers' logits of the merge equal megatron-core's) are checked by
-# tests/interop/megatron_real_dist.py.
+# Megatron-Core torch_dist checkpoints (formats/megatron/megatron_dist.h) on the committed
+# catalogue testdata/bad/megatron_dist/ (saved by real megatron-core at tp 2,
+# testdata/gen_megatron_dist.py): split of the checkpoint equals split of its merge, byte for
+# byte (two paths: the DCP read through the Megatron-to-HF mapping, and the safetensors the
+# merge wrote); every hostile copy makes split and merge exit 3 with nothing written and the
+# input unchanged.  The numbers themselves (transformers' logits of the merge equal
+# megatron-core's) are checked by tests/interop/megatron_real_dist.py.
 . "${TPS_TOP:-$(cd "$(dirname "$0")/../.." && pwd)}/tests/cli/lib.sh"
 
 D="$FIX/bad/megatron_dist"

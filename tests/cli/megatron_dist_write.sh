@@ -1,6 +1,6 @@
 #!/bin/sh
 # split/reshard --target megatron --ckpt-format torch_dist (lib/megatron/megatron_dist_out.h,
-# formats/dcp_write.h) on the committed tiny models: the directory layout (tracker 1,
+# formats/dcp/dcp_write.h) on the committed tiny models: the directory layout (tracker 1,
 # iter_0000001/ with metadata.json, common.pt, .metadata and __0_0.distcp), that tpshard reads
 # it back as torch_dist (inspect; merge --target hf gives the tensors the merge of the legacy
 # checkpoint split from the same model gives: every name, dtype, shape and CRC-32 equal; the

@@ -1,10 +1,10 @@
-/* Format detection and every single-file reader behind it (formats/checkpoint.h): torch.save
+/* Format detection and every single-file reader behind it (formats/open/checkpoint.h): torch.save
  * zip archives (zip + unpickler + the state-dict walk and its views), .npz, .npy and
  * safetensors, then a short read of every tensor, which runs the view readers (byte swap,
  * Fortran order, inflate). */
 #include "fuzz.h"
 
-#include "formats/checkpoint.h"
+#include "formats/open/checkpoint.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -1,4 +1,4 @@
-/* PyTorch Distributed Checkpoint directories (formats/dcp.h): the .metadata pickle, its
+/* PyTorch Distributed Checkpoint directories (formats/dcp/dcp.h): the .metadata pickle, its
  * chunk map (bounds, overlap, holes, storage entries) and the torch.save streams inside
  * the .distcp files, then short reads at both ends of every tensor, which run the chunk
  * gather.
@@ -14,7 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "formats/dcp.h"
+#include "formats/dcp/dcp.h"
 
 #define MAX_FILES 8
 

@@ -1,8 +1,8 @@
-/* The .npy header parser (formats/npy.h) on the input as a whole .npy, both with the
+/* The .npy header parser (formats/numpy/npy.h) on the input as a whole .npy, both with the
  * "tell me how much you need" protocol and without, then the whole-file reader. */
 #include "fuzz.h"
 
-#include "formats/npy.h"
+#include "formats/numpy/npy.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

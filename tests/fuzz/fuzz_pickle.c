@@ -1,7 +1,7 @@
-/* The restricted unpickler (formats/pickle.h) on a raw pickle stream. */
+/* The restricted unpickler (formats/torch/pickle.h) on a raw pickle stream. */
 #include "fuzz.h"
 
-#include "formats/pickle.h"
+#include "formats/torch/pickle.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

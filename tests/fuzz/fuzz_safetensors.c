@@ -1,8 +1,8 @@
-/* The safetensors header reader (formats/safetensors.h) on the input as a whole file, then
- * a short read of every tensor it accepted. */
+/* The safetensors header reader (formats/safetensors/safetensors.h) on the input as a whole
+ * file, then a short read of every tensor it accepted. */
 #include "fuzz.h"
 
-#include "formats/safetensors.h"
+#include "formats/safetensors/safetensors.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -1,6 +1,6 @@
 """Megatron-Core torch_dist checkpoints saved by real megatron-core (0.16.1, build/venv-megatron,
 GPTModel ranks on gloo, dist_checkpointing.save as Megatron's save_checkpoint calls it) read
-by tpshard (formats/megatron_dist.h, issue #25):
+by tpshard (formats/megatron/megatron_dist.h, issue #25):
 
   * a randomly initialized GQA Llama-style GPTModel saved at TP2 x PP2 with an optimizer state
     (Megatron's make_sharded_optimizer_tensor) and the RNG state: inspect --json says

@@ -1,4 +1,4 @@
-"""Reading Megatron-LM legacy checkpoints (formats/megatron_read.h) against torch.
+"""Reading Megatron-LM legacy checkpoints (formats/megatron/megatron_read.h) against torch.
 
 Fixtures are written by megatron_fixture.py (torch alone, the specification's rules) at
 several TP x PP grids, Megatron-Core and legacy names, every _extra_state kind, with and

@@ -55,7 +55,7 @@ def le_bytes(t):
 
 
 def flatten(obj, prefix, out):
-    """The naming rule of formats/torch.h: key paths joined with '.', list items by index."""
+    """The naming rule of formats/torch/torch.h: key paths joined with '.', list items by index."""
     if isinstance(obj, torch.Tensor):
         out[prefix] = obj
     elif isinstance(obj, dict):

@@ -1,6 +1,7 @@
-"""The torch archive writer (formats/torch_write.h, formats/pickle_write.h) against torch and
-Python themselves; shared by test_torch_write.py (Debian torch 1.13, the full unpickler) and
-torch2_torch_write.py (PyPI torch 2.5.1, weights_only=True with Megatron's safe globals).
+"""The torch archive writer (formats/torch/torch_write.h, formats/torch/pickle_write.h) against
+torch and Python themselves; shared by test_torch_write.py (Debian torch 1.13, the full
+unpickler) and torch2_torch_write.py (PyPI torch 2.5.1, weights_only=True with Megatron's safe
+globals).
 
 The writer is driven by build/tests/tools/torch_write_tool (or the one TPS_TORCH_WRITE_TOOL
 names, e.g. a sanitizer build's): `pickle JSON` prints the pickle
@@ -380,7 +381,7 @@ def check_torch_save_pickle(float8, workdir):
     tensors = make_tensors(float8)
     src = os.path.join(workdir, "cmp.safetensors")
     save_safetensors(src, tensors)
-    # Empty bytes are the one value written unlike Python (see formats/pickle_write.h); and
+    # Empty bytes are the one value written unlike Python (see formats/torch/pickle_write.h); and
     # torch.device('cpu')'s 'cpu' is a string object other than the storages' location 'cpu',
     # which Python's by-identity memo writes twice and the writer's by-value memo once.
     args = json.loads(json.dumps(TOP["args"]))

@@ -1,5 +1,5 @@
-/* Drives the torch archive writer (formats/torch_write.h) and the pickle writer
- * (formats/pickle_write.h) from the interop tests, before any command writes torch files.
+/* Drives the torch archive writer (formats/torch/torch_write.h) and the pickle writer
+ * (formats/torch/pickle_write.h) from the interop tests, before any command writes torch files.
  *
  *   torch_write_tool pickle JSON
  *       prints the protocol-2 pickle of the JSON-encoded value, in hex
@@ -13,9 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "formats/pickle_write.h"
-#include "formats/safetensors.h"
-#include "formats/torch_write.h"
+#include "formats/torch/pickle_write.h"
+#include "formats/safetensors/safetensors.h"
+#include "formats/torch/torch_write.h"
 #include "lib/base/crc.h"
 
 static int fail(const tps_error *err)

@@ -12,9 +12,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "formats/checkpoint.h"
-#include "formats/safetensors.h"
-#include "formats/shardset.h"
+#include "formats/open/checkpoint.h"
+#include "formats/safetensors/safetensors.h"
+#include "formats/open/shardset.h"
 #include "lib/base/json.h"
 #include "lib/engine/convert.h"
 #include "lib/engine/cut.h"

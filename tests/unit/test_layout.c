@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "formats/checkpoint.h"
+#include "formats/open/checkpoint.h"
 #include "lib/layout/layout.h"
 #include "lib/layout/layout_int.h"
 #include "lib/layout/presets.h"

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "formats/pickle.h"
+#include "formats/torch/pickle.h"
 #include "formats/zip.h"
 #include "tps_test.h"
 

@@ -1,4 +1,4 @@
-/* Pickled values as the contract's JSON (formats/pickle_json.h): one Megatron-like top-level
+/* Pickled values as the contract's JSON (formats/torch/pickle_json.h): one Megatron-like top-level
  * dict, pickled by CPython at protocol 2 (GLOBAL/NEWOBJ/BUILD, _codecs.encode bytes,
  * builtins.set) and at protocol 4 (FRAME, MEMOIZE, STACK_GLOBAL, SHORT_BINUNICODE,
  * SHORT_BINBYTES, EMPTY_SET/ADDITEMS), must give the same JSON, which the JSON reader takes
@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "formats/pickle.h"
-#include "formats/pickle_json.h"
+#include "formats/torch/pickle.h"
+#include "formats/torch/pickle_json.h"
 #include "lib/base/json.h"
 #include "tps_test.h"
 

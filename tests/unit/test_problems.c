@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "formats/checkpoint.h"
+#include "formats/open/checkpoint.h"
 #include "lib/layout/layout.h"
 #include "lib/layout/problems.h"
 #include "lib/set/plan.h"

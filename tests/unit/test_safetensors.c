@@ -17,7 +17,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "formats/safetensors.h"
+#include "formats/safetensors/safetensors.h"
 #include "tests/unit/tps_fsize.h"
 #include "tests/unit/tps_test.h"
 

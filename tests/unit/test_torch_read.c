@@ -4,7 +4,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "formats/checkpoint.h"
+#include "formats/open/checkpoint.h"
 #include "tps_test.h"
 
 static const char *top(void)

@@ -1,5 +1,5 @@
-/* The torch archive sink (formats/torch_write.h) read back by the project's own torch reader
- * (formats/torch.h, written from torch's files, not from this writer): tensors of several
+/* The torch archive sink (formats/torch/torch_write.h) read back by the project's own torch reader
+ * (formats/torch/torch.h, written from torch's files, not from this writer): tensors of several
  * dtypes streamed in pieces that straddle records, alternately through write and
  * write_crc, read back bit-equal; the commit's CRC-32 and size are the file's; a counting
  * file gives the same; forced ZIP64 still reads; refusals leave no file.  What torch itself
@@ -9,9 +9,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "formats/pickle_write.h"
-#include "formats/torch.h"
-#include "formats/torch_write.h"
+#include "formats/torch/pickle_write.h"
+#include "formats/torch/torch.h"
+#include "formats/torch/torch_write.h"
 #include "lib/base/crc.h"
 #include "tps_fsize.h"
 #include "tps_test.h"
