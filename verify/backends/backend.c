@@ -1,19 +1,19 @@
 /* Verify backends: which process and which device runs each rank of the sharded pass.
  *
- *   cpu,  local:  tps_vrank_run's threads (verify/rank.c), the host computing.
+ *   cpu,  local:  tps_vrank_run's threads (verify/ranks/rank.c), the host computing.
  *   cpu,  mpi:    this process is one rank (tps_vrank_one), the all-reduce is MPI_Allreduce.
  *   cuda, devsim: the same threads (or MPI process), each rank's matrices on its device and
- *                 every GEMM there (verify/device.h); cuda: one GPU per rank, NCCL
+ *                 every GEMM there (verify/ranks/device.h); cuda: one GPU per rank, NCCL
  *                 communicators from ncclCommInitAll (one process) or from a unique id rank 0
  *                 broadcasts over MPI; with emulate, ranks share the GPUs there are and are
  *                 summed on the device in rank order (one process) or by MPI through the
  *                 host.  devsim: the device primitives in host memory (libtpshard-devsim.so),
  *                 which runs everything of the GPU path but the CUDA calls in every make test.
- * The layer math is the same for all of them (verify/ops_tmpl.h); the comparison with the
- * reference stays in verify/verify.c, which under MPI sees every rank's outputs gathered to
+ * The layer math is the same for all of them (verify/math/ops_tmpl.h); the comparison with the
+ * reference stays in verify/driver/pass.c, which under MPI sees every rank's outputs gathered to
  * rank 0.
  *
- * Plugins (verify/plugin.h says why they are plugins) are looked for, in order, in
+ * Plugins (verify/ranks/plugin.h says why they are plugins) are looked for, in order, in
  *   $TPSHARD_PLUGIN_DIR;
  *   the build directory, when the running binary is the one at the top of the source
  *     tree that built it (a developer's ./tpshard uses the plugins built with it, never
@@ -29,9 +29,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../lib/base/checked.h"
-#include "device.h"
-#include "plugin.h"
+#include "../../lib/base/checked.h"
+#include "../math/util.h"
+#include "../ranks/device.h"
+#include "../ranks/plugin.h"
+#include "backend.h"
 
 struct tps_vbackend {
     tps_vbackend_config cfg;

@@ -9,7 +9,7 @@
 # Knobs: MPI=0|1 (same as HAVE_MPI), HAVE_CUDA=0|1, CUDA_HOME, NCCL_HOME, NVCC, MPICC,
 #        NVCC_GENCODE (default: sm_80 and sm_90 code plus compute_90 PTX for newer GPUs), NVCC_FLAGS.
 # The binary never links CUDA or MPI: it dlopens these plugins when a backend asks for them
-# (verify/plugin.h, verify/backend.c), from the build directory, or from $(PREFIX)/lib/tpshard
+# (verify/ranks/plugin.h, verify/backends/backend.c), from the build directory, or from $(PREFIX)/lib/tpshard
 # after `make install`.  Each plugin has an rpath to the libraries it was built against.
 
 ifneq ($(MPI),)
@@ -25,16 +25,16 @@ NVCC_FLAGS ?= -O2
 CUDA_PLUGIN := $(BUILD)/libtpshard-cuda.so
 MPI_PLUGIN := $(BUILD)/libtpshard-mpi.so
 DEVSIM_PLUGIN := $(BUILD)/libtpshard-devsim.so
-PLUGIN_HDRS := verify/plugin.h verify/verify.h lib/layout/block.h lib/base/index.h lib/base/dtype.h lib/base/status.h
+PLUGIN_HDRS := verify/ranks/plugin.h verify/ranks/comm.h lib/base/dtype.h lib/base/status.h
 TPS_PLUGINS := $(DEVSIM_PLUGIN) $(if $(filter 1,$(HAVE_CUDA)),$(CUDA_PLUGIN)) $(if $(filter 1,$(HAVE_MPI)),$(MPI_PLUGIN))
 TEST_DEPS += $(TPS_PLUGINS)
 OPT_LIBS += -ldl
 
-# Where the binary looks for its plugins (verify/backend.c).
-$(BUILD)/verify/backend.o: OPT_CFLAGS += -DTPS_PLUGIN_DIR='"$(PREFIX)/lib/tpshard"' \
+# Where the binary looks for its plugins (verify/backends/backend.c).
+$(BUILD)/verify/backends/backend.o: OPT_CFLAGS += -DTPS_PLUGIN_DIR='"$(PREFIX)/lib/tpshard"' \
     -DTPS_SOURCE_TOP='"$(CURDIR)"' -DTPS_BUILD_DIR='"$(abspath $(BUILD))"'
 
-$(CUDA_PLUGIN): verify/cuda/cuda_backend.cu $(PLUGIN_HDRS)
+$(CUDA_PLUGIN): verify/backends/cuda/cuda_backend.cu $(PLUGIN_HDRS)
 	@mkdir -p $(dir $@)
 	@echo "  NVCC    $<"
 	$(Q)$(NVCC) -std=c++17 $(NVCC_FLAGS) $(NVCC_GENCODE) -shared -Xcompiler -fPIC,-Wall,-Wextra -I. \
@@ -43,12 +43,12 @@ $(CUDA_PLUGIN): verify/cuda/cuda_backend.cu $(PLUGIN_HDRS)
 	    $(foreach d,$(sort $(CUDA_HOME)/lib64 $(NCCL_HOME)/lib64),-Xlinker -rpath=$(d))
 
 # Built with the binary's flags, sanitizers included, so ASan and TSan see into it.
-$(DEVSIM_PLUGIN): verify/devsim/devsim.c $(PLUGIN_HDRS)
+$(DEVSIM_PLUGIN): verify/backends/devsim/devsim.c $(PLUGIN_HDRS)
 	@mkdir -p $(dir $@)
 	@echo "  CC      $<"
 	$(Q)$(CC) $(filter-out -MMD -MP,$(ALL_CFLAGS)) -fPIC -shared -o $@ $< $(LDFLAGS) -lpthread
 
-$(MPI_PLUGIN): verify/mpi/mpi_glue.c $(PLUGIN_HDRS)
+$(MPI_PLUGIN): verify/backends/mpi/mpi_glue.c $(PLUGIN_HDRS)
 	@mkdir -p $(dir $@)
 	@echo "  MPICC   $<"
 	$(Q)$(MPICC) -std=c11 -D_GNU_SOURCE $(WARN) -O2 -fPIC -shared -I. -o $@ $< \

@@ -7,15 +7,14 @@
 #include <string.h>
 #include <time.h>
 
-#include "../lib/base/checked.h"
-#include "internal.h"
-
-double tps_vnow(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+#include "../../lib/base/checked.h"
+#include "../load/layer.h"
+#include "../load/names.h"
+#include "../math/mla.h"
+#include "../math/ops.h"
+#include "../math/ref.h"
+#include "../math/util.h"
+#include "pass.h"
 #include "quant_blame.h"
 
 void tps_verify_result_release(tps_verify_result *r)
@@ -25,11 +24,6 @@ void tps_verify_result_release(tps_verify_result *r)
     for (int s = 0; s < TPS_VSTAGE_COUNT; s++) free(r->ref_out[s]);
     r->x = NULL;
     for (int s = 0; s < TPS_VSTAGE_COUNT; s++) r->ref_out[s] = NULL;
-}
-
-void tps_vstage(const tps_verify_opts *o, const char *what)
-{
-    if (o && o->on_stage) o->on_stage(o->stage_arg, what);
 }
 
 tps_status tps_verify_count_layers(const tps_block *b, const tps_vsource *ref, uint64_t *out, tps_error *err)
@@ -59,7 +53,7 @@ static uint64_t out_dim(const tps_block *b, const tps_vt *t)
     return t && t->ndim == 2 ? t->shape[b->conv1d ? 1 : 0] : 0;
 }
 
-/* The routing's numbers fit the layer's experts (verify/moe_route.h's preconditions). */
+/* The routing's numbers fit the layer's experts (verify/math/moe_route.h's preconditions). */
 static tps_status check_routing(const tps_block *b, const vdims *d, uint64_t layer, tps_error *err)
 {
     const tps_moe_routing *m = &b->moe;
@@ -196,16 +190,6 @@ tps_vcmp tps_vcompare(const float *a, const double *b, size_t n, double rtol, do
     }
     c.rel = den > 0 ? sqrt(num / den) : sqrt(num);
     return c;
-}
-
-void tps_vappendf(char *buf, size_t size, const char *fmt, ...)
-{
-    size_t len = strlen(buf);
-    if (len + 1 >= size) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf + len, size - len, fmt, ap);
-    va_end(ap);
 }
 
 /* Names the ranks behind a failed stage (see verify.h): a slice of the wrong shape, else a

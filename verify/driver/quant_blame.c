@@ -11,19 +11,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../lib/set/manifest.h"
-#include "dequant_int.h"
-#include "internal.h"
+#include "../../lib/engine/shardset.h"
+#include "../../lib/set/manifest.h"
+#include "../load/dequant.h"
+#include "../load/dequant_int.h"
+#include "../load/names.h"
+#include "../math/util.h"
 #include "quant_blame.h"
-
-tps_status tps_vload_weight(const tps_block *b, const tps_vsource *src, const char *name, tps_vt *out, tps_error *err)
-{
-    bool dequantized;
-    tps_status st = tps_vload_int(b, src, name, out, &dequantized, err);
-    if (st == TPS_OK && !dequantized) st = src->load(src->ctx, name, out, err);
-    if (st == TPS_OK && !dequantized) st = tps_vdequant(b, src, out, err);
-    return st;
-}
 
 /* Whether rank's dequantized w_r equals ref's w at the slice sl of dimension wdim, whose
  * coordinates are the manifest tensor's times factor (a qweight packs input rows or output

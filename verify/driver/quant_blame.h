@@ -1,14 +1,10 @@
-/* A quantized layer's failure traced to the companions of one linear (verify/quant_blame.c). */
-#ifndef TPS_VERIFY_QUANT_BLAME_H
-#define TPS_VERIFY_QUANT_BLAME_H
+/* A quantized layer's failure traced to the companions of one linear (verify/driver/quant_blame.c). */
+#ifndef TPS_VERIFY_DRIVER_QUANT_BLAME_H
+#define TPS_VERIFY_DRIVER_QUANT_BLAME_H
 
-#include "internal.h"
+#include "../load/source.h"
 
 struct tps_shardset;
-
-/* The weight called name as the layer math reads it: GPTQ/AWQ linears and FP8 weights
- * dequantized with the companions src holds beside them (b's quantization_config). */
-tps_status tps_vload_weight(const tps_block *b, const tps_vsource *src, const char *name, tps_vt *out, tps_error *err);
 
 /* Appends to det (size dsz) the quantized linears of layer `layer` whose dequantized slice on
  * rank r (source rank) differs from the reference's (ref) at the rows and columns ss's

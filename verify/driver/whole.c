@@ -8,12 +8,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../lib/base/checked.h"
-#include "../lib/set/manifest.h"
-#include "device.h"
-#include "internal.h"
-#include "finite.h"
-#include "quant_blame.h"
+#include "../../lib/base/checked.h"
+#include "../../lib/engine/shardset.h"
+#include "../../lib/set/manifest.h"
+#include "../load/dequant.h"
+#include "../load/finite.h"
+#include "../load/layer.h"
+#include "../load/names.h"
+#include "../math/ops.h"
+#include "../math/util.h"
+#include "../ranks/device.h"
+#include "whole.h"
 
 void tps_verify_whole_release(tps_verify_whole *w)
 {
@@ -61,7 +66,7 @@ static tps_status load_tensor(const tps_block *b, const tps_vsource *src, const 
 }
 
 /* A reference tensor; one from the source (--source) must be finite (the shard set's checked
- * reads refuse a non-finite one of theirs: verify/layer.c). */
+ * reads refuse a non-finite one of theirs: verify/load/source.c). */
 static tps_status load_ref(const tps_block *b, const tps_vsource *ref, const tps_verify_opts *o, const char *name,
                            tps_vt *t, tps_error *err)
 {

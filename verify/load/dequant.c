@@ -7,8 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../lib/base/checked.h"
-#include "internal.h"
+#include "../../lib/base/checked.h"
+#include "dequant.h"
+#include "dequant_int.h"
 
 static uint64_t cdiv(uint64_t a, uint64_t b) { return a / b + (a % b != 0); }
 
@@ -77,5 +78,14 @@ cleanup:
     free(out);
     free(sn);
     tps_vt_release(&s);
+    return st;
+}
+
+tps_status tps_vload_weight(const tps_block *b, const tps_vsource *src, const char *name, tps_vt *out, tps_error *err)
+{
+    bool dequantized;
+    tps_status st = tps_vload_int(b, src, name, out, &dequantized, err);
+    if (st == TPS_OK && !dequantized) st = src->load(src->ctx, name, out, err);
+    if (st == TPS_OK && !dequantized) st = tps_vdequant(b, src, out, err);
     return st;
 }

@@ -1,12 +1,12 @@
-/* GPTQ / AWQ dequantization for verify (verify/dequant_int.h says the layouts). */
+/* GPTQ / AWQ dequantization for verify (verify/load/dequant_int.h says the layouts). */
 #include "dequant_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../lib/base/checked.h"
-#include "../lib/base/dtype.h"
+#include "../../lib/base/checked.h"
+#include "../../lib/base/dtype.h"
 
 static const unsigned awq_order[8] = {0, 2, 4, 6, 1, 3, 5, 7};
 

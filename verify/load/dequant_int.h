@@ -24,7 +24,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "verify.h"
+#include "source.h"
 
 typedef enum tps_vqint_kind { TPS_VQINT_GPTQ, TPS_VQINT_AWQ } tps_vqint_kind;
 

@@ -7,9 +7,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../lib/base/dtype.h"
-#include "../lib/base/index.h"
-#include "verify.h"
+#include "../../lib/base/dtype.h"
+#include "../../lib/base/index.h"
+#include "../math/tensor.h"
 
 typedef struct tps_vfinite {
     tps_dtype dtype;

@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../lib/base/dtype.h"
-#include "internal.h"
+#include "../../lib/base/dtype.h"
+#include "fused_experts.h"
 
 bool tps_vrole_fused_experts(tps_block_role role)
 {

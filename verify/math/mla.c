@@ -1,8 +1,9 @@
 /* DeepSeek-V2/V3 multi-head latent attention: the sizes and the shapes the TP convention
  * gives each rank (vLLM's DeepseekV2Attention: q_a_proj, kv_a_proj_with_mqa and their
  * RMSNorms replicated; q_b_proj or q_proj and kv_b_proj cut by heads; o_proj by the heads'
- * v columns).  The math is verify/mla_tmpl.h. */
-#include "internal.h"
+ * v columns).  The math is verify/math/mla_tmpl.h. */
+#include "mla.h"
+#include "ops.h"
 
 bool tps_vmla_role_optional(const tps_block *b, tps_block_role r)
 {

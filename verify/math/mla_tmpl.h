@@ -1,4 +1,4 @@
-/* Multi-head latent attention (DeepSeek-V2/V3), included by verify/ops_tmpl.h once per
+/* Multi-head latent attention (DeepSeek-V2/V3), included by verify/math/ops_tmpl.h once per
  * precision, after its kernels.  No include guard: it is part of ops_tmpl.h.  The forward
  * is transformers 4.57's DeepseekV3Attention (and DeepseekV2Attention, whose complex-number
  * RoPE rotates the same pairs):

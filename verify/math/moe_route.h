@@ -1,5 +1,5 @@
 /* Mixture-of-experts routing of one batch of tokens, shared by the CPU ranks
- * (verify/ops_tmpl.h) and the CUDA plugin (verify/cuda/cuda_backend.cu, compiled as C++ by
+ * (verify/math/ops_tmpl.h) and the CUDA plugin (verify/backends/cuda/cuda_backend.cu, compiled as C++ by
  * nvcc), so both choose the same experts with the same weights.  One routine covers the
  * families (lib/layout/block.h, tps_moe_routing):
  *   - scores: softmax over all router logits (Mixtral, Qwen-MoE, DeepSeek-V2) or each
@@ -22,7 +22,7 @@
 #include <math.h>
 #include <stddef.h>
 
-#include "../lib/layout/block.h"
+#include "../../lib/layout/block.h"
 
 typedef struct vmoe_cfg {
     int sigmoid;         /* else softmax */

@@ -1,5 +1,5 @@
-/* The norms around a stage (verify/internal.h, VNORMS_DECLARE), instantiated by verify/ops.c
- * for each precision after verify/ops_tmpl.h.  No include guard: included once per precision. */
+/* The norms around a stage (verify/math/ops.h, VNORMS_DECLARE), instantiated by verify/math/ops.c
+ * for each precision after verify/math/ops_tmpl.h.  No include guard: included once per precision. */
 
 #define VCAT_(a, b) a##_##b
 #define VCAT(a, b) VCAT_(a, b)

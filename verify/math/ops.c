@@ -1,13 +1,12 @@
-/* The layer math in float64 (reference) and float32 (ranks): verify/ops_tmpl.h and
- * verify/norms_tmpl.h twice. */
+/* The layer math in float64 (reference) and float32 (ranks): verify/math/ops_tmpl.h and
+ * verify/math/norms_tmpl.h twice. */
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "device.h"
-#include "internal.h"
+#include "ops.h"
 #include "moe_route.h"
 #include "rope.h"
 

@@ -1,4 +1,4 @@
-/* The layer math, written once and instantiated by verify/ops.c for REAL = double (SFX
+/* The layer math, written once and instantiated by verify/math/ops.c for REAL = double (SFX
  * f64, the reference) and REAL = float (SFX f32, the ranks).  Every loop runs over
  * contiguous memory; weights are converted one row at a time into a REAL scratch row, so
  * no party ever holds a converted copy of a whole matrix.  No include guard: included
@@ -144,12 +144,12 @@ static tps_status F(vlinear_host)(const tps_vt *w, bool conv1d, size_t n, const 
 #endif
 
 /* Every linear of the layer math: on the rank's device when the weight was uploaded to one
- * (verify/device.h; float32 only: the reference never runs on a device), else on the host. */
+ * (verify/ranks/device.h; float32 only: the reference never runs on a device), else on the host. */
 static tps_status F(vlinear)(const tps_vt *w, bool conv1d, size_t n, const REAL *x, size_t ldx, uint64_t i0,
                              uint64_t i1, uint64_t o0, uint64_t o1, REAL *y, size_t ldy, tps_error *err)
 {
 #if VDEVICE_GEMM
-    if (w->dev) return tps_vdev_gemm(w, conv1d, n, x, ldx, i0, i1, o0, o1, y, ldy, err);
+    if (w->dev) return w->dev->ops->gemm(w, conv1d, n, x, ldx, i0, i1, o0, o1, y, ldy, err);
 #endif
     return F(vlinear_host)(w, conv1d, n, x, ldx, i0, i1, o0, o1, y, ldy, err);
 }
@@ -418,11 +418,11 @@ cleanup:
     return st;
 }
 
-/* A mixture of experts: the router picks top_k experts per token (verify/moe_route.h);
+/* A mixture of experts: the router picks top_k experts per token (verify/math/moe_route.h);
  * each expert runs on the tokens routed to it and its output is added with the token's
  * weight; the shared expert, when there is one, runs on every token, scaled by
  * sigmoid(x . shared_expert_gate) where that gate exists (Qwen2-MoE). */
-/* The router's choice for n tokens (verify/moe_route.h): sel[t * E + e] and the weights
+/* The router's choice for n tokens (verify/math/moe_route.h): sel[t * E + e] and the weights
  * wt (n * E each, zeroed here).  logit: n * E of scratch. */
 static tps_status F(vroute)(const tps_block *b, const vdims *d, const vlayer *l, size_t n, const REAL *xn,
                             REAL *logit, unsigned char *sel, double *wt, tps_error *err)

@@ -1,4 +1,4 @@
-/* q_norm / k_norm, written once and instantiated by verify/qk_norm.c for REAL = double
+/* q_norm / k_norm, written once and instantiated by verify/math/qk_norm.c for REAL = double
  * (SFX f64, the reference) and REAL = float (SFX f32, the ranks).  No include guard:
  * included once per precision. */
 

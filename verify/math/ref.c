@@ -6,7 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "ops.h"
+#include "ref.h"
 
 /* A whole-projection q/k norm's sums of squares for a share: those of the whole layer,
  * kept by one pass over every head (keep) and handed to the share's pass (give). */

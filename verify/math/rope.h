@@ -1,5 +1,5 @@
 /* Rotary frequencies under config.json's rope_scaling, shared by the CPU ranks and reference
- * (verify/ops_tmpl.h) and the CUDA plugin's kernels (verify/cuda/cuda_backend.cu, where
+ * (verify/math/ops_tmpl.h) and the CUDA plugin's kernels (verify/backends/cuda/cuda_backend.cu, where
  * these are __host__ __device__), so every pass rotates by the same angles.  The formulas are
  * those of transformers' modeling_rope_utils (4.46), computed here in double:
  *   default  inv(i) = theta^(-2i/rot) for the rotary pair i < rot/2
@@ -24,7 +24,7 @@
 #include <math.h>
 #include <stddef.h>
 
-#include "../lib/layout/block.h"
+#include "../../lib/layout/block.h"
 
 #ifdef __CUDACC__
 #define TPS_VROPE_FN static inline __host__ __device__

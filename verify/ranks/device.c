@@ -1,8 +1,9 @@
-/* The ranks' devices, host side (verify/device.h). */
+/* The ranks' devices, host side (verify/ranks/device.h). */
 #include <stdlib.h>
 #include <string.h>
 
-#include "../lib/base/checked.h"
+#include "../../lib/base/checked.h"
+#include "../math/util.h"
 #include "device.h"
 
 struct tps_vdev {
@@ -80,6 +81,34 @@ static tps_status device_dtype(const tps_vt *t, tps_dtype *dt, float **tmp, tps_
     return TPS_OK;
 }
 
+/* The linear of F(vlinear) (verify/math/ops.h, tps_vlinear_loop_f32's contract) on the
+ * device that holds w's copy. */
+static tps_status device_gemm(const tps_vt *w, bool conv1d, size_t n, const float *x, size_t ldx, uint64_t i0,
+                              uint64_t i1, uint64_t o0, uint64_t o1, float *y, size_t ldy, tps_error *err)
+{
+    tps_vdev_rank *r = w->dev->owner;
+    tps_dev_gemm g = {.conv1d = conv1d, .n = n, .x = x, .ldx = ldx, .i0 = i0, .i1 = i1, .o0 = o0, .o1 = o1,
+                      .y = y, .ldy = ldy};
+    if (!n || i1 <= i0 || o1 <= o0) { /* an empty product: nothing to ask the device */
+        for (size_t t = 0; t < n; t++) memset(y + t * ldy, 0, (size_t)(o1 > o0 ? o1 - o0 : 0) * sizeof *y);
+        return TPS_OK;
+    }
+    return r->dev->api->gemm(r->dev->ctx, r->rank, w->dev->buf, &g, err);
+}
+
+/* Frees t's device copy, if any (tps_vt_release calls it through the table). */
+static void device_release(tps_vt *t)
+{
+    if (!t->dev) return;
+    tps_vdev_rank *r = t->dev->owner;
+    r->dev->api->release(r->dev->ctx, r->rank, t->dev->buf);
+    free(t->dev);
+    t->dev = NULL;
+}
+
+/* What the layer math calls for a tensor that has a device copy (verify/math/tensor.h). */
+static const tps_vdev_ops device_ops = {device_gemm, device_release};
+
 tps_status tps_vdev_upload(tps_vdev_rank *r, tps_vt *t, tps_error *err)
 {
     if (!t->data || t->ndim != 2 || t->dev) return TPS_OK;
@@ -103,6 +132,7 @@ tps_status tps_vdev_upload(tps_vdev_rank *r, tps_vt *t, tps_error *err)
     }
     r->upload_seconds += tps_vnow() - t0;
     r->upload_bytes += (double)t->nelem * (dt == TPS_DT_F32 ? 4 : 2);
+    b->ops = &device_ops;
     b->owner = r;
     t->dev = b;
     return TPS_OK;
@@ -116,28 +146,6 @@ tps_status tps_vdev_upload_layer(tps_vdev_rank *r, vlayer *l, tps_error *err)
     for (int i = 0; i < TPS_ROLE_COUNT; i++) TPS_CHECK(tps_vdev_upload(r, &l->sh[i], err));
 cleanup:
     return st;
-}
-
-tps_status tps_vdev_gemm(const tps_vt *w, bool conv1d, size_t n, const float *x, size_t ldx, uint64_t i0,
-                         uint64_t i1, uint64_t o0, uint64_t o1, float *y, size_t ldy, tps_error *err)
-{
-    tps_vdev_rank *r = w->dev->owner;
-    tps_dev_gemm g = {.conv1d = conv1d, .n = n, .x = x, .ldx = ldx, .i0 = i0, .i1 = i1, .o0 = o0, .o1 = o1,
-                      .y = y, .ldy = ldy};
-    if (!n || i1 <= i0 || o1 <= o0) { /* an empty product: nothing to ask the device */
-        for (size_t t = 0; t < n; t++) memset(y + t * ldy, 0, (size_t)(o1 > o0 ? o1 - o0 : 0) * sizeof *y);
-        return TPS_OK;
-    }
-    return r->dev->api->gemm(r->dev->ctx, r->rank, w->dev->buf, &g, err);
-}
-
-void tps_vdev_release(tps_vt *t)
-{
-    if (!t->dev) return;
-    tps_vdev_rank *r = t->dev->owner;
-    r->dev->api->release(r->dev->ctx, r->rank, t->dev->buf);
-    free(t->dev);
-    t->dev = NULL;
 }
 
 void tps_vdev_take_stats(tps_vdev *d, double *bytes, double *seconds)

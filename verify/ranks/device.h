@@ -1,8 +1,8 @@
-/* The ranks' devices, host side: a device plugin (verify/plugin.h) opened for one job, the
+/* The ranks' devices, host side: a device plugin (verify/ranks/plugin.h) opened for one job, the
  * weight slices a rank uploads to it, the GEMMs the layer math sends there, and the
  * all-reduce between the ranks' devices.
  *
- * The layer math (verify/ops_tmpl.h) is the same for every backend.  A rank that runs on a
+ * The layer math (verify/math/ops_tmpl.h) is the same for every backend.  A rank that runs on a
  * device uploads the matrices of its slices once they are loaded (tps_vdev_upload_layer);
  * from then on every linear of those matrices is a GEMM on the device (the math's one
  * linear, F(vlinear), asks tps_vdev_gemm when a tensor has a device copy), and the rank's
@@ -13,7 +13,7 @@
 #ifndef TPS_VERIFY_DEVICE_H
 #define TPS_VERIFY_DEVICE_H
 
-#include "internal.h"
+#include "../math/tensor.h"
 #include "plugin.h"
 
 typedef struct tps_vdev tps_vdev;
@@ -24,12 +24,6 @@ typedef struct tps_vdev_rank {
     uint64_t rank;
     double upload_bytes, upload_seconds;
 } tps_vdev_rank;
-
-/* A tensor's device copy (tps_vt.dev). */
-typedef struct tps_vdev_buf {
-    tps_vdev_rank *owner;
-    void *buf;
-} tps_vdev_buf;
 
 /* Opens api's device context for the ranks of s (its open), with the host's side of them. */
 tps_status tps_vdev_open(const tps_dev_api *api, const tps_dev_setup *s, tps_vdev **out, tps_error *err);
@@ -49,14 +43,6 @@ tps_status tps_vdev_upload(tps_vdev_rank *r, tps_vt *t, tps_error *err);
 
 /* Every matrix of l: its roles, its experts', its shared expert's. */
 tps_status tps_vdev_upload_layer(tps_vdev_rank *r, vlayer *l, tps_error *err);
-
-/* The linear of F(vlinear) (verify/internal.h, tps_vlinear_loop_f32's contract) on the
- * device that holds w's copy. */
-tps_status tps_vdev_gemm(const tps_vt *w, bool conv1d, size_t n, const float *x, size_t ldx, uint64_t i0,
-                         uint64_t i1, uint64_t o0, uint64_t o1, float *y, size_t ldy, tps_error *err);
-
-/* Frees t's device copy, if any (tps_vt_release calls it). */
-void tps_vdev_release(tps_vt *t);
 
 /* Bytes uploaded and the longest upload time over the ranks this process runs, since the
  * last call (the counters restart). */

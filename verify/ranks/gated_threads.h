@@ -1,5 +1,5 @@
-/* Starting the rank threads of one process, shared by the CPU ranks (verify/rank.c) and the
- * CUDA plugin (verify/cuda/cuda_backend.cu, compiled as C++ by nvcc).  The threads meet at
+/* Starting the rank threads of one process, shared by the CPU ranks (verify/ranks/rank.c) and the
+ * CUDA plugin (verify/backends/cuda/cuda_backend.cu, compiled as C++ by nvcc).  The threads meet at
  * barriers sized for all of them, so none may begin until every one was created: a thread
  * that could not be created would leave the others waiting at the first barrier forever.
  * Each thread first passes the gate, which opens once all were created, or closes so the

@@ -1,11 +1,11 @@
 /* The interface between tpshard and its two optional plugins, loaded with dlopen() by
- * verify/backend.c only when a backend asks for them:
+ * verify/backends/backend.c only when a backend asks for them:
  *
- *   libtpshard-mpi.so   verify/mpi/mpi_glue.c, built with mpicc: the few MPI calls the
+ *   libtpshard-mpi.so   verify/backends/mpi/mpi_glue.c, built with mpicc: the few MPI calls the
  *                       MPI launcher needs (init, all-reduce, broadcast, gather).
- *   libtpshard-cuda.so  verify/cuda/cuda_backend.cu, built with nvcc against cuBLAS and
+ *   libtpshard-cuda.so  verify/backends/cuda/cuda_backend.cu, built with nvcc against cuBLAS and
  *                       NCCL: the device primitives (below) on GPUs.
- *   libtpshard-devsim.so verify/devsim/devsim.c, built by every make: the same primitives in
+ *   libtpshard-devsim.so verify/backends/devsim/devsim.c, built by every make: the same primitives in
  *                       host memory, so that everything of the GPU path but the CUDA calls
  *                       themselves runs in every make test.
  *
@@ -18,7 +18,11 @@
  * (below, and tps_error, tps_vcomm) directly; they call nothing in libtpshard, so they link
  * to no tpshard symbol.  Each exports one C function that returns its table for a matching
  * ABI version and structure sizes, NULL otherwise (a stale plugin from another build is
- * refused, not crashed into).  Plain C, usable from C++ (nvcc) too. */
+ * refused, not crashed into).  Plain C, usable from C++ (nvcc) too.
+ *
+ * The ABI sits in verify/ranks/, not with the loader in verify/backends/: the host side of the
+ * devices (verify/ranks/device.c) speaks it, and the ranks come before the backends
+ * (VERIFY_LAYERS in the Makefile), so the backends and the plugins include it from here. */
 #ifndef TPS_VERIFY_PLUGIN_H
 #define TPS_VERIFY_PLUGIN_H
 
@@ -27,7 +31,9 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "verify.h"
+#include "../../lib/base/dtype.h"
+#include "../../lib/base/status.h"
+#include "comm.h"
 
 #define TPS_PLUGIN_ABI 2
 
@@ -53,7 +59,7 @@ typedef const tps_mpi_api *(*tps_mpi_plugin_fn)(unsigned abi);
  * memory) provides what the ranks need from a GPU and nothing more: keep a rank's weight
  * slices in device memory, multiply activations by them, and sum a buffer across the ranks.
  * The layer math itself (norms, attention, RoPE, routing, every family's block) runs on the
- * host, once, in verify/ops_tmpl.h, for every backend: a device cannot compute a block
+ * host, once, in verify/math/ops_tmpl.h, for every backend: a device cannot compute a block
  * differently from the CPU ranks, it can only get a GEMM or an all-reduce wrong.
  *
  * Every call names the rank it is made for; rank r's calls come from one host thread (the

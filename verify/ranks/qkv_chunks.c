@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "qkv_chunks.h"
 
 size_t tps_vqkv_gather_len(const vdims *d, size_t n)
 {

@@ -5,9 +5,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../load/layer.h"
+#include "../math/ops.h"
 #include "device.h"
 #include "gated_threads.h"
-#include "internal.h"
+#include "qkv_chunks.h"
+#include "rank.h"
+
+void tps_vstage(const tps_verify_opts *o, const char *what)
+{
+    if (o && o->on_stage) o->on_stage(o->stage_arg, what);
+}
 
 /* ---- the thread all-reduce ---- */
 
@@ -51,10 +59,10 @@ typedef struct rank_job {
     tps_vcomm comm;
     tps_status st;
     tps_error err;
-    vgate *gate; /* every thread waits until all were created (verify/gated_threads.h) */
+    vgate *gate; /* every thread waits until all were created (verify/ranks/gated_threads.h) */
     const tps_verify_opts *vo; /* rank 0 reports its stages */
     float *qk_buf;             /* 2 n: a whole-projection q/k norm's sums of squares */
-    float *qkv_buf;            /* Megatron's all-gathered qkv (verify/qkv_chunks.c); NULL: not chunked */
+    float *qkv_buf;            /* Megatron's all-gathered qkv (verify/ranks/qkv_chunks.c); NULL: not chunked */
     bool gathered;             /* this attention stage entered the qkv gather */
 } rank_job;
 
@@ -70,7 +78,7 @@ void tps_vrank_note_dtypes(vrank_out *o, const vlayer *l)
     for (int r = 0; r < TPS_ROLE_COUNT; r++) note_dtype(o, &l->sh[r]);
 }
 
-/* The ranks' side of a whole-projection q/k norm (verify/qk_norm.c): the per-token sums of
+/* The ranks' side of a whole-projection q/k norm (verify/math/qk_norm.c): the per-token sums of
  * squares of q and of k, all-reduced.  With T > kv_heads each KV head is held by T / kv_heads
  * ranks; only the first of them adds its k sums, or the replicas would count T / kv_heads
  * times.  ss NULL: the rank joins with zeros (it computes nothing this stage). */

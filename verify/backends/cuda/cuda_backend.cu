@@ -1,4 +1,4 @@
-/* libtpshard-cuda.so: the device primitives of verify/plugin.h on GPUs.
+/* libtpshard-cuda.so: the device primitives of verify/ranks/plugin.h on GPUs.
  *
  * Each rank has its own device, stream and cuBLAS handle.  Its weight slices are uploaded in
  * their dtype (BF16, F16 or F32) and every GEMM is a cublasGemmEx on a block of a slice with
@@ -8,7 +8,7 @@
  * GEMM sums in float32: the weights are used exactly as stored and the activations keep
  * about 16 (BF16) or 22 (F16) bits instead of 8 or 11, so the result is held to the same
  * tolerance as the CPU ranks rather than to the rounding of the activations.  Everything
- * else of the layer (norms, attention, RoPE, routing) is the host's (verify/ops_tmpl.h), the
+ * else of the layer (norms, attention, RoPE, routing) is the host's (verify/math/ops_tmpl.h), the
  * same code for every backend.
  *
  * The all-reduce is ncclAllReduce (one host thread per rank over ncclCommInitAll
@@ -30,7 +30,7 @@
 #include <string.h>
 
 extern "C" {
-#include "verify/plugin.h"
+#include "verify/ranks/plugin.h"
 }
 
 extern "C" const tps_dev_api *tps_dev_plugin(unsigned abi, const size_t *sizes, size_t nsizes);

@@ -1,4 +1,4 @@
-/* libtpshard-devsim.so: the device primitives of verify/plugin.h in host memory.
+/* libtpshard-devsim.so: the device primitives of verify/ranks/plugin.h in host memory.
  *
  * It is what the CUDA plugin is, minus CUDA: each rank's weights are copied into buffers of
  * its own "device" (separate allocations, which the host never reads again), its GEMMs read
@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "verify/plugin.h"
+#include "verify/ranks/plugin.h"
 
 const tps_dev_api *tps_dev_plugin(unsigned abi, const size_t *sizes, size_t nsizes);
 

@@ -1,4 +1,4 @@
-/* libtpshard-mpi.so: the MPI calls of the MPI launcher (verify/plugin.h), built with
+/* libtpshard-mpi.so: the MPI calls of the MPI launcher (verify/ranks/plugin.h), built with
  * mpicc so the binary itself never links libmpi.  Errors return instead of aborting the
  * job (MPI_ERRORS_RETURN), so tpshard reports them with its own exit codes. */
 #include <limits.h>
@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../plugin.h"
+#include "../../ranks/plugin.h"
 
 const tps_mpi_api *tps_mpi_plugin(unsigned abi);
 
