@@ -45,9 +45,17 @@ LIB_LAYERS := base layout set targets engine megatron
 # torch_dist checkpoints (torch archives, a DCP); open: what sniffs a path and opens whichever
 # reader fits (a checkpoint, a shard set).
 FORMATS_LAYERS := . safetensors numpy torch dcp megatron open
-# The plugins' sources (verify/gpu.mk builds each into its own shared object) stay out of
-# libtpshard.a.
-VERIFY_PLUGIN_SRC := verify/devsim/devsim.c verify/mpi/mpi_glue.c
+# verify/'s folders, bottom first, by the same rule (the files at verify/'s top are its face,
+# verify/verify.h, and may include any folder).  math: the layer math, pure functions of
+# tensors (ops, norms, RoPE, attention kinds, MLA, MoE routing, the float64 reference); load:
+# a layer's tensors (names, sources, slices, dequantization, non-finite scan, fused experts);
+# ranks: the rank runner, the host side of devices and the device ABI, collectives;
+# backends: selection, dlopen, the plugins; driver: layer and whole-model passes, the
+# comparison, the blame.
+VERIFY_LAYERS := math load ranks backends driver
+# The plugins' sources (verify/backends/gpu.mk builds each into its own shared object) stay
+# out of libtpshard.a.
+VERIFY_PLUGIN_SRC := verify/backends/devsim/devsim.c verify/backends/mpi/mpi_glue.c
 LIB_SRC := $(wildcard lib/*.c lib/*/*.c formats/*.c formats/*/*.c) \
     $(filter-out $(VERIFY_PLUGIN_SRC),$(wildcard verify/*.c verify/*/*.c verify/*/*/*.c))
 CMD_SRC := $(wildcard cmd/*.c)
@@ -76,16 +84,16 @@ PROBE_DIR := $(shell mkdir -p $(BUILD) && echo $(BUILD))
 HAVE_CUDA ?= $(shell printf '\043include <cublas_v2.h>\n\043include <nccl.h>\nint main(void){return 0;}\n' > $(PROBE_DIR)/.probe_cuda.c && $(CC) -I$(CUDA_HOME)/include -I$(NCCL_HOME)/include $(PROBE_DIR)/.probe_cuda.c -o $(PROBE_DIR)/.probe_cuda -L$(CUDA_HOME)/lib64 -L$(NCCL_HOME)/lib64 -lcublas -lnccl -lcudart >/dev/null 2>&1 && echo 1 || echo 0)
 HAVE_MPI ?= $(shell printf '\043include <mpi.h>\nint main(void){return 0;}\n' > $(PROBE_DIR)/.probe_mpi.c && $(MPICC) $(PROBE_DIR)/.probe_mpi.c -o $(PROBE_DIR)/.probe_mpi >/dev/null 2>&1 && echo 1 || echo 0)
 # A CBLAS for the CPU ranks' and the reference's GEMMs (Debian: libopenblas-dev); HAVE_BLAS=0
-# keeps the plain loops (verify/ops_tmpl.h), which make test also exercises
+# keeps the plain loops (verify/math/ops_tmpl.h), which make test also exercises
 # (tests/unit/test_verify_gemm.c).  ops.o is rebuilt when the choice changes.
 BLAS_LIBS ?= -lopenblas
 HAVE_BLAS ?= $(shell printf '\043include <cblas.h>\nint main(void){float a=1,c=0;cblas_sgemm(CblasRowMajor,CblasNoTrans,CblasNoTrans,1,1,1,1,&a,1,&a,1,0,&c,1);return c!=1;}\n' > $(PROBE_DIR)/.probe_blas.c && $(CC) $(PROBE_DIR)/.probe_blas.c -o $(PROBE_DIR)/.probe_blas $(BLAS_LIBS) >/dev/null 2>&1 && echo 1 || echo 0)
 HAVE_BLAS := $(HAVE_BLAS)
 BLAS_STAMP := $(PROBE_DIR)/.have_blas
 $(shell [ "$$(cat $(BLAS_STAMP) 2>/dev/null)" = "$(HAVE_BLAS)" ] || echo $(HAVE_BLAS) > $(BLAS_STAMP))
-$(BUILD)/verify/ops.o: $(BLAS_STAMP)
-$(BUILD)/verify/ops.o: OPT_CFLAGS += -DTPS_HAVE_BLAS=$(HAVE_BLAS)
-# Not linked: verify/ops.c opens libopenblas.so.0 when verify first needs it (see there why).
+$(BUILD)/verify/math/ops.o: $(BLAS_STAMP)
+$(BUILD)/verify/math/ops.o: OPT_CFLAGS += -DTPS_HAVE_BLAS=$(HAVE_BLAS)
+# Not linked: verify/math/ops.c opens libopenblas.so.0 when verify first needs it (see there why).
 
 # Optional parts, each in its own fragment next to its code: the GPU and MPI verify backends,
 # fuzzing, benchmarks.  A fragment may add objects to LIB_OBJ, flags to OPT_CFLAGS/OPT_LIBS,
@@ -93,7 +101,7 @@ $(BUILD)/verify/ops.o: OPT_CFLAGS += -DTPS_HAVE_BLAS=$(HAVE_BLAS)
 # make takes the first target it reads unless .DEFAULT_GOAL is set, and it is set here).
 TEST_DEPS :=
 .DEFAULT_GOAL := all
-include verify/gpu.mk
+include verify/backends/gpu.mk
 include tests/fuzz/fuzz.mk
 include tests/bench/bench.mk
 

@@ -76,7 +76,7 @@ typedef enum tps_block_model_role {
  * float32, weight included, where Llama's scales after casting back). */
 typedef enum tps_norm_kind { TPS_NORM_RMS, TPS_NORM_LAYER, TPS_NORM_RMS_OFFSET } tps_norm_kind;
 /* The attention of a block: Llama/GPT-style multi-head (the kind says which), or DeepSeek's
- * multi-head latent attention (verify/mla_tmpl.h), whatever the MLP is. */
+ * multi-head latent attention (verify/math/mla_tmpl.h), whatever the MLP is. */
 typedef enum tps_attn_kind { TPS_ATTN_MHA, TPS_ATTN_MLA } tps_attn_kind;
 /* Over what q_norm and k_norm normalize.  Per head: each head's head_dim, weight [head_dim]
  * (Qwen3, Gemma 3), local to a rank.  Whole: the whole projection, q's heads * head_dim and
@@ -95,7 +95,7 @@ typedef enum tps_rope_style {
 
 /* config.json's rope_scaling: how the rotary frequencies of a long-context model differ from
  * theta^(-2i/rot).  The formulas are transformers' modeling_rope_utils (4.46), implemented
- * in verify/rope.h. */
+ * in verify/math/rope.h. */
 typedef enum tps_rope_scaling_kind {
     TPS_ROPE_SCALING_NONE,    /* absent, null, or rope_type "default" */
     TPS_ROPE_SCALING_LINEAR,  /* positions divided by factor */
@@ -119,7 +119,7 @@ typedef struct tps_rope_scaling {
     double mscale, mscale_all_dim;            /* DeepSeek's yarn (transformers 4.57); 0: absent */
 } tps_rope_scaling;
 
-/* How a mixture-of-experts layer picks its experts (config.json's words; verify/moe_route.h
+/* How a mixture-of-experts layer picks its experts (config.json's words; verify/math/moe_route.h
  * computes it): scores from the router logits (scoring_func), a choice among groups of
  * experts first (topk_method, n_group, topk_group), then the top_k experts by score plus
  * the router bias (e_score_correction_bias, for choosing only); the chosen experts' scores,
@@ -203,7 +203,7 @@ typedef struct tps_block {
     bool gptq_v2;
     /* Megatron-Core >= 0.16 at tp above the query groups (set by verify from the manifest's
      * cut, no YAML key): each rank holds a plain row chunk of its group's [q; k; v] block,
-     * not its q heads with the group's k and v (Falcon's); verify/qkv_chunks.c. */
+     * not its q heads with the group's k and v (Falcon's); verify/ranks/qkv_chunks.c. */
     bool qkv_row_chunks;
 } tps_block;
 

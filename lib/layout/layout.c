@@ -100,7 +100,7 @@
  *                                    group_limited_greedy | noaux_tc
  *     norm_topk_prob: BOOL           routed_scaling_factor: FLOAT
  *     n_group / topk_group / first_k_dense_replace / moe_layer_freq /
- *     decoder_sparse_step: N         config.json's meanings (verify/moe_route.h); these and
+ *     decoder_sparse_step: N         config.json's meanings (verify/math/moe_route.h); these and
  *                                    mlp_only_layers are read from config.json too
  *     embed / pos_embed / final_norm / final_norm_bias / lm_head: TENSOR   whole names of
  *                                    the tensors outside the layers (verify --whole-model);

@@ -1,6 +1,6 @@
 #!/bin/sh
 # verify --backend devsim: the GPU path without a GPU.  The devsim plugin
-# (verify/devsim/devsim.c) implements the device primitives of the cuda plugin in host
+# (verify/backends/devsim/devsim.c) implements the device primitives of the cuda plugin in host
 # memory, so these runs cover, in every make test, what a GPU run does except the CUDA,
 # cuBLAS and NCCL calls: each rank's matrices uploaded to its device, every GEMM there, the
 # all-reduce over the devices' buffers, the whole-model pass's LM head, --emulate.

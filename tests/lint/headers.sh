@@ -3,7 +3,7 @@
 # twice (it includes what it uses, and its include guard holds), with warnings as errors.
 #   CC=cc CFLAGS='...' sh tests/lint/headers.sh [ROOT]   (make lint passes the build's flags)
 # A template header, made to be included several times by one .c file with different
-# macros defined (verify/ops_tmpl.h), says "No include guard" in its opening comment; it
+# macros defined (verify/math/ops_tmpl.h), says "No include guard" in its opening comment; it
 # is checked where it is instantiated, by the build, not here.
 set -u
 cd "${1:-$(dirname "$0")/../..}" || exit 2

@@ -1,12 +1,12 @@
 /* Gemma 3's config.json keys as the layout reads them: which layers are local
  * (layer_types, else config.json's sliding_window_pattern, else the block's), the local
  * RoPE base, a multimodal config's text_config, and the errors of a bad layer_types; and
- * the RoPE base and scaling each layer rotates with (verify/rope.h). */
+ * the RoPE base and scaling each layer rotates with (verify/math/rope.h). */
 #include <string.h>
 
 #include "lib/layout/layout.h"
 #include "tps_test.h"
-#include "verify/rope.h"
+#include "verify/math/rope.h"
 
 /* The gemma3_text preset with config text applied; NULL (and the message in err) on failure. */
 static tps_layout *load(const char *json, tps_error *err)

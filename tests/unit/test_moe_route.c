@@ -1,4 +1,4 @@
-/* Mixture-of-experts routing (verify/moe_route.h) against a brute force that reads the
+/* Mixture-of-experts routing (verify/math/moe_route.h) against a brute force that reads the
  * families' definitions literally: of all ways to keep topk_group groups, the one whose
  * group scores sum highest; of all top_k subsets of the kept experts, the one whose choice
  * scores sum highest (with distinct scores, exactly the top-k); weights the chosen experts'
@@ -8,7 +8,7 @@
 #include <stdlib.h>
 
 #include "../../lib/layout/layout.h"
-#include "../../verify/moe_route.h"
+#include "../../verify/math/moe_route.h"
 #include "tps_test.h"
 
 #define EMAX 8

@@ -10,7 +10,9 @@
 
 #include "lib/layout/partition.h"
 #include "tps_test.h"
-#include "verify/internal.h"
+#include "verify/math/ops.h"
+#include "verify/math/ref.h"
+#include "verify/verify.h"
 
 /* ---- an in-memory layer: global float tensors, each with its partition ---- */
 

@@ -1,10 +1,10 @@
-/* GPTQ / AWQ dequantization (verify/dequant_int.h) on words written out by hand from the
+/* GPTQ / AWQ dequantization (verify/load/dequant_int.h) on words written out by hand from the
  * producers' descriptions: AutoGPTQ packs input rows sequentially into a word's fields and
  * stores zero - 1 (v1), AutoAWQ packs output columns in the order [0,2,4,6,1,3,5,7]. */
 #include <stdlib.h>
 
 #include "../../lib/base/dtype.h"
-#include "../../verify/dequant_int.h"
+#include "../../verify/load/dequant_int.h"
 #include "tps_test.h"
 
 static uint32_t words_buf[8][64];

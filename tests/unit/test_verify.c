@@ -8,8 +8,11 @@
 
 #include "lib/layout/partition.h"
 #include "tps_test.h"
-#include "verify/internal.h"
-#include "verify/rope.h"
+#include "verify/load/layer.h"
+#include "verify/math/ops.h"
+#include "verify/math/ref.h"
+#include "verify/math/rope.h"
+#include "verify/verify.h"
 
 /* ---- an in-memory checkpoint ---- */
 

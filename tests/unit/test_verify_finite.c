@@ -1,4 +1,4 @@
-/* The non-finite scan of verify (verify/finite.h) against the C library's isfinite() on the
+/* The non-finite scan of verify (verify/load/finite.h) against the C library's isfinite() on the
  * same bits decoded another way: BF16 widened to float32 by a shift, F16 and FP8 E5M2 (the
  * top byte of an F16) through the compiler's _Float16, F32 and F64 as they are; FP8 E4M3's
  * only non-finite codes are 0x7f and 0xff (OCP 8-bit floating point spec, "E4M3": no
@@ -7,7 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "../../verify/finite.h"
+#include "../../verify/load/finite.h"
 #include "tps_test.h"
 
 static int finite_by_libm(tps_dtype dt, const unsigned char *e)

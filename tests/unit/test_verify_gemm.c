@@ -1,4 +1,4 @@
-/* verify's linears (verify/ops_tmpl.h) both ways: through the BLAS when tpshard was built
+/* verify's linears (verify/math/ops_tmpl.h) both ways: through the BLAS when tpshard was built
  * with one (make config), and through the plain loops that are its fallback, each against a
  * brute-force float64 sum of the same BF16 / F32 weights written here, for a Linear [out, in]
  * and a Conv1D [in, out], a sub-range of the rows, and a token count that is not a multiple
@@ -6,7 +6,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "../../verify/internal.h"
+#include "../../verify/math/ops.h"
 #include "tps_test.h"
 
 enum { N = 19, IN = 300, OUT = 70, O0 = 5, O1 = 61 };

@@ -1,0 +1,182 @@
+/* The sources of verify/load/source.h: a tensor index, a shard set read through its manifest. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../lib/base/checked.h"
+#include "../../lib/base/crc.h"
+#include "../../lib/engine/gather.h"
+#include "../../lib/set/manifest.h"
+#include "finite.h"
+#include "source.h"
+
+/* Names out and gives it a buffer for a whole tensor; *nb is its byte count. */
+static tps_status vt_prepare(tps_vt *out, const char *name, uint64_t nbytes, tps_dtype dtype, int ndim,
+                             const uint64_t *shape, size_t *nb, tps_error *err)
+{
+    memset(out, 0, sizeof *out);
+    if (!tps_u64_to_size(nbytes, nb)) return tps_fail_oom(err, name);
+    out->name = strdup(name);
+    out->data = malloc(*nb ? *nb : 1);
+    if (!out->name || !out->data) {
+        tps_vt_release(out);
+        return tps_fail_oom(err, name);
+    }
+    out->dtype = dtype;
+    out->ndim = ndim;
+    memcpy(out->shape, shape, sizeof out->shape);
+    /* the readers checked nbytes against the shape, so the product fits */
+    tps_prod_u64(shape, ndim, &out->nelem);
+    return TPS_OK;
+}
+
+static tps_status index_load(void *ctx, const char *name, tps_vt *out, tps_error *err)
+{
+    const tps_index *ix = ctx;
+    const tps_tensor *t = tps_index_find(ix, name);
+    if (!t) return tps_fail(err, TPS_EINVALID, "%s: no tensor %s", ix->path, name);
+    size_t nb;
+    tps_status st = vt_prepare(out, name, t->nbytes, t->dtype, t->ndim, t->shape, &nb, err);
+    if (st == TPS_OK) st = tps_tensor_read(ix, t, 0, out->data, nb, err);
+    if (st) tps_vt_release(out);
+    return st;
+}
+
+static bool index_has(void *ctx, const char *name)
+{
+    return tps_index_find(ctx, name) != NULL;
+}
+
+tps_vsource tps_vsource_index(const tps_index *ix)
+{
+    tps_vsource s = {(void *)ix, index_load, index_has};
+    return s;
+}
+
+typedef struct checked_read {
+    unsigned char *buf; /* the global bytes go here; NULL: only checked */
+    char finding[1400];
+    tps_vfinite fin;
+} checked_read;
+
+static tps_status keep_bytes(void *arg, uint64_t off, const void *p, size_t n, tps_error *err)
+{
+    (void)err;
+    checked_read *c = arg;
+    if (c->buf) memcpy(c->buf + off, p, n);
+    tps_vfinite_feed(&c->fin, p, n); /* the walk gives the global bytes front to back */
+    return TPS_OK;
+}
+
+static void keep_finding(void *arg, const char *msg)
+{
+    checked_read *c = arg;
+    if (!c->finding[0]) snprintf(c->finding, sizeof c->finding, "%s", msg);
+}
+
+/* The failure for non-finite values found in shard tensor t (fin); with source (--source),
+ * whether the source's copy holds them too. */
+static tps_status fail_not_finite(tps_shardset *ss, const tps_manifest_tensor *t, const tps_vfinite *fin,
+                                  const tps_vsource *source, tps_error *err)
+{
+    char what[600], also[400] = "";
+    bool source_finite = false; /* then the shards are at fault, not the checkpoint */
+    tps_vfinite_describe(fin, t->name, t->shape, t->ndim, what, sizeof what);
+    if (source) {
+        tps_vt s;
+        tps_error serr;
+        tps_error_clear(&serr);
+        memset(&s, 0, sizeof s);
+        if (source->has(source->ctx, t->name) && source->load(source->ctx, t->name, &s, &serr) == TPS_OK) {
+            tps_vfinite sf;
+            tps_vt_scan(&s, &sf);
+            if (sf.count) {
+                snprintf(also, sizeof also,
+                         "; the source holds it too (%llu non-finite value%s, the first at element %llu)",
+                         (unsigned long long)sf.count, sf.count == 1 ? "" : "s", (unsigned long long)sf.first);
+            } else {
+                source_finite = true;
+                snprintf(also, sizeof also,
+                         "; the source's copy is finite: these shards were not cut from this source (or were changed "
+                         "since, their manifest with them)");
+            }
+        }
+        tps_vt_release(&s);
+    }
+    return tps_fail(err, TPS_EINVALID, "%s: %s%s%s%s", ss->dir, what, also, source_finite ? "" : ": ",
+                    source_finite ? "" : tps_vfinite_why);
+}
+
+/* Reads tensor t of the shard set through the gather walk (every rank's bytes once, replicas
+ * compared, padding checked) into buf (NULL: only checks), compares its global CRC-32 with
+ * the manifest's, and refuses non-finite values (source: the reference's other source, whose
+ * copy the message then describes). */
+static tps_status read_checked(tps_shardset *ss, const tps_manifest_tensor *t, void *buf, const tps_vsource *source,
+                               tps_error *err)
+{
+    checked_read c = {buf, "", {0}};
+    tps_vfinite_init(&c.fin, t->dtype);
+    tps_gather_hooks h = {keep_bytes, keep_finding, &c, false};
+    uint32_t crc;
+    tps_status st = tps_gather_tensor(ss, t, &h, &crc, NULL, err);
+    if (st) return st;
+    /* A set tpshard did not write (an engine's, a Megatron checkpoint) records no CRC. */
+    if (!c.finding[0] && (crc == t->crc || ss->m->adopted))
+        return c.fin.count ? fail_not_finite(ss, t, &c.fin, source, err) : TPS_OK;
+    char path[4200];
+    bool found = false;
+    tps_error ferr;
+    tps_error_clear(&ferr);
+    tps_shardset_changed_file(ss, t, path, sizeof path, &found, &ferr); /* the best name we can give */
+    const char *file = found ? path : NULL;
+    if (c.finding[0])
+        return tps_fail(err, TPS_EMISMATCH, "%s: %s; the shard set does not match its manifest (tpshard check %s)",
+                        file ? file : ss->dir, c.finding, ss->dir);
+    return tps_fail(err, TPS_EMISMATCH,
+                    "%s: tensor '%s': CRC-32 %08x of its bytes, the manifest says %08x: the shard set does not match "
+                    "its manifest (tpshard check %s lists every difference)",
+                    file ? file : ss->dir, t->name, (unsigned)crc, t->crc, ss->dir);
+}
+
+static tps_status shardset_load(void *ctx, const char *name, tps_vt *out, tps_error *err)
+{
+    tps_shardset *ss = ctx;
+    const tps_manifest_tensor *t = tps_manifest_find(ss->m, name);
+    if (!t) return tps_fail(err, TPS_EINVALID, "%s: the manifest has no tensor %s", ss->dir, name);
+    size_t nb;
+    tps_status st = vt_prepare(out, name, t->nbytes, t->dtype, t->ndim, t->shape, &nb, err);
+    if (st == TPS_OK) st = read_checked(ss, t, out->data, NULL, err);
+    if (st) tps_vt_release(out);
+    return st;
+}
+
+bool tps_vsource_is_shardset(const tps_vsource *src, const tps_shardset *ss)
+{
+    return src->load == shardset_load && src->ctx == ss;
+}
+
+tps_status tps_vtensor_check(tps_shardset *ss, const char *name, const tps_vsource *source, uint64_t *tensors,
+                             uint64_t *bytes, tps_error *err)
+{
+    const tps_manifest_tensor *t = tps_manifest_find(ss->m, name);
+    if (!t) return TPS_OK;
+    if (source) {
+        tps_status st = read_checked(ss, t, NULL, source, err);
+        if (st) return st;
+    }
+    (*tensors)++;
+    *bytes += t->nbytes;
+    return TPS_OK;
+}
+
+static bool shardset_has(void *ctx, const char *name)
+{
+    const tps_shardset *ss = ctx;
+    return tps_manifest_find(ss->m, name) != NULL;
+}
+
+tps_vsource tps_vsource_shardset(tps_shardset *ss)
+{
+    tps_vsource s = {ss, shardset_load, shardset_has};
+    return s;
+}

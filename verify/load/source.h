@@ -1,0 +1,33 @@
+/* Where one party's tensors come from: a checkpoint's tensor index, or a shard set read
+ * back through its manifest (every read checked against it). */
+#ifndef TPS_VERIFY_LOAD_SOURCE_H
+#define TPS_VERIFY_LOAD_SOURCE_H
+
+#include <stdbool.h>
+#include "../../lib/base/index.h"
+#include "../math/tensor.h"
+
+/* Where one party's tensors come from.  load fills out with the whole tensor called name
+ * (malloc'd data, released with tps_vt_release), or fails naming it. */
+typedef struct tps_vsource {
+    void *ctx;
+    tps_status (*load)(void *ctx, const char *name, tps_vt *out, tps_error *err);
+    bool (*has)(void *ctx, const char *name); /* whether load would find name */
+} tps_vsource;
+
+/* A source over an opened tensor index: a checkpoint or one rank's shard files. */
+tps_vsource tps_vsource_index(const tps_index *ix);
+
+struct tps_shardset;
+/* The global tensors of a shard set, reassembled from its ranks' files. */
+tps_vsource tps_vsource_shardset(struct tps_shardset *ss);
+
+/* Whether src is tps_vsource_shardset(ss). */
+bool tps_vsource_is_shardset(const tps_vsource *src, const struct tps_shardset *ss);
+
+/* Checks tensor `name` of the shard set against its manifest (tps_vlayer_check, one tensor);
+ * absent from the set: nothing counted. */
+tps_status tps_vtensor_check(struct tps_shardset *ss, const char *name, const tps_vsource *source,
+                             uint64_t *tensors, uint64_t *bytes, tps_error *err);
+
+#endif

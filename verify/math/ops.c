@@ -1,0 +1,120 @@
+/* The layer math in float64 (reference) and float32 (ranks): verify/math/ops_tmpl.h and
+ * verify/math/norms_tmpl.h twice. */
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops.h"
+#include "moe_route.h"
+#include "rope.h"
+
+#ifndef TPS_HAVE_BLAS /* the Makefile's probe sets it */
+#define TPS_HAVE_BLAS 0
+#endif
+#if TPS_HAVE_BLAS
+#include <cblas.h>
+#include <dlfcn.h>
+
+/* OpenBLAS is opened when the first linear asks for it, not linked into tpshard: its start-up
+ * allocates a buffer per thread before main, and under an address-space limit (ulimit -v) that
+ * spins forever, so every command would hang there, though only verify uses it.  Opened here
+ * and unavailable (no libopenblas.so.0 on the machine that runs the binary), the linears take
+ * the plain loops. */
+static __typeof__(cblas_sgemm) *blas_sgemm;
+static __typeof__(cblas_dgemm) *blas_dgemm;
+static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+
+static void blas_open(void)
+{
+    static const char *const names[] = {"libopenblas.so.0", "libopenblas.so", "libcblas.so.3"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+        if (!h) continue;
+        /* dlsym returns void *; the standard way to a function pointer is through memcpy. */
+        void *s = dlsym(h, "cblas_sgemm"), *d = dlsym(h, "cblas_dgemm");
+        if (s && d) {
+            memcpy(&blas_sgemm, &s, sizeof s);
+            memcpy(&blas_dgemm, &d, sizeof d);
+            return; /* kept open for the process's life */
+        }
+        dlclose(h);
+    }
+}
+
+static bool blas_ready(void)
+{
+    pthread_once(&blas_once, blas_open);
+    return blas_sgemm != NULL;
+}
+#endif
+
+/* Tokens per block of the Linear kernel: 16 float64 accumulators fill 8 SSE registers. */
+#define VTB 16
+
+static float f16_tab[65536], e4m3_tab[256], e5m2_tab[256];
+static pthread_once_t tab_once = PTHREAD_ONCE_INIT;
+
+/* Lookup tables built from tps_dtype_to_f64, so the conversion rules live in one place
+ * and the hot loops make no call per element.  Every F16/FP8 value is exact in float. */
+static void tab_init(void)
+{
+    for (unsigned i = 0; i < 65536; i++) {
+        unsigned char b[2] = {(unsigned char)(i & 0xff), (unsigned char)(i >> 8)};
+        double v = 0;
+        tps_dtype_to_f64(TPS_DT_F16, b, 0, &v);
+        f16_tab[i] = (float)v;
+    }
+    for (unsigned i = 0; i < 256; i++) {
+        unsigned char b = (unsigned char)i;
+        double v = 0;
+        tps_dtype_to_f64(TPS_DT_F8_E4M3, &b, 0, &v);
+        e4m3_tab[i] = (float)v;
+        tps_dtype_to_f64(TPS_DT_F8_E5M2, &b, 0, &v);
+        e5m2_tab[i] = (float)v;
+    }
+}
+
+static const float *vtable(tps_dtype dt)
+{
+    if (dt != TPS_DT_F16 && dt != TPS_DT_F8_E4M3 && dt != TPS_DT_F8_E5M2) return NULL;
+    pthread_once(&tab_once, tab_init);
+    return dt == TPS_DT_F16 ? f16_tab : dt == TPS_DT_F8_E4M3 ? e4m3_tab : e5m2_tab;
+}
+
+bool tps_vdtype_supported(tps_dtype dt)
+{
+    return dt == TPS_DT_BF16 || dt == TPS_DT_F32 || dt == TPS_DT_F64 || vtable(dt) != NULL;
+}
+
+bool tps_verify_blas(void)
+{
+#if TPS_HAVE_BLAS
+    return blas_ready();
+#else
+    return false;
+#endif
+}
+
+#define REAL double
+#define SFX f64
+#define VGEMM (*blas_dgemm)
+#define VDEVICE_GEMM 0
+#include "norms_tmpl.h"
+#include "ops_tmpl.h"
+#undef REAL
+#undef SFX
+#undef VGEMM
+#undef VDEVICE_GEMM
+
+#define REAL float
+#define SFX f32
+#define VGEMM (*blas_sgemm)
+#define VDEVICE_GEMM 1
+#include "norms_tmpl.h"
+#include "ops_tmpl.h"
+#undef REAL
+#undef SFX
+#undef VGEMM
+#undef VDEVICE_GEMM

@@ -1,0 +1,83 @@
+/* A tensor as a party of the pass holds it (the reference or one rank), one layer's tensors,
+ * and the facts of the layer every folder of verify/ shares: its two stages and the
+ * tolerance a dtype allows.  The bottom of verify/ (the Makefile's VERIFY_LAYERS). */
+#ifndef TPS_VERIFY_MATH_TENSOR_H
+#define TPS_VERIFY_MATH_TENSOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../../lib/base/index.h"
+#include "../../lib/base/status.h"
+#include "../../lib/layout/block.h"
+
+typedef struct tps_vt tps_vt;
+
+/* What the math needs of a tensor's copy on a rank's device: gemm is the linear of
+ * F(vlinear) (verify/math/ops.h, tps_vlinear_loop_f32's contract) on that device, release
+ * frees the copy (tps_vt_release calls it).  verify/ranks/device.c makes the copies and
+ * fills the table; the math reaches the device through it, so that the bottom folder calls
+ * nothing above it. */
+typedef struct tps_vdev_ops {
+    tps_status (*gemm)(const tps_vt *w, bool conv1d, size_t n, const float *x, size_t ldx, uint64_t i0,
+                       uint64_t i1, uint64_t o0, uint64_t o1, float *y, size_t ldy, tps_error *err);
+    void (*release)(tps_vt *t);
+} tps_vdev_ops;
+
+/* A tensor's device copy (tps_vt.dev): the table above, the rank that owns the copy
+ * (verify/ranks/device.h) and the plugin's handle of it. */
+typedef struct tps_vdev_buf {
+    const tps_vdev_ops *ops;
+    struct tps_vdev_rank *owner;
+    void *buf;
+} tps_vdev_buf;
+
+/* A whole tensor as held by one party (the reference or one rank): raw little-endian
+ * bytes of a floating-point dtype. */
+struct tps_vt {
+    char *name;
+    tps_dtype dtype;
+    int ndim;
+    uint64_t shape[TPS_MAX_DIMS];
+    uint64_t nelem;
+    void *data; /* NULL: the tensor is absent (its role is unused by the model) */
+    tps_vdev_buf *dev; /* its copy on a rank's device; NULL: host only */
+};
+
+void tps_vt_release(tps_vt *t);
+
+/* One layer's tensors as one party holds them; ex[e * TPS_ROLE_COUNT + role] for a routed
+ * expert's MLP roles, sh[role] for the shared expert's.  A dense layer of a MoE model holds
+ * its MLP in t, nex 0. */
+typedef struct vlayer {
+    tps_vt t[TPS_ROLE_COUNT];
+    tps_vt *ex;
+    uint64_t nex;
+    tps_vt sh[TPS_ROLE_COUNT];
+} vlayer;
+
+void tps_vlayer_release(vlayer *l);
+
+static inline const tps_vt *vrole(const vlayer *l, tps_block_role r, uint64_t expert, bool per_expert)
+{
+    const tps_vt *t = per_expert ? &l->ex[expert * TPS_ROLE_COUNT + r] : &l->t[r];
+    return t->data ? t : NULL;
+}
+
+/* Role r of a role table (a vlayer's t, sh, or one expert's row of ex); NULL when absent. */
+static inline const tps_vt *vget(const tps_vt *rt, tps_block_role r)
+{
+    return rt[r].data ? &rt[r] : NULL;
+}
+
+/* The two stages of a layer, each compared on its own (verify/verify.h). */
+enum { TPS_VSTAGE_ATTN, TPS_VSTAGE_MLP, TPS_VSTAGE_COUNT };
+const char *tps_verify_stage_name(int stage); /* "attention", "mlp" */
+
+/* Relative tolerance for shards of dtype dt (torch.testing.assert_close defaults: BF16
+ * 1.6e-2, F16 1e-3; F32 1e-5 leaves room for float32 accumulation over 16k-long dot
+ * products; FP8 by their epsilon). */
+double tps_verify_rtol(tps_dtype dt);
+
+#endif

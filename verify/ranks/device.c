@@ -1,0 +1,159 @@
+/* The ranks' devices, host side (verify/ranks/device.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../lib/base/checked.h"
+#include "../math/util.h"
+#include "device.h"
+
+struct tps_vdev {
+    const tps_dev_api *api;
+    void *ctx;
+    uint64_t first, count;
+    tps_vdev_rank *ranks; /* ranks[i] is rank first + i */
+};
+
+tps_status tps_vdev_open(const tps_dev_api *api, const tps_dev_setup *s, tps_vdev **out, tps_error *err)
+{
+    *out = NULL;
+    tps_vdev *d = calloc(1, sizeof *d);
+    if (d) d->ranks = calloc(s->count ? s->count : 1, sizeof *d->ranks);
+    if (!d || !d->ranks) {
+        free(d);
+        return tps_fail_oom(err, "the devices' ranks");
+    }
+    d->api = api;
+    d->first = s->first;
+    d->count = s->count;
+    for (uint64_t i = 0; i < s->count; i++) d->ranks[i] = (tps_vdev_rank){.dev = d, .rank = s->first + i};
+    tps_status st = api->open(s, &d->ctx, err);
+    if (st != TPS_OK) {
+        free(d->ranks);
+        free(d);
+        return st;
+    }
+    *out = d;
+    return TPS_OK;
+}
+
+void tps_vdev_close(tps_vdev *d)
+{
+    if (!d) return;
+    if (d->ctx) d->api->close(d->ctx);
+    free(d->ranks);
+    free(d);
+}
+
+tps_vdev_rank *tps_vdev_rank_of(tps_vdev *d, uint64_t rank)
+{
+    return rank >= d->first && rank - d->first < d->count ? &d->ranks[rank - d->first] : NULL;
+}
+
+static tps_status device_allreduce(tps_vcomm *c, float *buf, size_t n, tps_error *err)
+{
+    tps_vdev_rank *r = c->dev;
+    return r->dev->api->allreduce(r->dev->ctx, r->rank, buf, n, err);
+}
+
+tps_vcomm tps_vdev_comm(tps_vdev_rank *r, const tps_vcomm *host)
+{
+    tps_vcomm c = host ? *host : (tps_vcomm){.rank = r->rank, .allreduce_sum = device_allreduce};
+    c.dev = r;
+    return c;
+}
+
+/* F64 and FP8 go up as F32, which holds every FP8 value exactly and is what the CPU ranks
+ * compute in anyway; *tmp is the widened copy (NULL: t's own bytes go up). */
+static tps_status device_dtype(const tps_vt *t, tps_dtype *dt, float **tmp, tps_error *err)
+{
+    *tmp = NULL;
+    *dt = t->dtype;
+    if (t->dtype == TPS_DT_BF16 || t->dtype == TPS_DT_F16 || t->dtype == TPS_DT_F32) return TPS_OK;
+    size_t n;
+    if (!tps_u64_to_size(t->nelem, &n) || !(*tmp = malloc((n ? n : 1) * sizeof **tmp)))
+        return tps_fail_oom(err, t->name);
+    for (size_t i = 0; i < n; i++) {
+        double v = 0;
+        tps_dtype_to_f64(t->dtype, t->data, i, &v); /* the dtype was checked at load */
+        (*tmp)[i] = (float)v;
+    }
+    *dt = TPS_DT_F32;
+    return TPS_OK;
+}
+
+/* The linear of F(vlinear) (verify/math/ops.h, tps_vlinear_loop_f32's contract) on the
+ * device that holds w's copy. */
+static tps_status device_gemm(const tps_vt *w, bool conv1d, size_t n, const float *x, size_t ldx, uint64_t i0,
+                              uint64_t i1, uint64_t o0, uint64_t o1, float *y, size_t ldy, tps_error *err)
+{
+    tps_vdev_rank *r = w->dev->owner;
+    tps_dev_gemm g = {.conv1d = conv1d, .n = n, .x = x, .ldx = ldx, .i0 = i0, .i1 = i1, .o0 = o0, .o1 = o1,
+                      .y = y, .ldy = ldy};
+    if (!n || i1 <= i0 || o1 <= o0) { /* an empty product: nothing to ask the device */
+        for (size_t t = 0; t < n; t++) memset(y + t * ldy, 0, (size_t)(o1 > o0 ? o1 - o0 : 0) * sizeof *y);
+        return TPS_OK;
+    }
+    return r->dev->api->gemm(r->dev->ctx, r->rank, w->dev->buf, &g, err);
+}
+
+/* Frees t's device copy, if any (tps_vt_release calls it through the table). */
+static void device_release(tps_vt *t)
+{
+    if (!t->dev) return;
+    tps_vdev_rank *r = t->dev->owner;
+    r->dev->api->release(r->dev->ctx, r->rank, t->dev->buf);
+    free(t->dev);
+    t->dev = NULL;
+}
+
+/* What the layer math calls for a tensor that has a device copy (verify/math/tensor.h). */
+static const tps_vdev_ops device_ops = {device_gemm, device_release};
+
+tps_status tps_vdev_upload(tps_vdev_rank *r, tps_vt *t, tps_error *err)
+{
+    if (!t->data || t->ndim != 2 || t->dev) return TPS_OK;
+    tps_dtype dt;
+    float *wide;
+    tps_status st = device_dtype(t, &dt, &wide, err);
+    if (st != TPS_OK) return st;
+    tps_vdev_buf *b = calloc(1, sizeof *b);
+    if (!b) {
+        free(wide);
+        return tps_fail_oom(err, t->name);
+    }
+    tps_dev_weight w = {.name = t->name, .dtype = dt, .rows = t->shape[0], .cols = t->shape[1],
+                        .data = wide ? (const void *)wide : t->data};
+    double t0 = tps_vnow();
+    st = r->dev->api->upload(r->dev->ctx, r->rank, &w, &b->buf, err);
+    free(wide);
+    if (st != TPS_OK) {
+        free(b);
+        return st;
+    }
+    r->upload_seconds += tps_vnow() - t0;
+    r->upload_bytes += (double)t->nelem * (dt == TPS_DT_F32 ? 4 : 2);
+    b->ops = &device_ops;
+    b->owner = r;
+    t->dev = b;
+    return TPS_OK;
+}
+
+tps_status tps_vdev_upload_layer(tps_vdev_rank *r, vlayer *l, tps_error *err)
+{
+    tps_status st = TPS_OK;
+    for (int i = 0; i < TPS_ROLE_COUNT; i++) TPS_CHECK(tps_vdev_upload(r, &l->t[i], err));
+    for (uint64_t i = 0; i < l->nex * TPS_ROLE_COUNT; i++) TPS_CHECK(tps_vdev_upload(r, &l->ex[i], err));
+    for (int i = 0; i < TPS_ROLE_COUNT; i++) TPS_CHECK(tps_vdev_upload(r, &l->sh[i], err));
+cleanup:
+    return st;
+}
+
+void tps_vdev_take_stats(tps_vdev *d, double *bytes, double *seconds)
+{
+    *bytes = *seconds = 0;
+    for (uint64_t i = 0; d && i < d->count; i++) {
+        *bytes += d->ranks[i].upload_bytes;
+        if (d->ranks[i].upload_seconds > *seconds) *seconds = d->ranks[i].upload_seconds;
+        d->ranks[i].upload_bytes = d->ranks[i].upload_seconds = 0;
+    }
+}
