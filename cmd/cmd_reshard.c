@@ -8,11 +8,8 @@
 #include "formats/megatron_read.h"
 #include "formats/megatron_set.h"
 #include "formats/shardset.h"
-#include "formats/dcp_write.h"
-#include "formats/torch_write.h"
 #include "layout_args.h"
-#include "lib/megatron/megatron_dist_out.h"
-#include "lib/megatron/megatron_out.h"
+#include "lib/megatron/megatron_plan.h"
 #include "megatron_hf.h"
 #include "output_args.h"
 #include "progress.h"
@@ -189,13 +186,8 @@ static int reshard_megatron(const char *dir)
     tps_write_opts wo = tps_cli_write_opts(o.out, o.force, inputs, NULL, NULL, 0, &ps);
     wo.cut.tensor_done = check_source;
     wo.cut.tensor_done_arg = &source;
-    tps_progress_begin(&ps, "reshard");
-    if (dist)
-        tps_megatron_dist_write(m, mo, mm->layers, &tps_dcp_sink, tps_torch_write_value, read_source, &source, &wo, &err);
-    else
-        tps_megatron_write(m, mo, &tps_torch_sink, read_source, &source, &wo, &err);
-    tps_progress_end(&ps);
-    rc = tps_cli_report("reshard", &err);
+    tps_megatron_plan plan = {m, mo, dist, mm->layers, &tps_cli_megatron_sinks, read_source, &source};
+    rc = tps_cli_write_with("reshard", tps_megatron_plan_write, &plan, &wo);
     if (rc == 0 && !tps_common.quiet) {
         fprintf(stderr, "reshard: optimizer and RNG state are not written: load with --no-load-optim --no-load-rng "
                         "(or --finetune), or reshard the optimizer with Megatron's distributed-optimizer tools\n");
