@@ -192,10 +192,7 @@ static int run_verify(char **args, int nargs)
             st = tps_fail_errno(&err, errno, "%s: cannot create", o.dump);
             goto cleanup;
         }
-        tps_jw_init(&dw, &db, false);
-        tps_jw_object_begin(&dw);
-        tps_jw_key(&dw, "layers");
-        tps_jw_array_begin(&dw);
+        tps_vreport_dump_begin(&dw, &db);
     }
     tps_jw_init(&jw, &jb, true);
     if (json) {
@@ -291,8 +288,7 @@ static int run_verify(char **args, int nargs)
                (unsigned long long)checked_tensors, (unsigned long long)checked_bytes, (unsigned long long)mismatched);
     }
     if (dump) {
-        tps_jw_array_end(&dw);
-        tps_jw_object_end(&dw);
+        tps_vreport_dump_end(&dw);
         const char *s = tps_buf_cstr(&db);
         if (!s || fputs(s, dump) == EOF || fputc('\n', dump) == EOF || fclose(dump) != 0) {
             dump = NULL;

@@ -206,6 +206,20 @@ void tps_vreport_end(tps_jw *w, const tps_vreport_checked *c, const tps_verify_w
     tps_jw_object_end(w);
 }
 
+void tps_vreport_dump_begin(tps_jw *w, tps_buf *out)
+{
+    tps_jw_init(w, out, false);
+    tps_jw_object_begin(w);
+    tps_jw_key(w, "layers");
+    tps_jw_array_begin(w);
+}
+
+void tps_vreport_dump_end(tps_jw *w)
+{
+    tps_jw_array_end(w);
+    tps_jw_object_end(w);
+}
+
 void tps_vreport_dump_layer(tps_jw *w, uint64_t layer, const tps_verify_result *r)
 {
     tps_jw_object_begin(w);

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "lib/base/buf.h"
 #include "lib/base/json.h"
 #include "lib/base/status.h"
 #include "lib/layout/block.h"
@@ -38,8 +39,11 @@ void tps_vreport_layer(tps_jw *w, const tps_verify_result *r);
  * --whole-model) and the verdict. */
 void tps_vreport_end(tps_jw *w, const tps_vreport_checked *c, const tps_verify_whole *whole, bool pass);
 
-/* --dump-reference: one layer's input and the reference's output of each stage. */
+/* --dump-reference, into out: begin opens its object and its "layers" array, each layer
+ * adds its input and the reference's output of each stage, end closes them. */
+void tps_vreport_dump_begin(tps_jw *w, tps_buf *out);
 void tps_vreport_dump_layer(tps_jw *w, uint64_t layer, const tps_verify_result *r);
+void tps_vreport_dump_end(tps_jw *w);
 
 /* --dump-logits: the token ids and the logits [tokens, vocab] of the reference (float64)
  * and of the ranks (float32, gathered, padding dropped), written to path as JSON. */
