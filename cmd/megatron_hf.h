@@ -8,7 +8,6 @@
 #include <stdint.h>
 
 #include "layout_args.h"
-#include "lib/engine/outdir.h"
 #include "lib/megatron/megatron_plan.h"
 
 typedef struct tps_cli_megatron_split_opts {
