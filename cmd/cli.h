@@ -31,6 +31,12 @@ typedef struct tps_opt {
     const char *help;
 } tps_opt;
 
+/* Whether an option takes a value (parsing and --help both ask). */
+static inline bool tps_opt_takes_value(const tps_opt *o)
+{
+    return o->kind != TPS_OPT_FLAG && o->kind != TPS_OPT_COUNT;
+}
+
 /* Options every subcommand understands. */
 typedef struct tps_common_opts {
     bool help;
@@ -53,18 +59,9 @@ extern const tps_cmd *const tps_commands[];
 extern tps_common_opts tps_common;
 
 /* Parses argv for cmd: options anywhere, "--" ends options; fills args with positionals.
- * Returns -1 to go on, or an exit code (0 after --help, 2 on a usage error with a hint). */
+ * Returns -1 to go on, or an exit code (0 when --help was given: the caller prints it,
+ * help.h; 2 on a usage error with a hint). */
 int tps_cli_parse(const tps_cmd *cmd, int argc, char **argv, char **args, int *nargs);
-
-/* A command's help, generated from its table and wrapped to 80 columns.  The details
- * paragraphs are shown when the whole text still fits one 24-line screen, or when verbose
- * (`tpshard CMD --help -v`); the option column narrows when that makes it fit. */
-void tps_cli_help(FILE *out, const tps_cmd *cmd, bool verbose);
-/* The exit-code table (full: one line per code; else one line). */
-void tps_cli_exit_codes(FILE *out, bool full);
-
-/* Writes text word-wrapped to 80 columns, continuing at column col, later lines indented. */
-void tps_cli_wrap(FILE *out, int col, int indent, const char *text);
 
 /* The closest of names[0..n) to s (an edit or two away, or s a prefix of it), or NULL. */
 const char *tps_cli_suggest(const char *s, size_t len, const char *const *names, size_t n);

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "help.h"
 #include "commands.h"
 #include "layout_args.h"
 #include "lib/base/buf.h"

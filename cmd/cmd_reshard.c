@@ -8,11 +8,8 @@
 #include "formats/megatron/megatron_read.h"
 #include "formats/megatron/megatron_set.h"
 #include "formats/open/shardset.h"
-#include "formats/dcp/dcp_write.h"
-#include "formats/torch/torch_write.h"
 #include "layout_args.h"
-#include "lib/megatron/megatron_dist_out.h"
-#include "lib/megatron/megatron_out.h"
+#include "lib/megatron/megatron_reshard.h"
 #include "megatron_hf.h"
 #include "output_args.h"
 #include "progress.h"
@@ -97,10 +94,9 @@ static int reshard_megatron(const char *dir)
     tps_shardset *ss = NULL;
     tps_megatron_source *msrc = NULL;
     tps_manifest *m = NULL;
-    tps_megatron_out *mo = NULL;
-    size_t *pre = NULL;
+    tps_megatron_reshard *r = NULL;
+    const tps_partition **saved = NULL;
     char split[4096];
-    reshard_source source = {NULL, NULL};
     if (tps_megatron_shardset_open(dir, o.vocab, &ss, &msrc, &err)) {
         rc = tps_cli_report("reshard", &err);
         goto done;
@@ -110,92 +106,29 @@ static int reshard_megatron(const char *dir)
         rc = tps_cli_report("reshard", &err);
         goto done;
     }
-    uint64_t div = mm->vocab_divisor, q = div * o.tp;
-    /* The vocabulary rows at the new tp: Megatron's padding, from the true size.  The source's
-     * partitions pad to its own padded rows (112 at tp 4 for 100 rows), which tp 8 need not
-     * divide: the new tp's quantum is set while the set is retargeted, then restored for reading. */
-    const tps_partition **saved = calloc(ss->m->ntensors + 1, sizeof *saved);
-    if (!saved) {
-        tps_fail_oom(&err, "resharding");
+    tps_megatron_reshard_src rs = {mm, msrc->vocab_known, msrc->layer_first, msrc->args_json,
+                                   msrc->checkpoint_version_json, msrc->iteration, msrc->release,
+                                   msrc->extra_state, msrc->n_extra_state};
+    /* The vocabulary rows at the new tp while the set is retargeted, then restored for reading. */
+    if (tps_megatron_reshard_repad(ss->m, &rs, o.tp, dir, &saved, &err)) {
         rc = tps_cli_report("reshard", &err);
         goto done;
     }
-    for (size_t i = 0; i < ss->m->ntensors; i++) {
-        tps_manifest_tensor *t = &ss->m->tensors[i];
-        if (!t->part->pad || t->part->replicated) continue;
-        if (!msrc->vocab_known && t->shape[t->part->dim] % q) {
-            rc = tps_cli_usage("reshard", "%s: the args carry no vocab_size, and the %llu padded vocabulary rows are "
-                                          "no multiple of make_vocab_size_divisible_by x tp = %llu: give the true "
-                                          "vocabulary with --vocab-size V",
-                               dir, (unsigned long long)t->shape[t->part->dim], (unsigned long long)q);
-            free(saved);
-            goto done;
-        }
-        saved[i] = t->part; /* pooled partitions are immutable: the pointer is the old value */
-        if (tps_manifest_set_pad_multiple(ss->m, t, q, &err)) {
-            rc = tps_cli_report("reshard", &err);
-            break;
-        }
-    }
-    if (!rc) rc = tps_cli_retarget("reshard", dir, ss->m, plan_tp, &m);
-    for (size_t i = 0; i < ss->m->ntensors; i++)
-        if (saved[i]) ss->m->tensors[i].part = saved[i];
-    free(saved);
+    rc = tps_cli_retarget("reshard", dir, ss->m, plan_tp, &m);
+    tps_megatron_reshard_restore(ss->m, saved);
     if (rc) goto done;
-    /* The stages: --pp / --pp-layers, else the source's split. */
-    tps_megatron_out_opts oo = {.pp = o.pp, .pp_layers = o.pp_layers, .num_layers = mm->layers, .vocab_divisor = div,
-                                .tied = !mm->untied, .args_json = msrc->args_json,
-                                .checkpoint_version_json = msrc->checkpoint_version_json,
-                                .iteration = msrc->iteration, .release = msrc->release,
-                                .extra_state = msrc->extra_state, .n_extra_state = msrc->n_extra_state};
-    if (dist) {
-        oo.pp = 1;
-        oo.pp_layers = NULL;
-        oo.args_tp = o.tp;
-        oo.ckpt_format = "torch_dist";
-    } else if (o.pp_layers && !o.pp) {
-        oo.pp = 1;
-        for (const char *c = o.pp_layers; *c; c++) oo.pp += *c == ',';
-    }
-    if (!dist && !oo.pp) {
-        oo.pp = ss->m->files[ss->m->nfiles - 1].part + 1;
-        size_t n = 0;
-        split[0] = '\0';
-        for (uint64_t p = 0; p < oo.pp; p++)
-            n += (size_t)snprintf(split + n, sizeof split - n, "%s%llu", p ? "," : "",
-                                  (unsigned long long)(msrc->layer_first[p + 1] - msrc->layer_first[p]));
-        oo.pp_layers = n < sizeof split ? split : NULL;
-    }
-    if (!(pre = calloc(m->ntensors + 1, sizeof *pre))) {
-        tps_fail_oom(&err, "resharding");
+    tps_megatron_out_opts oo;
+    tps_megatron_reshard_out_opts(ss->m, &rs, o.tp, o.pp, o.pp_layers, dist, split, sizeof split, &oo);
+    if (tps_megatron_reshard_plan(ss, m, &oo, dist, &tps_cli_megatron_sinks, &r, &err)) {
         rc = tps_cli_report("reshard", &err);
         goto done;
     }
-    for (size_t i = 0; i < m->ntensors; i++) pre[i] = (size_t)(tps_manifest_find(ss->m, m->tensors[i].name) - ss->m->tensors);
-    if (tps_megatron_out_plan(m, &oo, &mo, &err)) {
-        rc = tps_cli_report("reshard", &err);
-        goto done;
-    }
-    if (!(source.src = calloc(m->ntensors + 1, sizeof *source.src))) {
-        tps_fail_oom(&err, "resharding");
-        rc = tps_cli_report("reshard", &err);
-        goto done;
-    }
-    source.ss = ss;
-    for (size_t i = 0; i < m->ntensors; i++) source.src[i] = pre[mo->src[i]];
-    ss->compare_replicas = true;
     const char *inputs[] = {dir, NULL};
     tps_progress_state ps;
     tps_write_opts wo = tps_cli_write_opts(o.out, o.force, inputs, NULL, NULL, 0, &ps);
-    wo.cut.tensor_done = check_source;
-    wo.cut.tensor_done_arg = &source;
-    tps_progress_begin(&ps, "reshard");
-    if (dist)
-        tps_megatron_dist_write(m, mo, mm->layers, &tps_dcp_sink, tps_torch_write_value, read_source, &source, &wo, &err);
-    else
-        tps_megatron_write(m, mo, &tps_torch_sink, read_source, &source, &wo, &err);
-    tps_progress_end(&ps);
-    rc = tps_cli_report("reshard", &err);
+    wo.cut.tensor_done = tps_megatron_reshard_check;
+    wo.cut.tensor_done_arg = r;
+    rc = tps_cli_write_with("reshard", tps_megatron_plan_write, &r->plan, &wo);
     if (rc == 0 && !tps_common.quiet) {
         fprintf(stderr, "reshard: optimizer and RNG state are not written: load with --no-load-optim --no-load-rng "
                         "(or --finetune), or reshard the optimizer with Megatron's distributed-optimizer tools\n");
@@ -204,16 +137,14 @@ static int reshard_megatron(const char *dir)
                    (unsigned long long)o.tp, o.out);
         else if (msrc->dist)
             printf("resharded %s (torch_dist, saved at tp %u x pp %u) to tp %llu x pp %llu in %s (--ckpt-format torch)\n",
-                   dir, msrc->saved_tp, msrc->saved_pp, (unsigned long long)m->tp, (unsigned long long)mo->pp, o.out);
+                   dir, msrc->saved_tp, msrc->saved_pp, (unsigned long long)m->tp, (unsigned long long)r->mo->pp, o.out);
         else
             printf("resharded %s from tp %llu x pp %llu to tp %llu x pp %llu in %s\n", dir, (unsigned long long)ss->m->tp,
                    (unsigned long long)(ss->m->files[ss->m->nfiles - 1].part + 1), (unsigned long long)m->tp,
-                   (unsigned long long)mo->pp, o.out);
+                   (unsigned long long)r->mo->pp, o.out);
     }
 done:
-    free(source.src);
-    free(pre);
-    tps_megatron_out_free(mo);
+    tps_megatron_reshard_free(r);
     tps_manifest_free(m);
     tps_megatron_source_free(msrc);
     tps_shardset_free(ss);

@@ -81,7 +81,7 @@ static int run_split(char **args, int nargs)
             return tps_cli_usage("split", "--target megatron writes Megatron's own files: no --dtype, --only-rank, "
                                           "--name-template, --max-shard-size or --target-version");
         if (o.la.tp == 0) return tps_cli_usage("split", "--tp N is required (N >= 1)");
-        tps_megatron_split_opts mo = {o.out, o.pp, o.pp_layers, o.force, o.dry_run, false};
+        tps_cli_megatron_split_opts mo = {o.out, o.pp, o.pp_layers, o.force, o.dry_run, false};
         int rc = tps_cli_ckpt_format("split", o.ckpt_format, &mo.dist);
         if (rc) return rc;
         if (mo.dist && (o.pp > 1 || o.pp_layers))
@@ -129,7 +129,7 @@ static int run_split(char **args, int nargs)
     char *mg_config = (char *)tps_megatron_as_hf_config_of(ix);
     if (m->target && mg_config) {
         wo.side_files = NULL;
-        wo.before_publish = tps_cli_write_config_into;
+        wo.before_publish = tps_megatron_config_into;
         wo.before_publish_arg = mg_config;
     }
     if (!cv) wo.cut.locate = locate_source;

@@ -2,11 +2,9 @@
  * one MPI process per rank, and compare them with the unsharded layer in float64
  * (verify/verify.h).  Under MPI every process runs this same command; rank 0 prints. */
 #include <errno.h>
-#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "cli.h"
 #include "commands.h"
@@ -17,6 +15,9 @@
 #include "lib/layout/layout.h"
 #include "lib/set/manifest.h"
 #include "progress.h"
+#include "verify_progress.h"
+#include "verify/driver/config_source.h"
+#include "verify/driver/report.h"
 #include "verify/verify.h"
 
 static struct {
@@ -45,304 +46,6 @@ static const tps_opt verify_opts[] = {
     TPS_OPTS_END,
 };
 
-static bool is_file(const char *p)
-{
-    struct stat st;
-    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
-}
-
-/* config.json: --config, else beside the source given (in it when it is a directory), else
- * beside the source the set was split from, else in the shard set's directory. */
-static void add_candidate(tps_buf *b, const char *path)
-{
-    struct stat st;
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
-        tps_buf_printf(b, "%s/config.json", path);
-    } else {
-        char *copy = strdup(path);
-        if (copy) tps_buf_printf(b, "%s/config.json", dirname(copy));
-        free(copy);
-    }
-    tps_buf_putc(b, '\0');
-}
-
-static char *find_config(const char *dir, const tps_manifest *m)
-{
-    tps_buf b = TPS_BUF_INIT;
-    if (o.source) add_candidate(&b, o.source);
-    if (m->source.path) add_candidate(&b, m->source.path);
-    tps_buf_printf(&b, "%s/config.json", dir);
-    tps_buf_putc(&b, '\0');
-    char *found = NULL;
-    for (size_t off = 0; !b.oom && off < b.len && !found; off += strlen(b.data + off) + 1)
-        if (is_file(b.data + off)) found = strdup(b.data + off);
-    tps_buf_release(&b);
-    return found;
-}
-
-/* Model hyper-parameters: --config, else the config keys the manifest recorded at split
- * time (what the set was cut with), else a config.json found near the source or the set
- * (shard sets made before manifests recorded it), else the block kind's defaults.  *from
- * (malloc'd) says which, for the report. */
-static tps_status read_hyperparameters(const char *dir, const tps_manifest *m, tps_layout *l, char **from,
-                                       tps_error *err)
-{
-    tps_status st = TPS_OK;
-    tps_buf what = TPS_BUF_INIT;
-    char *path = o.config ? strdup(o.config) : NULL;
-    if (o.config && !path) return tps_fail_oom(err, "verify");
-    if (!path && m->config_keys) {
-        tps_buf_printf(&what, "%s/" TPS_MANIFEST_NAME " (config recorded from %s)", dir, m->config_path);
-        if (!tps_buf_cstr(&what)) return tps_fail_oom(err, "verify");
-        st = tps_layout_apply_config_text(l, m->config_keys, strlen(m->config_keys), what.data, NULL, err);
-        *from = what.data;
-        return st;
-    }
-    if (!path) path = find_config(dir, m);
-    if (path) st = tps_layout_read_config(l, path, NULL, err);
-    *from = path ? path : strdup("the block kind's defaults");
-    if (!*from) st = tps_fail_oom(err, "verify");
-    return st;
-}
-
-static void json_block(tps_jw *w, const tps_block *b)
-{
-    tps_jw_object_begin(w);
-    const struct {
-        const char *key;
-        uint64_t v;
-    } sizes[] = {{"hidden", b->hidden},         {"heads", b->heads},     {"kv_heads", b->kv_heads},
-                 {"head_dim", b->head_dim},     {"intermediate", b->intermediate},
-                 {"experts", b->experts},       {"top_k", b->top_k}};
-    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
-        tps_jw_key(w, sizes[i].key);
-        tps_jw_u64(w, sizes[i].v);
-    }
-    const struct {
-        const char *key;
-        double v;
-    } reals[] = {{"norm_eps", b->norm_eps}, {"rope_theta", b->rope_theta}, {"rotary_pct", b->rotary_pct}};
-    for (size_t i = 0; i < sizeof reals / sizeof *reals; i++) {
-        tps_jw_key(w, reals[i].key);
-        tps_jw_double(w, reals[i].v);
-    }
-    tps_jw_object_end(w);
-}
-
-/* An index of the manifest's global shapes, for the layout's shape inference when no
- * source is given.  Its tensors are never read (reader_data marks them as not plain
- * ranges of a file). */
-static tps_status manifest_shapes(const tps_shardset *ss, tps_index **out, tps_error *err)
-{
-    tps_status st;
-    tps_index *ix = NULL;
-    TPS_CHECK(tps_index_new(ss->dir, "manifest", &ix, err));
-    for (size_t i = 0; i < ss->m->ntensors; i++) {
-        const tps_manifest_tensor *t = &ss->m->tensors[i];
-        TPS_CHECK(tps_index_add_tensor(ix, t->name, strlen(t->name), t->dtype, t->ndim, t->shape, 0, 0, t, err));
-    }
-    *out = ix;
-    return TPS_OK;
-cleanup:
-    tps_index_free(ix);
-    return st;
-}
-
-/* Sizes a layout infers from config.json, when none is at hand, are still in the manifest:
- * head_dim is the unit of o_proj's cut in every layout that cuts attention by heads, and a
- * fused [q;k;v] records its segments' lengths. */
-static void sizes_from_manifest(const tps_shardset *ss, tps_block *b)
-{
-    bool oom;
-    char *name = tps_verify_tensor_name(b, TPS_ROLE_O_W, 0, 0, &oom);
-    const tps_manifest_tensor *t = name ? tps_manifest_find(ss->m, name) : NULL;
-    free(name);
-    if (!b->head_dim && !b->heads && t && !t->part->replicated && t->part->nseg == 1 && t->part->seg[0].unit > 1)
-        b->head_dim = t->part->seg[0].unit;
-    name = tps_verify_tensor_name(b, TPS_ROLE_QKV_W, 0, 0, &oom);
-    t = name ? tps_manifest_find(ss->m, name) : NULL;
-    free(name);
-    if (!b->head_dim || !t || t->part->replicated || t->part->nseg != 3) return;
-    if (!b->heads) b->heads = t->part->seg[0].length / b->head_dim;
-    if (!b->kv_heads) b->kv_heads = t->part->seg[1].length / b->head_dim;
-}
-
-static void dump_matrix(tps_jw *w, const double *v, uint64_t rows, uint64_t cols)
-{
-    tps_jw_array_begin(w);
-    for (uint64_t r = 0; r < rows; r++) {
-        tps_jw_array_begin(w);
-        for (uint64_t c = 0; c < cols; c++) tps_jw_double(w, v[r * cols + c]);
-        tps_jw_array_end(w);
-    }
-    tps_jw_array_end(w);
-}
-
-/* The progress line counts the bytes of the verified layers' weights (each layer's tensors
- * in the manifest, by its name prefix) and names the layer in flight. */
-typedef struct layer_progress {
-    tps_progress p;
-    tps_progress_state s;
-    char **prefix;   /* per verified layer */
-    uint64_t *bytes; /* per verified layer */
-    uint64_t count, first, current;
-    char label[256]; /* "layer 3 (model.layers.3.): ranks: attention" */
-} layer_progress;
-
-/* A layer's prefix and its index among the verified layers, sorted by prefix for bsearch. */
-typedef struct layer_key {
-    const char *prefix;
-    size_t len;
-    uint64_t i;
-} layer_key;
-
-static int cmp_layer_key(const void *a, const void *b)
-{
-    const layer_key *x = a, *y = b;
-    int c = strncmp(x->prefix, y->prefix, x->len < y->len ? x->len : y->len);
-    return c ? c : (x->len > y->len) - (x->len < y->len);
-}
-
-/* Adds each tensor's bytes to the layer whose prefix it starts with: one pass over the
- * tensors, a binary search per distinct prefix length (a few: layer numbers of 1, 2, 3
- * digits), so a model with many tensors and layers costs tensors x log(layers). */
-static void bytes_per_layer(layer_progress *lp, const tps_manifest *m)
-{
-    layer_key *k = calloc(lp->count + 1, sizeof *k);
-    size_t n = 0, lens[8], nlens = 0;
-    if (!k) return;
-    for (uint64_t i = 0; i < lp->count; i++) {
-        if (!lp->prefix[i]) continue;
-        k[n] = (layer_key){lp->prefix[i], strlen(lp->prefix[i]), i};
-        size_t j = 0;
-        while (j < nlens && lens[j] != k[n].len) j++;
-        if (j == nlens && nlens < sizeof lens / sizeof lens[0]) lens[nlens++] = k[n].len;
-        n++;
-    }
-    qsort(k, n, sizeof *k, cmp_layer_key);
-    for (size_t t = 0; t < m->ntensors; t++) {
-        const char *name = m->tensors[t].name;
-        size_t nl = strlen(name);
-        for (size_t j = 0; j < nlens; j++) {
-            if (nl < lens[j]) continue;
-            layer_key probe = {name, lens[j], 0};
-            const layer_key *hit = bsearch(&probe, k, n, sizeof *k, cmp_layer_key);
-            if (hit) lp->bytes[hit->i] += m->tensors[t].nbytes;
-        }
-    }
-    free(k);
-}
-
-static void layer_progress_begin(layer_progress *lp, const tps_manifest *m, const tps_block *b, uint64_t first,
-                                 uint64_t count, bool show)
-{
-    memset(lp, 0, sizeof *lp);
-    tps_progress_begin(&lp->s, "verify");
-    lp->s.enabled = lp->s.enabled && show;
-    if (!lp->s.enabled) return;
-    lp->first = first;
-    lp->prefix = calloc(count, sizeof *lp->prefix);
-    lp->bytes = calloc(count, sizeof *lp->bytes);
-    lp->count = lp->prefix && lp->bytes ? count : 0;
-    for (uint64_t i = 0; i < lp->count; i++) lp->prefix[i] = tps_verify_layer_prefix(b, first + i);
-    bytes_per_layer(lp, m);
-    for (uint64_t i = 0; i < lp->count; i++) lp->p.total += lp->bytes[i];
-    lp->s.enabled = lp->count > 0; /* without the tables (out of memory) the run goes on silently */
-}
-
-/* i: the index of the layer among those verified; done: whether it has finished.  A layer
- * runs for seconds without an update, so its start is drawn at once (and redrawn after its
- * report line), not left to the rate limit. */
-static void layer_progress_at(layer_progress *lp, uint64_t i, bool done)
-{
-    if (!lp->s.enabled || i >= lp->count) return;
-    lp->current = i;
-    if (done) {
-        lp->p.done += lp->bytes[i];
-        snprintf(lp->label, sizeof lp->label, "layer %llu: done", (unsigned long long)(lp->first + i));
-        lp->p.tensor = lp->label;
-        tps_progress_update(&lp->p, &lp->s);
-        return;
-    }
-    snprintf(lp->label, sizeof lp->label, "layer %llu (%s)", (unsigned long long)(lp->first + i), lp->prefix[i]);
-    lp->p.tensor = lp->label;
-    tps_progress_show(&lp->p, &lp->s);
-}
-
-/* A tps_verify_opts.on_stage callback: the stage within the layer in flight. */
-static void layer_progress_stage(void *arg, const char *stage)
-{
-    layer_progress *lp = arg;
-    if (!lp->s.enabled || lp->current >= lp->count) return;
-    snprintf(lp->label, sizeof lp->label, "layer %llu: %s", (unsigned long long)(lp->first + lp->current), stage);
-    lp->p.tensor = lp->label;
-    tps_progress_show(&lp->p, &lp->s);
-}
-
-static void layer_progress_end(layer_progress *lp)
-{
-    tps_progress_end(&lp->s);
-    for (uint64_t i = 0; i < lp->count; i++) free(lp->prefix[i]);
-    free(lp->prefix);
-    free(lp->bytes);
-    memset(lp, 0, sizeof *lp);
-}
-
-static void json_stage(tps_jw *w, const tps_verify_stage *s)
-{
-    tps_jw_object_begin(w);
-    tps_jw_key(w, "max_abs_err");
-    tps_jw_double(w, s->max_abs);
-    tps_jw_key(w, "rel_err");
-    tps_jw_double(w, s->rel);
-    tps_jw_key(w, "rtol");
-    tps_jw_double(w, s->rtol);
-    tps_jw_key(w, "atol");
-    tps_jw_double(w, s->atol);
-    tps_jw_key(w, "pass");
-    tps_jw_bool(w, s->pass);
-    tps_jw_object_end(w);
-}
-
-/* What failed, on which rank (null when no one rank), and why. */
-static void json_failure(tps_jw *w, const char *stage, int64_t culprit, const char *detail)
-{
-    tps_jw_key(w, "failed_stage");
-    tps_jw_string(w, stage);
-    tps_jw_key(w, "rank");
-    if (culprit >= 0) tps_jw_i64(w, culprit);
-    else tps_jw_null(w);
-    tps_jw_key(w, "detail");
-    tps_jw_string(w, detail);
-}
-
-static void json_layer(tps_jw *w, const tps_verify_result *r)
-{
-    tps_jw_object_begin(w);
-    tps_jw_key(w, "layer");
-    tps_jw_u64(w, r->layer);
-    tps_jw_key(w, "dtype");
-    tps_jw_string(w, tps_dtype_name(r->dtype));
-    tps_jw_key(w, "seconds");
-    tps_jw_double(w, r->seconds);
-    tps_jw_key(w, "pass");
-    tps_jw_bool(w, r->pass);
-    if (r->upload_bytes > 0) {
-        tps_jw_key(w, "upload_bytes");
-        tps_jw_double(w, r->upload_bytes);
-        tps_jw_key(w, "upload_gbps");
-        tps_jw_double(w, r->upload_seconds > 0 ? r->upload_bytes / r->upload_seconds / 1e9 : 0);
-        tps_jw_key(w, "layer_seconds");
-        tps_jw_double(w, r->layer_seconds);
-    }
-    for (int s = 0; s < TPS_VSTAGE_COUNT; s++) {
-        tps_jw_key(w, tps_verify_stage_name(s));
-        json_stage(w, &r->stage[s]);
-    }
-    if (!r->pass) json_failure(w, tps_verify_stage_name(r->failed_stage), r->culprit, r->detail);
-    tps_jw_object_end(w);
-}
-
 static void print_layer(const tps_verify_result *r)
 {
     const tps_verify_stage *a = &r->stage[TPS_VSTAGE_ATTN], *m = &r->stage[TPS_VSTAGE_MLP];
@@ -356,37 +59,6 @@ static void print_layer(const tps_verify_result *r)
     if (!r->pass) printf("  %s\n", r->detail);
 }
 
-static void json_whole(tps_jw *w, const tps_verify_whole *r)
-{
-    tps_jw_object_begin(w);
-    const struct {
-        const char *key;
-        uint64_t v;
-    } nums[] = {{"tokens", r->tokens},          {"vocab", r->vocab},           {"padded_vocab", r->padded_vocab},
-                {"ranks", r->ranks},            {"logits", r->tokens * r->vocab}, {"top1_agree", r->top1_agree},
-                {"top1_ties", r->top1_ties}};
-    for (size_t i = 0; i < sizeof nums / sizeof *nums; i++) {
-        tps_jw_key(w, nums[i].key);
-        tps_jw_u64(w, nums[i].v);
-    }
-    tps_jw_key(w, "tied_lm_head");
-    tps_jw_bool(w, r->tied);
-    tps_jw_key(w, "pos_embed");
-    tps_jw_bool(w, r->pos_embed);
-    tps_jw_key(w, "dtype");
-    tps_jw_string(w, tps_dtype_name(r->chain.dtype));
-    tps_jw_key(w, "seconds");
-    tps_jw_double(w, r->seconds);
-    tps_jw_key(w, "embedding");
-    json_stage(w, &r->embed_cmp);
-    tps_jw_key(w, "logits_cmp");
-    json_stage(w, &r->logits_cmp);
-    tps_jw_key(w, "pass");
-    tps_jw_bool(w, r->pass);
-    if (!r->pass) json_failure(w, r->failed, r->culprit, r->detail);
-    tps_jw_object_end(w);
-}
-
 static void print_whole(const tps_verify_whole *r)
 {
     const tps_verify_stage *e = &r->embed_cmp, *l = &r->logits_cmp;
@@ -396,42 +68,6 @@ static void print_whole(const tps_verify_whole *r)
            (unsigned long long)r->top1_agree, (unsigned long long)r->tokens, r->top1_ties ? " (ties within atol)" : "",
            r->seconds, r->pass ? "ok" : "MISMATCH");
     if (!r->pass) printf("  %s\n", r->detail);
-}
-
-/* --dump-logits: the token ids and the logits [tokens, vocab] of the reference (float64)
- * and of the ranks (float32, gathered, padding dropped). */
-static tps_status write_logits(const char *path, const tps_verify_whole *r, tps_error *err)
-{
-    tps_buf b = TPS_BUF_INIT;
-    tps_jw w;
-    tps_jw_init(&w, &b, false);
-    tps_jw_object_begin(&w);
-    tps_jw_key(&w, "tokens");
-    tps_jw_array_begin(&w);
-    for (uint64_t t = 0; t < r->tokens; t++) tps_jw_u64(&w, r->ids[t]);
-    tps_jw_array_end(&w);
-    tps_jw_key(&w, "vocab");
-    tps_jw_u64(&w, r->vocab);
-    tps_jw_key(&w, "reference");
-    dump_matrix(&w, r->ref_logits, r->tokens, r->vocab);
-    tps_jw_key(&w, "ranks");
-    tps_jw_array_begin(&w);
-    for (uint64_t t = 0; t < r->tokens; t++) {
-        tps_jw_array_begin(&w);
-        for (uint64_t v = 0; v < r->vocab; v++) tps_jw_double(&w, r->logits[t * r->vocab + v]);
-        tps_jw_array_end(&w);
-    }
-    tps_jw_array_end(&w);
-    tps_jw_object_end(&w);
-    const char *s = tps_buf_cstr(&b);
-    FILE *f = s ? fopen(path, "w") : NULL;
-    tps_status st = TPS_OK;
-    if (!s) st = tps_fail_oom(err, "the logits dump");
-    else if (!f) st = tps_fail_errno(err, errno, "%s: cannot create", path);
-    else if (fputs(s, f) == EOF || fputc('\n', f) == EOF) st = tps_fail(err, TPS_EIO, "%s: cannot write the logits", path);
-    if (f && fclose(f) != 0 && st == TPS_OK) st = tps_fail(err, TPS_EIO, "%s: cannot write the logits", path);
-    tps_buf_release(&b);
-    return st;
 }
 
 /* --backend and --launcher into a backend configuration; false on a usage error. */
@@ -468,38 +104,6 @@ static bool backend_config(tps_vbackend_config *c)
     return true;
 }
 
-/* Megatron-Core >= 0.16 at tp above the query groups stores each rank a plain row chunk of
- * its group's [q; k; v] block (the cut the manifest records: the group's block one segment),
- * not its heads with the group's k and v as Falcon's cut does; Megatron's ranks then
- * all-gather the qkv activations (verify/ranks/qkv_chunks.c).  Only Megatron runs such a cut: the
- * same cut of a Falcon checkpoint is wrong for the engines that serve it, and fails. */
-static void qkv_cut_from_manifest(const tps_shardset *ss, tps_block *b)
-{
-    bool oom;
-    const char *ln = ss->m->layout_name;
-    if (!ln || strncmp(ln, "preset:megatron_gpt", 19) != 0) return;
-    char *name = b->qkv_grouped ? tps_verify_tensor_name(b, TPS_ROLE_QKV_W, 0, 0, &oom) : NULL;
-    const tps_manifest_tensor *t = name ? tps_manifest_find(ss->m, name) : NULL;
-    free(name);
-    if (t && !t->part->replicated && t->part->nseg == 1 && ss->m->tp > (t->part->groups ? t->part->groups : 1))
-        b->qkv_row_chunks = true;
-}
-
-/* The megatron_gpt presets' block names a dense MLP; a Megatron MoE set (router, SequentialMLP
- * local_experts or TEGroupedMLP weight{e}) would fail as a missing linear_fc1, so it is
- * refused by name. */
-static tps_status megatron_moe_refusal(const tps_manifest *m, tps_error *err)
-{
-    if (!m->layout_name || strncmp(m->layout_name, "preset:megatron_gpt", 19) != 0) return TPS_OK;
-    for (size_t i = 0; i < m->ntensors; i++)
-        if (strstr(m->tensors[i].name, ".mlp.router.") || strstr(m->tensors[i].name, ".mlp.experts."))
-            return tps_fail(err, TPS_EINVALID,
-                            "verify does not compute Megatron MoE layers yet ('%s'); check, reshard and merge "
-                            "take the set",
-                            m->tensors[i].name);
-    return TPS_OK;
-}
-
 static int run_verify(char **args, int nargs)
 {
     (void)nargs;
@@ -524,7 +128,7 @@ static int run_verify(char **args, int nargs)
     tps_vbackend *be = NULL;
     tps_vbackend_config bcfg;
     tps_vbackend_info info;
-    layer_progress lp;
+    tps_cmd_layer_progress lp;
     memset(&lp, 0, sizeof lp);
 
     if (!backend_config(&bcfg)) return TPS_EXIT_USAGE;
@@ -549,36 +153,10 @@ static int run_verify(char **args, int nargs)
     bool root = tps_vbackend_is_root(be), json = tps_common.json && root, quiet = tps_common.quiet || !root;
 
     TPS_CHECK(tps_shardset_open(dir, &ss, &err));
-    if (!tps_manifest_holds_all(ss->m)) {
-        char held[256];
-        tps_manifest_held_str(ss->m, held, sizeof held);
-        st = tps_fail(&err, TPS_EINVALID,
-                      "%s is a partial set: it holds ranks %s of %llu, the other ranks' files are on other nodes; "
-                      "verify needs every rank: run it on a directory holding the whole set (or check this "
-                      "share with 'tpshard check %s')",
-                      dir, held, (unsigned long long)ss->m->tp, dir);
-        goto cleanup;
-    }
-    TPS_CHECK(megatron_moe_refusal(ss->m, &err));
-    const char *text = ss->m->layout_text ? ss->m->layout_text : "";
-    TPS_CHECK(tps_layout_parse(text, strlen(text), ss->m->layout_name ? ss->m->layout_name : "manifest layout", &l,
-                               &err));
-    TPS_CHECK(read_hyperparameters(dir, ss->m, l, &config, &err));
-    if (o.source) {
-        TPS_CHECK(tps_checkpoint_open(o.source, &src_ix, &err));
-        TPS_CHECK(tps_layout_infer_sizes(l, src_ix, &err));
-    } else {
-        TPS_CHECK(manifest_shapes(ss, &shape_ix, &err));
-        TPS_CHECK(tps_layout_infer_sizes(l, shape_ix, &err));
-    }
-    if (!tps_layout_block(l)) {
-        st = tps_fail(&err, TPS_EINVALID, "%s: the layout it was cut with (%s) has no block: section to verify with",
-                      dir, ss->m->layout_name ? ss->m->layout_name : "?");
-        goto cleanup;
-    }
-    tps_block b = *tps_layout_block(l);
-    sizes_from_manifest(ss, &b);
-    qkv_cut_from_manifest(ss, &b);
+    TPS_CHECK(tps_vdriver_layout(dir, ss, o.config, o.source, &l, &config, &err));
+    if (o.source) TPS_CHECK(tps_checkpoint_open(o.source, &src_ix, &err));
+    tps_block b;
+    TPS_CHECK(tps_vdriver_block(dir, ss, l, src_ix, &shape_ix, &b, &err));
 
     uint64_t T = ss->m->tp;
     ranks = calloc(T, sizeof *ranks);
@@ -614,54 +192,12 @@ static int run_verify(char **args, int nargs)
             st = tps_fail_errno(&err, errno, "%s: cannot create", o.dump);
             goto cleanup;
         }
-        tps_jw_init(&dw, &db, false);
-        tps_jw_object_begin(&dw);
-        tps_jw_key(&dw, "layers");
-        tps_jw_array_begin(&dw);
+        tps_vreport_dump_begin(&dw, &db);
     }
     tps_jw_init(&jw, &jb, true);
     if (json) {
-        tps_jw_object_begin(&jw);
-        tps_jw_key(&jw, "dir");
-        tps_jw_string(&jw, dir);
-        tps_jw_key(&jw, "tp");
-        tps_jw_u64(&jw, T);
-        tps_jw_key(&jw, "backend");
-        tps_jw_string(&jw, info.device);
-        tps_jw_key(&jw, "launcher");
-        tps_jw_string(&jw, info.launcher);
-        tps_jw_key(&jw, "processes");
-        tps_jw_u64(&jw, info.processes);
-        tps_jw_key(&jw, "backend_detail");
-        tps_jw_string(&jw, info.desc);
-        if (strcmp(info.device, "cpu") != 0) {
-            tps_jw_key(&jw, "devices");
-            tps_jw_u64(&jw, info.devices);
-            tps_jw_key(&jw, "ranks_per_device");
-            tps_jw_u64(&jw, info.ranks_per_device);
-            tps_jw_key(&jw, "nccl");
-            tps_jw_bool(&jw, info.nccl);
-        }
-        tps_jw_key(&jw, "kind");
-        tps_jw_string(&jw, tps_block_kind_name(b.kind));
-        tps_jw_key(&jw, "reference");
-        tps_jw_string(&jw, o.source ? "source" : "reassembled from shards");
-        if (o.source) {
-            tps_jw_key(&jw, "source");
-            tps_jw_string(&jw, o.source);
-        }
-        tps_jw_key(&jw, "config");
-        tps_jw_string(&jw, config);
-        tps_jw_key(&jw, "block");
-        json_block(&jw, &b);
-        tps_jw_key(&jw, "tokens");
-        tps_jw_u64(&jw, tokens);
-        tps_jw_key(&jw, "seed");
-        tps_jw_u64(&jw, o.seed);
-        tps_jw_key(&jw, "whole_model");
-        tps_jw_bool(&jw, o.whole);
-        tps_jw_key(&jw, "layers");
-        tps_jw_array_begin(&jw);
+        tps_vreport_run run = {dir, T, &info, &b, o.source, config, tokens, o.seed, o.whole};
+        tps_vreport_begin(&jw, &run);
     } else if (!quiet) {
         printf("verify %s%s: %s block, tp %llu, backend %s, %llu %s, seed %llu; %s\n", dir,
                o.whole ? " (whole model)" : "", tps_block_kind_name(b.kind), (unsigned long long)T, info.desc,
@@ -673,7 +209,7 @@ static int run_verify(char **args, int nargs)
         fflush(stdout);
     }
     tps_verify_opts vo = {.backend = be, .tokens = tokens, .seed = o.seed, .rtol = o.rtol, .atol = o.atol,
-                          .keep_reference = dump != NULL, .shards = ss, .on_stage = layer_progress_stage,
+                          .keep_reference = dump != NULL, .shards = ss, .on_stage = tps_cmd_layer_progress_stage,
                           .stage_arg = &lp};
     uint64_t layers_run = 0, checked_tensors = 0, checked_bytes = 0, mismatched = 0;
     /* The whole model: the embedding before the layers, which then carry its output on. */
@@ -684,35 +220,24 @@ static int run_verify(char **args, int nargs)
         TPS_CHECK(tps_verify_whole_begin(&b, T, &ref, ranks, &wo, &whole, &err));
         vo.chain = &whole.chain;
     }
-    layer_progress_begin(&lp, ss->m, &b, first, count, root);
+    tps_cmd_layer_progress_begin(&lp, ss->m, &b, first, count, root);
     for (uint64_t layer = first; layer < first + count; layer++) {
         tps_verify_result res;
-        layer_progress_at(&lp, layer - first, false);
+        tps_cmd_layer_progress_at(&lp, layer - first, false);
         TPS_CHECK(tps_verify_layer(&b, layer, T, &ref, ranks, &vo, &res, &err));
-        layer_progress_at(&lp, layer - first, true);
+        tps_cmd_layer_progress_at(&lp, layer - first, true);
         layers_run++;
         checked_tensors += res.checked_tensors;
         checked_bytes += res.checked_bytes;
         if (json) {
-            json_layer(&jw, &res);
+            tps_vreport_layer(&jw, &res);
         } else if (root && (!quiet || !res.pass)) {
             tps_progress_suspend(&lp.s);
             print_layer(&res);
         }
-        if (layer + 1 < first + count) layer_progress_at(&lp, layer + 1 - first, false);
+        if (layer + 1 < first + count) tps_cmd_layer_progress_at(&lp, layer + 1 - first, false);
         fflush(stdout);
-        if (dump) {
-            tps_jw_object_begin(&dw);
-            tps_jw_key(&dw, "layer");
-            tps_jw_u64(&dw, layer);
-            tps_jw_key(&dw, "x");
-            dump_matrix(&dw, res.x, res.tokens, res.hidden);
-            for (int s = 0; s < TPS_VSTAGE_COUNT; s++) {
-                tps_jw_key(&dw, tps_verify_stage_name(s));
-                dump_matrix(&dw, res.ref_out[s], res.tokens, res.hidden);
-            }
-            tps_jw_object_end(&dw);
-        }
+        if (dump) tps_vreport_dump_layer(&dw, layer, &res);
         mismatched += !res.pass;
         if (!res.pass && all_pass) {
             all_pass = false;
@@ -723,13 +248,13 @@ static int run_verify(char **args, int nargs)
         }
         tps_verify_result_release(&res);
     }
-    layer_progress_end(&lp);
+    tps_cmd_layer_progress_end(&lp);
     if (o.whole) {
         TPS_CHECK(tps_verify_whole_end(&b, T, &ref, ranks, &wo, &whole, &err));
         checked_tensors += whole.checked_tensors;
         checked_bytes += whole.checked_bytes;
         if (root && !json && (!quiet || !whole.pass)) print_whole(&whole);
-        if (root && o.dump_logits) TPS_CHECK(write_logits(o.dump_logits, &whole, &err));
+        if (root && o.dump_logits) TPS_CHECK(tps_vreport_write_logits(o.dump_logits, &whole, &err));
     }
     /* A pass must have run something: every layer asked for, each with tensors checked. */
     if (root && (layers_run == 0 || layers_run != count || checked_tensors == 0)) {
@@ -739,33 +264,8 @@ static int run_verify(char **args, int nargs)
         goto cleanup;
     }
     if (json) {
-        tps_jw_array_end(&jw);
-        tps_jw_key(&jw, "checked");
-        tps_jw_object_begin(&jw);
-        tps_jw_key(&jw, "layers");
-        tps_jw_u64(&jw, layers_run);
-        tps_jw_key(&jw, "ranks");
-        tps_jw_u64(&jw, T);
-        tps_jw_key(&jw, "tensors");
-        tps_jw_u64(&jw, checked_tensors);
-        tps_jw_key(&jw, "bytes");
-        tps_jw_u64(&jw, checked_bytes);
-        tps_jw_key(&jw, "mismatched_layers");
-        tps_jw_u64(&jw, mismatched);
-        if (o.whole) {
-            tps_jw_key(&jw, "tokens");
-            tps_jw_u64(&jw, whole.tokens);
-            tps_jw_key(&jw, "logits");
-            tps_jw_u64(&jw, whole.tokens * whole.vocab);
-        }
-        tps_jw_object_end(&jw);
-        if (o.whole) {
-            tps_jw_key(&jw, "whole_model");
-            json_whole(&jw, &whole);
-        }
-        tps_jw_key(&jw, "pass");
-        tps_jw_bool(&jw, all_pass && (!o.whole || whole.pass));
-        tps_jw_object_end(&jw);
+        tps_vreport_checked c = {layers_run, T, checked_tensors, checked_bytes, mismatched};
+        tps_vreport_end(&jw, &c, o.whole ? &whole : NULL, all_pass && (!o.whole || whole.pass));
         if (tps_buf_cstr(&jb)) printf("%s\n", jb.data);
     } else if (!quiet && all_pass && o.whole && whole.pass) {
         printf("whole model verified: the shards compute the unsharded model's logits\n");
@@ -788,8 +288,7 @@ static int run_verify(char **args, int nargs)
                (unsigned long long)checked_tensors, (unsigned long long)checked_bytes, (unsigned long long)mismatched);
     }
     if (dump) {
-        tps_jw_array_end(&dw);
-        tps_jw_object_end(&dw);
+        tps_vreport_dump_end(&dw);
         const char *s = tps_buf_cstr(&db);
         if (!s || fputs(s, dump) == EOF || fputc('\n', dump) == EOF || fclose(dump) != 0) {
             dump = NULL;
@@ -812,7 +311,7 @@ static int run_verify(char **args, int nargs)
         st = TPS_EMISMATCH;
     }
 cleanup:
-    layer_progress_end(&lp);
+    tps_cmd_layer_progress_end(&lp);
     /* Every process ends with the same status; a failure of another process is reported by
      * that process alone. */
     st = tps_vbackend_finish(be, st, &err);

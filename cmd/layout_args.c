@@ -14,8 +14,8 @@
 #include "lib/base/json.h"
 #include "lib/engine/write_set.h"
 #include "lib/layout/presets.h"
-#include "lib/layout/quant_int.h"
-#include "lib/set/marlin_note.h"
+#include "lib/layout/problems_sizes.h"
+#include "lib/set/plan_report.h"
 #include "lib/set/plan.h"
 #include "lib/set/retarget.h"
 
@@ -101,20 +101,6 @@ static int detect_preset(const char *cmd, const char *src, const char *config, c
     }
     if (!tps_common.quiet) fprintf(stderr, "tpshard %s: layout: preset %s, from %s %s\n", cmd, (*out)->name, config, found);
     return 0;
-}
-
-/* The Marlin note (lib/layout/quant_int.h) as one line, or nothing when no linear misses the tile. */
-static void marlin_note_line(const tps_manifest *m, const struct tps_quant *q, tps_buf *out)
-{
-    tps_marlin_note n;
-    tps_quant_marlin_note(q, m, &n);
-    if (!n.count) return;
-    tps_buf_printf(out, "%llu GPTQ/AWQ tensor%s leave%s a rank a piece vLLM's Marlin kernels do not tile (output a "
-                   "multiple of %d, input of %d a rank), e.g. %s: %s %llu a rank; vLLM then pads the tile or falls "
-                   "back to a slower kernel (older vLLM refuses the layer unless run with --quantization gptq or "
-                   "awq); the cut itself is legal", (unsigned long long)n.count, n.count == 1 ? "" : "s",
-                   n.count == 1 ? "s" : "", TPS_MARLIN_MIN_N, TPS_MARLIN_MIN_K, n.example,
-                   n.wdim == 0 ? "output" : "input", (unsigned long long)n.local);
 }
 
 /* --preset NAME that fits no tensor of a checkpoint whose config.json names another preset:
@@ -233,7 +219,7 @@ int tps_cli_plan(const char *cmd, const char *src, const tps_layout_args *a, tps
     }
     if (st == TPS_OK && !tps_common.quiet) {
         tps_buf note = TPS_BUF_INIT;
-        marlin_note_line(*m, tps_layout_quant(*l), &note);
+        tps_plan_marlin_line(*m, tps_layout_quant(*l), &note);
         if (note.len && tps_buf_cstr(&note)) fprintf(stderr, "tpshard %s: note: %s\n", cmd, note.data);
         tps_buf_release(&note);
     }
@@ -254,30 +240,11 @@ void tps_cli_print_problems(const char *cmd, const char *src, const char *summar
                             const tps_model_sizes *sizes, const char *no_config, bool json)
 {
     tps_buf line = TPS_BUF_INIT, missing = TPS_BUF_INIT, hint = TPS_BUF_INIT;
-    size_t shown = 0, hidden = 0, nsizes = 0;
-    uint64_t sized = 0;
+    size_t shown = 0, hidden = 0, nsizes;
+    uint64_t sized = tps_problems_missing_sizes(ps, &missing, &nsizes);
     for (size_t i = 0; i < ps->n; i++) {
         const tps_problem *g = &ps->v[i];
-        if (g->kind == TPS_PROBLEM_SIZES) {
-            /* Unknown sizes are one cause however many rules need them: name each size once. */
-            sized += g->count;
-            nsizes++;
-            for (const char *c = g->missing; *c;) {
-                size_t n = strcspn(c, ",");
-                const char *have = tps_buf_cstr(&missing);
-                bool dup = false;
-                for (const char *h = have; h && *h && !dup;) {
-                    size_t hn = strcspn(h, ",");
-                    dup = hn == n && memcmp(h, c, n) == 0;
-                    h += hn;
-                    while (*h == ',' || *h == ' ') h++;
-                }
-                if (!dup) tps_buf_printf(&missing, "%s%.*s", missing.len ? ", " : "", (int)n, c);
-                c += n;
-                while (*c == ',' || *c == ' ') c++;
-            }
-            continue;
-        }
+        if (g->kind == TPS_PROBLEM_SIZES) continue; /* one line for them all, below */
         if (shown == TPS_CLI_PROBLEM_LINES) {
             hidden++;
             continue;
@@ -365,20 +332,14 @@ int tps_cli_retarget(const char *cmd, const char *dir, const tps_manifest *src, 
 
 void tps_cli_print_plan(const tps_manifest *m, const struct tps_quant *q, bool json)
 {
+    if (json) {
+        tps_buf b = TPS_BUF_INIT;
+        if (tps_plan_json(m, q, &b) && tps_buf_cstr(&b)) printf("%s\n", b.data);
+        tps_buf_release(&b);
+        return;
+    }
     uint64_t *rank_bytes = calloc(m->tp, sizeof *rank_bytes);
     if (!rank_bytes) return;
-    tps_buf b = TPS_BUF_INIT;
-    tps_jw w;
-    tps_jw_init(&w, &b, true);
-    if (json) {
-        tps_jw_object_begin(&w);
-        tps_jw_key(&w, "tp");
-        tps_jw_u64(&w, m->tp);
-        tps_jw_key(&w, "layout");
-        tps_jw_string(&w, m->layout_name);
-        tps_jw_key(&w, "tensors");
-        tps_jw_array_begin(&w);
-    }
     for (size_t i = 0; i < m->ntensors; i++) {
         const tps_manifest_tensor *t = &m->tensors[i];
         char desc[256], gs[256], rs[256];
@@ -387,55 +348,10 @@ void tps_cli_print_plan(const tps_manifest *m, const struct tps_quant *q, bool j
         tps_shape_str(t->shape, t->ndim, gs, sizeof gs);
         tps_partition_rank_shape(t->part, t->ndim, t->shape, m->tp, 0, shape0);
         tps_shape_str(shape0, t->ndim, rs, sizeof rs);
-        if (json) {
-            tps_jw_object_begin(&w);
-            tps_jw_key(&w, "name");
-            tps_jw_string(&w, t->name);
-            tps_jw_key(&w, "rule");
-            tps_jw_string(&w, t->rule);
-            tps_jw_key(&w, "partition");
-            tps_jw_string(&w, desc);
-            tps_jw_key(&w, "dtype");
-            tps_jw_string(&w, tps_dtype_name(t->dtype));
-            tps_jw_key(&w, "rank_shapes");
-            tps_jw_array_begin(&w);
-        } else {
-            printf("%-56s %-5s %-18s -> %-18s %s   [%s]\n", t->name, tps_dtype_name(t->dtype), gs, rs, desc, t->rule);
-        }
-        for (uint64_t r = 0; r < m->tp; r++) {
-            uint64_t shape[TPS_MAX_DIMS], n = 1, bytes = 0;
-            tps_partition_rank_shape(t->part, t->ndim, t->shape, m->tp, r, shape);
-            for (int d = 0; d < t->ndim; d++) n *= shape[d]; /* a rank's slice is no larger than the padded tensor */
-            bytes = n * tps_dtype_bits(t->dtype) / 8;
-            rank_bytes[r] += bytes;
-            if (json) tps_jw_u64_array(&w, shape, (size_t)t->ndim);
-        }
-        if (json) {
-            tps_jw_array_end(&w);
-            tps_jw_object_end(&w);
-        }
+        printf("%-56s %-5s %-18s -> %-18s %s   [%s]\n", t->name, tps_dtype_name(t->dtype), gs, rs, desc, t->rule);
     }
-    if (json) {
-        tps_jw_array_end(&w);
-        tps_jw_key(&w, "skipped");
-        tps_manifest_skipped_json(&w, m);
-        tps_buf note = TPS_BUF_INIT;
-        marlin_note_line(m, q, &note);
-        tps_jw_key(&w, "notes");
-        tps_jw_array_begin(&w);
-        if (note.len && tps_buf_cstr(&note)) tps_jw_string(&w, note.data);
-        tps_jw_array_end(&w);
-        tps_buf_release(&note);
-        tps_jw_key(&w, "rank_bytes");
-        tps_jw_array_begin(&w);
-        for (uint64_t r = 0; r < m->tp; r++) tps_jw_u64(&w, rank_bytes[r]);
-        tps_jw_array_end(&w);
-        tps_jw_object_end(&w);
-        if (tps_buf_cstr(&b)) printf("%s\n", b.data);
-    } else {
-        for (uint64_t r = 0; r < m->tp; r++)
-            printf("rank %llu: %llu bytes of tensor data\n", (unsigned long long)r, (unsigned long long)rank_bytes[r]);
-    }
-    tps_buf_release(&b);
+    tps_plan_rank_bytes(m, rank_bytes);
+    for (uint64_t r = 0; r < m->tp; r++)
+        printf("rank %llu: %llu bytes of tensor data\n", (unsigned long long)r, (unsigned long long)rank_bytes[r]);
     free(rank_bytes);
 }

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "help.h"
 #include "commands.h"
 
 #ifndef TPS_VERSION
@@ -99,6 +100,7 @@ int main(int argc, char **argv)
     char *args[16];
     int nargs = 0;
     int rc = tps_cli_parse(cmd, argc - 2, argv + 2, args, &nargs);
+    if (rc == 0 && tps_common.help) tps_cli_help(stdout, cmd, tps_common.verbose > 0);
     if (rc >= 0) return rc;
     return cmd->run(args, nargs);
 }

@@ -26,13 +26,32 @@ tps_write_opts tps_cli_write_opts(const char *out, bool force, const char *const
                                     .file_done_arg = ps}};
 }
 
+/* tps_write_set as a tps_cli_writer_fn. */
+typedef struct set_writer {
+    tps_manifest *m;
+    tps_global_read_fn read;
+    void *ctx;
+} set_writer;
+
+static tps_status write_set(void *arg, const tps_write_opts *o, tps_error *err)
+{
+    const set_writer *w = arg;
+    return tps_write_set(w->m, w->read, w->ctx, o, err);
+}
+
 int tps_cli_write(const char *verb, tps_manifest *m, tps_global_read_fn read, void *ctx, const tps_write_opts *o)
+{
+    set_writer w = {m, read, ctx};
+    return tps_cli_write_with(verb, write_set, &w, o);
+}
+
+int tps_cli_write_with(const char *verb, tps_cli_writer_fn write, void *arg, const tps_write_opts *o)
 {
     tps_error err;
     tps_error_clear(&err);
     tps_progress_state *ps = o->cut.progress_arg;
     tps_progress_begin(ps, verb);
-    tps_write_set(m, read, ctx, o, &err);
+    write(arg, o, &err);
     tps_progress_end(ps);
     return tps_cli_report(verb, &err);
 }

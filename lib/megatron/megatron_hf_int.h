@@ -12,8 +12,12 @@
 #include "../base/index.h"
 #include "../base/json.h"
 #include "../base/status.h"
+#include "../engine/cut.h"
 #include "../layout/layout.h"
-#include "megatron_hf.h"
+
+/* Declared as megatron_hf.h declares it, not included from there: the files behind that
+ * header include this one, and this one stays below it (no include circle). */
+typedef struct tps_megatron_hf tps_megatron_hf;
 
 /* The most Hugging Face tensors one Megatron tensor fuses, and the longest name. */
 #define MAX_FROM 8

@@ -40,6 +40,8 @@ done >"$work/includes"
 nobj=0
 for o in $(cd "$objdir" 2>/dev/null && find $tops -name '*.o' 2>/dev/null | sort); do
     m=${o%.o}
+    # an object whose source is gone (moved or removed since that build) says nothing of now
+    [ -e "$m.c" ] || [ -e "$m.cu" ] || continue
     nobj=$((nobj + 1))
     nm -P "$objdir/$o" 2>/dev/null | awk -v m="$m" '
         $2 == "U" { print m, $1 >> "'"$work/uses"'"; next }
