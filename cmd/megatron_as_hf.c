@@ -1,5 +1,5 @@
 /* Opening a Megatron checkpoint as the Hugging Face checkpoint it holds: its reader
- * (formats/megatron_set.h) opens the set, lib/megatron/megatron_as_hf.h builds the view. */
+ * (formats/megatron/megatron_set.h) opens the set, lib/megatron/megatron_as_hf.h builds the view. */
 #include "megatron_as_hf.h"
 
 #include <stdio.h>

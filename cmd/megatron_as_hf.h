@@ -1,6 +1,6 @@
 /* A Megatron-LM checkpoint (legacy mp_rank_* files or Megatron-Core torch_dist) opened as
  * the Hugging Face checkpoint it holds (lib/megatron/megatron_as_hf.h builds the view; its
- * reader, formats/megatron_set.h, opens the set here), and the note saying what such a
+ * reader, formats/megatron/megatron_set.h, opens the set here), and the note saying what such a
  * source leaves out. */
 #ifndef TPS_CMD_MEGATRON_AS_HF_H
 #define TPS_CMD_MEGATRON_AS_HF_H

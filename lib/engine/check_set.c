@@ -190,7 +190,7 @@ static const tps_manifest_file *manifest_file(const tps_manifest_file *const *by
 }
 
 /* A Megatron rank file's zip records carry CRCs the reader leaves unchecked at open
- * (formats/megatron_read.c): proved here, every record of every rank file. */
+ * (formats/megatron/megatron_read.c): proved here, every record of every rank file. */
 static void check_megatron_records(tps_shardset *ss, const tps_check_opts *o, tps_check_findings *f,
                                    tps_check_coverage *cov)
 {

@@ -45,7 +45,7 @@ typedef struct tps_check_coverage {
 typedef struct tps_check_opts {
     const tps_index *src; /* --source, or NULL */
     /* Proves a Megatron rank file's torch zip records' CRC-32s, which its reader leaves
-     * unchecked at open (formats/torch.h: tps_torch_verify_records). */
+     * unchecked at open (formats/torch/torch.h: tps_torch_verify_records). */
     tps_status (*verify_records)(const char *path, tps_error *err);
     /* The progress line: phase(arg, true) before a pass over the bytes, progress during it,
      * phase(arg, false) after. */

@@ -4,7 +4,7 @@
  * those args.  merge --target hf writes it; split and plan cut it as they cut any checkpoint
  * (split iter_0001000/ --tp 8 --target vllm).  Nothing is held whole: every read streams row
  * ranges of the source's tensors.  The checkpoint is opened by its reader
- * (formats/megatron_set.h), which lib/ does not include: the opener hands in the set and the
+ * (formats/megatron/megatron_set.h), which lib/ does not include: the opener hands in the set and the
  * reader's account of it (cmd/megatron_as_hf.c). */
 #ifndef TPS_MEGATRON_AS_HF_H
 #define TPS_MEGATRON_AS_HF_H
@@ -19,7 +19,7 @@
 #include "../set/manifest.h"
 #include "megatron_hf.h"
 
-struct tps_megatron_source; /* formats/megatron_set.h: what the reader found beside the tensors */
+struct tps_megatron_source; /* formats/megatron/megatron_set.h: what the reader found beside the tensors */
 
 typedef struct tps_megatron_as_hf {
     tps_shardset *ss;                                 /* owned */

@@ -2,7 +2,7 @@
  * the true size: the source's partitions pad to its own rows, which the new tp need not
  * divide), the stages (--pp / --pp-layers, else the source's own split), Megatron's files
  * planned, and the reader the write step streams through (with every tensor's CRC checked
- * and replicas compared).  The checkpoint is opened by its reader (formats/megatron_set.h),
+ * and replicas compared).  The checkpoint is opened by its reader (formats/megatron/megatron_set.h),
  * which hands over what it found beside the tensors; the retargeting between repad and
  * restore is the caller's (it prints a refusal grouped). */
 #ifndef TPS_MEGATRON_RESHARD_H

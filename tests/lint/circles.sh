@@ -9,7 +9,7 @@
 # component of more than one node is reported with the arrows inside it.
 #
 # A circle that must stay needs a comment in the file whose arrow closes it, saying why:
-#     circle-ok: verify/load/layer  <why>
+#     circle-ok: verify/load/layer.c  <why>
 # drops A's arrows to that node (and only those).
 #
 #   sh tests/lint/circles.sh [ROOT] [OBJDIR]     OBJDIR: where the .o files are (build/lint)

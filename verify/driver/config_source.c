@@ -145,7 +145,7 @@ static void sizes_from_manifest(const tps_shardset *ss, tps_block *b)
 /* Megatron-Core >= 0.16 at tp above the query groups stores each rank a plain row chunk of
  * its group's [q; k; v] block (the cut the manifest records: the group's block one segment),
  * not its heads with the group's k and v as Falcon's cut does; Megatron's ranks then
- * all-gather the qkv activations (verify/qkv_chunks.c).  Only Megatron runs such a cut: the
+ * all-gather the qkv activations (verify/ranks/qkv_chunks.c).  Only Megatron runs such a cut: the
  * same cut of a Falcon checkpoint is wrong for the engines that serve it, and fails. */
 static void qkv_cut_from_manifest(const tps_shardset *ss, tps_block *b)
 {
