@@ -139,6 +139,10 @@ def check(path: PathLike, source: Optional[PathLike] = None, *, junit: Optional[
     try:
         _, _, report = run("check", args, want_json=True, progress=progress)
     except MismatchError as e:
+        findings = e.report.get("findings", []) if isinstance(e.report, dict) else []
+        if findings:  # --json prints the findings in the report only: the message says them
+            e.message = f"{os.fspath(path)}: {len(findings)} finding{'s' if len(findings) != 1 else ''}: {findings[0]}"
+            e.args = (e.message,)
         raise _with_result(e, CheckResult.from_json)
     return CheckResult.from_json(report or {})
 
