@@ -119,7 +119,12 @@ def run(cmd: str, args: Sequence[str], *, want_json: bool = False, progress: Pro
     if pump is not None:
         os.close(wfd)  # the child holds the write end; EOF when it exits
         pump.start()
-    out_b, err_b = proc.communicate()
+    try:
+        out_b, err_b = proc.communicate()
+    except KeyboardInterrupt:
+        # The child got the same SIGINT: let it remove what it was writing before going on.
+        proc.wait()
+        raise
     if pump is not None:
         pump.join()
     out = out_b.decode("utf-8", errors="replace")
