@@ -1,9 +1,9 @@
 /* JUnit XML reports (`check --junit FILE`, `verify --junit FILE`): one suite of test cases,
  * each passed, failed (a finding: exit 1's kind), errored (the run could not judge it) or
- * skipped, rendered as one <testsuite> document that both common schemas accept: Apache
- * Ant's (tests/schema/junit-ant.xsd: properties, system-out and system-err present, a
- * timestamp without a zone, hostname, at most one failure per case) and Jenkins' (Surefire's,
- * tests/schema/junit-jenkins.xsd), which GitHub Actions' report actions and GitLab read too.
+ * skipped, rendered as one <testsuite> document in the shape Apache Ant's JUnit task first
+ * wrote and Jenkins, GitLab and GitHub Actions' report actions read (tests/schema/junit.xsd
+ * states it: properties, the cases, system-out and system-err; a timestamp without a zone,
+ * a hostname; at most one failure or error per case).
  *
  * Every string is escaped for XML 1.0: markup characters become entities, bytes that are not
  * UTF-8 and characters XML cannot carry (controls other than tab, newline, carriage return)

@@ -5,7 +5,7 @@
 #     builds with, --no-build-isolation: setuptools 66, wheel 0.38 on Debian 12), python3-yaml
 #     (reading docs/ci.md's jobs), binutils (readelf: the wheel's platform tag);
 #   build/venv-wheel: a venv on /usr/bin/python3 that sees those, with PyPI's build,
-#     auditwheel and xmlschema, pinned.
+#     auditwheel, xmlschema and junitparser, pinned.
 # The fresh venv the wheel is installed into is made by the test itself, without these.
 set -eu
 top=$(cd "$(dirname "$0")/../.." && pwd)
@@ -21,12 +21,12 @@ if [ -n "$missing" ]; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
 fi
 venv="$top/build/venv-wheel"
-pins="build==1.2.2.post1 auditwheel==6.1.0 xmlschema==3.4.3"
+pins="build==1.2.2.post1 auditwheel==6.1.0 xmlschema==3.4.3 junitparser==5.0.3"
 if [ ! -x "$venv/bin/python3" ]; then
     echo "wheel setup: creating $venv (system site packages visible: Debian's setuptools and wheel)"
     /usr/bin/python3 -m venv --system-site-packages "$venv"
 fi
-if ! "$venv/bin/python3" -c 'import build, auditwheel, xmlschema' >/dev/null 2>&1; then
+if ! "$venv/bin/python3" -c 'import build, auditwheel, xmlschema, junitparser' >/dev/null 2>&1; then
     echo "wheel setup: installing $pins from PyPI into $venv"
     "$venv/bin/python3" -m pip install -q --disable-pip-version-check $pins
 fi
