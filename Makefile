@@ -104,6 +104,7 @@ TEST_DEPS :=
 include verify/backends/gpu.mk
 include tests/fuzz/fuzz.mk
 include tests/bench/bench.mk
+include cmd/python/python.mk
 
 .PHONY: all test demo bench lint lint-build install uninstall clean deps check-deps config
 all: tpshard

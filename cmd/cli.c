@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "lib/base/buf.h"
+#include "junit_report.h"
 #include "lib/engine/outdir.h"
 
 tps_common_opts tps_common;
@@ -196,8 +197,10 @@ int tps_cli_parse(const tps_cmd *cmd, int argc, char **argv, char **args, int *n
 /* "tpshard CMD: message" without the newline. */
 __attribute__((format(printf, 2, 0))) static void verrorf(const char *cmd, const char *fmt, va_list ap)
 {
-    fprintf(stderr, "tpshard %s: ", cmd);
-    vfprintf(stderr, fmt, ap);
+    char msg[4096];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    tps_cli_junit_note_error(msg); /* the errored case of a --junit report */
+    fprintf(stderr, "tpshard %s: %s", cmd, msg);
 }
 
 void tps_cli_errorf(const char *cmd, const char *fmt, ...)
@@ -239,6 +242,7 @@ int tps_cli_exit_code(tps_status st)
 int tps_cli_report(const char *cmd, const tps_error *err)
 {
     if (err->code == TPS_OK) return 0;
+    tps_cli_junit_note_error(err->msg[0] ? err->msg : tps_status_name(err->code));
     fprintf(stderr, "tpshard %s: %s\n", cmd, err->msg[0] ? err->msg : tps_status_name(err->code));
     if (err->code == TPS_EARG) fprintf(stderr, "tpshard %s: see 'tpshard %s --help'\n", cmd, cmd);
     return tps_cli_exit_code(err->code);

@@ -8,6 +8,7 @@
 #include "formats/megatron/megatron_read.h"
 #include "formats/open/shardset.h"
 #include "formats/torch/torch.h"
+#include "junit_report.h"
 #include "lib/base/buf.h"
 #include "lib/engine/check_set.h"
 #include "lib/set/manifest.h"
@@ -21,6 +22,7 @@ static struct {
 static const tps_opt check_opts[] = {
     {"source", 0, TPS_OPT_STRING, &o.source, "SRC", "also compare every tensor with this checkpoint, bit for bit"},
     {"json", 0, TPS_OPT_FLAG, &tps_common.json, NULL, "machine-readable result"},
+    {"junit", 0, TPS_OPT_STRING, &tps_junit_path, "FILE", "also write a JUnit XML report: a case per rank file"},
     TPS_COMMON_OPTS,
     TPS_OPTS_END,
 };
@@ -127,6 +129,7 @@ report:
     if (!f.n && ss && cov.files == 0 && cov.tensors == 0)
         tps_check_findingf(&f, "nothing was checked: no file and no tensor was compared with the manifest");
     print_result(dir, ss ? ss->m : NULL, &f, &cov);
+    tps_cli_junit_check(dir, ss ? ss->m : NULL, f.msg, f.n);
     rc = f.n ? TPS_EXIT_MISMATCH : 0;
 cleanup:
     tps_check_findings_free(&f);
@@ -138,7 +141,7 @@ cleanup:
 const tps_cmd tps_cmd_check = {
     .name = "check",
     .summary = "prove a shard set intact: files, coverage, replicas, checksums",
-    .usage = "check DIR [--source SRC] [--json]",
+    .usage = "check DIR [--source SRC] [--json] [--junit FILE]",
     .details = "Reads every shard byte once.  Exit 0 when intact; exit 1 listing every finding.  Ends with\n"
                "what it covered (ranks, files, bytes, tensors).  A partial set (written with --only-rank)\n"
                "is checked for the ranks it holds: each file's size and CRC-32.\n",

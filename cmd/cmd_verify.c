@@ -10,6 +10,7 @@
 #include "commands.h"
 #include "formats/open/checkpoint.h"
 #include "formats/open/shardset.h"
+#include "junit_report.h"
 #include "lib/base/buf.h"
 #include "lib/base/json.h"
 #include "lib/layout/layout.h"
@@ -42,6 +43,7 @@ static const tps_opt verify_opts[] = {
     {"whole-model", 0, TPS_OPT_FLAG, &o.whole, NULL, "embedding, layers chained, LM head: compare logits"},
     {"dump-logits", 0, TPS_OPT_STRING, &o.dump_logits, "FILE", "--whole-model: write the logits as JSON"},
     {"json", 0, TPS_OPT_FLAG, &tps_common.json, NULL, "machine-readable report"},
+    {"junit", 0, TPS_OPT_STRING, &tps_junit_path, "FILE", "also write a JUnit XML report: a case per layer"},
     TPS_COMMON_OPTS,
     TPS_OPTS_END,
 };
@@ -151,6 +153,7 @@ static int run_verify(char **args, int nargs)
     TPS_CHECK(tps_vbackend_open(&bcfg, &be, &err));
     /* Under MPI only rank 0 reports. */
     bool root = tps_vbackend_is_root(be), json = tps_common.json && root, quiet = tps_common.quiet || !root;
+    if (!root) tps_cli_junit_silence();
 
     TPS_CHECK(tps_shardset_open(dir, &ss, &err));
     TPS_CHECK(tps_vdriver_layout(dir, ss, o.config, o.source, &l, &config, &err));
@@ -182,6 +185,8 @@ static int run_verify(char **args, int nargs)
     }
     TPS_CHECK(tps_vbackend_start(be, T, st, &err));
     tps_vbackend_get_info(be, &info);
+    tps_cli_junit_property("path", dir);
+    tps_cli_junit_property("backend", info.desc);
 
     char refdesc[4200];
     if (o.source) snprintf(refdesc, sizeof refdesc, "reference from %s", o.source);
@@ -229,6 +234,7 @@ static int run_verify(char **args, int nargs)
         layers_run++;
         checked_tensors += res.checked_tensors;
         checked_bytes += res.checked_bytes;
+        tps_cli_junit_layer(&res);
         if (json) {
             tps_vreport_layer(&jw, &res);
         } else if (root && (!quiet || !res.pass)) {
@@ -254,6 +260,7 @@ static int run_verify(char **args, int nargs)
         checked_tensors += whole.checked_tensors;
         checked_bytes += whole.checked_bytes;
         if (root && !json && (!quiet || !whole.pass)) print_whole(&whole);
+        tps_cli_junit_whole(&whole);
         if (root && o.dump_logits) TPS_CHECK(tps_vreport_write_logits(o.dump_logits, &whole, &err));
     }
     /* A pass must have run something: every layer asked for, each with tensors checked. */
@@ -337,7 +344,7 @@ cleanup:
 const tps_cmd tps_cmd_verify = {
     .name = "verify",
     .summary = "run layers the tensor-parallel way on CPU or GPU ranks and compare with the unsharded layer",
-    .usage = "verify DIR [--source SRC] [--layer L|all | --whole-model] [--tokens N] [--seed S] [--backend cpu|cuda|devsim|mpi] [--emulate] [--json]",
+    .usage = "verify DIR [--source SRC] [--layer L|all | --whole-model] [--tokens N] [--seed S] [--backend cpu|cuda|devsim|mpi] [--emulate] [--json] [--junit FILE]",
     .details =
         "Each rank (a thread) loads only its own shard file's slices of the layer and computes in\n"
         "float32: its q heads with their KV heads, its o_proj rows, an all-reduce, its MLP slices and\n"

@@ -5,6 +5,8 @@
 #include "cli.h"
 #include "help.h"
 #include "commands.h"
+#include "inputs.h"
+#include "junit_report.h"
 
 #ifndef TPS_VERSION
 #define TPS_VERSION "0.1.0"
@@ -102,5 +104,7 @@ int main(int argc, char **argv)
     int rc = tps_cli_parse(cmd, argc - 2, argv + 2, args, &nargs);
     if (rc == 0 && tps_common.help) tps_cli_help(stdout, cmd, tps_common.verbose > 0);
     if (rc >= 0) return rc;
-    return cmd->run(args, nargs);
+    tps_cli_junit_start(cmd->name);
+    rc = tps_cli_require_inputs(cmd->name, args, nargs);
+    return tps_cli_junit_finish(nargs ? args[0] : NULL, rc ? rc : cmd->run(args, nargs));
 }

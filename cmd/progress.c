@@ -1,12 +1,15 @@
 #include "progress.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
+#include "lib/base/buf.h"
+#include "lib/base/json.h"
 
 static double now(void)
 {
@@ -42,10 +45,40 @@ void tps_progress_begin(tps_progress_state *s, const char *verb)
     s->start = s->last = now();
     s->enabled = !tps_common.quiet && isatty(STDERR_FILENO);
     s->shown = false;
+    /* TPSHARD_PROGRESS_FD=N (the Python API's progress callback): the same updates as JSON
+     * lines {"verb","done","total","tensor"} on descriptor N, terminal or not. */
+    const char *fd = getenv("TPSHARD_PROGRESS_FD");
+    s->fd = fd && *fd && strspn(fd, "0123456789") == strlen(fd) && strlen(fd) < 6 ? atoi(fd) : -1;
+    if (s->fd >= 0) s->enabled = true;
+}
+
+static void draw_fd(const tps_progress *p, tps_progress_state *s, double t)
+{
+    tps_buf b = TPS_BUF_INIT;
+    tps_jw w;
+    s->last = t;
+    tps_jw_init(&w, &b, false);
+    tps_jw_object_begin(&w);
+    tps_jw_key(&w, "verb");
+    tps_jw_string(&w, s->verb);
+    tps_jw_key(&w, "done");
+    tps_jw_u64(&w, p->done);
+    tps_jw_key(&w, "total");
+    tps_jw_u64(&w, p->total);
+    tps_jw_key(&w, "tensor");
+    tps_jw_string(&w, p->tensor ? p->tensor : "");
+    tps_jw_object_end(&w);
+    tps_buf_putc(&b, '\n');
+    if (tps_buf_cstr(&b) && write(s->fd, b.data, b.len) < 0) s->fd = -1; /* the reader went away */
+    tps_buf_release(&b);
 }
 
 static void draw(const tps_progress *p, tps_progress_state *s, double t)
 {
+    if (s->fd >= 0) {
+        draw_fd(p, s, t);
+        return;
+    }
     s->last = t;
     double el = t - s->start, rate = el > 0 ? (double)p->done / el : 0;
     char done[32], total[32], eta[32], line[512];

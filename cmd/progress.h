@@ -1,7 +1,8 @@
 /* What long operations show while they run.  On a terminal (stderr), unless -q: one progress
  * line, redrawn at most five times a second, with bytes done and total, GB/s, the ETA and
  * the tensor in flight; it is erased when the operation ends.  Nothing when stderr is not
- * a terminal.  With -v, each output file is listed on stdout as it completes. */
+ * a terminal.  TPSHARD_PROGRESS_FD=N sends the same updates as JSON lines to descriptor N
+ * instead (the Python API's progress callback, README "Python API").  With -v, each output file is listed on stdout as it completes. */
 #ifndef TPS_PROGRESS_H
 #define TPS_PROGRESS_H
 
@@ -11,6 +12,7 @@ typedef struct tps_progress_state {
     const char *verb;
     double start, last;
     bool enabled, shown;
+    int fd; /* TPSHARD_PROGRESS_FD: JSON lines there instead of the terminal line; -1: none */
 } tps_progress_state;
 
 void tps_progress_begin(tps_progress_state *s, const char *verb);
