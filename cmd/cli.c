@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "lib/base/buf.h"
-#include "junit_report.h"
 #include "lib/engine/outdir.h"
 
 tps_common_opts tps_common;
@@ -194,13 +193,17 @@ int tps_cli_parse(const tps_cmd *cmd, int argc, char **argv, char **args, int *n
     return -1;
 }
 
+/* The last error message printed: a --junit report's errored case carries it
+ * (cmd/junit_report.c reads it; the reporting functions here know nothing of reports). */
+static char last_error[4096];
+
+const char *tps_cli_last_error(void) { return last_error; }
+
 /* "tpshard CMD: message" without the newline. */
 __attribute__((format(printf, 2, 0))) static void verrorf(const char *cmd, const char *fmt, va_list ap)
 {
-    char msg[4096];
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    tps_cli_junit_note_error(msg); /* the errored case of a --junit report */
-    fprintf(stderr, "tpshard %s: %s", cmd, msg);
+    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    fprintf(stderr, "tpshard %s: %s", cmd, last_error);
 }
 
 void tps_cli_errorf(const char *cmd, const char *fmt, ...)
@@ -242,8 +245,8 @@ int tps_cli_exit_code(tps_status st)
 int tps_cli_report(const char *cmd, const tps_error *err)
 {
     if (err->code == TPS_OK) return 0;
-    tps_cli_junit_note_error(err->msg[0] ? err->msg : tps_status_name(err->code));
-    fprintf(stderr, "tpshard %s: %s\n", cmd, err->msg[0] ? err->msg : tps_status_name(err->code));
+    snprintf(last_error, sizeof last_error, "%s", err->msg[0] ? err->msg : tps_status_name(err->code));
+    fprintf(stderr, "tpshard %s: %s\n", cmd, last_error);
     if (err->code == TPS_EARG) fprintf(stderr, "tpshard %s: see 'tpshard %s --help'\n", cmd, cmd);
     return tps_cli_exit_code(err->code);
 }

@@ -87,6 +87,9 @@ int tps_cli_report(const char *cmd, const tps_error *err);
 void tps_cli_errorf(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* A usage error: the message, then "tpshard CMD: see 'tpshard CMD --help'"; returns 2. */
 int tps_cli_usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The message the last of these three printed ("" when none has): a --junit report's
+ * errored case carries it. */
+const char *tps_cli_last_error(void);
 
 /* The largest value a TPS_OPT_UINT option takes: 2^63 - 1, far beyond any count a command
  * means, and small enough that adding another such value never overflows. */

@@ -19,7 +19,6 @@ static struct {
     const char *cmd;
     struct timespec t0;
     bool silent, reported;
-    char last_error[TPS_ERROR_MSG_MAX + 64];
 } s;
 
 static double since_start(void)
@@ -36,11 +35,6 @@ void tps_cli_junit_start(const char *cmd)
 }
 
 void tps_cli_junit_silence(void) { s.silent = true; }
-
-void tps_cli_junit_note_error(const char *msg)
-{
-    snprintf(s.last_error, sizeof s.last_error, "%s", msg);
-}
 
 /* The suite, made on first use (only when a report was asked for). */
 static tps_junit *suite(void)
@@ -68,8 +62,9 @@ int tps_cli_junit_finish(const char *input, int rc)
         char name[512];
         snprintf(name, sizeof name, "%s %s", s.cmd ? s.cmd : "run", input ? input : "");
         size_t c = tps_junit_case(j, classname(), name, since_start());
-        char msg[sizeof s.last_error + 32];
-        snprintf(msg, sizeof msg, "exit %d: %s", rc, s.last_error[0] ? s.last_error : "the run stopped");
+        const char *why = tps_cli_last_error();
+        char msg[4200];
+        snprintf(msg, sizeof msg, "exit %d: %s", rc, why[0] ? why : "the run stopped");
         tps_junit_fail(j, c, TPS_JUNIT_ERROR, msg);
     }
     tps_junit_set_time(j, since_start());

@@ -26,8 +26,6 @@ void tps_cli_junit_start(const char *cmd);
 int tps_cli_junit_finish(const char *input, int rc);
 /* The process writes no report (an MPI rank other than 0: rank 0 reports for the job). */
 void tps_cli_junit_silence(void);
-/* Remembers the last error message printed, for the errored case. */
-void tps_cli_junit_note_error(const char *msg);
 
 /* check's result: the manifest (NULL when it could not be read) and its findings. */
 void tps_cli_junit_check(const char *dir, const tps_manifest *m, char *const *findings, size_t n);

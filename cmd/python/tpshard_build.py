@@ -5,7 +5,7 @@ build         runs ``make py-bin`` first: build/py/tpshard (zlib and libyaml lin
               static archives, stripped) and build/libtpshard-devsim.so; pyproject's
               data-files put them in the wheel's ``.data/data/bin/`` and
               ``.data/data/lib/tpshard/``, which pip installs as ``<env>/bin/tpshard`` and
-              ``<env>/lib/tpshard/`` (where the binary looks for plugins: verify/backend.c).
+              ``<env>/lib/tpshard/`` (where the binary looks for plugins: verify/backends/backend.c).
 bdist_wheel   a platform wheel (the binary is not pure Python) tagged py3-none-<platform>:
               manylinux_2_<N>_<arch> when the binary needs only glibc's libraries (N: the
               newest GLIBC_2.N symbol version it uses), else linux_<arch> (runs where built).

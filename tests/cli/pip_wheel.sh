@@ -62,7 +62,7 @@ tar -tzf "$sdist" | sed "s|^tpshard-$version/||" >"$T/sdist.list"
 miss=
 for f in Makefile pyproject.toml README.md cmd/main.c cmd/python/tpshard_build.py cmd/python/python.mk \
     cmd/python/tpshard/__init__.py lib/base/junit.c lib/presets/llama.yaml lib/presets/embed.sh \
-    formats/checkpoint.h verify/gpu.mk verify/devsim/devsim.c tests/fuzz/fuzz.mk tests/bench/bench.mk; do
+    formats/open/checkpoint.h verify/backends/gpu.mk verify/backends/devsim/devsim.c tests/fuzz/fuzz.mk tests/bench/bench.mk; do
     grep -qx "$f" "$T/sdist.list" || miss="$miss $f"
 done
 [ -z "$miss" ] && ! grep -q '\.o$' "$T/sdist.list" && ok "the sdist holds the C sources, the Makefile and its fragments" ||
