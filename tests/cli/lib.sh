@@ -80,3 +80,17 @@ split_wrong() {
         return 1
     fi
 }
+
+# path_without_tpshard: $PATH less every directory that holds a tpshard, so that a test of
+# what a fresh shell finds (the README's blocks, an installed wheel) never runs an installed
+# one by accident.
+path_without_tpshard() {
+    pwt_out= pwt_ifs=$IFS
+    IFS=:
+    for pwt_d in $PATH; do
+        [ -n "$pwt_d" ] && [ -x "$pwt_d/tpshard" ] && continue
+        pwt_out="${pwt_out:+$pwt_out:}$pwt_d"
+    done
+    IFS=$pwt_ifs
+    printf '%s\n' "$pwt_out"
+}

@@ -78,14 +78,7 @@ else
     exit 0
 fi
 # The PATH a fresh shell has, less any directory that holds a tpshard (readme.sh's rule).
-clean_path=
-old_ifs=$IFS
-IFS=:
-for d in $PATH; do
-    [ -n "$d" ] && [ -x "$d/tpshard" ] && continue
-    clean_path="${clean_path:+$clean_path:}$d"
-done
-IFS=$old_ifs
+clean_path=$(path_without_tpshard)
 mkdir "$T/work" && cp -R "$FIX" "$T/work/testdata"
 cd "$T/work" || exit 1
 V="$T/venv/bin"

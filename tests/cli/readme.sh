@@ -36,14 +36,7 @@ first=$(grep -lx "A first session" block.*.head 2>/dev/null | head -1)
 
 # The PATH a fresh shell has, less any directory that holds a tpshard (an installed one would
 # stand in for a block that never puts ./tpshard on the PATH).
-clean_path=
-old_ifs=$IFS
-IFS=:
-for d in $PATH; do
-    [ -n "$d" ] && [ -x "$d/tpshard" ] && continue
-    clean_path="${clean_path:+$clean_path:}$d"
-done
-IFS=$old_ifs
+clean_path=$(path_without_tpshard)
 to=
 command -v timeout >/dev/null 2>&1 && to="timeout 300"
 
