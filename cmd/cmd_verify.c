@@ -10,6 +10,7 @@
 #include "commands.h"
 #include "formats/open/checkpoint.h"
 #include "formats/open/shardset.h"
+#include "inputs.h"
 #include "junit_report.h"
 #include "lib/base/buf.h"
 #include "lib/base/json.h"
@@ -149,6 +150,11 @@ static int run_verify(char **args, int nargs)
     if (o.whole && o.layer)
         return tps_cli_usage("verify", "--whole-model runs every layer: it takes no --layer");
     if (o.dump_logits && !o.whole) return tps_cli_usage("verify", "--dump-logits needs --whole-model");
+    /* Input files named by options exist before a backend is asked for (a missing file is exit
+     * 3, whatever the backend would have said). */
+    char *option_inputs[] = {(char *)o.source, (char *)o.config};
+    int missing = tps_cli_require_inputs("verify", option_inputs, 2);
+    if (missing) return missing;
     /* First, so that under MPI every later failure is agreed between the processes. */
     TPS_CHECK(tps_vbackend_open(&bcfg, &be, &err));
     /* Under MPI only rank 0 reports. */

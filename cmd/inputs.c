@@ -11,7 +11,7 @@ int tps_cli_require_inputs(const char *cmd, char *const *args, int nargs)
 {
     for (int i = 0; i < nargs; i++) {
         struct stat st;
-        if (stat(args[i], &st) == 0) continue;
+        if (!args[i] || stat(args[i], &st) == 0) continue; /* an option not given */
         int e = errno;
         tps_cli_errorf(cmd, "%s: %s", args[i], strerror(e));
         return e == ENOENT || e == ENOTDIR || e == ENAMETOOLONG || e == ELOOP ? TPS_EXIT_INVALID : TPS_EXIT_IO;

@@ -6,7 +6,7 @@
 #ifndef TPS_CMD_INPUTS_H
 #define TPS_CMD_INPUTS_H
 
-/* 0 when every args[i] exists; else "tpshard CMD: PATH: <strerror>" on stderr and the exit
+/* 0 when every args[i] exists (a NULL one, an option not given, is skipped); else "tpshard CMD: PATH: <strerror>" on stderr and the exit
  * code: 3 (invalid input) when it does not exist, 4 when it cannot be looked at (permission). */
 int tps_cli_require_inputs(const char *cmd, char *const *args, int nargs);
 
