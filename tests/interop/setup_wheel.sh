@@ -30,4 +30,4 @@ if ! "$venv/bin/python3" -c 'import build, auditwheel, xmlschema, junitparser' >
     echo "wheel setup: installing $pins from PyPI into $venv"
     "$venv/bin/python3" -m pip install -q --disable-pip-version-check $pins
 fi
-"$venv/bin/python3" -c 'import setuptools, wheel, yaml, build, xmlschema; from importlib.metadata import version as v; print("wheel setup: setuptools", setuptools.__version__, "wheel", wheel.__version__, "build", v("build"), "auditwheel", v("auditwheel"), "xmlschema", xmlschema.__version__)'
+"$venv/bin/python3" -c 'import setuptools, wheel, yaml, build, xmlschema; from importlib.metadata import version as v; print("wheel setup: setuptools", setuptools.__version__, "wheel", wheel.__version__, "build", v("build"), "auditwheel", v("auditwheel"), "xmlschema", xmlschema.__version__, "junitparser", v("junitparser"))'
