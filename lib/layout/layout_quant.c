@@ -8,6 +8,7 @@
 #include "../base/json.h"
 #include "layout_int.h"
 #include "quant.h"
+#include "quant_mxfp4.h"
 
 const struct tps_quant *tps_layout_quant(const tps_layout *l) { return l->quant; }
 
@@ -30,6 +31,10 @@ tps_status tps_layout_partition_tensor(tps_layout *l, const tps_index *ix, const
 {
     size_t mlen = 0;
     if (follows) *follows = false;
+    if (tps_quant_is_mxfp4(l->quant)) { /* the experts' rules give the dimension, vLLM's rule the cut */
+        tps_status st = tps_layout_partition(l, x->name, x->dtype, x->ndim, x->shape, out, rule, err);
+        return st == TPS_OK ? tps_mxfp4_partition(x->name, x->ndim, x->shape, out, err) : st;
+    }
     int c = -1;
     const tps_quant_scheme *s = NULL;
     if (l->quant) {

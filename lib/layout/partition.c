@@ -63,6 +63,8 @@ static tps_status diagnose(const tps_partition *p, const char *name, tps_dtype d
                         TPS_MAX_SEGMENTS);
     if (p->pad && (p->nseg != 1 || groups_of(p) > 1))
         return tps_fail(err, TPS_EINVALID, "tensor '%s': padding is only allowed for a single segment", name);
+    if (p->uneven && (p->nseg != 1 || groups_of(p) > 1 || p->pad))
+        return tps_fail(err, TPS_EINVALID, "tensor '%s': an uneven cut has one segment, no groups and no padding", name);
     uint64_t total = 0, G = groups_of(p);
     for (int s = 0; s < p->nseg; s++) {
         const tps_segment *g = &p->seg[s];
@@ -110,7 +112,18 @@ static tps_status diagnose(const tps_partition *p, const char *name, tps_dtype d
         uint64_t n = g->length / g->unit;
         const char *sn = g->name[0] ? g->name : "";
         if (n == 0) continue; /* an empty segment gives every rank nothing */
-        if (p->pad && p->pad_multiple) {
+        if (p->uneven) {
+            uint64_t per = n / T + (n % T != 0);
+            if (T > 1 && (T - 1) * per >= n) {
+                set_issue(issue, TPS_ISSUE_EMPTY_RANK, p, s, n, T);
+                return tps_fail(err, TPS_EINVALID,
+                                "tensor '%s': %llu units of %llu along dimension %d cut as the engine cuts them "
+                                "(cdiv(%llu, %llu) = %llu a rank, the last rank the rest) leave rank %llu nothing",
+                                name, (unsigned long long)n, (unsigned long long)g->unit, p->dim,
+                                (unsigned long long)n, (unsigned long long)T, (unsigned long long)per,
+                                (unsigned long long)(T - 1));
+            }
+        } else if (p->pad && p->pad_multiple) {
             uint64_t padded;
             if (!tps_add_u64(n, p->pad_multiple - 1, &padded) ||
                 !tps_mul_u64(padded / p->pad_multiple, p->pad_multiple, &padded))
@@ -225,6 +238,10 @@ static void slice_segments(const tps_partition *p, uint64_t base, uint64_t T, ui
         uint64_t n = g->length / g->unit, first, count;
         if (n == 0) {
             continue;
+        } else if (p->uneven) { /* the engine's ceil-division cut: the last rank the rest, no zeros */
+            uint64_t per = n / T + (n % T != 0);
+            first = r * per;
+            count = first >= n ? 0 : (n - first < per ? n - first : per);
         } else if (p->pad && p->pad_multiple) { /* the engine's padding: P = padded / T rows each */
             uint64_t per = (n + p->pad_multiple - 1) / p->pad_multiple * p->pad_multiple / T;
             first = r * per;
@@ -321,6 +338,9 @@ void tps_partition_describe(const tps_partition *p, char *buf, size_t bufsize)
     if (p->block > 1)
         n += (size_t)snprintf(buf + (n < bufsize ? n : bufsize), n < bufsize ? bufsize - n : 0, " block %llu",
                               (unsigned long long)p->block);
+    if (p->uneven)
+        n += (size_t)snprintf(buf + (n < bufsize ? n : bufsize), n < bufsize ? bufsize - n : 0,
+                              " uneven (cdiv per rank, the last the rest)");
     if (p->pad && p->pad_multiple)
         snprintf(buf + (n < bufsize ? n : bufsize), n < bufsize ? bufsize - n : 0, " padded to a multiple of %llu",
                  (unsigned long long)p->pad_multiple);

@@ -22,7 +22,14 @@
  *                                      group by the rules above (rank r % (T/G) of T/G):
  *                                      its q heads, the group's k and v replicated
  *   otherwise                          an error naming the groups (or the segment).
- * One group is the plain rule (Falcon-7B's multi-query [Q_r; K; V]). */
+ * One group is the plain rule (Falcon-7B's multi-query [Q_r; K; V]).
+ *
+ * Uneven (one segment, no groups, no padding): the serving engine's ceil-division cut, vLLM's
+ * GPT-OSS MXFP4 experts (models/gpt_oss.py _load_weights_mxfp4): c = cdiv(n, T) units a
+ * rank, rank r gets units [r*c, min((r+1)*c, n)), so the last rank holds the rest (90 blocks
+ * at T 8: seven ranks 12, the last 6).  No zeros are added: the last rank's shape is smaller,
+ * and the manifest's per-rank shapes say so.  A T at which a rank would get nothing
+ * ((T-1)*c >= n) is refused (TPS_ISSUE_EMPTY_RANK). */
 #ifndef TPS_PARTITION_H
 #define TPS_PARTITION_H
 
@@ -61,6 +68,7 @@ typedef struct tps_partition {
      * unit: units decide which heads a rank holds (a 64-row KV head stays one head under a
      * 128-row block, and its replica is then refused, not widened to two heads). */
     uint64_t block;
+    bool uneven; /* the ceil-division cut above (lib/layout/quant_mxfp4.h) */
 } tps_partition;
 
 /* One rank's part of a split tensor along dim, in global coordinates of the unpadded
@@ -92,7 +100,8 @@ typedef enum tps_issue_kind {
     TPS_ISSUE_INDIVISIBLE,   /* T neither divides the segment's units nor is a multiple of them */
     TPS_ISSUE_NEEDS_REPLICA, /* fewer units than T, T a multiple of them, but no may_replicate */
     TPS_ISSUE_SUBBYTE,       /* a cut would fall inside a byte */
-    TPS_ISSUE_BLOCK          /* a rank's piece (local) is not a multiple of the quantization block */
+    TPS_ISSUE_BLOCK,         /* a rank's piece (local) is not a multiple of the quantization block */
+    TPS_ISSUE_EMPTY_RANK     /* uneven: cdiv(units, T) a rank leaves the last ranks nothing */
 } tps_issue_kind;
 
 typedef struct tps_partition_issue {

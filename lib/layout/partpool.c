@@ -52,7 +52,8 @@ size_t tps_partpool_count(const tps_partpool *p) { return p->n; }
 static bool same(const tps_partition *a, const tps_partition *b)
 {
     if (a->replicated != b->replicated || a->dim != b->dim || a->nseg != b->nseg || a->pad != b->pad ||
-        a->groups != b->groups || a->pad_multiple != b->pad_multiple || a->block != b->block)
+        a->groups != b->groups || a->pad_multiple != b->pad_multiple || a->block != b->block ||
+        a->uneven != b->uneven)
         return false;
     for (int k = 0; k < TPS_MAX_SEGMENTS; k++) {
         const tps_segment *x = &a->seg[k], *y = &b->seg[k];
@@ -74,6 +75,7 @@ static size_t hash(const tps_partition *p)
     h = mix(h, p->pad);
     h = mix(h, p->groups);
     h = mix(h, p->pad_multiple);
+    h = mix(h, p->uneven);
     h = mix(h, p->block);
     for (int k = 0; k < TPS_MAX_SEGMENTS; k++) {
         const tps_segment *s = &p->seg[k];

@@ -53,6 +53,7 @@ static const char *issue_name(tps_issue_kind k)
     case TPS_ISSUE_SUBBYTE: return "cut_inside_byte";
     case TPS_ISSUE_MALFORMED: return "malformed";
     case TPS_ISSUE_BLOCK: return "inside_quantization_block";
+    case TPS_ISSUE_EMPTY_RANK: return "rank_left_empty";
     default: return "none";
     }
 }
@@ -375,6 +376,14 @@ void tps_problem_line(const tps_problem *g, const tps_model_sizes *sizes, tps_bu
                        "block %llu (the engine refuses a block split across ranks)",
                        is->dim, (unsigned long long)is->T, (unsigned long long)is->local,
                        (unsigned long long)is->block);
+    } else if (g->kind == TPS_PROBLEM_TP && is->kind == TPS_ISSUE_EMPTY_RANK) {
+        /* The engine's ceil-division cut (lib/layout/partition.h, uneven). */
+        uint64_t per = is->units / is->T + (is->units % is->T != 0);
+        tps_buf_printf(out, "%llu units of %llu along dimension %d, cut as the engine cuts them (cdiv(%llu, %llu) = "
+                       "%llu a rank, the last rank the rest), leave rank %llu nothing",
+                       (unsigned long long)is->units, (unsigned long long)is->unit, is->dim,
+                       (unsigned long long)is->units, (unsigned long long)is->T, (unsigned long long)per,
+                       (unsigned long long)(is->T - 1));
     } else if (g->kind == TPS_PROBLEM_NO_RULE) {
         /* One tensor: the layout's own words say it best; more: one line for all of them. */
         if (g->count == 1) {

@@ -31,6 +31,7 @@ struct tps_quant {
     bool ignore_substring; /* transformers' modules_to_not_convert: a key inside the name */
     qgroup *groups;
     size_t ngroups;
+    bool mxfp4; /* GPT-OSS's MXFP4 experts (lib/layout/quant_mxfp4.h): no linear is quantized */
 };
 
 static void free_patterns(qpattern *p, size_t n)
@@ -285,9 +286,15 @@ tps_status tps_quant_from_config(const tps_json *qc, const char *what, tps_quant
         st = parse_ct(q, qc, what, err);
     } else if (strcmp(m, "gptq") == 0 || strcmp(m, "awq") == 0) {
         st = parse_int(q, qc, m[0] == 'a', what, err);
+    } else if (strcmp(m, "mxfp4") == 0) {
+        /* Only the experts' *_blocks / *_scales are quantized; their cut is
+         * lib/layout/quant_mxfp4.c's, so no linear scheme (no group) is needed. */
+        q->mxfp4 = true;
+        st = new_groups(q, 0, err);
+        snprintf(q->desc, sizeof q->desc, "mxfp4 (experts as FP4 e2m1 blocks of 32 with e8m0 scales)");
     } else {
         st = tps_fail(err, TPS_EINVALID, "%s: quant_method \"%s\" is not a quantization tpshard knows how to split "
-                      "(fp8, compressed-tensors, gptq, awq)", what, m);
+                      "(fp8, compressed-tensors, gptq, awq, mxfp4)", what, m);
     }
     if (st != TPS_OK) {
         tps_quant_free(q);
@@ -299,6 +306,8 @@ tps_status tps_quant_from_config(const tps_json *qc, const char *what, tps_quant
     *out = q;
     return TPS_OK;
 }
+
+bool tps_quant_is_mxfp4(const tps_quant *q) { return q && q->mxfp4; }
 
 const tps_quant_scheme *tps_quant_module(const tps_quant *q, const char *module)
 {

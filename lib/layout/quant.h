@@ -56,6 +56,9 @@ void tps_quant_block(const tps_quant *q, uint64_t *block);
  * NULL): carried into verify as the FP8 block is. */
 void tps_quant_int_params(const tps_quant *q, unsigned *bits, bool *gptq_v2);
 
+/* Whether the checkpoint is MXFP4 (quant_method "mxfp4": GPT-OSS's experts; q may be NULL). */
+bool tps_quant_is_mxfp4(const tps_quant *q);
+
 /* One line: "fp8 block [128, 128], ignore lm_head". */
 const char *tps_quant_describe(const tps_quant *q);
 

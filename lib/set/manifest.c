@@ -42,6 +42,10 @@ static void jw_partition(tps_jw *w, const tps_partition *p)
             tps_jw_key(w, "block");
             tps_jw_u64(w, p->block);
         }
+        if (p->uneven) { /* the engine's ceil-division cut (lib/layout/partition.h): only those say it */
+            tps_jw_key(w, "uneven");
+            tps_jw_bool(w, true);
+        }
         tps_jw_key(w, "segments");
         tps_jw_array_begin(w);
         for (int s = 0; s < p->nseg; s++) {
@@ -367,6 +371,7 @@ static tps_status load_partition(loader *L, const tps_json *pj, tps_partition *p
         TPS_CHECK(get_u64(L, pj, "block", &p->block));
         if (p->block < 2) return bad(L, tps_json_get(pj, "block"), "must be at least 2", "block");
     }
+    if (tps_json_get(pj, "uneven")) TPS_CHECK(get_bool(L, pj, "uneven", &p->uneven)); /* optional */
     const tps_json *segs = field(L, pj, "segments", TPS_JSON_ARRAY, &st);
     NEED(segs);
     if (segs->u.array.n < 1 || segs->u.array.n > TPS_MAX_SEGMENTS) return bad(L, segs, "1 to 8 segments", "");

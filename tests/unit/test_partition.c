@@ -328,8 +328,50 @@ TEST(partition_pool_shares_equal_partitions)
     tps_partpool_unref(NULL);
 }
 
+/* vLLM's MXFP4 rule (models/gpt_oss.py _load_weights_mxfp4), in its own words: per =
+ * cdiv(I/32, T) * 32, rank r takes [r*per, min((r+1)*per, I)). */
+TEST(uneven_cut_is_vllm_mxfp4_rule)
+{
+    static const uint64_t blocks[] = {90, 15, 9, 8};
+    for (size_t i = 0; i < sizeof blocks / sizeof blocks[0]; i++)
+        for (uint64_t T = 1; T <= 8; T++) {
+            uint64_t I = blocks[i] * 32, per = (blocks[i] + T - 1) / T * 32, shape[2] = {4, 2 * I};
+            tps_partition p;
+            tps_partition_simple(&p, 1, 2 * I, 64);
+            p.uneven = true;
+            tps_error err;
+            tps_error_clear(&err);
+            bool empty = (T - 1) * per >= I && T > 1;
+            tps_partition_issue is;
+            CHECK(tps_partition_diagnose(&p, "gate_up_proj_blocks", TPS_DT_U8, 2, shape, T, &is, &err) ==
+                  (empty ? TPS_EINVALID : TPS_OK));
+            if (empty) {
+                CHECK(is.kind == TPS_ISSUE_EMPTY_RANK);
+                CHECK_CONTAINS(err.msg, "gate_up_proj_blocks");
+                CHECK_CONTAINS(err.msg, "nothing");
+                continue;
+            }
+            for (uint64_t r = 0; r < T; r++) {
+                uint64_t s0 = r * per, e0 = (r + 1) * per < I ? (r + 1) * per : I, out[2];
+                tps_slice sl;
+                tps_partition_slice(&p, T, r, &sl);
+                CHECK(sl.npieces == 1 && sl.pad == 0);
+                CHECK(sl.piece[0].start == 2 * s0 && sl.piece[0].len == 2 * (e0 - s0) && sl.length == 2 * (e0 - s0));
+                tps_partition_rank_shape(&p, 2, shape, T, r, out);
+                CHECK(out[0] == 4 && out[1] == 2 * (e0 - s0));
+            }
+        }
+    tps_partition p;
+    tps_partition_simple(&p, 0, 90, 1);
+    p.uneven = true;
+    char d[160];
+    tps_partition_describe(&p, d, sizeof d);
+    CHECK_CONTAINS(d, "uneven");
+}
+
 int main(void)
 {
+    RUN(uneven_cut_is_vllm_mxfp4_rule);
     RUN(plain_split_matches_brute_force);
     RUN(fused_qkv_with_gqa_replication);
     RUN(padding_for_vocabulary);
