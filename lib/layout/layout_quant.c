@@ -31,8 +31,12 @@ tps_status tps_layout_partition_tensor(tps_layout *l, const tps_index *ix, const
 {
     size_t mlen = 0;
     if (follows) *follows = false;
-    if (tps_quant_is_mxfp4(l->quant)) { /* the experts' rules give the dimension, vLLM's rule the cut */
-        tps_status st = tps_layout_partition(l, x->name, x->dtype, x->ndim, x->shape, out, rule, err);
+    if (tps_quant_is_mxfp4(l->quant)) { /* the BF16 tensors' rules give the dimension, vLLM's rule the cut */
+        char lname[1100];
+        uint64_t lshape[3];
+        bool blocks = tps_mxfp4_logical(x->name, x->ndim, x->shape, lname, sizeof lname, lshape);
+        tps_status st = blocks ? tps_layout_partition(l, lname, TPS_DT_BF16, 3, lshape, out, rule, err)
+                               : tps_layout_partition(l, x->name, x->dtype, x->ndim, x->shape, out, rule, err);
         return st == TPS_OK ? tps_mxfp4_partition(x->name, x->ndim, x->shape, out, err) : st;
     }
     int c = -1;

@@ -15,8 +15,10 @@
  * rest (the uneven partition of lib/layout/partition.h): gate_up blocks, scales and bias by
  * rows [2s, 2e), unit 64 rows (32 (gate, up) pairs); down blocks and scales along their
  * block dimension [s/32, e/32) (vLLM views the blocks as [E, H, I/2] bytes and takes
- * [s/2, e/2): the same bytes).  The layout's rule for each tensor gives the dimension; this
- * adds the engine's unit and the uneven rule. */
+ * [s/2, e/2): the same bytes).  Blocks and scales follow the layout's rule for their BF16
+ * tensor (gate_up_proj [E, H, 2I], down_proj [E, I, H]), as a quantized linear's companions
+ * follow their weight's (lib/layout/quant.h), so one preset serves both forms; this file
+ * checks that rule cuts the intermediate dimension and adds the engine's unit and uneven rule. */
 #ifndef TPS_QUANT_MXFP4_H
 #define TPS_QUANT_MXFP4_H
 
@@ -28,10 +30,16 @@
 
 #define TPS_MXFP4_BLOCK 32
 
-/* When name is one of the MXFP4 experts' cut tensors above, turns the rule's partition *p
- * (split along dimension d) into vLLM's cut, checking that d is the dimension the engine
- * cuts and that the shape is the format's; the message names the tensor and the numbers.
- * Other tensors are left alone. */
+/* When name is an experts' *_blocks or *_scales tensor of shape [E, rows, G(, 16)]: true, with
+ * lname (lsize bytes) the BF16 tensor's name (the suffix dropped) and lshape its 3-D shape
+ * [E, G*32, rows]. */
+bool tps_mxfp4_logical(const char *name, int ndim, const uint64_t *shape, char *lname, size_t lsize,
+                       uint64_t *lshape);
+
+/* When name is one of the MXFP4 experts' cut tensors above, turns *p, the partition its rule
+ * (or its BF16 tensor's rule) gives, into vLLM's cut, checking that the rule cuts the
+ * intermediate dimension and that the shape is the format's; the message names the tensor
+ * and the numbers.  Other tensors are left alone. */
 tps_status tps_mxfp4_partition(const char *name, int ndim, const uint64_t *shape, tps_partition *p, tps_error *err);
 
 #endif
