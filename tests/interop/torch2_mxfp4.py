@@ -13,7 +13,8 @@ exactly, and the gate_up bias the same columns; an even cut of the same columns 
 (the comparison tells the two apart).  `tpshard verify --layer all` and `--whole-model`
 pass from the MXFP4 shards, and its float64 reference and tensor-parallel logits equal
 transformers' within 1e-4.  check passes; merge gives back every source tensor bit for bit;
-reshard 8 -> 4, 4 -> 8 and 2 -> 8 give the files split writes directly.
+reshard 8 -> 4, 4 -> 8 and 2 -> 8 give the files split writes directly.  A scale of 255
+(NaN in e8m0) is bad input: verify exits 3 naming the tensor.
 """
 import filecmp
 import json
@@ -130,6 +131,17 @@ def main():
                                                          shallow=False) for n in names)
             report(same, "reshard %d -> %d writes the files split --tp %d writes (uneven cuts both sides)" % (a, b, b),
                    r.stderr)
+        # e8m0 255 is NaN (OCP MX): a non-finite weight is bad input, exit 3 naming the tensor.
+        t = load_file(os.path.join(src, "model.safetensors"))
+        t["model.layers.1.mlp.experts.down_proj_scales"][2, 5, 3] = 255
+        from safetensors.numpy import save_file
+        save_file(t, os.path.join(src, "model.safetensors"), metadata={"format": "pt"})
+        out = os.path.join(tmp, "nan")
+        r = tpshard("split", src, "--tp", 2, "-o", out, "-q")
+        v = tpshard("verify", out, "--layer", "all", "-q")
+        report(r.returncode == 0 and v.returncode == 3 and "down_proj_scales: scale 255 at [2, 5, 3]" in v.stderr,
+               "a scale of 255 (NaN in e8m0) makes verify exit 3 naming the tensor and the place",
+               "split %d, verify %d: %s" % (r.returncode, v.returncode, v.stderr))
     return tap.status()
 
 

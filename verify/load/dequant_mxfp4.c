@@ -2,6 +2,7 @@
 #include "dequant_mxfp4.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,14 @@
 static const float fp4_e2m1[16] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f,
                                    -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
 
+/* An FP4 value (two significant bits) times a power of two is exact in BF16: its top 16 bits. */
+static uint16_t bf16_of(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return (uint16_t)(u >> 16);
+}
+
 tps_status tps_vload_mxfp4(const tps_vsource *src, const char *name, tps_vt *out, bool *done, tps_error *err)
 {
     *done = false;
@@ -20,7 +29,7 @@ tps_status tps_vload_mxfp4(const tps_vsource *src, const char *name, tps_vt *out
     tps_vt b, s;
     memset(&b, 0, sizeof b);
     memset(&s, 0, sizeof s);
-    float *w = NULL;
+    uint16_t *w = NULL;
     tps_status st = TPS_OK;
     if (!bn || !sn) {
         st = tps_fail_oom(err, "a tensor name");
@@ -51,12 +60,19 @@ tps_status tps_vload_mxfp4(const tps_vsource *src, const char *name, tps_vt *out
         for (uint64_t r = 0; r < R; r++)
             for (uint64_t g = 0; g < G; g++) {
                 uint64_t row = (e * R + r) * G + g;
+                /* e8m0 255 is NaN (OCP MX); 254 and 253 overflow FP4's 6 in BF16: bad input */
+                if (e8[row] > 252) {
+                    st = tps_fail(err, TPS_EINVALID, "%s: scale %u at [%llu, %llu, %llu] is %s, not a finite factor", sn,
+                                  e8[row], (unsigned long long)e, (unsigned long long)r, (unsigned long long)g,
+                                  e8[row] == 255 ? "NaN in e8m0" : "2^(s-127), which overflows the block's values");
+                    goto cleanup;
+                }
                 float f = ldexpf(1.0f, (int)e8[row] - 127);
                 for (uint64_t k = 0; k < 16; k++) {
                     unsigned char v = q[row * 16 + k];
                     uint64_t c = g * 32 + 2 * k; /* [E, C, R]: expert e's [in, out] */
-                    w[(e * C + c) * R + r] = fp4_e2m1[v & 15] * f;
-                    w[(e * C + c + 1) * R + r] = fp4_e2m1[v >> 4] * f;
+                    w[(e * C + c) * R + r] = bf16_of(fp4_e2m1[v & 15] * f);
+                    w[(e * C + c + 1) * R + r] = bf16_of(fp4_e2m1[v >> 4] * f);
                 }
             }
     memset(out, 0, sizeof *out);
@@ -66,7 +82,7 @@ tps_status tps_vload_mxfp4(const tps_vsource *src, const char *name, tps_vt *out
     }
     out->data = w;
     w = NULL;
-    out->dtype = TPS_DT_F32;
+    out->dtype = TPS_DT_BF16;
     out->ndim = 3;
     out->shape[0] = E, out->shape[1] = C, out->shape[2] = R;
     out->nelem = E * C * R;

@@ -2,12 +2,13 @@
  * fused bf16 tensors the layer math reads, for one party's pieces (the whole checkpoint, or
  * one rank's slices):
  *
- *   NAME_blocks U8 [E, R, G, 16], NAME_scales U8 [E, R, G]  ->  NAME F32 [E, G * 32, R]
+ *   NAME_blocks U8 [E, R, G, 16], NAME_scales U8 [E, R, G]  ->  NAME BF16 [E, G * 32, R]
  *   value = FP4_e2m1(nibble) * 2^(scale - 127), the low nibble first (OCP MX; transformers
  *   integrations/mxfp4.py convert_moe_packed_tensors), then each expert transposed to the
  *   [in, out] layout of the BF16 checkpoints (gate_up_proj [E, H, 2I], down_proj [E, I, H]).
  *
- * Every such value is exact in F32.  vLLM then swizzles the blocks for its kernel, which is
+ * Every such value is exact in BF16 (two significant bits times a power of two), so the
+ * fused tensor costs what the BF16 checkpoint's does.  vLLM then swizzles the blocks for its kernel, which is
  * no part of what a rank holds. */
 #ifndef TPS_VERIFY_DEQUANT_MXFP4_H
 #define TPS_VERIFY_DEQUANT_MXFP4_H
