@@ -362,8 +362,14 @@ TEST(uneven_cut_is_vllm_mxfp4_rule)
             }
         }
     tps_partition p;
+    uint64_t shape1[1] = {90};
+    tps_error err;
     tps_partition_simple(&p, 0, 90, 1);
-    p.uneven = true;
+    p.uneven = p.pad = true; /* a cut that is both is no cut the algebra defines */
+    tps_error_clear(&err);
+    CHECK(tps_partition_check(&p, "w", TPS_DT_U8, 1, shape1, 8, &err) == TPS_EINVALID);
+    CHECK_CONTAINS(err.msg, "uneven");
+    p.pad = false;
     char d[160];
     tps_partition_describe(&p, d, sizeof d);
     CHECK_CONTAINS(d, "uneven");
