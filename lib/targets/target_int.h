@@ -43,7 +43,8 @@ typedef struct tentry {
 typedef struct tblocked {
     char *match;
     char *before, *engine;
-    uint64_t blocks; /* 0: a transposed: entry */
+    uint64_t blocks; /* 0: a transposed: or rank0: entry */
+    bool rank0;      /* a rank0: entry: the engine holds the tensor on rank 0, zeros on the others */
 } tblocked;
 
 struct tps_target {

