@@ -58,6 +58,10 @@ typedef struct tps_manifest_tensor {
      * so rank 0's slice is the tensor and the others' are padding; the rules' own partition
      * (replicated) comes back when the target is cleared. */
     bool target_rank0;
+    /* With a target (rope_halves:): rank files hold each partition unit (an attention head)
+     * of this tensor's rank slice with its rows from RoPE-interleaved pairs (2i, 2i+1) to
+     * rotate-half order [even rows; odd rows] (vLLM's Llama 4 permute_qk_weight_for_rotary). */
+    bool target_rope_halves;
 } tps_manifest_tensor;
 
 typedef struct tps_manifest_file {

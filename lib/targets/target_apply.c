@@ -24,6 +24,7 @@ static tps_status clear_layout(tps_manifest *m, tps_error *err)
         if (m->tensors[i].target_rank0) /* the rules' partition: replicated */
             st = tps_manifest_set_part(m, &m->tensors[i], &(tps_partition){.replicated = true}, err);
         m->tensors[i].target_rank0 = false;
+        m->tensors[i].target_rope_halves = false;
         if (st == TPS_OK) st = tps_manifest_set_pad_multiple(m, &m->tensors[i], 0, err);
         if (st) return st;
     }
@@ -184,6 +185,7 @@ tps_status tps_target_apply(const tps_target *t, tps_manifest *m, tps_error *err
                 !tps_target_name_match(B->match, m->tensors[i].name, &c))
                 continue;
             if (t->b[bi].rank0) TPS_CHECK(rank0_only(m, &m->tensors[i], err));
+            else if (t->b[bi].rope_halves) m->tensors[i].target_rope_halves = true;
             else if (t->b[bi].blocks) m->tensors[i].target_blocks = t->b[bi].blocks;
             else m->tensors[i].target_transpose = true;
         }

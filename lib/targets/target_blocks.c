@@ -38,8 +38,37 @@ tps_status tps_target_blocked_geometry(const tps_manifest_tensor *t, uint64_t tp
     return TPS_OK;
 }
 
+bool tps_target_permuted(const tps_manifest_tensor *t)
+{
+    return t->target_blocks || t->target_transpose || t->target_rope_halves;
+}
+
+bool tps_target_crc_from_source(const tps_manifest_tensor *t)
+{
+    return t->target_transpose || t->target_rope_halves;
+}
+
+/* A rope_halves tensor's head (its partition unit) in rows, and a row's bytes; 0 when its
+ * partition cannot carry the permutation (split along dim 0 in whole heads of even rows). */
+static uint64_t rope_head_rows(const tps_manifest_tensor *t, uint64_t *row_bytes)
+{
+    const tps_partition *p = t->part;
+    uint64_t u = !p->replicated && p->nseg == 1 ? p->seg[0].unit : 0;
+    if (p->dim != 0 || p->pad || p->groups > 1 || t->ndim < 1 || !t->shape[0] || u < 2 || u % 2 || t->shape[0] % u ||
+        t->target_transpose || t->target_blocks)
+        return 0;
+    *row_bytes = t->nbytes / t->shape[0];
+    return u;
+}
+
 tps_status tps_target_permute_check(const tps_manifest_tensor *t, uint64_t tp, tps_error *err)
 {
+    uint64_t rb;
+    if (t->target_rope_halves && !rope_head_rows(t, &rb))
+        return tps_fail(err, TPS_EINVALID,
+                        "tensor '%s': rows reordered per head for RoPE (rope_halves) need a split of dimension 0 in "
+                        "one segment of whole heads of an even head_dim, unpadded",
+                        t->name);
     if (t->target_transpose && (t->ndim < 2 || t->ndim > 3 || t->part->pad || tps_dtype_bits(t->dtype) % 8))
         return tps_fail(err, TPS_EINVALID,
                         "tensor '%s': only an unpadded 2-D or 3-D tensor of whole-byte elements is written transposed",
@@ -152,6 +181,11 @@ static tps_status batched_swap_read(tps_target_read_fn rd, void *ctx, uint64_t o
 tps_status tps_target_view_read(const tps_manifest_tensor *t, uint64_t tp, tps_target_read_fn rd, void *ctx,
                                 uint64_t off, void *buf, size_t len, tps_error *err)
 {
+    uint64_t rb, u;
+    if (t->target_rope_halves) { /* per head: the view's [2, u/2] rows from the source's [u/2, 2] */
+        if (!(u = rope_head_rows(t, &rb))) return tps_target_permute_check(t, tp, err);
+        return batched_swap_read(rd, ctx, off, buf, len, 2, u / 2, rb, err);
+    }
     if (t->target_transpose)
         return batched_swap_read(rd, ctx, off, buf, len, t->shape[t->ndim - 1], t->shape[t->ndim - 2],
                                  tps_dtype_bits(t->dtype) / 8, err);
@@ -227,28 +261,30 @@ static tps_status blocked_read(const tps_index *ix, const tps_tensor *t, uint64_
 {
     blocked_view *v = (blocked_view *)t->reader_data;
     file_at a = {&ix->files[v->file], v->base};
-    if (v->block < 512) { /* a transpose, a matrix at a time */
-        uint64_t per = v->A * v->B * v->block;
-        unsigned char *out = buf;
-        if (!per && len) return tps_fail(err, TPS_EINVALID, "internal: a read past an empty transposed tensor");
-        while (len) {
-            uint64_t e = off / per, o = off % per;
-            size_t n = per - o < len ? (size_t)(per - o) : len;
+    /* A matrix ([A, B] of [A, B, block]) at a time: the rank slice itself (blocked rows), one
+     * expert's (a 3-D transpose) or one head's (rope_halves). */
+    uint64_t per = v->A * v->B * v->block;
+    unsigned char *out = buf;
+    if (!per && len) return tps_fail(err, TPS_EINVALID, "internal: a read past an empty permuted tensor");
+    while (len) {
+        uint64_t e = off / per, o = off % per;
+        size_t n = per - o < len ? (size_t)(per - o) : len;
+        tps_status st = TPS_EARG;
+        if (v->block < 512) { /* small elements (a transpose): through the tile */
             pthread_mutex_lock(&v->mu);
-            tps_status st = tile_read(v, a.f, e, o, out, n, err);
+            st = tile_read(v, a.f, e, o, out, n, err);
             pthread_mutex_unlock(&v->mu);
-            if (st == TPS_EARG) {
-                file_at m = {a.f, v->base + e * per};
-                st = tps_target_swap_read(file_read, &m, o, out, n, v->A, v->B, v->block, err);
-            }
-            if (st) return st;
-            out += n;
-            off += n;
-            len -= n;
         }
-        return TPS_OK;
+        if (st == TPS_EARG) {
+            file_at m = {a.f, v->base + e * per};
+            st = tps_target_swap_read(file_read, &m, o, out, n, v->A, v->B, v->block, err);
+        }
+        if (st) return st;
+        out += n;
+        off += n;
+        len -= n;
     }
-    return tps_target_swap_read(file_read, &a, off, buf, len, v->A, v->B, v->block, err);
+    return TPS_OK;
 }
 
 static void blocked_release(void *state)
@@ -289,7 +325,12 @@ tps_status tps_target_blocked_member(tps_index *vx, const tps_manifest_tensor *t
     }
     blocked_view *v = calloc(1, sizeof *v);
     if (!v) return tps_fail_oom(err, "reading blocked rows");
-    if (t->target_transpose) { /* the slice [(E,) a, b] from the file's [(E,) b, a] */
+    uint64_t rb, u;
+    if (t->target_rope_halves && (u = rope_head_rows(t, &rb))) { /* a head's [u/2, 2] rows from the file's [2, u/2] */
+        v->A = u / 2;
+        v->B = 2;
+        v->block = rb;
+    } else if (t->target_transpose) { /* the slice [(E,) a, b] from the file's [(E,) b, a] */
         v->A = rs[t->ndim - 2];
         v->B = rs[t->ndim - 1];
         v->block = tps_dtype_bits(t->dtype) / 8;
