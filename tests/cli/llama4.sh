@@ -64,5 +64,5 @@ check "llama4: the --target vllm set read back holds the source's bytes (check -
     "$TPSHARD" check "$T/llama4-vllm-2" --source "$src/model.safetensors" -q
 
 # verify computes no Llama 4 layer yet: refused, naming why (exit 3), not a wrong answer.
-expect_exit 3 "has no block: section to verify with" "llama4: verify refuses (no block: section)" \
+expect_exit 3 "verify does not compute the layers of the layout it was cut with (preset:llama4) yet" "llama4: verify refuses, naming what its math lacks (block: unverified)" \
     "$TPSHARD" verify "$T/llama4-2"
