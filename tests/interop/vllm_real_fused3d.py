@@ -20,12 +20,12 @@ B = vr.BASE
 def cases():
     import transformers as T
     return [
-        # frontier.md's configuration the CPU build runs: 4 experts, top-2, alternating sliding
+        # A configuration the CPU build runs: 4 experts, top-2, alternating sliding
         # and full attention; 8 query heads, 2 KV heads of 64 (the engine's sinks kernel).
         ("gpt-oss", T.GptOssConfig(**dict(B, intermediate_size=256, head_dim=64, num_local_experts=4,
                                           num_experts_per_tok=2, sliding_window=16, tie_word_embeddings=False,
                                           layer_types=["sliding_attention", "full_attention"]))),
-        # frontier.md's configuration, with 4 layers so that interleave_moe_layer_step 2 makes
+        # A configuration the CPU build runs, with 4 layers so that interleave_moe_layer_step 2 makes
         # layers 0 and 2 dense (intermediate_size_mlp) and the default no_rope_layer_interval 4
         # leaves layer 3 without RoPE (nor QK norm).
         ("llama4", T.Llama4TextConfig(**dict(B, head_dim=64, num_local_experts=4, num_experts_per_tok=1,
