@@ -118,6 +118,7 @@ static int run_verify(char **args, int nargs)
     tps_layout *l = NULL;
     tps_index *src_ix = NULL, *shape_ix = NULL;
     tps_vsource *ranks = NULL;
+    tps_vrank_src *rsrc = NULL;
     char *config = NULL;
     FILE *dump = NULL;
     tps_buf jb = TPS_BUF_INIT, db = TPS_BUF_INIT;
@@ -169,7 +170,8 @@ static int run_verify(char **args, int nargs)
 
     uint64_t T = ss->m->tp;
     ranks = calloc(T, sizeof *ranks);
-    if (!ranks) {
+    rsrc = calloc(T, sizeof *rsrc);
+    if (!ranks || !rsrc) {
         st = tps_fail_oom(&err, "the rank table");
         goto cleanup;
     }
@@ -177,7 +179,8 @@ static int run_verify(char **args, int nargs)
         const tps_index *rix;
         if (!tps_vbackend_holds_rank(be, r)) continue;
         TPS_CHECK(tps_shardset_open_rank(ss, r, &rix, &err));
-        ranks[r] = tps_vsource_index(rix);
+        rsrc[r] = (tps_vrank_src){ss, rix};
+        ranks[r] = tps_vsource_rank(&rsrc[r]);
     }
     tps_vsource ref = src_ix ? tps_vsource_index(src_ix) : tps_vsource_shardset(ss);
     uint64_t nlayers;
@@ -338,6 +341,7 @@ cleanup:
     tps_buf_release(&jb);
     tps_buf_release(&db);
     free(ranks);
+    free(rsrc);
     free(config);
     tps_index_free(src_ix);
     tps_index_free(shape_ix);

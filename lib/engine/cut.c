@@ -278,9 +278,9 @@ static tps_status fill_source(void *arg, unsigned char *buf, size_t cap, tps_chu
     const tps_manifest_tensor *t = &ss->m->tensors[ss->i];
     if (tps_outdir_interrupted())
         return tps_fail(err, TPS_EINTERRUPTED, "interrupted by signal %d while copying '%s'", tps_outdir_interrupted(), t->name);
-    if (t->target_blocks || t->target_transpose) { /* the view the file partition cuts (lib/targets/target.h) */
+    if (tps_target_permuted(t)) { /* the view the file partition cuts (lib/targets/target.h) */
         stream_at a = {ss, ss->i};
-        if (ss->g == 0 && t->target_transpose) st = source_crc(&a, t, &ss->src_crc[ss->i], err);
+        if (ss->g == 0 && tps_target_crc_from_source(t)) st = source_crc(&a, t, &ss->src_crc[ss->i], err);
         if (st == TPS_OK) st = tps_target_view_read(t, ss->m->tp, read_at, &a, ss->g, buf, *n, err);
     } else {
         bool mapped = false;
@@ -677,7 +677,7 @@ tps_status tps_cut(tps_manifest *m, const tps_cut_files *files, tps_global_read_
         prog.tensor = m->tensors[i].name;
         TPS_CHECK(enter_tensor(m, outs, i, od, o, err));
         TPS_CHECK(cut_tensor(m, i, pf, chunk, outs, helper, o, &prog, err));
-        if (m->tensors[i].target_transpose) m->tensors[i].crc = ss.src_crc[i];
+        if (tps_target_crc_from_source(&m->tensors[i])) m->tensors[i].crc = ss.src_crc[i];
         if (o->tensor_done) TPS_CHECK(o->tensor_done(o->tensor_done_arg, i, m->tensors[i].crc, err));
     }
     for (uint64_t r = 0; r < m->tp; r++) {

@@ -209,6 +209,10 @@ typedef struct tps_block {
      * cut, no YAML key): each rank holds a plain row chunk of its group's [q; k; v] block,
      * not its q heads with the group's k and v (Falcon's); verify/ranks/qkv_chunks.c. */
     bool qkv_row_chunks;
+    /* Block key unverified: why verify does not compute this block's layers yet (Llama 4: the
+     * QK L2 norm, layers without RoPE, the router weight applied to the experts' input); verify
+     * refuses such a layout naming it.  NULL: verify computes it.  Owned by the layout. */
+    char *unverified;
 } tps_block;
 
 /* Whether the block's MLP is a mixture of experts (it names a router). */

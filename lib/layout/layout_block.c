@@ -115,12 +115,12 @@ tps_status tps_lp_parse_block(pctx *c, const yaml_node_t *n)
         "first_k_dense_replace", "moe_layer_freq", "decoder_sparse_step", "dense_prefix", "shared_prefix",
         "moe_intermediate", "shared_intermediate",
         "embed", "pos_embed", "final_norm", "final_norm_bias", "lm_head", "embed_scale", "sliding_window_pattern",
-        "qk_norm", "qkv_grouped", "attention", NULL};
+        "qk_norm", "qkv_grouped", "attention", "unverified", NULL};
     enum { K_KIND, K_LAYER, K_EXPERT, K_ROLES, K_NORM, K_EPS, K_ACT, K_ROPE, K_THETA, K_PCT, K_PARRES, K_CONV,
            K_QKVI, K_TOPK, K_LAYERS, K_HIDDEN, K_HEADS, K_KVH, K_HD, K_INTER, K_EXPERTS,
            K_SCORING, K_TOPK_METHOD, K_NORM_TOPK, K_SCALING, K_N_GROUP, K_TOPK_GROUP, K_FIRST_DENSE, K_LAYER_FREQ,
            K_SPARSE_STEP, K_DENSE_PREFIX, K_SHARED_PREFIX, K_MOE_INTER, K_SHARED_INTER, K_MODEL0,
-           K_EMBED_SCALE = K_MODEL0 + TPS_MROLE_COUNT, K_SWP, K_QKN, K_QKVG, K_ATTN, K_COUNT };
+           K_EMBED_SCALE = K_MODEL0 + TPS_MROLE_COUNT, K_SWP, K_QKN, K_QKVG, K_ATTN, K_UNVER, K_COUNT };
     yaml_node_t *v[K_COUNT];
     tps_layout *l = c->l;
     tps_block *b = &l->block_raw;
@@ -237,6 +237,7 @@ tps_status tps_lp_parse_block(pctx *c, const yaml_node_t *n)
     if (v[K_EMBED_SCALE] && (st = tps_lp_get_bool(c, v[K_EMBED_SCALE], "embed_scale", &b->embed_scale)) != TPS_OK) return st;
     if (v[K_SWP] && (st = tps_lp_get_u64(c, v[K_SWP], "sliding_window_pattern", &b->sliding_window_pattern)) != TPS_OK)
         return st;
+    if (v[K_UNVER] && (st = tps_lp_get_strdup(c, v[K_UNVER], "unverified", &b->unverified)) != TPS_OK) return st;
     l->has_block = true;
     return TPS_OK;
 }

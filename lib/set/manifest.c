@@ -215,6 +215,14 @@ tps_status tps_manifest_to_json(const tps_manifest *m, tps_buf *buf, tps_error *
             tps_jw_key(&w, "target_transpose");
             tps_jw_bool(&w, true);
         }
+        if (t->target_rank0) {
+            tps_jw_key(&w, "target_rank0");
+            tps_jw_bool(&w, true);
+        }
+        if (t->target_rope_halves) {
+            tps_jw_key(&w, "target_rope_halves");
+            tps_jw_bool(&w, true);
+        }
         tps_jw_key(&w, "rank_shapes");
         tps_jw_array_begin(&w);
         for (uint64_t r = 0; r < m->tp; r++) {
@@ -425,6 +433,17 @@ static tps_status load_tensor(loader *L, const tps_json *tj, uint64_t tp, tps_ma
         if (v->type != TPS_JSON_BOOL)
             return tps_fail(L->err, TPS_EINVALID, "%s: tensor '%s': target_transpose is true or false", L->path, t->name);
         t->target_transpose = v->u.boolean;
+    }
+    if ((v = tps_json_get(tj, "target_rank0"))) {
+        if (v->type != TPS_JSON_BOOL)
+            return tps_fail(L->err, TPS_EINVALID, "%s: tensor '%s': target_rank0 is true or false", L->path, t->name);
+        t->target_rank0 = v->u.boolean;
+    }
+    if ((v = tps_json_get(tj, "target_rope_halves"))) {
+        if (v->type != TPS_JSON_BOOL)
+            return tps_fail(L->err, TPS_EINVALID, "%s: tensor '%s': target_rope_halves is true or false", L->path,
+                            t->name);
+        t->target_rope_halves = v->u.boolean;
     }
     uint64_t nelem, nbytes;
     char what[2600];

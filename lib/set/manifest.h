@@ -49,8 +49,19 @@ typedef struct tps_manifest_tensor {
      * unit, each B equal blocks ([q_h; k_h; v_h] per GPT-NeoX head), and the file holds
      * block 0 of every group, then block 1, ... ([q_r; k_r; v_r]). */
     uint64_t target_blocks;
-    /* With a target: rank files hold this 2-D tensor's rank slice transposed (transposed:). */
+    /* With a target: rank files hold this 2-D or 3-D tensor's rank slice with its last two
+     * dimensions swapped (transposed:). */
     bool target_transpose;
+    /* With a target (rank0:): the engine holds this tensor whole on rank 0 and zeros on the
+     * other ranks (vLLM's GPT-OSS w2_bias, added inside each rank's experts before the
+     * all-reduce).  The partition says so as a dimension-0 split padded to tp times its length,
+     * so rank 0's slice is the tensor and the others' are padding; the rules' own partition
+     * (replicated) comes back when the target is cleared. */
+    bool target_rank0;
+    /* With a target (rope_halves:): rank files hold each partition unit (an attention head)
+     * of this tensor's rank slice with its rows from RoPE-interleaved pairs (2i, 2i+1) to
+     * rotate-half order [even rows; odd rows] (vLLM's Llama 4 permute_qk_weight_for_rotary). */
+    bool target_rope_halves;
 } tps_manifest_tensor;
 
 typedef struct tps_manifest_file {

@@ -32,7 +32,9 @@
  *         - match: "gpt_neox.layers.*.attention.query_key_value.{weight,bias}"
  *           blocks: 3                 # each partition unit is 3 blocks: [q_h; k_h; v_h]
  *           before: "0.32"            # releases before this one only; engine: as extras
- *       transposed: ["transformer.h.*.attn.c_attn.weight", ...]   # 2-D slices held [b, a]
+ *       transposed: ["transformer.h.*.attn.c_attn.weight", ...]   # slices held with the last two dims swapped
+ *       rank0: ["model.layers.*.mlp.experts.down_proj_bias"]  # whole on rank 0, zeros on the others
+ *       rope_halves: ["model.layers.*.self_attn.q_proj.weight"]  # each head's rows: RoPE pairs to halves
  *     sglang: vllm                    # the same mapping
  *
  * or, where the engine's model holds what no mapping writes, `refuse: "why"` alone: the target

@@ -20,7 +20,12 @@ static tps_status clear_layout(tps_manifest *m, tps_error *err)
         m->tensors[i].target_stack = 0;
         m->tensors[i].target_blocks = 0;
         m->tensors[i].target_transpose = false;
-        tps_status st = tps_manifest_set_pad_multiple(m, &m->tensors[i], 0, err);
+        tps_status st = TPS_OK;
+        if (m->tensors[i].target_rank0) /* the rules' partition: replicated */
+            st = tps_manifest_set_part(m, &m->tensors[i], &(tps_partition){.replicated = true}, err);
+        m->tensors[i].target_rank0 = false;
+        m->tensors[i].target_rope_halves = false;
+        if (st == TPS_OK) st = tps_manifest_set_pad_multiple(m, &m->tensors[i], 0, err);
         if (st) return st;
     }
     for (size_t i = 0; i < m->nextras; i++) free(m->extras[i].name);
@@ -30,6 +35,23 @@ static tps_status clear_layout(tps_manifest *m, tps_error *err)
     free(m->target);
     m->target = NULL;
     return TPS_OK;
+}
+
+/* A rank0: entry's tensor (lib/set/manifest.h, target_rank0): a replicated tensor as a
+ * dimension-0 split padded to tp times its length, rank 0's slice the tensor itself. */
+static tps_status rank0_only(tps_manifest *m, tps_manifest_tensor *x, tps_error *err)
+{
+    if (!x->part->replicated || x->ndim < 1 || !x->shape[0])
+        return tps_fail(err, TPS_EINVALID,
+                        "tensor '%s': the target holds it on rank 0 only (rank0:), which needs a replicated tensor "
+                        "of at least one dimension",
+                        x->name);
+    tps_partition p = {.dim = 0, .nseg = 1, .pad = true, .pad_multiple = x->shape[0] * m->tp};
+    p.seg[0].length = x->shape[0];
+    p.seg[0].unit = 1;
+    tps_status st = tps_manifest_set_part(m, x, &p, err);
+    if (st == TPS_OK) x->target_rank0 = true;
+    return st;
 }
 
 tps_status tps_target_clear(tps_manifest *m, tps_error *err)
@@ -162,7 +184,9 @@ tps_status tps_target_apply(const tps_target *t, tps_manifest *m, tps_error *err
             if ((B->engine && strcmp(B->engine, t->name) != 0) || !tps_target_in_releases(NULL, B->before, m->target_version) ||
                 !tps_target_name_match(B->match, m->tensors[i].name, &c))
                 continue;
-            if (t->b[bi].blocks) m->tensors[i].target_blocks = t->b[bi].blocks;
+            if (t->b[bi].rank0) TPS_CHECK(rank0_only(m, &m->tensors[i], err));
+            else if (t->b[bi].rope_halves) m->tensors[i].target_rope_halves = true;
+            else if (t->b[bi].blocks) m->tensors[i].target_blocks = t->b[bi].blocks;
             else m->tensors[i].target_transpose = true;
         }
     uint64_t experts = 0; /* the fewest experts a stack entry found in a layer */

@@ -38,26 +38,60 @@ tps_status tps_target_blocked_geometry(const tps_manifest_tensor *t, uint64_t tp
     return TPS_OK;
 }
 
+bool tps_target_permuted(const tps_manifest_tensor *t)
+{
+    return t->target_blocks || t->target_transpose || t->target_rope_halves;
+}
+
+bool tps_target_crc_from_source(const tps_manifest_tensor *t)
+{
+    return t->target_transpose || t->target_rope_halves;
+}
+
+/* A rope_halves tensor's head (its partition unit) in rows, and a row's bytes; 0 when its
+ * partition cannot carry the permutation (split along dim 0 in whole heads of even rows). */
+static uint64_t rope_head_rows(const tps_manifest_tensor *t, uint64_t *row_bytes)
+{
+    const tps_partition *p = t->part;
+    uint64_t u = !p->replicated && p->nseg == 1 ? p->seg[0].unit : 0;
+    if (p->dim != 0 || p->pad || p->groups > 1 || t->ndim < 1 || !t->shape[0] || u < 2 || u % 2 || t->shape[0] % u ||
+        t->target_transpose || t->target_blocks)
+        return 0;
+    *row_bytes = t->nbytes / t->shape[0];
+    return u;
+}
+
 tps_status tps_target_permute_check(const tps_manifest_tensor *t, uint64_t tp, tps_error *err)
 {
-    if (t->target_transpose && (t->ndim != 2 || t->part->pad || tps_dtype_bits(t->dtype) % 8))
-        return tps_fail(err, TPS_EINVALID, "tensor '%s': only an unpadded 2-D tensor of whole-byte elements is written transposed", t->name);
+    uint64_t rb;
+    if (t->target_rope_halves && !rope_head_rows(t, &rb))
+        return tps_fail(err, TPS_EINVALID,
+                        "tensor '%s': rows reordered per head for RoPE (rope_halves) need a split of dimension 0 in "
+                        "one segment of whole heads of an even head_dim, unpadded",
+                        t->name);
+    if (t->target_transpose && (t->ndim < 2 || t->ndim > 3 || t->part->pad || tps_dtype_bits(t->dtype) % 8))
+        return tps_fail(err, TPS_EINVALID,
+                        "tensor '%s': only an unpadded 2-D or 3-D tensor of whole-byte elements is written transposed",
+                        t->name);
     uint64_t G, block;
     return t->target_blocks ? tps_target_blocked_geometry(t, tp, &G, &block, err) : TPS_OK;
 }
 
+/* A transpose swaps the last two dimensions; a 3-D tensor's leading one (GPT-OSS's experts)
+ * is a batch of 2-D transposes. */
 void tps_target_file_shape(const tps_manifest_tensor *t, uint64_t *shape)
 {
-    if (!t->target_transpose) return;
-    uint64_t a = shape[0];
-    shape[0] = shape[1];
-    shape[1] = a;
+    if (!t->target_transpose || t->ndim < 2) return;
+    uint64_t a = shape[t->ndim - 2];
+    shape[t->ndim - 2] = shape[t->ndim - 1];
+    shape[t->ndim - 1] = a;
 }
 
 void tps_target_file_partition(const tps_manifest_tensor *t, tps_partition *out)
 {
     *out = *t->part;
-    if (t->target_transpose && !t->part->replicated) out->dim = 1 - t->part->dim;
+    if (t->target_transpose && !t->part->replicated && t->part->dim >= t->ndim - 2)
+        out->dim = 2 * t->ndim - 3 - t->part->dim; /* ndim-2 <-> ndim-1 */
     if (!t->target_blocks) return;
     uint64_t B = t->target_blocks, len = t->part->seg[0].length, u = t->part->seg[0].unit;
     out->nseg = (int)B;
@@ -111,11 +145,50 @@ tps_status tps_target_swap_read(tps_target_read_fn rd, void *ctx, uint64_t off, 
     return TPS_OK;
 }
 
+/* rd shifted by a batch's base: one 2-D transpose of a batch of them. */
+typedef struct batch_at {
+    tps_target_read_fn rd;
+    void *ctx;
+    uint64_t base;
+} batch_at;
+
+static tps_status batch_read(void *ctx, uint64_t off, void *buf, size_t len, tps_error *err)
+{
+    const batch_at *b = ctx;
+    return b->rd(b->ctx, b->base + off, buf, len, err);
+}
+
+/* Bytes [off, off+len) of a batch of [X, Y, es] arrays, each stored [Y, X, es], one after another. */
+static tps_status batched_swap_read(tps_target_read_fn rd, void *ctx, uint64_t off, void *buf, size_t len, uint64_t X,
+                                    uint64_t Y, uint64_t es, tps_error *err)
+{
+    uint64_t per = X * Y * es;
+    unsigned char *out = buf;
+    while (len) {
+        if (!per) return tps_fail(err, TPS_EINVALID, "internal: a read past an empty transposed tensor");
+        uint64_t e = off / per, o = off % per;
+        size_t n = per - o < len ? (size_t)(per - o) : len;
+        batch_at b = {rd, ctx, e * per};
+        tps_status st = tps_target_swap_read(batch_read, &b, o, out, n, X, Y, es, err);
+        if (st) return st;
+        out += n;
+        off += n;
+        len -= n;
+    }
+    return TPS_OK;
+}
+
 tps_status tps_target_view_read(const tps_manifest_tensor *t, uint64_t tp, tps_target_read_fn rd, void *ctx,
                                 uint64_t off, void *buf, size_t len, tps_error *err)
 {
+    uint64_t rb, u;
+    if (t->target_rope_halves) { /* per head: the view's [2, u/2] rows from the source's [u/2, 2] */
+        if (!(u = rope_head_rows(t, &rb))) return tps_target_permute_check(t, tp, err);
+        return batched_swap_read(rd, ctx, off, buf, len, 2, u / 2, rb, err);
+    }
     if (t->target_transpose)
-        return tps_target_swap_read(rd, ctx, off, buf, len, t->shape[1], t->shape[0], (tps_dtype_bits(t->dtype) / 8), err);
+        return batched_swap_read(rd, ctx, off, buf, len, t->shape[t->ndim - 1], t->shape[t->ndim - 2],
+                                 tps_dtype_bits(t->dtype) / 8, err);
     if (!t->target_blocks) return rd(ctx, off, buf, len, err);
     uint64_t G, block;
     tps_status st = tps_target_blocked_geometry(t, tp, &G, &block, err);
@@ -132,19 +205,19 @@ typedef struct blocked_view {
      * view keeps a tile, requested rows [t0, t1) of every stored row, up to 1 MiB. */
     pthread_mutex_t mu;
     unsigned char *tile;
-    uint64_t t0, t1;
+    uint64_t t0, t1, tb; /* the tile: rows [t0, t1) of matrix tb */
 } blocked_view;
 
 enum { TILE_BYTES = 1 << 20 };
 
-/* Bytes [off, off+len) of the requested [A, B] elements from v's tile, loading the tile that
- * starts at off's row when it does not hold them all. */
-static tps_status tile_read(blocked_view *v, const tps_source_file *f, uint64_t off, unsigned char *out, size_t len,
-                            tps_error *err)
+/* Bytes [off, off+len) of matrix e's requested [A, B] elements from v's tile, loading the
+ * tile that starts at off's row when it does not hold them all. */
+static tps_status tile_read(blocked_view *v, const tps_source_file *f, uint64_t e, uint64_t off, unsigned char *out,
+                            size_t len, tps_error *err)
 {
-    uint64_t es = v->block, rowb = v->B * es;
+    uint64_t es = v->block, rowb = v->B * es, base = v->base + e * v->A * v->B * es;
     uint64_t x0 = off / rowb, x1 = (off + len + rowb - 1) / rowb;
-    if (!v->tile || x0 < v->t0 || x1 > v->t1) {
+    if (!v->tile || e != v->tb || x0 < v->t0 || x1 > v->t1) {
         uint64_t k = TILE_BYTES / rowb ? TILE_BYTES / rowb : 1;
         if (k < x1 - x0) return TPS_EARG; /* larger than a tile: the caller gathers directly */
         if (!v->tile && !(v->tile = malloc((size_t)(k * rowb)))) return tps_fail_oom(err, "reading transposed rows");
@@ -153,12 +226,13 @@ static tps_status tile_read(blocked_view *v, const tps_source_file *f, uint64_t 
         if (!run) return tps_fail_oom(err, "reading transposed rows");
         tps_status st = TPS_OK;
         for (uint64_t y = 0; y < v->B && st == TPS_OK; y++) {
-            st = tps_pread_full(f->fd, f->path, v->base + (y * v->A + x0) * es, run, (size_t)((t1 - x0) * es), err);
+            st = tps_pread_full(f->fd, f->path, base + (y * v->A + x0) * es, run, (size_t)((t1 - x0) * es), err);
             for (uint64_t x = x0; st == TPS_OK && x < t1; x++)
                 memcpy(v->tile + ((x - x0) * v->B + y) * es, run + (x - x0) * es, (size_t)es);
         }
         free(run);
         v->t0 = x0;
+        v->tb = e;
         v->t1 = st == TPS_OK ? t1 : x0; /* a failed load holds nothing */
         if (st) return st;
     }
@@ -187,13 +261,30 @@ static tps_status blocked_read(const tps_index *ix, const tps_tensor *t, uint64_
 {
     blocked_view *v = (blocked_view *)t->reader_data;
     file_at a = {&ix->files[v->file], v->base};
-    if (v->block < 512) { /* a transpose */
-        pthread_mutex_lock(&v->mu);
-        tps_status st = tile_read(v, a.f, off, buf, len, err);
-        pthread_mutex_unlock(&v->mu);
-        if (st != TPS_EARG) return st;
+    /* A matrix ([A, B] of [A, B, block]) at a time: the rank slice itself (blocked rows), one
+     * expert's (a 3-D transpose) or one head's (rope_halves). */
+    uint64_t per = v->A * v->B * v->block;
+    unsigned char *out = buf;
+    if (!per && len) return tps_fail(err, TPS_EINVALID, "internal: a read past an empty permuted tensor");
+    while (len) {
+        uint64_t e = off / per, o = off % per;
+        size_t n = per - o < len ? (size_t)(per - o) : len;
+        tps_status st = TPS_EARG;
+        if (v->block < 512) { /* small elements (a transpose): through the tile */
+            pthread_mutex_lock(&v->mu);
+            st = tile_read(v, a.f, e, o, out, n, err);
+            pthread_mutex_unlock(&v->mu);
+        }
+        if (st == TPS_EARG) {
+            file_at m = {a.f, v->base + e * per};
+            st = tps_target_swap_read(file_read, &m, o, out, n, v->A, v->B, v->block, err);
+        }
+        if (st) return st;
+        out += n;
+        off += n;
+        len -= n;
     }
-    return tps_target_swap_read(file_read, &a, off, buf, len, v->A, v->B, v->block, err);
+    return TPS_OK;
 }
 
 static void blocked_release(void *state)
@@ -234,9 +325,14 @@ tps_status tps_target_blocked_member(tps_index *vx, const tps_manifest_tensor *t
     }
     blocked_view *v = calloc(1, sizeof *v);
     if (!v) return tps_fail_oom(err, "reading blocked rows");
-    if (t->target_transpose) { /* the slice [a, b] from the file's [b, a] */
-        v->A = rs[0];
-        v->B = rs[1];
+    uint64_t rb, u;
+    if (t->target_rope_halves && (u = rope_head_rows(t, &rb))) { /* a head's [u/2, 2] rows from the file's [2, u/2] */
+        v->A = u / 2;
+        v->B = 2;
+        v->block = rb;
+    } else if (t->target_transpose) { /* the slice [(E,) a, b] from the file's [(E,) b, a] */
+        v->A = rs[t->ndim - 2];
+        v->B = rs[t->ndim - 1];
         v->block = tps_dtype_bits(t->dtype) / 8;
     } else {
         v->A = G / tp;

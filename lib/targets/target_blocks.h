@@ -31,8 +31,19 @@ void tps_target_file_partition(const tps_manifest_tensor *t, tps_partition *out)
  * in *run the bytes from there that stay contiguous in both. */
 uint64_t tps_target_swap_offset(uint64_t off, uint64_t X, uint64_t Y, uint64_t block, uint64_t *run);
 /* Transposed (transposed: entries; the manifest's target_transpose): a 2-D tensor's rank
- * slice [a, b] is held [b, a] (GPT-2's Conv1D weights as vLLM's [out, in]); the copy engine
- * cuts the global tensor's transpose with the partition's dimension swapped. */
+ * slice [a, b] is held [b, a] (GPT-2's Conv1D weights as vLLM's [out, in]), a 3-D one's
+ * [E, a, b] as [E, b, a] (GPT-OSS's experts, [in, out] per expert, as vLLM's w13/w2); the
+ * copy engine cuts the global tensor's transpose with the partition's dimension swapped. */
+/* Rope halves (rope_halves: entries; the manifest's target_rope_halves): each head (partition
+ * unit, u rows) of the rank slice is held with its rows [u/2, 2] as [2, u/2]: Meta's
+ * interleaved RoPE pairs as the rotate-half order vLLM's Llama 4 permutes q/k into.  Heads
+ * are whole on a rank, so the view is the global tensor permuted per head, cut by the
+ * partition itself. */
+/* Whether rank files hold t reordered (blocked, transposed or rope halves). */
+bool tps_target_permuted(const tps_manifest_tensor *t);
+/* Whether the copy engine takes t's CRC from the source's order read apart (transposed and
+ * rope halves; blocked rows combine their blocks' CRCs). */
+bool tps_target_crc_from_source(const tps_manifest_tensor *t);
 /* t's blocking or transposition is one tp can carry; else TPS_EINVALID naming t. */
 tps_status tps_target_permute_check(const tps_manifest_tensor *t, uint64_t tp, tps_error *err);
 /* A rank shape of t as its rank files hold it (swapped when t is transposed). */

@@ -93,7 +93,7 @@ tps_status tps_target_check_manifest(const tps_manifest *m, const char *what, tp
         const tps_manifest_tensor *t = &m->tensors[i];
         tps_error e;
         tps_error_clear(&e);
-        if (!t->target_blocks && !t->target_transpose) continue;
+        if (!tps_target_permuted(t)) continue;
         if (!m->target)
             return tps_fail(err, TPS_EINVALID, "%s: tensor '%s' is reordered for a target but the manifest names none",
                             what, t->name);
@@ -248,7 +248,7 @@ tps_status tps_target_member_index(const tps_manifest *m, uint64_t r, tps_index 
             const tps_manifest_tensor *y = &m->tensors[k];
             uint64_t rs[TPS_MAX_DIMS];
             tps_partition_rank_shape(y->part, y->ndim, y->shape, m->tp, r, rs);
-            if (y->target_blocks || y->target_transpose) /* read back in the source's order */
+            if (tps_target_permuted(y)) /* read back in the source's order */
                 TPS_CHECK(tps_target_blocked_member(vx, y, m->tp, rs, x->file, off, err));
             else
                 TPS_CHECK(tps_index_add_tensor(vx, y->name, strlen(y->name), y->dtype, y->ndim, rs, x->file, off, NULL, err));

@@ -42,7 +42,7 @@ bool tps_target_transposes(const tps_target *t, const char *name)
 {
     for (size_t bi = 0; bi < t->nb; bi++) {
         tps_target_caps c = {0};
-        if (!t->b[bi].blocks && tps_target_name_match(t->b[bi].match, name, &c)) return true;
+        if (!t->b[bi].blocks && !t->b[bi].rank0 && !t->b[bi].rope_halves && tps_target_name_match(t->b[bi].match, name, &c)) return true;
     }
     return false;
 }

@@ -262,16 +262,17 @@ tps_status tps_target_load(const char *layout_text, const char *layout_name, con
                     st = ybad(&c, en, shape);
                     goto cleanup;
                 }
-                t->b[t->nb] = (tblocked){strdup(mt), bf ? strdup(bf) : NULL, eg ? strdup(eg) : NULL, q};
+                t->b[t->nb] = (tblocked){strdup(mt), bf ? strdup(bf) : NULL, eg ? strdup(eg) : NULL, q, false, false};
                 const tblocked *B = &t->b[t->nb++];
                 if (!B->match || (bf && !B->before) || (eg && !B->engine)) {
                     st = tps_fail_oom(err, "reading a target");
                     goto cleanup;
                 }
             }
-        } else if (ks && strcmp(ks, "transposed") == 0) {
+        } else if (ks && (strcmp(ks, "transposed") == 0 || strcmp(ks, "rank0") == 0 || strcmp(ks, "rope_halves") == 0)) {
+            bool rank0 = strcmp(ks, "rank0") == 0, halves = strcmp(ks, "rope_halves") == 0;
             if (v->type != YAML_SEQUENCE_NODE) {
-                st = ybad(&c, v, "transposed is a list of names");
+                st = ybad(&c, v, "transposed, rank0 and rope_halves are lists of names");
                 goto cleanup;
             }
             size_t n = (size_t)(v->data.sequence.items.top - v->data.sequence.items.start);
@@ -285,10 +286,10 @@ tps_status tps_target_load(const char *layout_text, const char *layout_name, con
                 yaml_node_t *en = yaml_document_get_node(&doc, v->data.sequence.items.start[i]);
                 const char *mt = yscalar(en);
                 if (!mt) {
-                    st = ybad(&c, en, "transposed lists names");
+                    st = ybad(&c, en, "transposed, rank0 and rope_halves list names");
                     goto cleanup;
                 }
-                t->b[t->nb] = (tblocked){strdup(mt), NULL, NULL, 0};
+                t->b[t->nb] = (tblocked){strdup(mt), NULL, NULL, 0, rank0, halves};
                 if (!t->b[t->nb++].match) {
                     st = tps_fail_oom(err, "reading a target");
                     goto cleanup;
@@ -309,7 +310,8 @@ tps_status tps_target_load(const char *layout_text, const char *layout_name, con
                 TPS_CHECK(parse_entry(&c, yaml_document_get_node(&doc, v->data.sequence.items.start[i]), &t->e[i]));
             }
         } else {
-            st = ybad(&c, k, "unknown key (vocab_multiple, tensors, extras, required, tp_at_most_experts, blocked, transposed)");
+            st = ybad(&c, k, "unknown key (vocab_multiple, tensors, extras, required, tp_at_most_experts, blocked, transposed, "
+                                 "rank0, rope_halves)");
             goto cleanup;
         }
     }

@@ -36,6 +36,37 @@ else
     grep -E 'experts|sinks' "$T/inspect" | head -8 | sed 's/^/#   /'
 fi
 
+# --target vllm (the engine's names; the 3-D experts transposed per expert, w2_bias on rank 0
+# only: tests/interop/vllm_real_fused3d.py loads them in the real vLLM).  The set checks,
+# verifies, and reshards: from the default split and from the other tp it is byte for byte
+# what split --target vllm writes.
+for tp in 2 4; do
+    check "gpt_oss tp $tp: split --target vllm" "$TPSHARD" split "$src" --tp "$tp" --target vllm -o "$T/gpt_oss-vllm-$tp" -q
+done
+for tp in 2 4; do
+    v="$T/gpt_oss-vllm-$tp"
+    check "gpt_oss tp $tp --target vllm: check passes" "$TPSHARD" check "$v" -q
+    check "gpt_oss tp $tp --target vllm: verify --layer all --source passes" "$TPSHARD" verify "$v" --source "$src" --layer all -q
+    for from in "$T/gpt_oss-$tp" "$T/gpt_oss-vllm-$((6 - tp))"; do
+        re="$T/gpt_oss-re-$tp"
+        rm -rf "$re"
+        if "$TPSHARD" reshard "$from" --tp "$tp" --target vllm -o "$re" -q 2>"$T/re.err" &&
+            cmp -s "$re/model-rank-0-part-0.safetensors" "$v/model-rank-0-part-0.safetensors" &&
+            cmp -s "$re/model-rank-1-part-0.safetensors" "$v/model-rank-1-part-0.safetensors"; then
+            ok "gpt_oss: reshard $(basename "$from") --tp $tp --target vllm equals split --target vllm"
+        else
+            notok "gpt_oss: reshard $(basename "$from") --tp $tp --target vllm equals split --target vllm"
+            sed 's/^/#   /' "$T/re.err" | head -5
+        fi
+    done
+done
+if grep -q '"target_rank0": true' "$T/gpt_oss-vllm-2/tpshard.json" &&
+    [ "$(grep -c '"target_transpose": true' "$T/gpt_oss-vllm-2/tpshard.json")" -eq 4 ]; then
+    ok "gpt_oss --target vllm: the manifest marks gate_up/down transposed and the down bias rank 0's"
+else
+    notok "gpt_oss --target vllm: the manifest marks gate_up/down transposed and the down bias rank 0's"
+fi
+
 # A refused tp names the constraint in the model's words: 8 heads (KV heads replicate).
 expect_exit 3 "8 attention heads (one element each) along dimension 0: fewer than tp 16" \
     "gpt_oss tp 16: refused naming the heads the sinks are cut with" "$TPSHARD" plan "$src" --tp 16

@@ -3,7 +3,7 @@
 . "$TPS_TOP/tests/cli/lib.sh"
 M="$FIX/models"
 preset_of() { # fixture directory name -> preset
-    case "$1" in tiny-llama*|tiny-qwen2*) echo llama ;; tiny-gpt2) echo gpt2 ;; tiny-neox) echo neox ;;
+    case "$1" in tiny-llama4) echo llama4 ;; tiny-llama*|tiny-qwen2*) echo llama ;; tiny-gpt2) echo gpt2 ;; tiny-neox) echo neox ;;
                  tiny-phi3) echo phi3 ;; tiny-mixtral) echo mixtral ;; *) echo "" ;; esac
 }
 

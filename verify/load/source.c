@@ -6,6 +6,7 @@
 #include "../../lib/base/checked.h"
 #include "../../lib/base/crc.h"
 #include "../../lib/engine/gather.h"
+#include "../../lib/engine/shardset.h"
 #include "../../lib/set/manifest.h"
 #include "finite.h"
 #include "source.h"
@@ -50,6 +51,30 @@ static bool index_has(void *ctx, const char *name)
 tps_vsource tps_vsource_index(const tps_index *ix)
 {
     tps_vsource s = {(void *)ix, index_load, index_has};
+    return s;
+}
+
+static tps_status rank_load(void *ctx, const char *name, tps_vt *out, tps_error *err)
+{
+    tps_vrank_src *c = ctx;
+    const tps_manifest_tensor *t = tps_manifest_find(c->ss->m, name);
+    const tps_index *ix = c->ix;
+    if (t && t->target_rank0) {
+        tps_status st = tps_shardset_open_rank(c->ss, 0, &ix, err);
+        if (st) return st;
+    }
+    return index_load((void *)ix, name, out, err);
+}
+
+static bool rank_has(void *ctx, const char *name)
+{
+    const tps_vrank_src *c = ctx;
+    return tps_index_find(c->ix, name) != NULL;
+}
+
+tps_vsource tps_vsource_rank(tps_vrank_src *c)
+{
+    tps_vsource s = {c, rank_load, rank_has};
     return s;
 }
 

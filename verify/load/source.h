@@ -19,6 +19,17 @@ typedef struct tps_vsource {
 tps_vsource tps_vsource_index(const tps_index *ix);
 
 struct tps_shardset;
+/* One rank's shard files (ix, tps_shardset_open_rank of ss) as that rank reads them, except a
+ * tensor the set's target holds on rank 0 only (the manifest's target_rank0: vLLM's GPT-OSS
+ * w2_bias, zeros on the other ranks): every rank reads rank 0's, the replicated tensor of the
+ * TP convention, which verify's math adds once after the all-reduce (the engine's rank-0
+ * copy, added before it, sums to the same).  c lives as long as the source. */
+typedef struct tps_vrank_src {
+    struct tps_shardset *ss;
+    const tps_index *ix;
+} tps_vrank_src;
+tps_vsource tps_vsource_rank(tps_vrank_src *c);
+
 /* The global tensors of a shard set, reassembled from its ranks' files. */
 tps_vsource tps_vsource_shardset(struct tps_shardset *ss);
 
