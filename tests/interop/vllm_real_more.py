@@ -7,11 +7,10 @@ model.*) and StarCoder2 (the Transformers backend too: q/k/v fused, biases, a ti
 vLLM loads each set with load_format="sharded_state" and must generate exactly the tokens and
 top-5 log-probs it generates from the Hugging Face directory at the same tp (tps: vllm_real.tps_for).
 
-Tried on the CPU build without a mapping (tp 1, one engine start each): DeepSeek-V2
-(its CPU MLA kernel takes only a latent head of 576, kv_lora_rank 512 + qk_rope_head_dim 64, so
-the model has those; its state dict also names MLA's W_UK_T and W_UV, taken from kv_b_proj) and
-GPT-OSS in bfloat16 (experts as 3-D w13/w2 with biases, the source's [E, H, 2I] transposed): vLLM
-runs both from the Hugging Face directory, and split --target vllm refuses both (exit 3).
+Tried on the CPU build without a mapping (tp 1, one engine start each): GPT-OSS in bfloat16
+(experts as 3-D w13/w2 with biases, the source's [E, H, 2I] transposed): vLLM runs it from the
+Hugging Face directory, and split --target vllm refuses it (exit 3).  DeepSeek-V2/V3 and
+GLM-4.5 are judged in vllm_real_mla.py.
 
 Skips loudly without vllm (tests/interop/setup_vllm.sh).
 """
@@ -43,11 +42,6 @@ def cases():
 def unmapped_cases():
     import transformers as T
     return [
-        ("deepseek-v2", T.DeepseekV2Config(**dict(B, moe_intermediate_size=128, num_key_value_heads=8, q_lora_rank=None,
-                                                  kv_lora_rank=512, qk_nope_head_dim=32, qk_rope_head_dim=64,
-                                                  v_head_dim=32, n_routed_experts=4, num_experts_per_tok=2,
-                                                  n_shared_experts=1, first_k_dense_replace=1, topk_method="greedy",
-                                                  n_group=1, topk_group=1))),
         ("gpt-oss", T.GptOssConfig(**dict(B, intermediate_size=256, head_dim=64, num_local_experts=4,
                                           num_experts_per_tok=2, sliding_window=16, tie_word_embeddings=False,
                                           layer_types=["sliding_attention", "full_attention"]))),
