@@ -147,12 +147,15 @@ static tps_status list_files(const char *dir, rank_file **out, size_t *nout, uin
     return TPS_OK;
 }
 
-/* Global lengths the layout's sizes suggest for a cut dimension, then local*T and local. */
+/* Global lengths the layout's sizes suggest for a cut dimension, then local*T and local.  A
+ * fused [q; k; v] the source already holds (Phi-3's qkv_proj, Falcon's query_key_value) is
+ * (heads + 2 kv_heads) head_dim long: with fewer KV heads than ranks each rank repeats one,
+ * so local*T overshoots it (Phi-3, 2 KV heads at tp 4, as split --target vllm writes it). */
 static size_t candidates(const tps_model_sizes *z, uint64_t local, uint64_t T, uint64_t *c)
 {
     uint64_t v[] = {z->vocab,        z->hidden,          z->heads * z->head_dim, z->kv_heads * z->head_dim,
-                    z->intermediate, z->moe_intermediate, z->shared_intermediate, local * T,
-                    local};
+                    z->intermediate, z->moe_intermediate, z->shared_intermediate,
+                    (z->heads + 2 * z->kv_heads) * z->head_dim, local * T, local};
     size_t n = 0;
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
         bool dup = v[i] == 0;
@@ -223,7 +226,7 @@ typedef struct fused_search {
     unsigned long steps; /* partitions tried: a budget, so a layout fusing many members cannot stall */
 } fused_search;
 
-/* At most 9 candidates a member: 8 members would be 9^8 partitions; real fusions have 2 or 3. */
+/* At most 10 candidates a member: 8 members would be 10^8 partitions; real fusions have 2 or 3. */
 #define FUSED_SEARCH_BUDGET 100000ul
 
 static void fused_walk(fused_search *f, size_t k, uint64_t rows)
