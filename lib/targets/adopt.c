@@ -363,15 +363,16 @@ static size_t missing_count(const tps_target *t, tps_index *const *rank, uint64_
     return n;
 }
 
-/* vLLM's names, or SGLang's where the preset maps SGLang apart (DeepSeek's MLA:
- * fused_qkv_a_proj_with_mqa) and its required: tensors are the fewer missing. */
+/* vLLM's names, or SGLang's where the preset maps SGLang apart with required: entries of its
+ * own (DeepSeek's MLA: fused_qkv_a_proj_with_mqa) and those are the fewer missing.  A
+ * mapping without them (Qwen2-MoE's) says nothing to tell its sets by: vLLM's stays. */
 static void pick_target(adopt *a, const char *layout_name)
 {
     tps_target *sg = NULL;
     tps_error e;
     tps_error_clear(&e);
     if (tps_target_load(tps_layout_text(a->l), layout_name, "sglang", &sg, &e) != TPS_OK) return;
-    if (missing_count(sg, a->rank, a->tp) < missing_count(a->t, a->rank, a->tp)) {
+    if (tps_target_has_required(sg) && missing_count(sg, a->rank, a->tp) < missing_count(a->t, a->rank, a->tp)) {
         tps_target_free(a->t);
         a->t = sg;
         return;
