@@ -9,8 +9,8 @@ directory at the same tp (tps: vllm_real.tps_for): 12 engine starts at tp 1 and 
 
 The CPU build's MLA kernel takes only a latent head of 576 (kv_lora_rank 512 +
 qk_rope_head_dim 64), and its DeepSeek-V3 needs topk_method noaux_tc and scoring_func sigmoid
-in config.json (transformers leaves them out; without them vLLM asks for no
-e_score_correction_bias): reference/frontier.md.
+in config.json (transformers leaves them out; without them vLLM's loader raises KeyError on
+mlp.gate.e_score_correction_bias): docs/formats.md.
 
 Skips loudly without vllm (tests/interop/setup_vllm.sh).
 """
