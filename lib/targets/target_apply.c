@@ -118,25 +118,58 @@ static void working_tps(const tps_manifest *m, uint64_t max, char *out, size_t s
     if (!n) snprintf(out, size, "none up to 1024");
 }
 
-/* Whether the set's recorded config.json keys carry a quantization_config. */
-static bool manifest_quantized(const tps_manifest *m)
+/* Whether the set's recorded config.json keys carry a quantization_config; *block whether it
+ * is FP8 block-scaled (quant_method fp8 with weight_block_size: weight_scale_inv companions). */
+static bool manifest_quantized(const tps_manifest *m, bool *block)
 {
     tps_json_doc *doc = NULL;
     tps_error e;
     tps_error_clear(&e);
+    *block = false;
     if (!m->config_keys || tps_json_parse(m->config_keys, strlen(m->config_keys), "config keys", &doc, &e)) return false;
     const tps_json *q = tps_json_get(tps_json_root(doc), "quantization_config");
     bool quantized = q && q->type != TPS_JSON_NULL;
+    const tps_json *qm = quantized ? tps_json_get(q, "quant_method") : NULL;
+    *block = qm && qm->type == TPS_JSON_STRING && !strcmp(qm->u.string.s, "fp8") && tps_json_get(q, "weight_block_size");
     tps_json_doc_free(doc);
     return quantized;
 }
 
+/* FP8 block-scaled under a target: every X.weight_scale_inv must go where its X.weight goes
+ * (the entries name both: vLLM's block-quantized linears and FusedMoE register
+ * weight_scale_inv / w13_weight_scale_inv beside the weight), else the set would hold a scale
+ * no engine parameter has. */
+static tps_status scales_follow(const tps_target *t, const tps_manifest *m, tps_error *err)
+{
+    static const char suffix[] = "_scale_inv";
+    for (size_t i = 0; i < m->ntensors; i++) {
+        const tps_manifest_tensor *s = &m->tensors[i];
+        size_t n = strlen(s->name), k = strlen(suffix);
+        if (n < 16 || strcmp(s->name + n - 16, "weight_scale_inv")) continue;
+        char w[NAME_MAX_LEN];
+        snprintf(w, sizeof w, "%.*s", (int)(n - k), s->name);
+        const tps_manifest_tensor *x = tps_manifest_find(m, w);
+        const char *sf = s->target_name ? s->target_name : s->name, *wf = x && x->target_name ? x->target_name : w;
+        size_t wl = strlen(wf);
+        if (!x || strlen(sf) != wl + k || strncmp(sf, wf, wl) || strcmp(sf + wl, suffix) ||
+            s->target_stack != x->target_stack)
+            return tps_fail(err, TPS_EINVALID,
+                            "--target %s: this checkpoint is quantized (FP8 block-scaled), and the %s mapping does "
+                            "not carry its scales: '%s' would be written as '%s' where its weight goes into '%s'; "
+                            "split it with the default target (the source's names)",
+                            t->name, t->name, s->name, sf, wf);
+    }
+    return TPS_OK;
+}
+
 tps_status tps_target_apply(const tps_target *t, tps_manifest *m, tps_error *err)
 {
-    /* The mappings name the engine's fused weights only: a quantized linear's scales, zeros
-     * and g_idx would stay under their source names beside a fused qkv_proj.weight, a set no
-     * engine loads.  Refused until the mappings carry the companions. */
-    if (manifest_quantized(m))
+    /* The mappings name the engine's fused weights: a quantized linear's scales, zeros and
+     * g_idx would stay under their source names beside a fused qkv_proj.weight, a set no
+     * engine loads.  Refused, except FP8 block-scaled where the mapping carries every
+     * weight_scale_inv with its weight (scales_follow). */
+    bool block;
+    if (manifest_quantized(m, &block) && !block)
         return tps_fail(err, TPS_EINVALID,
                         "--target %s: this checkpoint is quantized (config.json's quantization_config), and the %s "
                         "mappings do not fuse scales, zeros and g_idx yet; split it with the default target (the "
@@ -272,6 +305,7 @@ tps_status tps_target_apply(const tps_target *t, tps_manifest *m, tps_error *err
         }
     }
     memcpy(m->tensors, order, N * sizeof *order);
+    if (block) TPS_CHECK(scales_follow(t, m, err));
     if (!(m->target = strdup(t->name))) {
         st = tps_fail_oom(err, "laying out the target");
         goto cleanup;

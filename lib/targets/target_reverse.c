@@ -47,6 +47,11 @@ bool tps_target_transposes(const tps_target *t, const char *name)
     return false;
 }
 
+bool tps_target_has_required(const tps_target *t)
+{
+    return t->nq > 0;
+}
+
 size_t tps_target_missing(const tps_target *t, const tps_index *files, tps_buf *out, size_t list)
 {
     size_t n = 0;

@@ -25,6 +25,8 @@ bool tps_target_transposes(const tps_target *t, const char *name);
  * once per tensor of files their per matches: how many, the first list of them appended to
  * out, quoted and comma-separated ("and N more" after). */
 size_t tps_target_missing(const tps_target *t, const tps_index *files, tps_buf *out, size_t list);
+/* Whether the target has required: entries (what its engine's saved sets are known by). */
+bool tps_target_has_required(const tps_target *t);
 /* The releases the target's since: and before: values name for its own engine, newest first,
  * at most max: each starts a release class (what --target-version selects), "0" the class
  * before. */

@@ -46,6 +46,53 @@ def rewrite(d, r, edit):
     save_file({k: v.contiguous() for k, v in edit(R).items()}, os.path.join(d, "model-rank-%d-part-0.safetensors" % r))
 
 
+def split_sets_adopted(tmp):
+    """Adopt takes every set split --target vllm writes: the set without its tpshard.json is
+    what vLLM would have saved.  Phi-3 with 2 KV heads at tp 4 and 8 (each rank repeats a KV
+    head inside the source's fused qkv_proj, so its global rows are no multiple of a rank's;
+    intermediate 128, where BASE's 96 equals those rows by chance): check passes, reshard to
+    tp 2 equals split --tp 2 byte for byte, merge is the source bit for bit; and every family
+    of test_vllm_sharded_state's at tp 4 and 8: check passes."""
+    from safetensors.torch import load_file
+    from transformers import Phi3Config
+    cfg = Phi3Config(**dict(vs.BASE, pad_token_id=0, intermediate_size=128))
+    src = os.path.join(tmp, "phi3-kv2")
+    hf, _ = vs.build(cfg, torch.float32, 5, src)
+    ref2 = os.path.join(tmp, "phi3-kv2-split2")
+    q = tpshard("split", src, "--tp", 2, "--target", "vllm", "-o", ref2, "-q")
+    for T in (4, 8):
+        d = os.path.join(tmp, "phi3-kv2-as-saved-%d" % T)
+        p = tpshard("split", src, "--tp", T, "--target", "vllm", "-o", d, "-q")
+        if not report(p.returncode == 0, "phi3 (2 KV heads): split --tp %d --target vllm" % T, p.stderr):
+            continue
+        os.unlink(os.path.join(d, "tpshard.json"))
+        p = tpshard("check", d)
+        report(p.returncode == 0, "phi3 (2 KV heads) tp %d: the split set without tpshard.json is adopted, check "
+               "passes" % T, p.stdout[-1500:] + p.stderr[-1500:])
+        out = d + "-re2"
+        p = tpshard("reshard", d, "--tp", 2, "--target", "vllm", "-o", out, "-q")
+        diff = ve.same_sets(out, ref2, 2) if p.returncode == 0 and q.returncode == 0 else p.stderr + q.stderr
+        report(not diff, "phi3 (2 KV heads) tp %d: reshard to tp 2 equals split --tp 2 --target vllm" % T, diff)
+        merged = d + "-merged.safetensors"
+        p = tpshard("merge", d, "-o", merged, "-q")
+        got = load_file(merged) if p.returncode == 0 else {}
+        bad = [k for k in hf if k not in got or not torch.equal(got[k], hf[k])]
+        report(p.returncode == 0 and not bad and set(got) == set(hf), "phi3 (2 KV heads) tp %d: merge equals the "
+               "source bit for bit" % T, p.stderr + " differ/missing %s" % bad[:5])
+    # and every family's set at tp 4 and 8 (KV heads replicated): check takes it
+    for seed, (name, c, dtype) in enumerate(vs.cases()):
+        src = os.path.join(tmp, name + "-src-any")
+        vs.build(c, dtype, seed, src)
+        for T in (4, 8):
+            d = os.path.join(tmp, "%s-as-saved-%d" % (name, T))
+            p = tpshard("split", src, "--tp", T, "--target", "vllm", "-o", d, "-q")
+            if p.returncode == 0:
+                os.unlink(os.path.join(d, "tpshard.json"))
+                p = tpshard("check", d)
+            report(p.returncode == 0, "%s tp %d: split --target vllm's set without tpshard.json is adopted, check "
+                   "passes" % (name, T), p.stdout[-1500:] + p.stderr[-1500:])
+
+
 def main():
     early = tap.transformers_tier("vllm_saved")
     if early is not None:
@@ -120,6 +167,7 @@ def main():
                     p = tpshard(*verb)
                     report(p.returncode == (1 if verb[0] == "check" else 3) and msg in p.stderr, "%s: %s key refused by %s, named" % (name, what, verb[0]),
                            "rc %d: %s" % (p.returncode, p.stderr[-1500:]))
+        split_sets_adopted(tmp)
         # Hostile: a rank missing, a malformed rank file name, no config.json.
         d = os.path.join(tmp, "llama-bf16-saved-8")
         for what, act, msg in [("rank 5 missing", lambda w: [os.unlink(os.path.join(w, f)) for f in os.listdir(w)

@@ -83,10 +83,12 @@ def rope(cfg, x, pos):
 
 
 def route(cfg, R, p, hn):
-    """(top-k expert ids, weights) per token from the replicated router, as the modeling file."""
+    """(top-k expert ids, weights) per token from the replicated router, as the modeling file
+    (GLM-4.5's router is DeepSeek-V3's: torch2_glm4_moe.py)."""
     logits = hn @ R[p + "mlp.gate.weight"].T
     E, G = cfg.n_routed_experts, cfg.n_group or 1
-    if cfg.model_type == "deepseek_v3":
+    v3 = cfg.model_type in ("deepseek_v3", "glm4_moe")
+    if v3:
         scores = logits.sigmoid()
         choice = scores + R[p + "mlp.gate.e_score_correction_bias"]
         gs = choice.view(-1, G, E // G).topk(2, dim=-1)[0].sum(-1)
@@ -98,7 +100,7 @@ def route(cfg, R, p, hn):
         choice = choice.masked_fill(~keep.repeat_interleave(E // G, dim=1).bool(), 0.0)
     idx = choice.topk(cfg.num_experts_per_tok, dim=-1)[1]
     w = scores.gather(1, idx)
-    if cfg.model_type == "deepseek_v3" and cfg.norm_topk_prob:
+    if v3 and cfg.norm_topk_prob:
         w = w / (w.sum(-1, keepdim=True) + 1e-20)
     return idx, w * cfg.routed_scaling_factor
 

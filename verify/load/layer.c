@@ -73,8 +73,10 @@ static tps_status load_role(const tps_block *b, tps_block_role role, uint64_t la
     }
     if (oom) return tps_fail_oom(err, "a tensor name");
     if (!name) return TPS_OK;
-    /* A bias role may name a tensor a checkpoint lacks (Llama vs Qwen2): absent. */
-    if ((vrole_is_bias(role) || tps_vmla_role_optional(b, role)) && !src->has(src->ctx, name)) {
+    /* A bias role may name a tensor a checkpoint lacks (Llama vs Qwen2): absent.  So may the
+     * q/k norms: GLM-4.5 holds them only under config.json's use_qk_norm (none: no norm). */
+    bool qk_norm = role == TPS_ROLE_Q_NORM_W || role == TPS_ROLE_K_NORM_W;
+    if ((vrole_is_bias(role) || qk_norm || tps_vmla_role_optional(b, role)) && !src->has(src->ctx, name)) {
         free(name);
         return TPS_OK;
     }
