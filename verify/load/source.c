@@ -169,6 +169,18 @@ tps_status tps_vtensor_check(tps_shardset *ss, const char *name, const tps_vsour
     return TPS_OK;
 }
 
+tps_status tps_vtensor_check_read(tps_shardset *ss, const char *name, uint64_t *tensors, uint64_t *bytes,
+                                  tps_error *err)
+{
+    const tps_manifest_tensor *t = tps_manifest_find(ss->m, name);
+    if (!t) return TPS_OK;
+    tps_status st = read_checked(ss, t, NULL, NULL, err);
+    if (st) return st;
+    (*tensors)++;
+    *bytes += t->nbytes;
+    return TPS_OK;
+}
+
 static bool shardset_has(void *ctx, const char *name)
 {
     const tps_shardset *ss = ctx;

@@ -30,4 +30,10 @@ bool tps_vsource_is_shardset(const tps_vsource *src, const struct tps_shardset *
 tps_status tps_vtensor_check(struct tps_shardset *ss, const char *name, const tps_vsource *source,
                              uint64_t *tensors, uint64_t *bytes, tps_error *err);
 
+/* The same check, reading the tensor's bytes (streaming, nothing kept) where the caller's
+ * loads did not (a streamed layer's experts); a non-finite value is refused without a
+ * source to compare. */
+tps_status tps_vtensor_check_read(struct tps_shardset *ss, const char *name, uint64_t *tensors, uint64_t *bytes,
+                                  tps_error *err);
+
 #endif
