@@ -1,10 +1,15 @@
 #!/usr/bin/python3
-"""Writes a DeepSeek-V3-shaped checkpoint (config.json + model.safetensors, BF16 random values)
-for verify's memory case (issue 36): the tensor names and config.json keys transformers'
-DeepseekV3ForCausalLM saves, layer 0 dense, the others MoE.  Only the expert count changes
-between the sets a bench compares, so their peaks say whether verify's memory follows it.
+"""Writes a DeepSeek-V3-shaped checkpoint (config.json + model.safetensors, random values)
+for verify's memory cases (issue 36): the tensor names and config.json keys transformers'
+DeepseekV3ForCausalLM saves, the first --dense layers dense, the others MoE.  Only the expert
+count changes between the sets a bench compares, so their peaks say whether verify's memory
+follows it.  --fp8: the linears F8_E4M3 with a float32 weight_scale_inv per 128 x 128 block
+and config.json's quantization_config, as DeepSeek-V3 is released (embedding, LM head, norms
+and router BF16); the real layer is
+  gen_moe.py OUT 256 --fp8 --layers 1 --dense 0 --hidden 7168 --heads 128 --q-lora 1536
+             --moe-inter 2048 --vocab 1024                      (about 11 GB)
 
-Usage: gen_moe.py OUTDIR EXPERTS [--hidden 2048] [--moe-inter 1024] [--layers 2] [--vocab 8192]
+Usage: gen_moe.py OUTDIR EXPERTS [--hidden 2048] [--moe-inter 1024] [--layers 2] [--vocab 8192] ...
 numpy only (no torch), written front to back, one tensor at a time.
 """
 import argparse
@@ -26,12 +31,12 @@ def tensors(a):
                 (s + "q_b_proj.weight", (heads * (nope + rope), ql)),
                 (s + "kv_a_proj_with_mqa.weight", (kvl + rope, H)), (s + "kv_a_layernorm.weight", (kvl,)),
                 (s + "kv_b_proj.weight", (heads * (nope + v), kvl)), (s + "o_proj.weight", (H, heads * v))]
-        mlps = [(p + "mlp.", a.inter)] if i == 0 else \
+        mlps = [(p + "mlp.", a.inter)] if i < a.dense else \
             [(p + "mlp.experts.%d." % e, a.moe_inter) for e in range(a.experts)] + \
             [(p + "mlp.shared_experts.", a.moe_inter)]
         for m, n in mlps:
             out += [(m + "gate_proj.weight", (n, H)), (m + "up_proj.weight", (n, H)), (m + "down_proj.weight", (H, n))]
-        if i > 0:
+        if i >= a.dense:
             out += [(p + "mlp.gate.weight", (a.experts, H)), (p + "mlp.gate.e_score_correction_bias", (a.experts,))]
     return out + [("model.norm.weight", (H,)), ("lm_head.weight", (a.vocab, H))]
 
@@ -43,11 +48,27 @@ def config(a):
             "num_key_value_heads": a.heads, "num_hidden_layers": a.layers, "vocab_size": a.vocab,
             "q_lora_rank": a.q_lora, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
             "v_head_dim": 128, "head_dim": 64, "n_routed_experts": a.experts, "num_experts_per_tok": 8,
-            "n_shared_experts": 1, "first_k_dense_replace": 1, "n_group": groups, "topk_group": max(1, groups // 2),
+            "n_shared_experts": 1, "first_k_dense_replace": a.dense, "n_group": groups, "topk_group": max(1, groups // 2),
             "topk_method": "noaux_tc", "scoring_func": "sigmoid", "routed_scaling_factor": 2.5,
             "norm_topk_prob": True, "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "hidden_act": "silu",
             "max_position_embeddings": 4096, "tie_word_embeddings": False, "rope_interleave": True,
             "torch_dtype": "bfloat16"}
+
+
+def quantized(a, name, shape):
+    """Whether DeepSeek-V3's release stores this tensor in FP8 (the projections)."""
+    return a.fp8 and len(shape) == 2 and name.endswith("proj.weight") or a.fp8 and name.endswith("proj_with_mqa.weight")
+
+
+def fp8(rng, shape):
+    """Random F8_E4M3 codes: any sign, exponent and mantissa but the NaN pattern S.1111.111."""
+    x = rng.integers(0, 0x7f, size=shape, dtype=np.uint8)  # 0x00-0x7e: finite, positive
+    return x | (rng.integers(0, 2, size=shape, dtype=np.uint8) << 7)
+
+
+def scale(rng, shape):
+    s = (-(-shape[0] // 128), -(-shape[1] // 128))
+    return (rng.random(s, dtype=np.float32) + 0.5) * np.float32(1 / 448 / np.sqrt(shape[1]))
 
 
 def bf16(rng, shape, name):
@@ -71,13 +92,22 @@ def main():
     ap.add_argument("--moe-inter", type=int, default=1024)
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--vocab", type=int, default=8192)
+    ap.add_argument("--dense", type=int, default=1, help="first_k_dense_replace")
+    ap.add_argument("--fp8", action="store_true")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
-    ts = tensors(a)
+    ts = []  # (name, shape, dtype, bytes per element, maker)
+    for name, shape in tensors(a):
+        if quantized(a, name, shape):
+            sc = (-(-shape[0] // 128), -(-shape[1] // 128))
+            ts += [(name, shape, "F8_E4M3", 1, lambda r, s=shape: fp8(r, s)),
+                   (name + "_scale_inv", sc, "F32", 4, lambda r, s=shape: scale(r, s))]
+        else:
+            ts.append((name, shape, "BF16", 2, lambda r, s=shape, n=name: bf16(r, s, n)))
     header, off = {"__metadata__": {"format": "pt"}}, 0
-    for name, shape in ts:
-        n = 2 * int(np.prod(shape))
-        header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [off, off + n]}
+    for name, shape, dt, es, _ in ts:
+        n = es * int(np.prod(shape))
+        header[name] = {"dtype": dt, "shape": list(shape), "data_offsets": [off, off + n]}
         off += n
     hj = json.dumps(header, separators=(",", ":")).encode()
     hj += b" " * (-len(hj) % 8)
@@ -85,11 +115,15 @@ def main():
     path = os.path.join(a.out, "model.safetensors")
     with open(path + ".tmp", "wb") as f:
         f.write(struct.pack("<Q", len(hj)) + hj)
-        for name, shape in ts:
-            f.write(bf16(rng, shape, name).tobytes())
+        for _, _, _, _, make in ts:
+            f.write(make(rng).tobytes())
     os.replace(path + ".tmp", path)
+    c = config(a)
+    if a.fp8:
+        c["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                                    "weight_block_size": [128, 128]}
     with open(os.path.join(a.out, "config.json"), "w") as f:
-        json.dump(config(a), f, indent=1)
+        json.dump(c, f, indent=1)
 
 
 if __name__ == "__main__":
