@@ -47,7 +47,8 @@ def config(a):
             "intermediate_size": a.inter, "moe_intermediate_size": a.moe_inter, "num_attention_heads": a.heads,
             "num_key_value_heads": a.heads, "num_hidden_layers": a.layers, "vocab_size": a.vocab,
             "q_lora_rank": a.q_lora, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
-            "v_head_dim": 128, "head_dim": 64, "n_routed_experts": a.experts, "num_experts_per_tok": 8,
+            "v_head_dim": 128, "head_dim": 64, "n_routed_experts": a.experts,
+            "num_experts_per_tok": min(8, a.experts // 2),  # the kept groups must hold top_k
             "n_shared_experts": 1, "first_k_dense_replace": a.dense, "n_group": groups, "topk_group": max(1, groups // 2),
             "topk_method": "noaux_tc", "scoring_func": "sigmoid", "routed_scaling_factor": 2.5,
             "norm_topk_prob": True, "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "hidden_act": "silu",
