@@ -480,7 +480,13 @@ static tps_status F(vmoe)(const tps_block *b, const vdims *d, const vlayer *l, c
                 tok[ng++] = t;
             }
         if (!ng) continue;
-        TPS_CHECK(F(vdense)(b, d, &l->ex[e * TPS_ROLE_COUNT], m, ng, xg, yg, err));
+        tps_vt tmp[TPS_ROLE_COUNT];
+        const tps_vt *row;
+        bool fetched;
+        TPS_CHECK(tps_vexpert_row(l, e, tmp, &row, &fetched, err));
+        st = F(vdense)(b, d, row, m, ng, xg, yg, err);
+        tps_vexpert_row_done(tmp, fetched); /* streaming: one expert held at a time */
+        if (st != TPS_OK) goto cleanup;
         for (size_t g = 0; g < ng; g++) {
             REAL w = (REAL)wt[tok[g] * E + e], *ot = out + tok[g] * H;
             for (size_t i = 0; i < H; i++) ot[i] += w * yg[g * H + i];
