@@ -12,6 +12,7 @@
 #include "../base/checked.h"
 #include "../base/json.h"
 #include "../layout/layout.h" /* tps_glob_match, for "skipped" */
+#include "grid_json.h"
 
 static void jw_crc(tps_jw *w, uint32_t crc)
 {
@@ -97,6 +98,7 @@ tps_status tps_manifest_to_json(const tps_manifest *m, tps_buf *buf, tps_error *
             if (m->held[r]) tps_jw_u64(&w, r);
         tps_jw_array_end(&w);
     }
+    tps_grid_json_top(&w, m);
     if (m->target) { /* only a serving engine's set says it: tpshard's own stay as they were */
         tps_jw_key(&w, "target");
         tps_jw_string(&w, m->target);
@@ -174,6 +176,7 @@ tps_status tps_manifest_to_json(const tps_manifest *m, tps_buf *buf, tps_error *
         tps_jw_u64(&w, f->rank);
         tps_jw_key(&w, "part");
         tps_jw_u64(&w, f->part);
+        tps_grid_json_file(&w, m, f);
         tps_jw_key(&w, "bytes");
         tps_jw_u64(&w, f->size);
         tps_jw_key(&w, "crc32");
@@ -211,6 +214,7 @@ tps_status tps_manifest_to_json(const tps_manifest *m, tps_buf *buf, tps_error *
             tps_jw_key(&w, "target_transpose");
             tps_jw_bool(&w, true);
         }
+        tps_grid_json_tensor(&w, m, t);
         tps_jw_key(&w, "rank_shapes");
         tps_jw_array_begin(&w);
         for (uint64_t r = 0; r < m->tp; r++) {
@@ -421,6 +425,7 @@ static tps_status load_tensor(loader *L, const tps_json *tj, uint64_t tp, tps_ma
             return tps_fail(L->err, TPS_EINVALID, "%s: tensor '%s': target_transpose is true or false", L->path, t->name);
         t->target_transpose = v->u.boolean;
     }
+    TPS_CHECK(tps_grid_json_load_tensor(tj, L->m, t, L->path, L->err));
     uint64_t nelem, nbytes;
     char what[2600];
     snprintf(what, sizeof what, "%.2000s: tensor '%.400s'", L->path, t->name);
@@ -590,6 +595,7 @@ static tps_status load_doc(loader *L, const tps_json *root, tps_manifest *m)
     TPS_CHECK(get_u64(L, root, "tp", &m->tp));
     if (m->tp < 1 || m->tp > TPS_MAX_TP) return bad(L, tps_json_get(root, "tp"), "must be 1 to 65536", "tp");
     TPS_CHECK(load_held(L, root, m));
+    TPS_CHECK(tps_grid_json_load_top(root, m, L->path, L->err));
     if (tps_json_get(root, "target")) { /* optional: absent for tpshard's own sets */
         NEED(v = field(L, root, "target", TPS_JSON_STRING, &st));
         NEED(m->target = dup_json_string(L, v, &st));
@@ -642,6 +648,7 @@ static tps_status load_doc(loader *L, const tps_json *root, tps_manifest *m)
                             L->path, f->name);
         TPS_CHECK(get_u64(L, fj, "rank", &f->rank));
         TPS_CHECK(get_u64(L, fj, "part", &f->part));
+        TPS_CHECK(tps_grid_json_load_file(fj, m, f, L->path, L->err));
         TPS_CHECK(get_u64(L, fj, "bytes", &f->size));
         TPS_CHECK(get_crc(L, fj, &f->crc));
         if (f->rank >= m->tp)
@@ -674,6 +681,7 @@ static tps_status load_doc(loader *L, const tps_json *root, tps_manifest *m)
     m->tensors = calloc(L->cap + 1, sizeof *m->tensors);
     if (!m->tensors) return tps_fail_oom(L->err, "loading the manifest");
     TPS_CHECK(tps_json_each(L->text, L->len, L->path, tensors, load_tensor_at, L, L->err));
+    TPS_CHECK(tps_grid_json_validate(m, L->path, L->err));
     TPS_CHECK(tps_manifest_index(m, L->path, L->err));
 cleanup:
     return st;
@@ -826,6 +834,7 @@ void tps_manifest_free(tps_manifest *m)
     free(m->target_version);
     for (size_t i = 0; i < m->nextras; i++) free(m->extras[i].name);
     free(m->extras);
+    free(m->pp_first);
     for (size_t i = 0; i < m->nfiles; i++) free(m->files[i].name);
     for (size_t i = 0; i < m->source.nfiles; i++) free(m->source.files[i].name);
     free(m->source.files);
