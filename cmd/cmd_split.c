@@ -75,7 +75,7 @@ static int run_split(char **args, int nargs)
     const char *src = args[0];
     if (!o.out && !o.dry_run) return tps_cli_usage("split", "-o DIR is required (or --dry-run)");
     bool megatron = o.target && strcmp(o.target, "megatron") == 0;
-    if (o.ckpt_format && !megatron) return tps_cli_usage("split", "--ckpt-format goes with --target megatron");
+    if (o.ckpt_format && !megatron) return tps_cli_usage("split", "--ckpt-format: its formats go with --target megatron");
     if ((o.pp || o.pp_layers) && !megatron && !tps_cli_grid_target(o.target))
         return tps_cli_usage("split", "--pp and --pp-layers go with --target megatron or vllm");
     if (megatron) {

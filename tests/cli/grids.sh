@@ -156,3 +156,7 @@ expect_exit 1 "rank 1 has no file for stage 1" "check: a manifest without a stag
     "$TPSHARD" check dropped
 expect_exit 3 "rank 1 has no file for stage 1" "reshard: a manifest without a stage's files for a rank: exit 3" \
     "$TPSHARD" reshard dropped --tp 1 -o dropped-1
+
+"$TPSHARD" inspect g22 >"$T/.out" 2>&1
+grep -q "pipeline: 2 stages of 1,1 layers (tp 2 x pp 2)" "$T/.out" && grep -q "model-pp-1-tp-1-part-0.safetensors .* stage 1" "$T/.out" &&
+    ok "inspect shows the grid and each file's stage" || { notok "inspect shows the grid and each file's stage"; sed 's/^/#   /' "$T/.out" | head -8; }
