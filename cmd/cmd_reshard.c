@@ -36,7 +36,7 @@ static const tps_opt reshard_opts[] = {
     {"max-shard-size", 0, TPS_OPT_SIZE, &o.max_shard, "SIZE", "cut each rank into parts of at most SIZE"},
     {"target", 0, TPS_OPT_STRING, &o.target, "NAME", "tpshard, vllm or sglang (default: DIR's)"},
     {"target-version", 0, TPS_OPT_STRING, &o.target_version, "V", "the engine release (default: DIR's)"},
-    {"name-template", 0, TPS_OPT_STRING, &o.name_template, "T", "file names with {rank}, {tp}, {part}"},
+    {"name-template", 0, TPS_OPT_STRING, &o.name_template, "T", "file names with {rank}, {tp}, {part} (and {pp})"},
     {"only-rank", 0, TPS_OPT_STRING, &o.only, "R[,R...]", "write only these ranks (full manifest)"},
     {"pp", 0, TPS_OPT_UINT, &o.pp, "P", "Megatron or vllm: the new pipeline size (1: none)"},
     {"pp-layers", 0, TPS_OPT_STRING, &o.pp_layers, "A,B,...", "Megatron or vllm: layers per stage"},

@@ -41,7 +41,7 @@ static const tps_opt split_opts[] = {
     {"pp", 0, TPS_OPT_UINT, &o.pp, "P", "--target megatron or vllm: pipeline stages (default 1)"},
     {"pp-layers", 0, TPS_OPT_STRING, &o.pp_layers, "A,B,..", "--target megatron or vllm: layers per stage"},
     {"ckpt-format", 0, TPS_OPT_STRING, &o.ckpt_format, "F", "--target megatron: torch (default) or torch_dist"},
-    {"name-template", 0, TPS_OPT_STRING, &o.name_template, "T", "file names with {rank}, {tp}, {part}"},
+    {"name-template", 0, TPS_OPT_STRING, &o.name_template, "T", "file names with {rank}, {tp}, {part} (and {pp})"},
     {"only-rank", 0, TPS_OPT_STRING, &o.only, "R[,R...]", "write only these ranks (full manifest)"},
     {"force", 'f', TPS_OPT_FLAG, &o.force, NULL, "replace an earlier shard set (nothing else)"},
     {"dry-run", 'n', TPS_OPT_FLAG, &o.dry_run, NULL, "plan and check everything, write nothing"},

@@ -3,6 +3,7 @@
 #ifndef TPS_CLI_GRID_ARGS_H
 #define TPS_CLI_GRID_ARGS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "lib/set/manifest.h"
