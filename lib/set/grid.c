@@ -24,6 +24,14 @@ static tps_status layout_stages(tps_manifest *m, uint64_t pp, uint64_t *first, t
     for (size_t i = 0; i < m->ntensors; i++) {
         tps_manifest_tensor *t = &m->tensors[i];
         t->pp_stage = tps_grid_stage_of(pp, first, t->name);
+        /* Measured on vLLM 0.32: mixtral.py, qwen2_moe.py and qwen3_moe.py build embed_tokens,
+         * norm and lm_head on every stage (no PPMissingLayer), and the loader refuses a stage
+         * without them ("Missing keys"). */
+        if (t->target_stack)
+            return tps_fail(err, TPS_EINVALID,
+                            "'%s' is a stacked MoE expert tensor: vLLM's MoE models (mixtral.py, qwen2_moe.py, "
+                            "qwen3_moe.py) hold the embedding, final norm and lm_head on every pipeline stage, which a "
+                            "tpshard grid does not write yet (use --pp 1)", t->target_name);
         /* A tied survivor is the embedding written as lm_head (lib/targets/target.h, tied:);
          * vLLM's last stage holds it as lm_head, its first as embed_tokens. */
         if (t->target_name && strcmp(t->target_name, t->name) != 0 && strstr(t->name, "embed") &&

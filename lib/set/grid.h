@@ -22,7 +22,9 @@
  * their order within a stage), re-indexing m.  TPS_EARG when pp exceeds the layers, when
  * pp_layers does not add up, or when the model's names have no layers; TPS_EINVALID for a
  * tensor vLLM needs on two stages (tied embeddings: the last stage holds the embedding as
- * lm_head, the first as embed_tokens), which a grid cannot hold yet. */
+ * lm_head, the first as embed_tokens) and for a MoE model with stacked experts (vLLM's
+ * Mixtral, Qwen2-MoE and Qwen3-MoE hold embedding, norm and lm_head on every stage), which a
+ * grid cannot hold yet. */
 tps_status tps_grid_apply(tps_manifest *m, uint64_t pp, const char *pp_layers, tps_error *err);
 /* The same with src's stages (a reshard that keeps its source's grid). */
 tps_status tps_grid_apply_like(tps_manifest *m, const tps_manifest *src, tps_error *err);
