@@ -2,6 +2,7 @@
 #include "grid.h"
 
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -66,9 +67,24 @@ static tps_status num_layers(const tps_manifest *m, uint64_t *out, tps_error *er
     return TPS_OK;
 }
 
+/* The presets whose vLLM models keep the embedding on the first stage only and the final norm
+ * and lm_head on the last only (llama.py, qwen2.py, qwen3.py: PPMissingLayer elsewhere), the
+ * rule grid_stages.h applies; llama was loaded by the real vLLM at tp x pp.  Other families
+ * place them otherwise or were not read yet (Mixtral/Qwen-MoE: on every stage). */
+static const char *const GRID_PRESETS[] = {"preset:llama", "preset:qwen3", NULL};
+
 tps_status tps_grid_apply(tps_manifest *m, uint64_t pp, const char *pp_layers, tps_error *err)
 {
     if (pp <= 1 && !pp_layers) return layout_stages(m, 1, NULL, err);
+    bool known = false;
+    for (size_t k = 0; GRID_PRESETS[k]; k++) known |= m->layout_name && strcmp(m->layout_name, GRID_PRESETS[k]) == 0;
+    bool moe = false;
+    for (size_t i = 0; i < m->ntensors; i++) moe |= m->tensors[i].target_stack != 0;
+    if (!known && !moe)
+        return tps_fail(err, TPS_EINVALID,
+                        "--pp: %s is not a family whose vLLM pipeline stages tpshard writes yet (llama, qwen3: "
+                        "embedding on the first stage, final norm and lm_head on the last)",
+                        m->layout_name ? m->layout_name : "this layout");
     uint64_t L = 0;
     tps_status st = num_layers(m, &L, err);
     if (st) return st;

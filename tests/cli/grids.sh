@@ -85,6 +85,9 @@ check "check the grid in parts" "$TPSHARD" check parts -q
 expect_exit 3 "vLLM's MoE models (mixtral.py, qwen2_moe.py, qwen3_moe.py) hold the embedding" \
     "mixtral --pp 2: exit 3, naming why" "$TPSHARD" split "$M/tiny-mixtral" --tp 2 --pp 2 --target vllm -o mx
 [ ! -e mx ] && ok "... nothing written" || notok "... nothing written"
+expect_exit 3 "preset:phi3 is not a family whose vLLM pipeline stages tpshard writes yet" \
+    "--pp on a family not read against vLLM's pipeline (phi3): exit 3" \
+    "$TPSHARD" split "$M/tiny-phi3" --tp 1 --pp 2 --target vllm -o ph
 
 # refusals
 expect_exit 2 "a pipeline of 1 to 2 stages" "--pp above the layers: exit 2" \
