@@ -23,6 +23,8 @@ import sys
 import time
 import traceback
 
+import vllm_engine
+
 
 def linear_probe(module):
     """What a linear layer holds when the CPU build has repacked its weight and left the
@@ -68,12 +70,7 @@ def main():
         spec = json.load(f)
     tp, pp = spec["tp"], spec["pp"]
     n = tp * pp
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "|".join(str(r % (os.cpu_count() or 1)) for r in range(n)))
-    os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    here = os.path.dirname(os.path.abspath(__file__))
-    os.environ["PYTHONPATH"] = here + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")
+    vllm_engine.setup(n)  # the same engine environment as the token runs, for n workers
     for i, job in enumerate(spec["jobs"]):
         t0 = time.time()
         saved = {k: os.environ.get(k) for k in job.get("env", {})}
