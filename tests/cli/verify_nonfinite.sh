@@ -5,7 +5,8 @@
 # tensor, the first index and the count, for --layer all and --whole-model, with and
 # without --source (saying whether the source holds it too); a source that holds what the
 # shards do not is named as the source.  A model of random bit patterns is refused the same
-# way, and the named tensor's count and first index are the ones Python counted.
+# way, and the named tensor's count and first index are the ones Python counted.  A NaN in an
+# FP8 weight's scale is named the same way.
 . "$TPS_TOP/tests/cli/lib.sh"
 PY=/usr/bin/python3
 POISON="$TPS_TOP/tests/cli/poison_weights.py"
@@ -53,4 +54,15 @@ for mode in "--layer all" --whole-model; do
         notok "random bits, $mode: exit 3 naming a tensor with Python's count (exit $rc, named '$got')"
         sed 's/^/#   /' "$T/.err" | head -5
     fi
+done
+
+# A NaN in an FP8 weight's scale (verify holds FP8 weights with their scale beside them, not
+# widened): still exit 3 naming the scale tensor and its element.
+SW=model.layers.0.self_attn.o_proj.weight_scale_inv # [8, 8]: element 5 is [0, 5]
+"$PY" "$POISON" "$FIX/models/tiny-deepseek-v3-fp8" "$T/nanscale" nan "$SW" 5 || notok "poison_weights.py nan scale"
+"$TPSHARD" split "$T/nanscale" --tp 2 -o "$T/nanscale-2" -q || notok "split of the NaN-scale checkpoint"
+for mode in "--layer all" --whole-model; do
+    # shellcheck disable=SC2086
+    expect_exit 3 "tensor '$SW' holds 1 non-finite value (NaN or Inf), the first at [0, 5] (element 5)" \
+        "NaN in an FP8 scale, $mode: exit 3 naming the scale" "$TPSHARD" verify "$T/nanscale-2" $mode -q
 done

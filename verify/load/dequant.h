@@ -13,4 +13,9 @@ tps_status tps_vdequant(const tps_block *b, const tps_vsource *src, tps_vt *w, t
  * dequantized with the companions src holds beside them (b's quantization_config). */
 tps_status tps_vload_weight(const tps_block *b, const tps_vsource *src, const char *name, tps_vt *out, tps_error *err);
 
+/* tps_vload_weight, but an FP8 weight with a scale stays FP8 with the scale beside it
+ * (verify/math/tensor.h, tps_vscale) instead of widened to F32: what a layer's parties hold,
+ * so that a real-size DeepSeek-V3 layer's attention costs a byte an element, not four. */
+tps_status tps_vload_held(const tps_block *b, const tps_vsource *src, const char *name, tps_vt *out, tps_error *err);
+
 #endif

@@ -80,7 +80,7 @@ static tps_status load_role(const tps_block *b, tps_block_role role, uint64_t la
         free(name);
         return TPS_OK;
     }
-    tps_status st = tps_vload_weight(b, src, name, out, err);
+    tps_status st = tps_vload_held(b, src, name, out, err);
     if (st == TPS_OK && !tps_vdtype_supported(out->dtype))
         st = tps_fail(err, TPS_EINVALID, "%s: dtype %s; verify needs BF16, F16, F32, F64 or FP8 weights", name,
                       tps_dtype_name(out->dtype));

@@ -8,9 +8,27 @@
 #define VCAT(a, b) VCAT_(a, b)
 #define F(name) VCAT(name, SFX)
 
+/* Elements [off, off + n) of a scaled FP8 weight (verify/math/tensor.h, tps_vscale) as REAL:
+ * the row widened as the GEMM reads it, walking (r, c) rather than dividing per element. */
+static void F(vrow_scaled)(const tps_vt *t, uint64_t off, size_t n, REAL *out)
+{
+    const unsigned char *p = (const unsigned char *)t->data + off;
+    const float *tab = vtable(t->dtype);
+    const tps_vscale *q = t->scale;
+    uint64_t cols = t->shape[1], r = off / cols, c = off % cols;
+    for (size_t i = 0; i < n; i++) {
+        out[i] = (REAL)(float)((double)tab[p[i]] * q->s[(r / q->bn) * q->sc + c / q->bk]);
+        if (++c == cols) c = 0, r++;
+    }
+}
+
 /* Elements [off, off + n) of t as REAL. */
 static void F(vrow)(const tps_vt *t, uint64_t off, size_t n, REAL *out)
 {
+    if (t->scale) {
+        F(vrow_scaled)(t, off, n, out);
+        return;
+    }
     const unsigned char *p = t->data;
     const float *tab = vtable(t->dtype);
     switch (t->dtype) {

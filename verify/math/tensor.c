@@ -10,6 +10,8 @@ void tps_vt_release(tps_vt *t)
     if (t->dev) t->dev->ops->release(t);
     free(t->name);
     free(t->data);
+    if (t->scale) free(t->scale->s);
+    free(t->scale);
     memset(t, 0, sizeof *t);
 }
 

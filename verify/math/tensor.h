@@ -14,6 +14,15 @@
 
 typedef struct tps_vt tps_vt;
 
+/* An FP8 weight's scale kept beside its raw bytes (verify/load/dequant.c, tps_vload_held), so
+ * that a party holds the weight at one byte an element and the math widens only the rows it
+ * reads: element (r, c) of the [rows, cols] weight is data[r, c] * s[(r / bn) * sc + c / bk],
+ * rounded to float as a whole dequantized copy would hold it. */
+typedef struct tps_vscale {
+    double *s;
+    uint64_t bn, bk, sc;
+} tps_vscale;
+
 /* What the math needs of a tensor's copy on a rank's device: gemm is the linear of
  * F(vlinear) (verify/math/ops.h, tps_vlinear_loop_f32's contract) on that device, release
  * frees the copy (tps_vt_release calls it).  verify/ranks/device.c makes the copies and
@@ -43,7 +52,22 @@ struct tps_vt {
     uint64_t nelem;
     void *data; /* NULL: the tensor is absent (its role is unused by the model) */
     tps_vdev_buf *dev; /* its copy on a rank's device; NULL: host only */
+    tps_vscale *scale; /* not NULL: data is FP8 to be multiplied by it (above) */
 };
+
+/* Element i of a scaled FP8 weight (t->scale set), dequantized; v is its raw value. */
+static inline float tps_vscaled(const tps_vt *t, uint64_t i, double v)
+{
+    uint64_t cols = t->shape[1], r = i / cols, c = i % cols;
+    const tps_vscale *q = t->scale;
+    return (float)(v * q->s[(r / q->bn) * q->sc + c / q->bk]);
+}
+
+/* The dtype the math computes t in: a scaled FP8 weight is F32, as its dequantized copy was. */
+static inline tps_dtype tps_vt_math_dtype(const tps_vt *t)
+{
+    return t->scale ? TPS_DT_F32 : t->dtype;
+}
 
 void tps_vt_release(tps_vt *t);
 

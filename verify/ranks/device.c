@@ -68,14 +68,14 @@ static tps_status device_dtype(const tps_vt *t, tps_dtype *dt, float **tmp, tps_
 {
     *tmp = NULL;
     *dt = t->dtype;
-    if (t->dtype == TPS_DT_BF16 || t->dtype == TPS_DT_F16 || t->dtype == TPS_DT_F32) return TPS_OK;
+    if (!t->scale && (t->dtype == TPS_DT_BF16 || t->dtype == TPS_DT_F16 || t->dtype == TPS_DT_F32)) return TPS_OK;
     size_t n;
     if (!tps_u64_to_size(t->nelem, &n) || !(*tmp = malloc((n ? n : 1) * sizeof **tmp)))
         return tps_fail_oom(err, t->name);
     for (size_t i = 0; i < n; i++) {
         double v = 0;
         tps_dtype_to_f64(t->dtype, t->data, i, &v); /* the dtype was checked at load */
-        (*tmp)[i] = (float)v;
+        (*tmp)[i] = t->scale ? tps_vscaled(t, i, v) : (float)v;
     }
     *dt = TPS_DT_F32;
     return TPS_OK;

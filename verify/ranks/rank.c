@@ -82,7 +82,7 @@ typedef struct rank_stream {
 
 static void note_dtype(vrank_out *o, const tps_vt *t)
 {
-    if (t->data && tps_verify_rtol(t->dtype) > tps_verify_rtol(o->min_dtype)) o->min_dtype = t->dtype;
+    if (t->data && tps_verify_rtol(tps_vt_math_dtype(t)) > tps_verify_rtol(o->min_dtype)) o->min_dtype = tps_vt_math_dtype(t);
 }
 
 void tps_vrank_note_dtypes(vrank_out *o, const vlayer *l)
