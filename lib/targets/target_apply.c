@@ -120,17 +120,18 @@ static void working_tps(const tps_manifest *m, uint64_t max, char *out, size_t s
 
 /* Whether the set's recorded config.json keys carry a quantization_config; *block whether it
  * is FP8 block-scaled (quant_method fp8 with weight_block_size: weight_scale_inv companions). */
-static bool manifest_quantized(const tps_manifest *m, bool *block)
+static bool manifest_quantized(const tps_manifest *m, bool *block, bool *mxfp4)
 {
     tps_json_doc *doc = NULL;
     tps_error e;
     tps_error_clear(&e);
-    *block = false;
+    *block = *mxfp4 = false;
     if (!m->config_keys || tps_json_parse(m->config_keys, strlen(m->config_keys), "config keys", &doc, &e)) return false;
     const tps_json *q = tps_json_get(tps_json_root(doc), "quantization_config");
     bool quantized = q && q->type != TPS_JSON_NULL;
     const tps_json *qm = quantized ? tps_json_get(q, "quant_method") : NULL;
     *block = qm && qm->type == TPS_JSON_STRING && !strcmp(qm->u.string.s, "fp8") && tps_json_get(q, "weight_block_size");
+    *mxfp4 = qm && qm->type == TPS_JSON_STRING && !strcmp(qm->u.string.s, "mxfp4");
     tps_json_doc_free(doc);
     return quantized;
 }
@@ -168,8 +169,24 @@ tps_status tps_target_apply(const tps_target *t, tps_manifest *m, tps_error *err
      * g_idx would stay under their source names beside a fused qkv_proj.weight, a set no
      * engine loads.  Refused, except FP8 block-scaled where the mapping carries every
      * weight_scale_inv with its weight (scales_follow). */
-    bool block;
-    if (manifest_quantized(m, &block) && !block)
+    bool block, mxfp4;
+    bool quantized = manifest_quantized(m, &block, &mxfp4);
+    /* MXFP4 GPT-OSS: vLLM's parameters (w13_weight [E, 2I/T, H/2] etc., docs/quantization.md
+     * "The vLLM form of an MXFP4 GPT-OSS") are views of the blocks no mapping writes yet. */
+    const char *blocks = NULL;
+    for (size_t i = 0; mxfp4 && i < m->ntensors && !blocks; i++) {
+        size_t n = strlen(m->tensors[i].name);
+        if (n > 7 && !strcmp(m->tensors[i].name + n - 7, "_blocks")) blocks = m->tensors[i].name;
+    }
+    if (blocks)
+        return tps_fail(err, TPS_EINVALID,
+                        "--target %s: this checkpoint is MXFP4 (quant_method mxfp4), and tpshard does not write "
+                        "the engine's MXFP4 expert parameters yet: '%s' would have to become a 3-D "
+                        "w13_weight/w2_weight view of its blocks (vLLM's _load_weights_mxfp4 flattens "
+                        "[E, rows, cols/32, 16] to [E, rows, cols/2]); split it with the default target, which "
+                        "cuts it as that loader does",
+                        t->name, blocks);
+    if (quantized && !block)
         return tps_fail(err, TPS_EINVALID,
                         "--target %s: this checkpoint is quantized (config.json's quantization_config), and the %s "
                         "mappings do not fuse scales, zeros and g_idx yet; split it with the default target (the "
