@@ -122,11 +122,13 @@ tps_status tps_vlayer_load(const tps_block *b, uint64_t layer, uint64_t experts,
         goto cleanup;
     }
     out->nex = experts;
-    for (uint64_t e = 0; e < experts; e++)
+    /* Fused 3-D experts: each expert's roles are copied out of them (tps_vexperts_unfuse); the
+     * MLP roles the block names are the dense layers' and the shared expert's (Llama 4). */
+    for (uint64_t e = 0; e < experts && !b->role[TPS_ROLE_EXPERTS_GATE_UP_W]; e++)
         for (int r = 0; r < TPS_ROLE_COUNT; r++)
             if (tps_verify_role_per_expert(b, (tps_block_role)r))
                 TPS_CHECK(load_role(b, (tps_block_role)r, layer, e, src, &out->ex[e * TPS_ROLE_COUNT + r], err));
-    TPS_CHECK(tps_vexperts_unfuse(out, err));
+    TPS_CHECK(tps_vexperts_unfuse(b, out, err));
 cleanup:
     if (st != TPS_OK) tps_vlayer_release(out);
     return st;
@@ -277,7 +279,7 @@ tps_status tps_vlayer_check(const tps_block *b, uint64_t layer, uint64_t nex, tp
         } else if (!moe) {
             st = check_role(b, role, layer, TPS_VEXPERT_DENSE, ss, source, tensors, bytes, err);
         } else {
-            for (uint64_t e = 0; e < nex && st == TPS_OK; e++)
+            for (uint64_t e = 0; e < nex && st == TPS_OK && !b->role[TPS_ROLE_EXPERTS_GATE_UP_W]; e++)
                 st = check_role(b, role, layer, e, ss, source, tensors, bytes, err);
             if (st == TPS_OK && b->shared_prefix)
                 st = check_role(b, role, layer, TPS_VEXPERT_SHARED, ss, source, tensors, bytes, err);
