@@ -59,7 +59,10 @@ tps_status tps_llama4_from_config(const tps_json *root, const char *path, uint64
     memset(out, 0, sizeof *out);
     const tps_json *mt = present(root, "model_type");
     bool is = mt && mt->type == TPS_JSON_STRING && strcmp(mt->u.string.s, "llama4_text") == 0;
-    for (const char *const *k = tps_llama4_keys; *k && !is; k++) is = present(root, *k) != NULL;
+    /* keys only Llama 4 has (GLM-4.5 has use_qk_norm too, for weights it holds) */
+    static const char *const own[] = {"no_rope_layers", "no_rope_layer_interval", "intermediate_size_mlp",
+                                      "interleave_moe_layer_step", "attention_chunk_size", NULL};
+    for (const char *const *k = own; *k && !is; k++) is = present(root, *k) != NULL;
     if (!is) return TPS_OK;
     out->qk_norm = true, out->temp_tuning = true;
     double interval = 4, floor_scale = 8192, attn_scale = 0.1, chunk = 8192, dense = 0, step = 0;
