@@ -20,18 +20,22 @@ architectures) at every legal tp of 1, 2, 4, 8, and then:
     8-long chunk and the temperature's floor_scale) to equal transformers', and verify's
     float64 reference of every layer to equal transformers' decoder layer.
 
+The multimodal Llama4ForConditionalGeneration (preset llama4_mm) at tp 2: check and verify
+pass and verify --whole-model's logits equal transformers'.
+
 Variants: top-1 routing, MoE every other layer (interleave_moe_layer_step 2), a NoPE layer,
 QK norm; top-2 routing, every layer MoE, no QK norm.  The test can fail: a layout that cuts the
 fused gate_up_proj as one block (rank 0 all gates, rank 1 all ups) or deals the KV heads
 round-robin passes `tpshard check` and fails the forward and verify.
 """
+import json
 import os
 import sys
 
 import torch
 
 import hf_tier as hf
-from hf_tier import IDS, gather_logits, linear, qkv_heads, report, rms, vocab_embed
+from hf_tier import IDS, gather_logits, qkv_heads, report, rms, tpshard, vocab_embed
 from torch2_deepseek import swiglu
 
 BASE = dict(vocab_size=100, hidden_size=64, intermediate_size=32, intermediate_size_mlp=96, num_hidden_layers=4,
@@ -159,6 +163,34 @@ def wrong_layouts():
         ("gate-up-block", gu, gu_block, "the fused gate_up_proj cut as one block: rank 0 the gates, rank 1 the ups")])
 
 
+def multimodal(tmp):
+    """Llama4ForConditionalGeneration (preset llama4_mm: the language model under
+    language_model., its keys in config.json's text_config) at tp 2: check and verify pass, and
+    verify --whole-model's reference and tensor-parallel logits equal transformers'."""
+    from transformers import Llama4Config, Llama4ForConditionalGeneration, Llama4TextConfig, Llama4VisionConfig
+    text = Llama4TextConfig(**dict(BASE, num_experts_per_tok=1, interleave_moe_layer_step=2, use_qk_norm=True))
+    vision = Llama4VisionConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+                                image_size=28, patch_size=14, vision_output_dim=32, projector_input_dim=32,
+                                projector_output_dim=32)
+    src, out = os.path.join(tmp, "mm", "src"), os.path.join(tmp, "mm", "tp2")
+    model = hf.build(Llama4Config(text_config=text, vision_config=vision), 7, src,
+                     make=lambda c: Llama4ForConditionalGeneration(c))
+    r = tpshard("split", src, "--tp", 2, "-o", out)
+    if r.returncode != 0 or "preset llama4_mm" not in r.stderr:
+        return report(False, "llama4-mm: split --tp 2 chooses preset llama4_mm", r.stderr)
+    dump = os.path.join(tmp, "mm", "logits.json")
+    runs = [tpshard("check", out, "-q"), tpshard("verify", out, "--source", src, "--layer", "all", "-q"),
+            tpshard("verify", out, "--source", src, "--whole-model", "--tokens", 12, "--dump-logits", dump, "-q")]
+    if any(v.returncode != 0 for v in runs):
+        return report(False, "llama4-mm: check and verify exit 0 at tp 2", "\n".join(v.stdout + v.stderr for v in runs))
+    d = json.load(open(dump))
+    want = hf.logits(model, torch.tensor(d["tokens"])).double()
+    worst = max(float((torch.tensor(d[w], dtype=torch.float64) - want).abs().max()) for w in ("reference", "ranks"))
+    return report(worst <= hf.TOL, "llama4-mm: check and verify pass at tp 2, and verify --whole-model's reference and "
+                  "tensor-parallel logits equal transformers' Llama4ForConditionalGeneration (max abs difference "
+                  "%.2g <= %g)" % (worst, hf.TOL))
+
+
 def body(tmp):
     for seed, (name, cfg) in enumerate(cases()):
         src = os.path.join(tmp, name, "src")
@@ -169,6 +201,7 @@ def body(tmp):
                                     dump_logits=lambda ids: hf.logits(model, ids))
         if done:
             check_reference(name, model, cfg, os.path.join(tmp, name, "tp%d" % done[-1]))
+    multimodal(tmp)
 
     from transformers import Llama4TextConfig  # 4 KV heads: two a rank at tp 2, dealt round-robin by the wrong cut
     cfg = Llama4TextConfig(**dict(BASE, num_key_value_heads=4, num_experts_per_tok=1, use_qk_norm=True))
