@@ -68,3 +68,13 @@ check "llama4: the --target vllm set read back holds the source's bytes (check -
 # tests/interop/torch2_llama4.py): the tp 2 set passes layer by layer and as a whole model.
 check "llama4 tp 2: verify --layer all passes" "$TPSHARD" verify "$T/llama4-2" --layer all -q
 check "llama4 tp 4: verify --whole-model passes" "$TPSHARD" verify "$T/llama4-4" --whole-model -q
+check "llama4 --target vllm tp 2: verify --layer all passes on vLLM's names" "$TPSHARD" verify "$T/llama4-vllm-2" --layer all -q
+# The fused gate_up_proj cut as one block (rank 0 every expert's gate, rank 1 its up): the
+# bytes are intact, the cut is wrong, and verify says so on either backend.
+if split_wrong "gate-up-block" llama4 "$src" 2 '  - match: model.layers.*.feed_forward.experts.gate_up_proj
+    split: dim
+    dim: -1' "$T/gate-up-block"; then
+    check "llama4 gate/up as one block: check passes (the bytes are intact)" "$TPSHARD" check "$T/gate-up-block" -q
+    expect_wrong_cut "mismatch in layer 1, mlp stage" "llama4 gate/up as one block: verify --layer all exits 1" \
+        "$T/gate-up-block" --source "$src" --layer all
+fi
