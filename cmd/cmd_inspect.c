@@ -154,6 +154,12 @@ static int inspect_shard_set(const char *dir)
     printf("  made by %s with layout %s from %s (%s, %llu bytes)\n", m->tool, m->layout_name, m->source.path,
            m->source.format, (unsigned long long)m->source.bytes);
     if (m->config_path) printf("  config keys recorded from %s\n", m->config_path);
+    if (m->pp > 1) {
+        printf("  pipeline: %llu stages of", (unsigned long long)m->pp);
+        for (uint64_t p = 0; p < m->pp; p++)
+            printf("%s%llu", p ? "," : " ", (unsigned long long)(m->pp_first[p + 1] - m->pp_first[p]));
+        printf(" layers (tp %llu x pp %llu)\n", (unsigned long long)m->tp, (unsigned long long)m->pp);
+    }
     char *quant = NULL;
     if (m->config_keys &&
         tps_layout_quant_summary(m->config_keys, strlen(m->config_keys), TPS_MANIFEST_NAME, &quant, &err) == TPS_OK &&
@@ -166,10 +172,13 @@ static int inspect_shard_set(const char *dir)
         printf("  partial set: ranks %s of %llu are here; the other ranks' files are on other nodes\n", held,
                (unsigned long long)m->tp);
     }
-    for (size_t i = 0; i < m->nfiles; i++)
-        printf("  rank %-4llu part %-3llu %-48s %12llu bytes  crc32 %08x%s\n", (unsigned long long)m->files[i].rank,
+    for (size_t i = 0; i < m->nfiles; i++) {
+        char stage[32] = "";
+        if (m->pp > 1) snprintf(stage, sizeof stage, "  stage %llu", (unsigned long long)m->files[i].pp_rank);
+        printf("  rank %-4llu part %-3llu %-48s %12llu bytes  crc32 %08x%s%s\n", (unsigned long long)m->files[i].rank,
                (unsigned long long)m->files[i].part, m->files[i].name, (unsigned long long)m->files[i].size,
-               (unsigned)m->files[i].crc, tps_manifest_holds(m, m->files[i].rank) ? "" : "  (not here)");
+               (unsigned)m->files[i].crc, stage, tps_manifest_holds(m, m->files[i].rank) ? "" : "  (not here)");
+    }
     tps_cli_print_plan(m, NULL, false);
     tps_manifest_free(m);
     return 0;

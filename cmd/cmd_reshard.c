@@ -5,6 +5,8 @@
 
 #include "cli.h"
 #include "commands.h"
+#include "grid_args.h"
+#include "lib/set/grid.h"
 #include "formats/megatron/megatron_read.h"
 #include "formats/megatron/megatron_set.h"
 #include "formats/open/shardset.h"
@@ -34,10 +36,10 @@ static const tps_opt reshard_opts[] = {
     {"max-shard-size", 0, TPS_OPT_SIZE, &o.max_shard, "SIZE", "cut each rank into parts of at most SIZE"},
     {"target", 0, TPS_OPT_STRING, &o.target, "NAME", "tpshard, vllm or sglang (default: DIR's)"},
     {"target-version", 0, TPS_OPT_STRING, &o.target_version, "V", "the engine release (default: DIR's)"},
-    {"name-template", 0, TPS_OPT_STRING, &o.name_template, "T", "file names with {rank}, {tp}, {part}"},
+    {"name-template", 0, TPS_OPT_STRING, &o.name_template, "T", "file names with {rank}, {tp}, {part} (and {pp})"},
     {"only-rank", 0, TPS_OPT_STRING, &o.only, "R[,R...]", "write only these ranks (full manifest)"},
-    {"pp", 0, TPS_OPT_UINT, &o.pp, "P", "Megatron: the new pipeline size"},
-    {"pp-layers", 0, TPS_OPT_STRING, &o.pp_layers, "A,B,...", "Megatron: layers per stage"},
+    {"pp", 0, TPS_OPT_UINT, &o.pp, "P", "Megatron or vllm: the new pipeline size (1: none)"},
+    {"pp-layers", 0, TPS_OPT_STRING, &o.pp_layers, "A,B,...", "Megatron or vllm: layers per stage"},
     {"vocab-size", 0, TPS_OPT_UINT, &o.vocab, "V", "Megatron: the true vocabulary size"},
     {"ckpt-format", 0, TPS_OPT_STRING, &o.ckpt_format, "F", "Megatron: torch (default) or torch_dist"},
     {"force", 'f', TPS_OPT_FLAG, &o.force, NULL, "replace an earlier shard set (nothing else)"},
@@ -157,8 +159,8 @@ static int run_reshard(char **args, int nargs)
     const char *dir = args[0];
     if (!o.out) return tps_cli_usage("reshard", "-o DIR is required");
     if (tps_megatron_is_checkpoint(dir)) return reshard_megatron(dir);
-    if (o.pp || o.pp_layers || o.vocab || o.ckpt_format)
-        return tps_cli_usage("reshard", "--pp, --pp-layers, --vocab-size and --ckpt-format apply to a Megatron checkpoint");
+    if (o.vocab || o.ckpt_format)
+        return tps_cli_usage("reshard", "--vocab-size and --ckpt-format apply to a Megatron checkpoint");
     tps_error err;
     tps_error_clear(&err);
     if (tps_tp_check(o.tp, "--tp", &err)) return tps_cli_report("reshard", &err);
@@ -178,6 +180,7 @@ static int run_reshard(char **args, int nargs)
         goto done;
     }
     if (target && (rc = tps_cli_apply_target("reshard", target, o.target_version, m)) != 0) goto done;
+    if ((rc = tps_cli_apply_grid("reshard", m, o.pp, o.pp_layers, ss->m)) != 0) goto done;
     ss->compare_replicas = true;
     if (!(source.src = calloc(m->ntensors + 1, sizeof *source.src))) {
         tps_fail_oom(&err, "resharding");
@@ -197,7 +200,10 @@ static int run_reshard(char **args, int nargs)
     wo.cut.locate = locate_source;
     rc = tps_cli_write("reshard", m, read_source, &source, &wo);
     free(side);
-    if (rc == 0 && !tps_common.quiet)
+    if (rc == 0 && !tps_common.quiet && tps_grid_pp(ss->m) * tps_grid_pp(m) > 1)
+        printf("resharded %s from tp %llu x pp %llu to tp %llu x pp %llu in %s\n", dir, (unsigned long long)ss->m->tp,
+               (unsigned long long)tps_grid_pp(ss->m), (unsigned long long)m->tp, (unsigned long long)tps_grid_pp(m), o.out);
+    else if (rc == 0 && !tps_common.quiet)
         printf("resharded %s from tp %llu to tp %llu in %s\n", dir, (unsigned long long)ss->m->tp,
                (unsigned long long)m->tp, o.out);
 done:
@@ -216,6 +222,8 @@ const tps_cmd tps_cmd_reshard = {
                "with --target keeps its target (fused names, the engine's padding, config.json and\n"
                "tokenizer copied) unless --target names another (tpshard: the source's names),\n"
                "and its engine release unless --target-version names another.\n"
+               "A --target vllm set keeps its pipeline stages unless --pp P / --pp-layers A,B,..\n"
+               "give new ones (--pp 1: a TP-only set); any grid reshards to any other.\n"
                "A Megatron-LM checkpoint (legacy or torch_dist) is written as a legacy one at M x P\n"
                "(--pp, --pp-layers), or with --ckpt-format torch_dist as Megatron-Core's distributed\n"
                "checkpoint for M (global tensors, loadable at any PP; no --pp).\n",

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "grid_args.h"
 #include "commands.h"
 #include "layout_args.h"
 #include "lib/engine/convert.h"
@@ -37,10 +38,10 @@ static const tps_opt split_opts[] = {
     {"max-shard-size", 0, TPS_OPT_SIZE, &o.max_shard, "SIZE", "cut each rank into parts of at most SIZE"},
     {"target", 0, TPS_OPT_STRING, &o.target, "NAME", "tpshard (default), vllm, sglang or megatron"},
     {"target-version", 0, TPS_OPT_STRING, &o.target_version, "V", "the engine release (default: current)"},
-    {"pp", 0, TPS_OPT_UINT, &o.pp, "P", "--target megatron: pipeline stages (default 1)"},
-    {"pp-layers", 0, TPS_OPT_STRING, &o.pp_layers, "A,B,..", "--target megatron: layers per stage"},
+    {"pp", 0, TPS_OPT_UINT, &o.pp, "P", "--target megatron or vllm: pipeline stages (default 1)"},
+    {"pp-layers", 0, TPS_OPT_STRING, &o.pp_layers, "A,B,..", "--target megatron or vllm: layers per stage"},
     {"ckpt-format", 0, TPS_OPT_STRING, &o.ckpt_format, "F", "--target megatron: torch (default) or torch_dist"},
-    {"name-template", 0, TPS_OPT_STRING, &o.name_template, "T", "file names with {rank}, {tp}, {part}"},
+    {"name-template", 0, TPS_OPT_STRING, &o.name_template, "T", "file names with {rank}, {tp}, {part} (and {pp})"},
     {"only-rank", 0, TPS_OPT_STRING, &o.only, "R[,R...]", "write only these ranks (full manifest)"},
     {"force", 'f', TPS_OPT_FLAG, &o.force, NULL, "replace an earlier shard set (nothing else)"},
     {"dry-run", 'n', TPS_OPT_FLAG, &o.dry_run, NULL, "plan and check everything, write nothing"},
@@ -74,8 +75,9 @@ static int run_split(char **args, int nargs)
     const char *src = args[0];
     if (!o.out && !o.dry_run) return tps_cli_usage("split", "-o DIR is required (or --dry-run)");
     bool megatron = o.target && strcmp(o.target, "megatron") == 0;
-    if ((o.pp || o.pp_layers || o.ckpt_format) && !megatron)
-        return tps_cli_usage("split", "--pp, --pp-layers and --ckpt-format go with --target megatron");
+    if (o.ckpt_format && !megatron) return tps_cli_usage("split", "--ckpt-format: its formats go with --target megatron");
+    if ((o.pp || o.pp_layers) && !megatron && !tps_cli_grid_target(o.target))
+        return tps_cli_usage("split", "--pp and --pp-layers go with --target megatron or vllm");
     if (megatron) {
         if (o.dtype || o.only || o.name_template || o.max_shard || o.target_version)
             return tps_cli_usage("split", "--target megatron writes Megatron's own files: no --dtype, --only-rank, "
@@ -107,6 +109,7 @@ static int run_split(char **args, int nargs)
         goto done;
     }
     if (o.target && (rc = tps_cli_apply_target("split", o.target, o.target_version, m)) != 0) goto done;
+    if ((o.pp || o.pp_layers) && (rc = tps_cli_apply_grid("split", m, o.pp, o.pp_layers, NULL)) != 0) goto done;
     if (!(source.tensor = calloc(m->ntensors + 1, sizeof *source.tensor))) {
         tps_fail_oom(&err, "planning");
         rc = tps_cli_report("split", &err);
@@ -139,8 +142,10 @@ static int run_split(char **args, int nargs)
     if (o.dry_run) {
         if (!tps_common.quiet) tps_cli_print_plan(m, tps_layout_quant(l), false);
     } else if (!tps_common.quiet) {
-        printf("split %s into %llu rank%s in %s (%zu tensors, %zu files)\n", src, (unsigned long long)m->tp,
-               m->tp == 1 ? "" : "s", o.out, m->ntensors, m->nfiles);
+        char stages[48] = "";
+        if (m->pp > 1) snprintf(stages, sizeof stages, " x %llu pipeline stages", (unsigned long long)m->pp);
+        printf("split %s into %llu rank%s%s in %s (%zu tensors, %zu files)\n", src, (unsigned long long)m->tp,
+               m->tp == 1 ? "" : "s", stages, o.out, m->ntensors, m->nfiles);
     }
 done:
     free(source.tensor);
@@ -167,6 +172,11 @@ const tps_cmd tps_cmd_split = {
                "its vocabulary padding (a multiple of 64, then divided by tp), tied weights once,\n"
                "files " TPS_DEFAULT_PART_TEMPLATE " in parts of at most\n"
                "--max-shard-size (default 5GiB), and the source's config.json and tokenizer files.\n"
+               "--target vllm --pp P (or --pp-layers A,B,..): a TP x PP grid vLLM loads with\n"
+               "pipeline_parallel_size P: files model-pp-{pp}-tp-{rank}-part-{part}.safetensors,\n"
+               "each stage holding its layers (vLLM's get_pp_indices split unless --pp-layers, which\n"
+               "is VLLM_PP_LAYER_PARTITION's), the embedding on the first stage, the final norm and\n"
+               "lm_head on the last.\n"
                "--target-version V: the engine release the set is for, where its state dict\n"
                "changed (default current: vLLM 0.14 and later hold 0-d F32 attention scale\n"
                "buffers, attn._k_scale etc.; --target-version 0.13 writes none).\n"

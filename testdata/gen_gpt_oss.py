@@ -66,13 +66,7 @@ def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "models")
     fixture = "tiny-gpt-oss"
     tensors = [(name, shape, g.encode(values(fixture, name, shape), "BF16")) for name, shape in shapes()]
-    d = os.path.join(out, fixture)
-    os.makedirs(d, exist_ok=True)
-    data = g.safetensors_bytes(tensors, "BF16")
-    assert len(data) < 1 << 20, (fixture, len(data))
-    g.write(os.path.join(d, "model.safetensors"), data)
-    g.write_config(d, config())
-
+    g.write_model_dir(out, fixture, g.safetensors_bytes(tensors, "BF16"), config())
 
 if __name__ == "__main__":
     main()

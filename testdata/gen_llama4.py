@@ -60,15 +60,7 @@ def config():
 
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "models")
-    fixture = "tiny-llama4"
-    tensors = [(name, shape, g.encode(g.tensor_values(fixture, name, shape), "BF16")) for name, shape in shapes()]
-    d = os.path.join(out, fixture)
-    os.makedirs(d, exist_ok=True)
-    data = g.safetensors_bytes(tensors, "BF16")
-    assert len(data) < 1 << 20, (fixture, len(data))
-    g.write(os.path.join(d, "model.safetensors"), data)
-    g.write_config(d, config())
-
+    g.write_fixture(out, "tiny-llama4", shapes(), config(), "BF16")
 
 if __name__ == "__main__":
     main()

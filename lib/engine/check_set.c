@@ -13,6 +13,7 @@
 #include "../base/json.h"
 #include "../targets/target.h"
 #include "gather.h"
+#include "grid_parts.h"
 
 void tps_check_finding(tps_check_findings *f, const char *msg)
 {
@@ -303,18 +304,27 @@ static void check_files(tps_shardset *ss, const uint32_t *rank_crc, tps_check_fi
             const tps_manifest_tensor *t = tps_manifest_find(m, x->name);
             size_t ti = (size_t)(t - m->tensors);
             uint32_t xc = rank_crc[ti * m->tp + r];
+            /* In a grid each file holds its own stage's tensors only: vLLM's stage p reads only
+             * model-pp-p-* and has no parameter for another stage's layer. */
+            const tps_manifest_file *xf = m->pp > 1 ? manifest_file(byname, m->nfiles, r, ss->dir, ix->files[x->file].path) : NULL;
+            if (xf && xf->pp_rank != t->pp_stage)
+                tps_check_findingf(f, "%s: holds '%s' of pipeline stage %llu, but the file is stage %llu's", ix->files[x->file].path,
+                                   t->name, (unsigned long long)t->pp_stage, (unsigned long long)xf->pp_rank);
             /* Blocked rows (lib/targets/target.h) read back reordered: the file holds them in its own order. */
             if (x->reader_data && range_crc(&ix->files[x->file], x->offset, x->nbytes, &xc, err)) f->oom = true;
             crc[x->file] = crc32_combine(crc[x->file], xc, (z_off_t)x->nbytes);
         }
-        /* A target's constants close the rank's last part (lib/targets/target.h). */
-        uint64_t xlen, last = 0;
-        uint32_t xcrc = tps_target_extras_crc(m, &xlen);
-        for (size_t k = 0; k < m->nfiles; k++)
-            if (m->files[k].rank == r && m->files[k].part > last) last = m->files[k].part;
-        for (size_t fi = 0; xlen && fi < ix->nfiles; fi++) {
+        /* A target's constants close the rank's last part (lib/targets/target.h), in a grid
+         * the last part of their layer's stage (lib/engine/grid_parts.h). */
+        for (size_t fi = 0; m->nextras && fi < ix->nfiles; fi++) {
             const tps_manifest_file *mf = manifest_file(byname, m->nfiles, r, ss->dir, ix->files[fi].path);
-            if (mf && mf->part == last) crc[fi] = crc32_combine(crc[fi], xcrc, (z_off_t)xlen);
+            bool closes = mf != NULL;
+            for (size_t k = 0; mf && k < m->nfiles; k++)
+                if (m->files[k].rank == r && m->files[k].pp_rank == mf->pp_rank && m->files[k].part > mf->part)
+                    closes = false;
+            uint64_t xlen;
+            uint32_t xcrc = closes ? tps_grid_extras_crc(m, mf->pp_rank, &xlen) : 0;
+            if (closes && xlen) crc[fi] = crc32_combine(crc[fi], xcrc, (z_off_t)xlen);
         }
         for (size_t fi = 0; fi < ix->nfiles; fi++)
             if (hdr_ok[fi])

@@ -14,6 +14,7 @@
 #include "../base/iocache.h"
 #include "../layout/spans.h"
 #include "../targets/target.h"
+#include "grid_parts.h"
 #include "hf_index.h"
 #include "prefetch.h"
 
@@ -432,7 +433,9 @@ static tps_status open_part(tps_manifest *m, uint64_t r, rank_out *ro, size_t p,
 {
     tps_status st = TPS_OK;
     size_t i0 = ro->first[p], n = ro->first[p + 1] - i0;
-    size_t nx = p + 1 == ro->nparts ? m->nextras : 0; /* a target's constants close the last part */
+    /* a target's constants close the last part (of their stage, in a grid) */
+    uint64_t stage = tps_grid_part_stage(m, i0);
+    size_t nx = tps_grid_part_closes_stage(m, ro->first, ro->nparts, p) ? m->nextras : 0;
     tps_sink_tensor *e = calloc(n + nx + 1, sizeof *e);
     uint64_t *shapes = calloc(n ? n * TPS_MAX_DIMS : 1, sizeof *shapes);
     char rank_s[32], tp_s[32];
@@ -451,7 +454,8 @@ static tps_status open_part(tps_manifest *m, uint64_t r, rank_out *ro, size_t p,
         e[k] = (tps_sink_tensor){t->name, t->dtype, t->ndim, shapes + k * TPS_MAX_DIMS};
     }
     if (m->target) n = tps_target_file_tensors(m, i0, n, r, e, shapes); /* fused runs: one tensor each */
-    for (size_t k = 0; k < nx; k++) e[n++] = (tps_sink_tensor){m->extras[k].name, TPS_DT_F32, 0, shapes};
+    for (size_t k = 0; k < nx; k++)
+        if (tps_grid_extra_on(m, k, stage)) e[n++] = (tps_sink_tensor){m->extras[k].name, TPS_DT_F32, 0, shapes};
     if (ro->write) {
         path = tps_outdir_path(od, m->files[ro->file0 + p].name);
         if (!path) {
@@ -475,6 +479,16 @@ cleanup:
 static tps_status close_part(tps_manifest *m, rank_out *ro, const tps_cut_opts *o, tps_error *err)
 {
     tps_manifest_file *f = &m->files[ro->file0 + ro->cur];
+    if (tps_grid_part_closes_stage(m, ro->first, ro->nparts, ro->cur)) {
+        uint64_t stage = tps_grid_part_stage(m, ro->first[ro->cur]);
+        for (size_t k = 0; k < m->nextras; k++) {
+            unsigned char le[4];
+            if (!tps_grid_extra_on(m, k, stage)) continue;
+            tps_target_extra_bytes(m->extras[k].value, le);
+            tps_status st = ro->sink->write(ro->w, le, sizeof le, err);
+            if (st) return st;
+        }
+    }
     tps_sink_file *w = ro->w;
     ro->w = NULL; /* commit frees it whatever happens */
     tps_status st = ro->sink->commit(w, &f->crc, &f->size, err);
@@ -514,6 +528,7 @@ static tps_status plan_parts(const tps_manifest *m, uint64_t r, uint64_t max, co
         ro->nparts = o->nparts;
     } else if (m->target) TPS_CHECK(tps_target_parts(m, bytes, max, ro->first, &ro->nparts, err));
     else tps_parts_greedy(bytes, m->ntensors, max, ro->first, &ro->nparts);
+    if (!o->nparts) TPS_CHECK(tps_grid_parts_split(m, ro->first, &ro->nparts, err));
 cleanup:
     free(bytes);
     return st;
@@ -581,14 +596,20 @@ static tps_status name_files(tps_manifest *m, rank_out *outs, const tps_cut_opts
     if (!(m->files = calloc(n, sizeof *m->files))) return tps_fail_oom(err, "naming rank files");
     for (uint64_t r = 0; r < m->tp; r++) {
         outs[r].file0 = m->nfiles;
-        for (size_t p = 0; p < outs[r].nparts; p++) {
+        for (size_t p = 0, stage_part = 0; p < outs[r].nparts; p++) {
             char name[1024];
-            tps_status st = file_name(o, tmpl, r, m->tp, p, outs[r].nparts, name, sizeof name, err);
+            uint64_t stage = tps_grid_part_stage(m, outs[r].first[p]);
+            if (p && stage != tps_grid_part_stage(m, outs[r].first[p - 1])) stage_part = 0;
+            /* a grid's parts count from 0 in each stage, as vLLM's loader globs them */
+            tps_status st = m->pp > 1 ? tps_grid_format_name(m, tmpl, stage, r, stage_part, name, sizeof name, err)
+                                      : file_name(o, tmpl, r, m->tp, p, outs[r].nparts, name, sizeof name, err);
             if (st) return st;
+            stage_part++;
             tps_manifest_file *f = &m->files[m->nfiles];
             if (!(f->name = strdup(name))) return tps_fail_oom(err, "naming rank files");
             f->rank = r;
             f->part = p;
+            f->pp_rank = stage;
             m->nfiles++;
         }
     }
@@ -609,6 +630,7 @@ tps_status tps_cut_files_plan(tps_manifest *m, const tps_cut_opts *o, tps_cut_fi
     const char *tmpl = o->name_template ? o->name_template
                        : o->max_part_bytes ? TPS_DEFAULT_PART_TEMPLATE
                                            : TPS_DEFAULT_NAME_TEMPLATE;
+    if (m->pp > 1 && strcmp(tmpl, TPS_DEFAULT_PART_TEMPLATE) == 0) tmpl = TPS_GRID_PART_TEMPLATE;
     if (o->checkpoint && m->tp != 1)
         return tps_fail(err, TPS_EINVALID, "internal: a plain checkpoint is written at tp 1, not %llu",
                         (unsigned long long)m->tp);
@@ -681,11 +703,6 @@ tps_status tps_cut(tps_manifest *m, const tps_cut_files *files, tps_global_read_
         if (o->tensor_done) TPS_CHECK(o->tensor_done(o->tensor_done_arg, i, m->tensors[i].crc, err));
     }
     for (uint64_t r = 0; r < m->tp; r++) {
-        for (size_t k = 0; k < m->nextras; k++) {
-            unsigned char le[4];
-            tps_target_extra_bytes(m->extras[k].value, le);
-            TPS_CHECK(outs[r].sink->write(outs[r].w, le, sizeof le, err));
-        }
         TPS_CHECK(close_part(m, &outs[r], o, err));
         if (!o->max_part_bytes || !outs[r].write) continue;
         if (o->checkpoint) {

@@ -13,6 +13,7 @@
 #include "../base/json.h"
 #include "../engine/outdir.h"
 #include "../engine/publish.h"
+#include "../set/grid_stages.h"
 #include "../set/manifest.h"
 #include "megatron_args.h"
 
@@ -41,23 +42,8 @@ tps_status tps_megatron_stages(uint64_t num_layers, uint64_t pp, const char *pp_
         for (uint64_t p = 0; p < pp; p++) first[p + 1] = first[p] + num_layers / pp;
         return TPS_OK;
     }
-    const char *s = pp_layers;
-    for (uint64_t p = 0; p < pp; p++) {
-        char *end;
-        errno = 0;
-        if (*s < '1' || *s > '9')
-            return tps_fail(err, TPS_EARG, "--pp-layers '%s': %" PRIu64 " positive layer counts separated by commas",
-                            pp_layers, pp);
-        unsigned long long v = strtoull(s, &end, 10);
-        if (errno || v > num_layers || (p + 1 < pp ? *end != ',' : *end != '\0'))
-            return tps_fail(err, TPS_EARG, "--pp-layers '%s': %" PRIu64 " positive layer counts separated by commas",
-                            pp_layers, pp);
-        first[p + 1] = first[p] + v;
-        s = end + 1;
-    }
-    if (first[pp] != num_layers)
-        return tps_fail(err, TPS_EARG, "--pp-layers '%s' adds up to %" PRIu64 " layers, the model has %" PRIu64,
-                        pp_layers, first[pp], num_layers);
+    tps_status st = tps_grid_layers_parse(num_layers, pp, pp_layers, first, err);
+    if (st) return st;
     /* Megatron splits unevenly only at the ends (decoder_first/last_pipeline_num_layers). */
     for (uint64_t p = 2; p + 1 < pp; p++)
         if (first[p + 1] - first[p] != first[2] - first[1])

@@ -12,6 +12,8 @@
 #include "../base/checked.h"
 #include "../base/json.h"
 #include "../layout/layout.h" /* tps_glob_match, for "skipped" */
+#include "grid_json.h"
+#include "grid_stages.h"
 
 static void jw_crc(tps_jw *w, uint32_t crc)
 {
@@ -101,6 +103,7 @@ tps_status tps_manifest_to_json(const tps_manifest *m, tps_buf *buf, tps_error *
             if (m->held[r]) tps_jw_u64(&w, r);
         tps_jw_array_end(&w);
     }
+    tps_grid_json_top(&w, m->pp, m->pp_first);
     if (m->target) { /* only a serving engine's set says it: tpshard's own stay as they were */
         tps_jw_key(&w, "target");
         tps_jw_string(&w, m->target);
@@ -178,6 +181,7 @@ tps_status tps_manifest_to_json(const tps_manifest *m, tps_buf *buf, tps_error *
         tps_jw_u64(&w, f->rank);
         tps_jw_key(&w, "part");
         tps_jw_u64(&w, f->part);
+        tps_grid_json_stage(&w, "pp_rank", m->pp, f->pp_rank);
         tps_jw_key(&w, "bytes");
         tps_jw_u64(&w, f->size);
         tps_jw_key(&w, "crc32");
@@ -223,6 +227,7 @@ tps_status tps_manifest_to_json(const tps_manifest *m, tps_buf *buf, tps_error *
             tps_jw_key(&w, "target_rope_halves");
             tps_jw_bool(&w, true);
         }
+        tps_grid_json_stage(&w, "pp_stage", m->pp, t->pp_stage);
         tps_jw_key(&w, "rank_shapes");
         tps_jw_array_begin(&w);
         for (uint64_t r = 0; r < m->tp; r++) {
@@ -445,6 +450,9 @@ static tps_status load_tensor(loader *L, const tps_json *tj, uint64_t tp, tps_ma
                             t->name);
         t->target_rope_halves = v->u.boolean;
     }
+    char stage_of[1200];
+    snprintf(stage_of, sizeof stage_of, "tensor '%.1000s'", t->name);
+    TPS_CHECK(tps_grid_json_load_stage(tj, "pp_stage", L->m->pp, stage_of, L->path, &t->pp_stage, L->err));
     uint64_t nelem, nbytes;
     char what[2600];
     snprintf(what, sizeof what, "%.2000s: tensor '%.400s'", L->path, t->name);
@@ -600,6 +608,42 @@ static tps_status load_held(loader *L, const tps_json *root, tps_manifest *m)
     return TPS_OK;
 }
 
+/* A TP x PP grid's facts against each other (lib/set/grid_json.h): each tensor on its layer's
+ * stage, tensors stage by stage, every rank with files for every stage in order. */
+static tps_status grid_validate(const tps_manifest *m, const char *path, tps_error *err)
+{
+    if (m->pp <= 1) return TPS_OK;
+    uint64_t layer;
+    for (size_t i = 0; i < m->ntensors; i++) {
+        const tps_manifest_tensor *t = &m->tensors[i];
+        uint64_t want = tps_grid_stage_of(m->pp, m->pp_first, t->name);
+        if (tps_grid_layer_of(t->name, &layer) && layer >= m->pp_first[m->pp])
+            return tps_fail(err, TPS_EINVALID, "%s: tensor '%s' is of layer %llu but pp_layers hold %llu", path,
+                            t->name, (unsigned long long)layer, (unsigned long long)m->pp_first[m->pp]);
+        if (t->pp_stage != want)
+            return tps_fail(err, TPS_EINVALID, "%s: tensor '%s' is on stage %llu but pp_layers put it on stage %llu",
+                            path, t->name, (unsigned long long)t->pp_stage, (unsigned long long)want);
+        if (i && t->pp_stage < m->tensors[i - 1].pp_stage)
+            return tps_fail(err, TPS_EINVALID, "%s: tensor '%s' (stage %llu) follows one of stage %llu: a grid's "
+                            "tensors go stage by stage", path, t->name, (unsigned long long)t->pp_stage,
+                            (unsigned long long)m->tensors[i - 1].pp_stage);
+    }
+    for (size_t i = 0; i < m->nfiles; i++) { /* sorted by (rank, part) */
+        const tps_manifest_file *f = &m->files[i];
+        bool first = i == 0 || m->files[i - 1].rank != f->rank;
+        uint64_t prev = first ? 0 : m->files[i - 1].pp_rank;
+        if (first ? f->pp_rank != 0 : (f->pp_rank != prev && f->pp_rank != prev + 1))
+            return tps_fail(err, TPS_EINVALID, "%s: rank %llu has no file for stage %llu (next: '%s', stage %llu)",
+                            path, (unsigned long long)f->rank, (unsigned long long)(first ? 0 : prev + 1), f->name,
+                            (unsigned long long)f->pp_rank);
+        bool last = i + 1 == m->nfiles || m->files[i + 1].rank != f->rank;
+        if (last && f->pp_rank != m->pp - 1)
+            return tps_fail(err, TPS_EINVALID, "%s: rank %llu has no file for stage %llu", path,
+                            (unsigned long long)f->rank, (unsigned long long)(f->pp_rank + 1));
+    }
+    return TPS_OK;
+}
+
 static tps_status load_doc(loader *L, const tps_json *root, tps_manifest *m)
 {
     tps_status st = TPS_OK;
@@ -614,6 +658,7 @@ static tps_status load_doc(loader *L, const tps_json *root, tps_manifest *m)
     TPS_CHECK(get_u64(L, root, "tp", &m->tp));
     if (m->tp < 1 || m->tp > TPS_MAX_TP) return bad(L, tps_json_get(root, "tp"), "must be 1 to 65536", "tp");
     TPS_CHECK(load_held(L, root, m));
+    TPS_CHECK(tps_grid_json_load_top(root, L->path, &m->pp, &m->pp_first, L->err));
     if (tps_json_get(root, "target")) { /* optional: absent for tpshard's own sets */
         NEED(v = field(L, root, "target", TPS_JSON_STRING, &st));
         NEED(m->target = dup_json_string(L, v, &st));
@@ -666,6 +711,9 @@ static tps_status load_doc(loader *L, const tps_json *root, tps_manifest *m)
                             L->path, f->name);
         TPS_CHECK(get_u64(L, fj, "rank", &f->rank));
         TPS_CHECK(get_u64(L, fj, "part", &f->part));
+        char stage_of[1200];
+        snprintf(stage_of, sizeof stage_of, "file '%.1000s'", f->name);
+        TPS_CHECK(tps_grid_json_load_stage(fj, "pp_rank", m->pp, stage_of, L->path, &f->pp_rank, L->err));
         TPS_CHECK(get_u64(L, fj, "bytes", &f->size));
         TPS_CHECK(get_crc(L, fj, &f->crc));
         if (f->rank >= m->tp)
@@ -698,6 +746,7 @@ static tps_status load_doc(loader *L, const tps_json *root, tps_manifest *m)
     m->tensors = calloc(L->cap + 1, sizeof *m->tensors);
     if (!m->tensors) return tps_fail_oom(L->err, "loading the manifest");
     TPS_CHECK(tps_json_each(L->text, L->len, L->path, tensors, load_tensor_at, L, L->err));
+    TPS_CHECK(grid_validate(m, L->path, L->err));
     TPS_CHECK(tps_manifest_index(m, L->path, L->err));
 cleanup:
     return st;
@@ -850,6 +899,7 @@ void tps_manifest_free(tps_manifest *m)
     free(m->target_version);
     for (size_t i = 0; i < m->nextras; i++) free(m->extras[i].name);
     free(m->extras);
+    free(m->pp_first);
     for (size_t i = 0; i < m->nfiles; i++) free(m->files[i].name);
     for (size_t i = 0; i < m->source.nfiles; i++) free(m->source.files[i].name);
     free(m->source.files);

@@ -62,6 +62,8 @@ typedef struct tps_manifest_tensor {
      * of this tensor's rank slice with its rows from RoPE-interleaved pairs (2i, 2i+1) to
      * rotate-half order [even rows; odd rows] (vLLM's Llama 4 permute_qk_weight_for_rotary). */
     bool target_rope_halves;
+    /* In a TP x PP grid (pp > 1, lib/set/grid.h): the one pipeline stage whose files hold it. */
+    uint64_t pp_stage;
 } tps_manifest_tensor;
 
 typedef struct tps_manifest_file {
@@ -70,6 +72,7 @@ typedef struct tps_manifest_file {
     uint64_t part; /* 0-based part of that rank's files */
     uint64_t size;
     uint32_t crc; /* CRC-32 of the whole file */
+    uint64_t pp_rank; /* in a TP x PP grid (lib/set/grid.h): the stage whose tensors it holds */
 } tps_manifest_file;
 
 typedef struct tps_source_info {
@@ -109,6 +112,11 @@ typedef struct tps_manifest {
     char *target;        /* the engine the rank files are laid out for ("vllm", "sglang"); NULL: tpshard */
     char *target_version; /* the engine release the set is for (--target-version); NULL: the current one */
     tps_manifest_extra *extras; /* with a target: its extras, in file order */
+    /* 0 or 1: every rank's files hold every tensor.  P > 1: a TP x PP grid (lib/set/grid.h):
+     * stage p holds layers [pp_first[p], pp_first[p+1]); each tensor and file names its stage,
+     * a rank's parts are its stages' parts in stage order. */
+    uint64_t pp;
+    uint64_t *pp_first;
     size_t nextras;
     tps_source_info source;
     tps_manifest_skip *skipped; /* "skipped": the skip: entries that matched, in layout order */

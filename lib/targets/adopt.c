@@ -677,7 +677,7 @@ tps_status tps_adopt_manifest(const char *dir, tps_file_reader_fn add_file, tps_
     }
     m->nfiles = nfiles;
     for (size_t i = 0; i < nfiles; i++) {
-        m->files[i] = (tps_manifest_file){files[i].name, files[i].rank, files[i].part, files[i].size, 0};
+        m->files[i] = (tps_manifest_file){files[i].name, files[i].rank, files[i].part, files[i].size, 0, 0};
         files[i].name = NULL;
     }
     if ((st = tps_manifest_index(m, dir, err)) || (st = compare_ranks(&a, m, err))) goto cleanup;

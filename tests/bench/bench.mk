@@ -1,6 +1,8 @@
 # make bench: synthetic checkpoints, tpshard against cp/cat/a torch splitter (issue 8).
 #   make bench                      ~4 GiB Llama-3-8B-shaped checkpoint, 5 interleaved runs per case
 #   make bench BENCH_SIZE=30G       ~30 GiB (disk cases only), BENCH_RUNS=3 for a quick run
+#   make bench-verify-mem           only verify's memory vs the expert count (16 vs 64 experts)
+#   make bench-scale-layer          one real-size DeepSeek-V3 MoE layer (FP8, ~11 GB made and deleted)
 #   make bench-scale                only the many-tensor cases (5,000 and 50,000 tiny tensors):
 #                                   check and reshard must be linear in the tensor count;
 #                                   futex calls per tensor counted under strace when it is there
@@ -33,7 +35,20 @@ BENCH_VARS = BENCH_SIZE BENCH_RUNS BENCH_DIR BENCH_TMPFS BENCH_COLD BENCH_TORCH 
 bench: tpshard $(BUILD)/bench/benchtool $(BUILD)/bench/manifest_mem $(BENCH_NOBLAS)
 	$(Q)$(foreach v,$(BENCH_VARS),$(if $($(v)),$(v)='$($(v))')) BENCH_TPSHARD_NOBLAS=$(BENCH_NOBLAS) \
 	    $(BENCH_PYTHON) tests/bench/bench.py
+	$(Q)$(foreach v,BENCH_RUNS BENCH_KEEP,$(if $($(v)),$(v)='$($(v))')) $(BENCH_PYTHON) tests/bench/verify_mem.py
 	$(Q)$(BENCH_PYTHON) tests/bench/bench.py --docs build/bench/results.md docs/benchmarks.md
+
+# One DeepSeek-V3 MoE layer at real size (about 11 GB, FP8), split and verified, then deleted
+# (tests/bench/verify_layer.py; BENCH_LAYER_EXPERTS=32 scales it down).  bench-scale is the
+# many-tensor cases' name already.
+.PHONY: bench-scale-layer
+bench-scale-layer: tpshard
+	$(Q)$(foreach v,BENCH_DIR BENCH_KEEP BENCH_LAYER_EXPERTS,$(if $($(v)),$(v)='$($(v))')) $(BENCH_PYTHON) tests/bench/verify_layer.py
+
+# verify's memory case alone (issue 36; make bench runs it too and adds its table to the page).
+.PHONY: bench-verify-mem
+bench-verify-mem: tpshard
+	$(Q)$(foreach v,BENCH_RUNS BENCH_KEEP,$(if $($(v)),$(v)='$($(v))')) BENCH_APPEND=0 $(BENCH_PYTHON) tests/bench/verify_mem.py
 
 .PHONY: bench-scale
 bench-scale: tpshard $(BUILD)/bench/benchtool $(BUILD)/bench/manifest_mem

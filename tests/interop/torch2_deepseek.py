@@ -110,6 +110,24 @@ def swiglu(x, R, name):
         @ R[name + ".down_proj.weight"].T
 
 
+def moe_mlp(ranks, cfg, p, layer, x, eps):
+    """Layer `layer`'s MLP summed over the ranks (the all-reduce): the dense MLP on the first
+    first_k_dense_replace layers, else the routed experts each token picks plus the shared ones."""
+    mlp = torch.zeros_like(x)
+    for R in ranks:
+        hn = rms(x, R[p + "post_attention_layernorm.weight"], eps)
+        if layer < cfg.first_k_dense_replace:
+            mlp += swiglu(hn, R, p + "mlp")
+            continue
+        idx, wt = route(cfg, R, p, hn)
+        for e in range(cfg.n_routed_experts):
+            tok, slot = torch.where(idx == e)
+            if len(tok):
+                mlp.index_add_(0, tok, swiglu(hn[tok], R, p + "mlp.experts.%d" % e) * wt[tok, slot, None])
+        mlp += swiglu(hn, R, p + "mlp.shared_experts")
+    return mlp
+
+
 def tp_forward(ranks, cfg, ids, pos):
     """The whole model from the ranks' slices alone."""
     n, H, eps = ids.shape[0], cfg.hidden_size, cfg.rms_norm_eps
@@ -144,19 +162,7 @@ def tp_forward(ranks, cfg, ids, pos):
         if a + "o_proj.bias" in ranks[0]:
             attn += ranks[0][a + "o_proj.bias"]
         x = x + attn
-        mlp = torch.zeros(n, H)
-        for R in ranks:
-            hn = rms(x, R[p + "post_attention_layernorm.weight"], eps)
-            if layer < cfg.first_k_dense_replace:
-                mlp += swiglu(hn, R, p + "mlp")
-                continue
-            idx, wt = route(cfg, R, p, hn)
-            for e in range(cfg.n_routed_experts):
-                tok, slot = torch.where(idx == e)
-                if len(tok):
-                    mlp.index_add_(0, tok, swiglu(hn[tok], R, p + "mlp.experts.%d" % e) * wt[tok, slot, None])
-            mlp += swiglu(hn, R, p + "mlp.shared_experts")
-        x = x + mlp
+        x = x + moe_mlp(ranks, cfg, p, layer, x, eps)
     x = rms(x, ranks[0]["model.norm.weight"], eps)
     return gather_logits(ranks, x, "lm_head.weight", cfg.vocab_size)
 

@@ -28,8 +28,8 @@ import sys
 import torch
 
 import hf_tier as hf
-from hf_tier import IDS, causal_mask, gather_logits, linear, qkv_heads, attend, report, rms, rotate_half, vocab_embed
-from torch2_deepseek import check_reference, checks, route, swiglu
+from hf_tier import IDS, causal_mask, gather_logits, qkv_heads, attend, rms, rotate_half, vocab_embed
+from torch2_deepseek import check_reference, checks, moe_mlp
 
 BASE = dict(vocab_size=100, hidden_size=64, intermediate_size=96, moe_intermediate_size=32, num_hidden_layers=3,
             num_attention_heads=8, num_key_value_heads=2, head_dim=16, n_routed_experts=4, num_experts_per_tok=2,
@@ -78,19 +78,7 @@ def tp_forward(ranks, cfg, ids, cos, sin):
             q, k = [torch.cat((t[..., :rd] * cos + rotate_half(t[..., :rd]) * sin, t[..., rd:]), -1) for t in (q, k)]
             attn += attend(q, k, v, ones, zeros, causal) @ R[a + "o_proj.weight"].T
         x = x + attn
-        mlp = torch.zeros(n, H)
-        for R in ranks:
-            hn = rms(x, R[p + "post_attention_layernorm.weight"], eps)
-            if layer < cfg.first_k_dense_replace:
-                mlp += swiglu(hn, R, p + "mlp")
-                continue
-            idx, wt = route(cfg, R, p, hn)
-            for e in range(cfg.n_routed_experts):
-                tok, slot = torch.where(idx == e)
-                if len(tok):
-                    mlp.index_add_(0, tok, swiglu(hn[tok], R, p + "mlp.experts.%d" % e) * wt[tok, slot, None])
-            mlp += swiglu(hn, R, p + "mlp.shared_experts")
-        x = x + mlp
+        x = x + moe_mlp(ranks, cfg, p, layer, x, eps)
     x = rms(x, ranks[0]["model.norm.weight"], eps)
     return gather_logits(ranks, x, "lm_head.weight", cfg.vocab_size)
 

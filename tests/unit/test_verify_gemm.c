@@ -2,7 +2,10 @@
  * with one (make config), and through the plain loops that are its fallback, each against a
  * brute-force float64 sum of the same BF16 / F32 weights written here, for a Linear [out, in]
  * and a Conv1D [in, out], a sub-range of the rows, and a token count that is not a multiple
- * of the loops' block.  Built without a BLAS, both calls are the loops (a skip line says so). */
+ * of the loops' block.  Built without a BLAS, both calls are the loops (a skip line says so).
+ * The reference's Linear (float64) takes its own kernel (verify/math/ref_kernel.c), not the
+ * BLAS: ref_kernel checks it bit for bit against the plain loops (same products, same order)
+ * across its row, token and k-chunk edges, and against a long double sum. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -93,6 +96,38 @@ static void both_paths(tps_dtype dt, bool conv1d)
     free(w.data);
 }
 
+/* The kernel's blocks: 7 rows (one partial block of 4), 21 tokens (one partial block of 16),
+ * 1100 inputs (three chunks of 512) of a weight 1200 wide, from its row 3. */
+TEST(ref_kernel)
+{
+    enum { KN = 21, KIN = 1200, KOUT = 12, KI0 = 0, KI1 = 1100, KO0 = 3, KO1 = 10 };
+    static double v[KIN * KOUT], x[KN * KIN], y[KN * KOUT], l[KN * KOUT];
+    tps_vt w;
+    make_weight(&w, TPS_DT_BF16, KOUT, KIN, v);
+    for (size_t i = 0; i < KN * KIN; i++) x[i] = uniform();
+    size_t K = KI1 - KI0, O = KO1 - KO0;
+    tps_error err;
+    tps_error_clear(&err);
+    CHECK(tps_vlinear_rows_f64(&w, NULL, false, KN, x, KIN, K, KO0, KO1, y, O, &err) == TPS_OK);
+    CHECK(tps_vlinear_loop_f64(&w, false, KN, x, KIN, KI0, KI1, KO0, KO1, l, O, &err) == TPS_OK);
+    double worst = 0;
+    for (size_t t = 0; t < KN; t++)
+        for (size_t o = 0; o < O; o++) {
+            long double s = 0, a = 0;
+            for (size_t i = KI0; i < KI1; i++) {
+                long double p = (long double)x[t * KIN + i] * v[(KO0 + o) * KIN + i];
+                s += p;
+                a += fabsl(p);
+            }
+            double e = (double)(fabsl((long double)y[t * O + o] - s) / a);
+            if (e > worst) worst = e;
+            CHECK(memcmp(&y[t * O + o], &l[t * O + o], sizeof(double)) == 0);
+        }
+    printf("# reference kernel vs long double: worst error %.2g of the sum of |terms| (K %zu)\n", worst, K);
+    CHECK(worst < 1e-14);
+    free(w.data);
+}
+
 TEST(linear_bf16) { both_paths(TPS_DT_BF16, false); }
 TEST(linear_f32) { both_paths(TPS_DT_F32, false); }
 TEST(conv1d_bf16) { both_paths(TPS_DT_BF16, true); }
@@ -105,5 +140,6 @@ int main(void)
     RUN(linear_f32);
     RUN(conv1d_bf16);
     RUN(conv1d_f32);
+    RUN(ref_kernel);
     return tps_test_done();
 }

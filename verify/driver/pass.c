@@ -9,6 +9,7 @@
 
 #include "../../lib/base/checked.h"
 #include "../../lib/layout/quant_mxfp4.h"
+#include "../load/finite.h"
 #include "../load/layer.h"
 #include "../load/names.h"
 #include "../math/llama4.h"
@@ -337,6 +338,16 @@ cleanup:
     return st;
 }
 
+/* A streamed expert of the reference from --source (arg: whose copy, for the message): the
+ * whole-layer scan below does not see it.  (From the shards, the checked reads refused it.) */
+static tps_status ref_finite(void *arg, uint64_t e, tps_vt *row, tps_error *err)
+{
+    (void)e;
+    tps_status st = TPS_OK;
+    for (int r = 0; arg && r < TPS_ROLE_COUNT && st == TPS_OK; r++) st = tps_vt_require_finite(&row[r], arg, err);
+    return st;
+}
+
 tps_status tps_verify_layer(const tps_block *b, uint64_t layer, uint64_t T, const tps_vsource *ref,
                             const tps_vsource *ranks, const tps_verify_opts *o, tps_verify_result *res,
                             tps_error *err)
@@ -346,6 +357,7 @@ tps_status tps_verify_layer(const tps_block *b, uint64_t layer, uint64_t T, cons
     tps_vbackend *be = o->backend;
     bool root = tps_vbackend_rank(be) == 0;
     vlayer rl;
+    vexpert_fetcher fetch = {.after = ref_finite, .arg = NULL};
     vdims d;
     vstats stats = {0, 0, 0};
     vrank_out *outs = NULL;
@@ -363,12 +375,14 @@ tps_status tps_verify_layer(const tps_block *b, uint64_t layer, uint64_t T, cons
     if (root) {
         bool checked_reads = o->shards && tps_vsource_is_shardset(ref, o->shards);
         tps_vstage(o, checked_reads ? "loading, checking bytes" : "loading");
-        st = tps_vlayer_load(b, layer, b->experts, ref, &rl, err);
+        /* the reference streams its experts and loads only those the router picks */
+        if (!checked_reads) fetch.arg = "the source";
+        st = tps_vlayer_load_streamed(b, layer, b->experts, ref, &fetch, &rl, err);
         /* Before any number is trusted, the shards' bytes must be what the manifest says. */
         if (st == TPS_OK && o->shards) {
             if (!checked_reads) tps_vstage(o, "checking bytes");
-            st = tps_vlayer_check(b, layer, rl.nex, o->shards, checked_reads ? NULL : ref, &res->checked_tensors,
-                                  &res->checked_bytes, err);
+            st = tps_vlayer_check(b, layer, rl.nex, o->shards, checked_reads ? NULL : ref, rl.stream != NULL,
+                                  &res->checked_tensors, &res->checked_bytes, err);
         }
         /* The reference's own source (--source) may hold what the shards do not: a NaN
          * there would be blamed on them.  (Loaded from the shards, the checked reads

@@ -18,6 +18,7 @@
 #include "../math/ops.h"
 #include "../math/util.h"
 #include "../ranks/device.h"
+#include "head_rows.h"
 #include "whole.h"
 
 void tps_verify_whole_release(tps_verify_whole *w)
@@ -156,7 +157,9 @@ static tps_status rank_step(void *arg, tps_vcomm *comm, tps_error *err)
     const tps_vsource *src = &s->ranks[r];
     float *out = s->out[r], *xn = NULL;
     const char *vname = s->step == STEP_EMBED ? b->model_role[TPS_MROLE_EMBED] : head_name(b, w->tied);
-    st = load_tensor(b, src, vname, &vocab_t, err);
+    /* a plain head streams by vocabulary chunks, the rank's slice never whole in memory */
+    bool stream = s->step == STEP_HEAD && tps_vhead_streams(src, vname);
+    st = stream ? TPS_OK : load_tensor(b, src, vname, &vocab_t, err);
     if (st == TPS_OK && s->step == STEP_EMBED && w->pos_embed)
         st = load_tensor(b, src, b->model_role[TPS_MROLE_POS_EMBED], &extra_t, err);
     if (st == TPS_OK && s->step == STEP_HEAD) {
@@ -167,7 +170,7 @@ static tps_status rank_step(void *arg, tps_vcomm *comm, tps_error *err)
     if (st == TPS_OK && !(xn = malloc((nh + 1) * sizeof *xn))) st = tps_fail_oom(err, "a rank's activations");
     /* The LM head is a GEMM: on the rank's device, when it has one (the embedding is a lookup of
      * rows, done where the rows were loaded). */
-    if (st == TPS_OK && s->step == STEP_HEAD && comm->dev) st = tps_vdev_upload(comm->dev, &vocab_t, err);
+    if (st == TPS_OK && s->step == STEP_HEAD && comm->dev && !stream) st = tps_vdev_upload(comm->dev, &vocab_t, err);
     /* Every rank learns whether any could not load, and then all stop together. */
     float failed = st != TPS_OK;
     tps_error ignored;
@@ -179,7 +182,8 @@ static tps_status rank_step(void *arg, tps_vcomm *comm, tps_error *err)
     note(s, r, &vocab_t);
     note(s, r, &extra_t);
     note(s, r, &bias_t);
-    bool vocab_ok = shape_is(s, r, &vocab_t, rows, H, 2, s->step == STEP_EMBED ? "embed" : w->tied ? "lm_head, tied" : "lm_head");
+    const char *what = s->step == STEP_EMBED ? "embed" : w->tied ? "lm_head, tied" : "lm_head";
+    bool vocab_ok = stream || shape_is(s, r, &vocab_t, rows, H, 2, what);
     if (s->step == STEP_EMBED) {
         memset(out, 0, nh * sizeof *out);
         if (vocab_ok) tps_vembed_f32(&vocab_t, r * rows, n, w->ids, out);
@@ -208,7 +212,16 @@ static tps_status rank_step(void *arg, tps_vcomm *comm, tps_error *err)
             memset(&d, 0, sizeof d);
             d.hidden = H;
             tps_vnorm_f32(b, &d, &extra_t, bias_t.data ? &bias_t : NULL, n, s->x, xn);
-            st = tps_vlogits_f32(&vocab_t, n, xn, out + r * rows, (size_t)w->padded_vocab, err);
+            if (stream) {
+                vhead_seen seen;
+                st = tps_vhead_rank_logits(src, vname, rows, H, n, xn, comm->dev, out + r * rows,
+                                           (size_t)w->padded_vocab, &seen, err);
+                tps_vt held = {.name = (char *)vname, .dtype = seen.dtype, .ndim = 2, .shape = {seen.rows, seen.cols}};
+                if (tps_verify_rtol(seen.dtype) > tps_verify_rtol(s->min_dtype[r])) s->min_dtype[r] = seen.dtype;
+                if (st == TPS_OK && !shape_is(s, r, &held, rows, H, 2, what)) memset(out, 0, nv * sizeof *out);
+            } else {
+                st = tps_vlogits_f32(&vocab_t, n, xn, out + r * rows, (size_t)w->padded_vocab, err);
+            }
             if (st != TPS_OK) memset(out, 0, nv * sizeof *out);
             softcap_f32(b, out, nv); /* elementwise, so before the gather: the other columns stay 0 */
         }
@@ -527,13 +540,20 @@ static tps_status ref_head(const tps_block *b, const tps_vsource *ref, const tps
     memset(&d, 0, sizeof d);
     d.hidden = w->hidden;
     tps_vnorm_f64(b, &d, &nw, nb.data ? &nb : NULL, n, w->chain.xref, xn);
-    TPS_CHECK(load_ref(b, ref, o, head_name(b, w->tied), &h, err));
+    const char *hn = head_name(b, w->tied);
+    if (tps_vhead_streams(ref, hn)) { /* by vocabulary chunks: one chunk of the head held */
+        TPS_CHECK(tps_vhead_ref_logits(ref, hn, w->vocab, w->hidden, n, xn,
+                                       !(o->shards && tps_vsource_is_shardset(ref, o->shards)), logits, err));
+        goto softcap;
+    }
+    TPS_CHECK(load_ref(b, ref, o, hn, &h, err));
     if (h.ndim != 2 || h.shape[0] != w->vocab || h.shape[1] != w->hidden) {
         st = tps_fail(err, TPS_EINVALID, "%s: the LM head must be [%llu, %llu]", h.name, (unsigned long long)w->vocab,
                       (unsigned long long)w->hidden);
         goto cleanup;
     }
     st = tps_vlogits_f64(&h, n, xn, logits, (size_t)w->vocab, err);
+softcap:
     for (size_t i = 0; st == TPS_OK && b->final_softcap > 0 && i < n * (size_t)w->vocab; i++)
         logits[i] = b->final_softcap * tanh(logits[i] / b->final_softcap);
 cleanup:

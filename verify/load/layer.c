@@ -88,8 +88,34 @@ static tps_status load_role(const tps_block *b, tps_block_role role, uint64_t la
     return st;
 }
 
+static tps_status fetch_expert(void *ctx, uint64_t e, tps_vt *row, tps_error *err)
+{
+    vexpert_fetcher *f = ctx;
+    tps_status st = TPS_OK;
+    for (int r = 0; r < TPS_ROLE_COUNT && st == TPS_OK; r++)
+        if (tps_verify_role_per_expert(f->b, (tps_block_role)r))
+            st = load_role(f->b, (tps_block_role)r, f->layer, e, f->src, &row[r], err);
+    if (st == TPS_OK && f->after) st = f->after(f->arg, e, row, err);
+    return st;
+}
+
+/* Whether l's routed experts can stream: each expert's tensors are its own (fused
+ * whole-layer experts_* tensors are loaded whole and cut into the table). */
+static bool experts_stream(const vlayer *l)
+{
+    for (int r = 0; r < TPS_ROLE_COUNT; r++)
+        if (tps_vrole_fused_experts((tps_block_role)r) && l->t[r].data) return false;
+    return true;
+}
+
 tps_status tps_vlayer_load(const tps_block *b, uint64_t layer, uint64_t experts, const tps_vsource *src, vlayer *out,
                        tps_error *err)
+{
+    return tps_vlayer_load_streamed(b, layer, experts, src, NULL, out, err);
+}
+
+tps_status tps_vlayer_load_streamed(const tps_block *b, uint64_t layer, uint64_t experts, const tps_vsource *src,
+                                    vexpert_fetcher *f, vlayer *out, tps_error *err)
 {
     tps_status st = TPS_OK;
     memset(out, 0, sizeof *out);
@@ -122,13 +148,24 @@ tps_status tps_vlayer_load(const tps_block *b, uint64_t layer, uint64_t experts,
         goto cleanup;
     }
     out->nex = experts;
-    /* Fused 3-D experts: each expert's roles are copied out of them (tps_vexperts_unfuse); the
-     * MLP roles the block names are the dense layers' and the shared expert's (Llama 4). */
-    for (uint64_t e = 0; e < experts && !b->role[TPS_ROLE_EXPERTS_GATE_UP_W]; e++)
+    bool stream = f && experts_stream(out);
+    /* streaming: expert 0 stays loaded, the one whose tensors size the layer (resolve_dims).
+     * Fused 3-D experts (never streamed): each expert's roles are copied out of them
+     * (tps_vexperts_unfuse); the MLP roles the block names are the dense layers' and the
+     * shared expert's (Llama 4). */
+    for (uint64_t e = 0; e < (stream ? 1 : experts) && !b->role[TPS_ROLE_EXPERTS_GATE_UP_W]; e++)
         for (int r = 0; r < TPS_ROLE_COUNT; r++)
             if (tps_verify_role_per_expert(b, (tps_block_role)r))
                 TPS_CHECK(load_role(b, (tps_block_role)r, layer, e, src, &out->ex[e * TPS_ROLE_COUNT + r], err));
     TPS_CHECK(tps_vexperts_unfuse(b, out, err));
+    if (stream) {
+        f->stream.ctx = f;
+        f->stream.fetch = fetch_expert;
+        f->b = b;
+        f->layer = layer;
+        f->src = src;
+        out->stream = &f->stream;
+    }
 cleanup:
     if (st != TPS_OK) tps_vlayer_release(out);
     return st;
@@ -249,8 +286,8 @@ bool tps_vcheck_shapes(const tps_block *b, const vdims *d, const vshare *s, cons
 }
 
 static tps_status check_role(const tps_block *b, tps_block_role role, uint64_t layer, uint64_t expert,
-                             tps_shardset *ss, const tps_vsource *source, uint64_t *tensors, uint64_t *bytes,
-                             tps_error *err)
+                             tps_shardset *ss, const tps_vsource *source, bool read, uint64_t *tensors,
+                             uint64_t *bytes, tps_error *err)
 {
     bool oom;
     char *name = tps_verify_tensor_name(b, role, layer, expert, &oom);
@@ -261,13 +298,16 @@ static tps_status check_role(const tps_block *b, tps_block_role role, uint64_t l
     }
     if (oom) return tps_fail_oom(err, "a tensor name");
     /* not in the set: the ranks' load says so, or the role is unused */
-    tps_status st = name ? tps_vtensor_check(ss, name, source, tensors, bytes, err) : TPS_OK;
+    tps_status st = !name ? TPS_OK
+                    : read && !source ? tps_vtensor_check_read(ss, name, tensors, bytes, err)
+                                      : tps_vtensor_check(ss, name, source, tensors, bytes, err);
     free(name);
     return st;
 }
 
 tps_status tps_vlayer_check(const tps_block *b, uint64_t layer, uint64_t nex, tps_shardset *ss,
-                            const tps_vsource *source, uint64_t *tensors, uint64_t *bytes, tps_error *err)
+                            const tps_vsource *source, bool streamed, uint64_t *tensors, uint64_t *bytes,
+                            tps_error *err)
 {
     bool moe = tps_block_layer_is_moe(b, layer);
     for (int r = 0; r < TPS_ROLE_COUNT; r++) {
@@ -275,14 +315,14 @@ tps_status tps_vlayer_check(const tps_block *b, uint64_t layer, uint64_t nex, tp
         tps_status st = TPS_OK;
         if (tps_block_is_moe(b) && !moe && tps_verify_role_routing(role)) continue;
         if (!tps_verify_role_per_expert(b, role)) {
-            st = check_role(b, role, layer, 0, ss, source, tensors, bytes, err);
+            st = check_role(b, role, layer, 0, ss, source, false, tensors, bytes, err);
         } else if (!moe) {
-            st = check_role(b, role, layer, TPS_VEXPERT_DENSE, ss, source, tensors, bytes, err);
+            st = check_role(b, role, layer, TPS_VEXPERT_DENSE, ss, source, false, tensors, bytes, err);
         } else {
             for (uint64_t e = 0; e < nex && st == TPS_OK && !b->role[TPS_ROLE_EXPERTS_GATE_UP_W]; e++)
-                st = check_role(b, role, layer, e, ss, source, tensors, bytes, err);
+                st = check_role(b, role, layer, e, ss, source, streamed && e > 0, tensors, bytes, err);
             if (st == TPS_OK && b->shared_prefix)
-                st = check_role(b, role, layer, TPS_VEXPERT_SHARED, ss, source, tensors, bytes, err);
+                st = check_role(b, role, layer, TPS_VEXPERT_SHARED, ss, source, false, tensors, bytes, err);
         }
         if (st) return st;
     }

@@ -48,9 +48,52 @@ static bool index_has(void *ctx, const char *name)
     return tps_index_find(ctx, name) != NULL;
 }
 
+/* A chunk of rows [row0, row0 + k) of a tensor shaped like whole, with a buffer for it. */
+static tps_status chunk_prepare(tps_vt *part, const char *name, tps_dtype dtype, int ndim, const uint64_t *shape,
+                                uint64_t chunk, uint64_t *row_bytes, tps_error *err)
+{
+    uint64_t sub[TPS_MAX_DIMS], per = 1, nb;
+    memcpy(sub, shape, sizeof sub);
+    sub[0] = chunk < shape[0] ? chunk : shape[0];
+    for (int i = 1; i < ndim; i++) per *= shape[i]; /* a piece of a shape a reader checked */
+    if (tps_dtype_bits(dtype) % 8)
+        return tps_fail(err, TPS_EINVALID, "%s: %s packs several values a byte: not read by rows", name,
+                        tps_dtype_name(dtype));
+    *row_bytes = per * (tps_dtype_bits(dtype) / 8);
+    if (!tps_mul_u64(*row_bytes, sub[0], &nb)) return tps_fail_oom(err, name);
+    size_t unused;
+    return vt_prepare(part, name, nb, dtype, ndim, sub, &unused, err);
+}
+
+/* part now holds k rows from row0 */
+static void chunk_rows(tps_vt *part, uint64_t k)
+{
+    part->shape[0] = k;
+    tps_prod_u64(part->shape, part->ndim, &part->nelem);
+}
+
+static tps_status index_rows(void *ctx, const char *name, uint64_t chunk, tps_vrows_fn fn, void *arg, tps_error *err)
+{
+    const tps_index *ix = ctx;
+    const tps_tensor *t = tps_index_find(ix, name);
+    if (!t) return tps_fail(err, TPS_EINVALID, "%s: no tensor %s", ix->path, name);
+    if (t->ndim < 2 || !chunk) return tps_fail(err, TPS_EINVALID, "%s: %s is not a matrix", ix->path, name);
+    tps_vt part;
+    uint64_t rb;
+    tps_status st = chunk_prepare(&part, name, t->dtype, t->ndim, t->shape, chunk, &rb, err);
+    for (uint64_t r = 0; st == TPS_OK && r < t->shape[0]; r += chunk) {
+        uint64_t k = t->shape[0] - r < chunk ? t->shape[0] - r : chunk;
+        chunk_rows(&part, k);
+        st = tps_tensor_read(ix, t, r * rb, part.data, (size_t)(k * rb), err);
+        if (st == TPS_OK) st = fn(arg, r, &part, err);
+    }
+    tps_vt_release(&part);
+    return st;
+}
+
 tps_vsource tps_vsource_index(const tps_index *ix)
 {
-    tps_vsource s = {(void *)ix, index_load, index_has};
+    tps_vsource s = {(void *)ix, index_load, index_has, index_rows};
     return s;
 }
 
@@ -74,22 +117,56 @@ static bool rank_has(void *ctx, const char *name)
 
 tps_vsource tps_vsource_rank(tps_vrank_src *c)
 {
-    tps_vsource s = {c, rank_load, rank_has};
+    tps_vsource s = {c, rank_load, rank_has, NULL};
     return s;
 }
+
+/* Chunks of rows handed to a caller as the walk goes (shardset_rows). */
+typedef struct row_chunks {
+    tps_vt part;
+    uint64_t rows, chunk, row_bytes, filled, row0; /* filled: bytes of part held */
+    tps_vrows_fn fn;
+    void *arg;
+} row_chunks;
 
 typedef struct checked_read {
     unsigned char *buf; /* the global bytes go here; NULL: only checked */
     char finding[1400];
     tps_vfinite fin;
+    row_chunks *rc;     /* not NULL: the bytes go to rc's chunks instead */
 } checked_read;
+
+static tps_status fn_call(row_chunks *rc, tps_error *err)
+{
+    return rc->fn(rc->arg, rc->row0, &rc->part, err);
+}
+
+static tps_status chunk_flush(row_chunks *rc, tps_error *err)
+{
+    uint64_t k = rc->filled / rc->row_bytes;
+    chunk_rows(&rc->part, k);
+    tps_status st = fn_call(rc, err);
+    rc->row0 += k;
+    rc->filled = 0;
+    return st;
+}
 
 static tps_status keep_bytes(void *arg, uint64_t off, const void *p, size_t n, tps_error *err)
 {
-    (void)err;
     checked_read *c = arg;
     if (c->buf) memcpy(c->buf + off, p, n);
     tps_vfinite_feed(&c->fin, p, n); /* the walk gives the global bytes front to back */
+    row_chunks *rc = c->rc;
+    const unsigned char *b = p;
+    while (rc && n) {
+        uint64_t room = rc->chunk * rc->row_bytes - rc->filled, k = n < room ? n : room;
+        memcpy((unsigned char *)rc->part.data + rc->filled, b, (size_t)k);
+        rc->filled += k, b += k, n -= (size_t)k;
+        if (rc->filled == rc->chunk * rc->row_bytes) {
+            tps_status st = chunk_flush(rc, err);
+            if (st) return st;
+        }
+    }
     return TPS_OK;
 }
 
@@ -137,13 +214,14 @@ static tps_status fail_not_finite(tps_shardset *ss, const tps_manifest_tensor *t
  * the manifest's, and refuses non-finite values (source: the reference's other source, whose
  * copy the message then describes). */
 static tps_status read_checked(tps_shardset *ss, const tps_manifest_tensor *t, void *buf, const tps_vsource *source,
-                               tps_error *err)
+                               row_chunks *rc, tps_error *err)
 {
-    checked_read c = {buf, "", {0}};
+    checked_read c = {buf, "", {0}, rc};
     tps_vfinite_init(&c.fin, t->dtype);
     tps_gather_hooks h = {keep_bytes, keep_finding, &c, false};
     uint32_t crc;
     tps_status st = tps_gather_tensor(ss, t, &h, &crc, NULL, err);
+    if (st == TPS_OK && rc && rc->filled && !c.finding[0]) st = chunk_flush(rc, err); /* the last, short chunk */
     if (st) return st;
     /* A set tpshard did not write (an engine's, a Megatron checkpoint) records no CRC. */
     if (!c.finding[0] && (crc == t->crc || ss->m->adopted))
@@ -170,8 +248,25 @@ static tps_status shardset_load(void *ctx, const char *name, tps_vt *out, tps_er
     if (!t) return tps_fail(err, TPS_EINVALID, "%s: the manifest has no tensor %s", ss->dir, name);
     size_t nb;
     tps_status st = vt_prepare(out, name, t->nbytes, t->dtype, t->ndim, t->shape, &nb, err);
-    if (st == TPS_OK) st = read_checked(ss, t, out->data, NULL, err);
+    if (st == TPS_OK) st = read_checked(ss, t, out->data, NULL, NULL, err);
     if (st) tps_vt_release(out);
+    return st;
+}
+
+static tps_status shardset_rows(void *ctx, const char *name, uint64_t chunk, tps_vrows_fn fn, void *arg,
+                                tps_error *err)
+{
+    tps_shardset *ss = ctx;
+    const tps_manifest_tensor *t = tps_manifest_find(ss->m, name);
+    if (!t) return tps_fail(err, TPS_EINVALID, "%s: the manifest has no tensor %s", ss->dir, name);
+    if (t->ndim < 2 || !chunk || !t->shape[0]) return tps_fail(err, TPS_EINVALID, "%s: %s is not a matrix", ss->dir, name);
+    row_chunks rc = {.chunk = chunk, .fn = fn, .arg = arg};
+    tps_status st = chunk_prepare(&rc.part, name, t->dtype, t->ndim, t->shape, chunk, &rc.row_bytes, err);
+    if (st == TPS_OK && rc.row_bytes) {
+        rc.chunk = rc.part.shape[0];
+        st = read_checked(ss, t, NULL, NULL, &rc, err);
+    }
+    tps_vt_release(&rc.part);
     return st;
 }
 
@@ -186,9 +281,21 @@ tps_status tps_vtensor_check(tps_shardset *ss, const char *name, const tps_vsour
     const tps_manifest_tensor *t = tps_manifest_find(ss->m, name);
     if (!t) return TPS_OK;
     if (source) {
-        tps_status st = read_checked(ss, t, NULL, source, err);
+        tps_status st = read_checked(ss, t, NULL, source, NULL, err);
         if (st) return st;
     }
+    (*tensors)++;
+    *bytes += t->nbytes;
+    return TPS_OK;
+}
+
+tps_status tps_vtensor_check_read(tps_shardset *ss, const char *name, uint64_t *tensors, uint64_t *bytes,
+                                  tps_error *err)
+{
+    const tps_manifest_tensor *t = tps_manifest_find(ss->m, name);
+    if (!t) return TPS_OK;
+    tps_status st = read_checked(ss, t, NULL, NULL, NULL, err);
+    if (st) return st;
     (*tensors)++;
     *bytes += t->nbytes;
     return TPS_OK;
@@ -202,6 +309,6 @@ static bool shardset_has(void *ctx, const char *name)
 
 tps_vsource tps_vsource_shardset(tps_shardset *ss)
 {
-    tps_vsource s = {ss, shardset_load, shardset_has};
+    tps_vsource s = {ss, shardset_load, shardset_has, shardset_rows};
     return s;
 }

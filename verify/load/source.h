@@ -9,10 +9,18 @@
 
 /* Where one party's tensors come from.  load fills out with the whole tensor called name
  * (malloc'd data, released with tps_vt_release), or fails naming it. */
+typedef tps_status (*tps_vrows_fn)(void *arg, uint64_t row0, const tps_vt *part, tps_error *err);
 typedef struct tps_vsource {
     void *ctx;
     tps_status (*load)(void *ctx, const char *name, tps_vt *out, tps_error *err);
     bool (*has)(void *ctx, const char *name); /* whether load would find name */
+    /* Optional (NULL: only whole loads): the tensor called name, of 2 or more dimensions, in
+     * consecutive chunks of at most `chunk` rows (outer index) front to back, fn called with
+     * each as a tensor of its rows (row0: its first), so that the caller holds one chunk of
+     * a vocabulary-sized matrix at a time.  The source's checks (a shard set's CRC-32,
+     * replicas, non-finite values) come after the last chunk: a failure then is the result,
+     * whatever fn computed. */
+    tps_status (*rows)(void *ctx, const char *name, uint64_t chunk, tps_vrows_fn fn, void *arg, tps_error *err);
 } tps_vsource;
 
 /* A source over an opened tensor index: a checkpoint or one rank's shard files. */
@@ -40,5 +48,11 @@ bool tps_vsource_is_shardset(const tps_vsource *src, const struct tps_shardset *
  * absent from the set: nothing counted. */
 tps_status tps_vtensor_check(struct tps_shardset *ss, const char *name, const tps_vsource *source,
                              uint64_t *tensors, uint64_t *bytes, tps_error *err);
+
+/* The same check, reading the tensor's bytes (streaming, nothing kept) where the caller's
+ * loads did not (a streamed layer's experts); a non-finite value is refused without a
+ * source to compare. */
+tps_status tps_vtensor_check_read(struct tps_shardset *ss, const char *name, uint64_t *tensors, uint64_t *bytes,
+                                  tps_error *err);
 
 #endif

@@ -9,6 +9,7 @@
 #include "ops.h"
 #include "llama4.h"
 #include "moe_route.h"
+#include "ref_kernel.h"
 #include "rope.h"
 
 #ifndef TPS_HAVE_BLAS /* the Makefile's probe sets it */

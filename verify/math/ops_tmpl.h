@@ -14,15 +14,7 @@ static void F(vrow)(const tps_vt *t, uint64_t off, size_t n, REAL *out)
     const unsigned char *p = t->data;
     const float *tab = vtable(t->dtype);
     switch (t->dtype) {
-    case TPS_DT_BF16:
-        p += off * 2;
-        for (size_t i = 0; i < n; i++) {
-            uint32_t u = ((uint32_t)p[2 * i] | (uint32_t)p[2 * i + 1] << 8) << 16;
-            float f;
-            memcpy(&f, &u, 4);
-            out[i] = (REAL)f;
-        }
-        return;
+    case TPS_DT_BF16: F(tps_vbf16)(p + off * 2, n, out); return;
     case TPS_DT_F32:
         p += off * 4;
         for (size_t i = 0; i < n; i++) {
@@ -143,13 +135,59 @@ static tps_status F(vlinear_host)(const tps_vt *w, bool conv1d, size_t n, const 
 }
 #endif
 
-/* Every linear of the layer math: on the rank's device when the weight was uploaded to one
- * (verify/ranks/device.h; float32 only: the reference never runs on a device), else on the host. */
+#if !VDEVICE_GEMM
+/* The reference's Linear (float64 only): verify/math/ref_kernel.c on blocks of TPS_VREF_T
+ * tokens (transposed once) and TPS_VREF_R weight rows, the rows converted VREF_KC elements at a
+ * time into a scratch that stays in L1 beside the tokens' slice; no BLAS, no widened matrix. */
+#define VREF_KC 512
+static tps_status F(vlinear_ref)(const tps_vt *w, size_t n, const REAL *x, size_t ldx, uint64_t i0, uint64_t i1,
+                                 uint64_t o0, uint64_t o1, REAL *y, size_t ldy, tps_error *err)
+{
+    size_t K = (size_t)(i1 - i0), O = (size_t)(o1 - o0);
+    uint64_t in_dim = w->shape[1];
+    double *xt = malloc((K ? K : 1) * TPS_VREF_T * sizeof *xt), *wb = malloc(TPS_VREF_R * VREF_KC * sizeof *wb);
+    if (!xt || !wb) {
+        free(xt);
+        free(wb);
+        return tps_fail_oom(err, "the reference's scratch block");
+    }
+    for (size_t tb = 0; tb < n; tb += TPS_VREF_T) {
+        size_t nb = n - tb < TPS_VREF_T ? n - tb : TPS_VREF_T;
+        for (size_t k = 0; k < K; k++)
+            for (size_t t = 0; t < TPS_VREF_T; t++) xt[k * TPS_VREF_T + t] = t < nb ? x[(tb + t) * ldx + k] : 0;
+        for (size_t o = 0; o < O; o += TPS_VREF_R) {
+            size_t nr = O - o < TPS_VREF_R ? O - o : TPS_VREF_R;
+            double acc[TPS_VREF_R][TPS_VREF_T] = {{0}};
+            for (size_t k0 = 0; k0 < K; k0 += VREF_KC) {
+                size_t kc = K - k0 < VREF_KC ? K - k0 : VREF_KC;
+                for (size_t r = 0; r < TPS_VREF_R; r++) /* rows past O: zeros, results dropped */
+                    if (r < nr)
+                        F(vrow)(w, (o0 + o + r) * in_dim + i0 + k0, kc, wb + r * VREF_KC);
+                    else
+                        memset(wb + r * VREF_KC, 0, kc * sizeof *wb);
+                tps_vref_block(kc, wb, VREF_KC, xt + k0 * TPS_VREF_T, acc);
+            }
+            for (size_t r = 0; r < nr; r++)
+                for (size_t t = 0; t < nb; t++) y[(tb + t) * ldy + o + r] = acc[r][t];
+        }
+    }
+    free(xt);
+    free(wb);
+    return TPS_OK;
+}
+#undef VREF_KC
+#endif
+
+/* Every linear of the layer math: the ranks' (float32) on the rank's device when the weight was
+ * uploaded to one (verify/ranks/device.h), else by the BLAS or the plain loops on the host; the
+ * reference's Linears (float64) by its own kernel above, its Conv1Ds (GPT-2) by dgemm. */
 static tps_status F(vlinear)(const tps_vt *w, bool conv1d, size_t n, const REAL *x, size_t ldx, uint64_t i0,
                              uint64_t i1, uint64_t o0, uint64_t o1, REAL *y, size_t ldy, tps_error *err)
 {
 #if VDEVICE_GEMM
     if (w->dev) return w->dev->ops->gemm(w, conv1d, n, x, ldx, i0, i1, o0, o1, y, ldy, err);
+#else
+    if (!conv1d) return F(vlinear_ref)(w, n, x, ldx, i0, i1, o0, o1, y, ldy, err);
 #endif
     return F(vlinear_host)(w, conv1d, n, x, ldx, i0, i1, o0, o1, y, ldy, err);
 }
@@ -486,7 +524,13 @@ static tps_status F(vmoe)(const tps_block *b, const vdims *d, const vlayer *l, c
         bool on_input = tps_vrouter_on_input(b); /* Llama 4: the weight scales the expert's input */
         for (size_t g = 0; g < ng && on_input; g++)
             for (size_t i = 0; i < H; i++) xg[g * H + i] *= (REAL)wt[tok[g] * E + e];
-        TPS_CHECK(F(vdense)(b, d, &l->ex[e * TPS_ROLE_COUNT], m, ng, xg, yg, err));
+        tps_vt tmp[TPS_ROLE_COUNT];
+        const tps_vt *row;
+        bool fetched;
+        TPS_CHECK(tps_vexpert_row(l, e, tmp, &row, &fetched, err));
+        st = F(vdense)(b, d, row, m, ng, xg, yg, err);
+        tps_vexpert_row_done(tmp, fetched); /* streaming: one expert held at a time */
+        if (st != TPS_OK) goto cleanup;
         for (size_t g = 0; g < ng; g++) {
             REAL w = on_input ? (REAL)1 : (REAL)wt[tok[g] * E + e], *ot = out + tok[g] * H;
             for (size_t i = 0; i < H; i++) ot[i] += w * yg[g * H + i];

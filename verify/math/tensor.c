@@ -23,6 +23,31 @@ void tps_vlayer_release(vlayer *l)
     memset(l, 0, sizeof *l);
 }
 
+tps_status tps_vexpert_row(const vlayer *l, uint64_t e, tps_vt *tmp, const tps_vt **row, bool *fetched,
+                           tps_error *err)
+{
+    const tps_vt *r = &l->ex[e * TPS_ROLE_COUNT];
+    bool empty = true;
+    for (int i = 0; i < TPS_ROLE_COUNT && empty; i++) empty = !r[i].data;
+    *fetched = empty && l->stream;
+    *row = r;
+    if (!*fetched) return TPS_OK;
+    memset(tmp, 0, TPS_ROLE_COUNT * sizeof *tmp);
+    *row = tmp;
+    tps_status st = l->stream->fetch(l->stream->ctx, e, tmp, err);
+    if (st != TPS_OK) {
+        tps_vexpert_row_done(tmp, true);
+        *fetched = false;
+    }
+    return st;
+}
+
+void tps_vexpert_row_done(tps_vt *tmp, bool fetched)
+{
+    if (fetched)
+        for (int i = 0; i < TPS_ROLE_COUNT; i++) tps_vt_release(&tmp[i]);
+}
+
 double tps_verify_rtol(tps_dtype dt)
 {
     switch (dt) {

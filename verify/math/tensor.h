@@ -50,12 +50,30 @@ void tps_vt_release(tps_vt *t);
 /* One layer's tensors as one party holds them; ex[e * TPS_ROLE_COUNT + role] for a routed
  * expert's MLP roles, sh[role] for the shared expert's.  A dense layer of a MoE model holds
  * its MLP in t, nex 0. */
+typedef struct vexperts_stream vexperts_stream;
 typedef struct vlayer {
     tps_vt t[TPS_ROLE_COUNT];
     tps_vt *ex;
     uint64_t nex;
     tps_vt sh[TPS_ROLE_COUNT];
+    /* Not NULL: the routed experts stream (verify/load/layer.h, tps_vlayer_load_streamed):
+     * a row of ex without data is fetched when the MoE math reaches that expert and freed
+     * after it, so a layer of 256 experts holds one at a time. */
+    const vexperts_stream *stream;
 } vlayer;
+
+/* fetch fills row (TPS_ROLE_COUNT tensors, zeroed by the caller) with expert e's tensors;
+ * the caller releases each with tps_vt_release once the expert is computed. */
+struct vexperts_stream {
+    void *ctx;
+    tps_status (*fetch)(void *ctx, uint64_t e, tps_vt *row, tps_error *err);
+};
+
+/* Expert e's row of l for the MoE math: its row of ex, or, where l streams and the row is
+ * empty, the row fetched into tmp (*fetched set: release tmp after use). */
+tps_status tps_vexpert_row(const vlayer *l, uint64_t e, tps_vt *tmp, const tps_vt **row, bool *fetched,
+                           tps_error *err);
+void tps_vexpert_row_done(tps_vt *tmp, bool fetched);
 
 void tps_vlayer_release(vlayer *l);
 

@@ -64,7 +64,21 @@ typedef struct rank_job {
     float *qk_buf;             /* 2 n: a whole-projection q/k norm's sums of squares */
     float *qkv_buf;            /* Megatron's all-gathered qkv (verify/ranks/qkv_chunks.c); NULL: not chunked */
     bool gathered;             /* this attention stage entered the qkv gather */
+    struct rank_stream *rs;    /* the streamed experts' checks */
 } rank_job;
+
+/* A rank's streamed experts (verify/load/layer.h): each fetched row's shapes are checked
+ * against the convention's as the whole layer's are before a stage (a row of another shape
+ * makes the stage bad, as there), its dtypes noted and the row uploaded to the device.
+ * seen: the experts fetched, so that those no token chose are still checked afterwards. */
+typedef struct rank_stream {
+    rank_job *j;
+    vshare s;
+    unsigned char *seen;
+    bool upload;
+    bool bad;
+    char why[sizeof ((vrank_out *)0)->why[0] - 32];
+} rank_stream;
 
 static void note_dtype(vrank_out *o, const tps_vt *t)
 {
@@ -76,6 +90,50 @@ void tps_vrank_note_dtypes(vrank_out *o, const vlayer *l)
     for (int r = 0; r < TPS_ROLE_COUNT; r++) note_dtype(o, &l->t[r]);
     for (uint64_t i = 0; i < l->nex * TPS_ROLE_COUNT; i++) note_dtype(o, &l->ex[i]);
     for (int r = 0; r < TPS_ROLE_COUNT; r++) note_dtype(o, &l->sh[r]);
+}
+
+static tps_status rank_fetched(void *arg, uint64_t e, tps_vt *row, tps_error *err)
+{
+    rank_stream *rs = arg;
+    vlayer one;
+    memset(&one, 0, sizeof one);
+    one.ex = row;
+    one.nex = 1;
+    rs->seen[e] = 1;
+    if (!tps_vcheck_shapes(rs->j->b, rs->j->d, &rs->s, &one, true, rs->why, sizeof rs->why)) {
+        rs->bad = true;
+        return tps_fail(err, TPS_EMISMATCH, "%s", rs->why);
+    }
+    for (int r = 0; r < TPS_ROLE_COUNT; r++) note_dtype(rs->j->out, &row[r]);
+    tps_status st = TPS_OK;
+    for (int r = 0; rs->upload && r < TPS_ROLE_COUNT && st == TPS_OK; r++)
+        st = tps_vdev_upload(rs->j->comm.dev, &row[r], err);
+    return st;
+}
+
+/* After a streamed MoE stage: the experts no token chose are fetched once for their shapes
+ * (their bytes were checked against the manifest on rank 0), and a row of the wrong shape
+ * makes the stage bad, its partial zeros, as the whole-layer check would have. */
+static void rank_stream_finish(rank_job *j, const vlayer *l, int stage)
+{
+    rank_stream *rs = j->rs;
+    rs->upload = false;
+    for (uint64_t e = 1; e < l->nex && j->st == TPS_OK && !rs->bad; e++) {
+        if (rs->seen[e]) continue;
+        tps_vt tmp[TPS_ROLE_COUNT];
+        const tps_vt *row;
+        bool fetched;
+        j->st = tps_vexpert_row(l, e, tmp, &row, &fetched, &j->err);
+        tps_vexpert_row_done(tmp, fetched);
+    }
+    rs->upload = j->comm.dev != NULL;
+    if (!rs->bad) return;
+    vrank_out *o = j->out;
+    o->bad[stage] = true;
+    snprintf(o->why[stage], sizeof o->why[stage], "rank %llu holds %s", (unsigned long long)j->comm.rank, rs->why);
+    memset(o->partial[stage], 0, j->n * j->d->hidden * sizeof(float));
+    j->st = TPS_OK;
+    tps_error_clear(&j->err);
 }
 
 /* The ranks' side of a whole-projection q/k norm (verify/math/qk_norm.c): the per-token sums of
@@ -139,6 +197,7 @@ static void rank_stage_run(rank_job *j, const vlayer *l, int stage, const float 
         tps_vmlp_map_local(d, &s, &m);
         tps_vstage_norm_f32(b, d, l, TPS_VSTAGE_MLP, j->n, in, scratch);
         j->st = tps_vmlp_f32(b, d, l, &m, j->n, scratch, false, o->partial[stage], &j->err);
+        if (l->stream) rank_stream_finish(j, l, stage);
     }
 }
 
@@ -175,6 +234,10 @@ static void rank_body(rank_job *j, bool *elsewhere)
     vlayer l;
     memset(&l, 0, sizeof l);
     *elsewhere = false;
+    rank_stream rs = {.j = j, .upload = j->comm.dev != NULL};
+    vexpert_fetcher fetch = {.after = rank_fetched, .arg = &rs};
+    tps_vshare_of(d, j->comm.size, j->comm.rank, &rs.s);
+    j->rs = &rs;
     size_t nh = j->n * d->hidden;
     float *h = malloc((nh + 1) * sizeof *h), *scratch = malloc((nh + 1) * sizeof *scratch);
     j->qk_buf = malloc((2 * j->n + 1) * sizeof *j->qk_buf);
@@ -183,7 +246,9 @@ static void rank_body(rank_job *j, bool *elsewhere)
     if (!h || !scratch || !j->qk_buf || (chunked && !j->qkv_buf)) j->st = tps_fail_oom(&j->err, "a rank's activations");
     const tps_verify_opts *vo = j->comm.rank == 0 ? j->vo : NULL;
     tps_vstage(vo, "ranks: loading");
-    if (j->st == TPS_OK) j->st = tps_vlayer_load(j->b, j->layer, d->experts, j->src, &l, &j->err);
+    rs.seen = calloc(d->experts + 1, 1);
+    if (j->st == TPS_OK && !rs.seen) j->st = tps_fail_oom(&j->err, "a rank's expert table");
+    if (j->st == TPS_OK) j->st = tps_vlayer_load_streamed(j->b, j->layer, d->experts, j->src, &fetch, &l, &j->err);
     if (j->st == TPS_OK && j->comm.dev) {
         tps_vstage(vo, "ranks: uploading to the devices");
         j->st = tps_vdev_upload_layer(j->comm.dev, &l, &j->err);
@@ -224,6 +289,8 @@ static void rank_body(rank_job *j, bool *elsewhere)
     }
 cleanup:
     tps_vlayer_release(&l);
+    free(rs.seen);
+    j->rs = NULL;
     free(h);
     free(scratch);
     free(j->qk_buf);

@@ -1,0 +1,25 @@
+/* --pp and --pp-layers for a serving engine's set (cmd/grid_args.h). */
+#include "grid_args.h"
+
+#include <string.h>
+
+#include "cli.h"
+#include "lib/set/grid.h"
+
+bool tps_cli_grid_target(const char *target) { return target && strcmp(target, "vllm") == 0; }
+
+int tps_cli_apply_grid(const char *verb, tps_manifest *m, uint64_t pp, const char *pp_layers,
+                       const tps_manifest *like)
+{
+    tps_error err;
+    tps_error_clear(&err);
+    bool asked = pp > 1 || pp_layers;
+    /* SGLang's loader reads TP-only files; tpshard's own sets hold every tensor on every rank. */
+    if (asked && !tps_cli_grid_target(m->target))
+        return tps_cli_usage(verb, "--pp and --pp-layers lay out a pipeline for --target vllm (or megatron), "
+                                   "not for %s", m->target ? m->target : "tpshard's own sets");
+    if (asked || pp == 1) tps_grid_apply(m, pp, pp_layers, &err);
+    else if (like && tps_cli_grid_target(m->target)) tps_grid_apply_like(m, like, &err);
+    else tps_grid_apply(m, 1, NULL, &err);
+    return tps_cli_report(verb, &err);
+}

@@ -1,0 +1,21 @@
+/* --pp and --pp-layers for a serving engine's set (lib/set/grid.h): split and reshard lay the
+ * manifest out on pipeline stages after its target is applied. */
+#ifndef TPS_CLI_GRID_ARGS_H
+#define TPS_CLI_GRID_ARGS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "lib/set/manifest.h"
+
+/* Whether target (a --target value, or a set's own) writes pipeline grids: vllm. */
+bool tps_cli_grid_target(const char *target);
+
+/* Lays m (its target applied) out on pp stages / pp_layers; without either, on like's stages
+ * (a reshard keeps its source's grid; NULL: TP-only).  A target other than vllm takes no
+ * stages: --pp is then a usage error, and a kept grid is dropped (its names are the source's).
+ * Returns the exit code (reported). */
+int tps_cli_apply_grid(const char *verb, tps_manifest *m, uint64_t pp, const char *pp_layers,
+                       const tps_manifest *like);
+
+#endif

