@@ -101,6 +101,14 @@ bool tps_block_layer_is_moe(const tps_block *b, uint64_t layer)
     return !(layer < TPS_MOE_MAX_LAYERS && (m->mlp_only[layer / 64] >> (layer % 64) & 1));
 }
 
+bool tps_block_layer_is_nope(const tps_block *b, uint64_t layer)
+{
+    const tps_llama4 *f = &b->llama4;
+    if (!f->on) return false;
+    if (f->nope_listed) return !(layer < TPS_MOE_MAX_LAYERS && (f->rope[layer / 64] >> (layer % 64) & 1));
+    return f->nope_interval > 0 && (layer + 1) % f->nope_interval == 0;
+}
+
 int tps_act_from_hf(const char *s)
 {
     /* transformers/activations.py ACT2FN: "gelu" is the exact erf form; the "new", "fast"

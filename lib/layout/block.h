@@ -148,6 +148,24 @@ typedef struct tps_moe_routing {
     uint64_t mlp_only[TPS_MOE_MAX_LAYERS / 64]; /* mlp_only_layers (Qwen), a bitset */
 } tps_moe_routing;
 
+/* Llama 4's layers (transformers 4.57 modeling_llama4.py).  on: block key llama4 (the preset's):
+ * the router's sigmoid weight multiplies the chosen experts' INPUT, and fused experts hold
+ * [gate | up] halves (chunk(2)) rather than GPT-OSS's (gate, up) pairs.  The rest comes from
+ * config.json (lib/layout/llama4_config.c): use_qk_norm (q and k L2-normed per head after
+ * RoPE, on RoPE layers only), no_rope_layers (1: the layer rotates; absent or empty: every
+ * no_rope_layer_interval-th layer does not), attn_temperature_tuning with floor_scale and
+ * attn_scale (NoPE layers scale q by 1 + attn_scale * log1p(floor((pos + 1) / floor_scale))),
+ * attention_chunk_size (RoPE layers attend within chunks of it), intermediate_size_mlp (the
+ * dense layers' width; config's intermediate_size is the experts'). */
+typedef struct tps_llama4 {
+    bool on;
+    bool qk_norm, temp_tuning;
+    double floor_scale, attn_scale;
+    uint64_t chunk, dense_intermediate, nope_interval;
+    bool nope_listed;                         /* rope[] holds no_rope_layers */
+    uint64_t rope[TPS_MOE_MAX_LAYERS / 64];   /* bit set: layer rotates */
+} tps_llama4;
+
 typedef struct tps_block {
     tps_block_kind kind;
     char *layer_prefix;           /* e.g. "model.layers.{layer}." */
@@ -209,10 +227,8 @@ typedef struct tps_block {
      * cut, no YAML key): each rank holds a plain row chunk of its group's [q; k; v] block,
      * not its q heads with the group's k and v (Falcon's); verify/ranks/qkv_chunks.c. */
     bool qkv_row_chunks;
-    /* Block key unverified: why verify does not compute this block's layers yet (Llama 4: the
-     * QK L2 norm, layers without RoPE, the router weight applied to the experts' input); verify
-     * refuses such a layout naming it.  NULL: verify computes it.  Owned by the layout. */
-    char *unverified;
+    /* Llama 4 (transformers 4.57 modeling_llama4.py); lib/layout/llama4_config.h. */
+    tps_llama4 llama4;
 } tps_block;
 
 /* Whether the block's MLP is a mixture of experts (it names a router). */
@@ -235,6 +251,8 @@ int tps_attn_kind_lookup(const char *s);                    /* -1 for an unknown
 /* Whether layer i is local (sliding-window attention): config.json's layer_types where it
  * names the layer, else (i + 1) % sliding_window_pattern != 0; false without a pattern. */
 bool tps_block_layer_is_local(const tps_block *b, uint64_t layer);
+/* Whether layer i of a Llama 4 block (llama4.on) is without RoPE (no_rope_layers); false elsewhere. */
+bool tps_block_layer_is_nope(const tps_block *b, uint64_t layer);
 
 struct tps_json;
 /* Reads config.json's rope_scaling (and max_position_embeddings) from root, a JSON object,

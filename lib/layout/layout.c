@@ -627,7 +627,6 @@ void tps_layout_free(tps_layout *l)
     free(l->block_raw.expert_prefix);
     free(l->block_raw.dense_prefix);
     free(l->block_raw.shared_prefix);
-    free(l->block_raw.unverified);
     for (int i = 0; i < TPS_ROLE_COUNT; i++) free(l->block_raw.role[i]);
     for (int i = 0; i < TPS_MROLE_COUNT; i++) free(l->block_raw.model_role[i]);
     free(l->cfg.layer_types);

@@ -54,11 +54,17 @@ static tps_status check_block_roles(pctx *c, const yaml_node_t *n, const tps_blo
         if (!has_role(b, TPS_ROLE_EXPERTS_GATE_UP_W) || !has_role(b, TPS_ROLE_EXPERTS_DOWN_W) ||
             !has_role(b, TPS_ROLE_ROUTER_W))
             return tps_lp_fail_at(c, n, "a block with fused experts needs roles experts_gate_up, experts_down and router");
-        if (has_role(b, TPS_ROLE_GATE_W) || has_role(b, TPS_ROLE_UP_W) || has_role(b, TPS_ROLE_GATE_UP_W) ||
-            has_role(b, TPS_ROLE_FC_W) || has_role(b, TPS_ROLE_DOWN_W) || b->expert_prefix || b->dense_prefix ||
-            b->shared_prefix)
-            return tps_lp_fail_at(c, n, "fused experts (experts_*) leave out the per-expert MLP roles, expert_prefix, "
-                                 "dense_prefix and shared_prefix");
+        if (b->expert_prefix) return tps_lp_fail_at(c, n, "fused experts (experts_*) leave out expert_prefix");
+        /* The MLP roles then name the dense layers' and the shared expert's (Llama 4): they need
+         * dense_prefix or shared_prefix to say where, and a dense MLP's roles. */
+        bool mlp = has_role(b, TPS_ROLE_GATE_W) || has_role(b, TPS_ROLE_UP_W) || has_role(b, TPS_ROLE_GATE_UP_W) ||
+                   has_role(b, TPS_ROLE_FC_W) || has_role(b, TPS_ROLE_DOWN_W);
+        if (mlp != (b->dense_prefix || b->shared_prefix))
+            return tps_lp_fail_at(c, n, "fused experts (experts_*) with dense_prefix or shared_prefix need the MLP roles "
+                                 "of those (gate_proj, up_proj, down_proj), and MLP roles need one of the prefixes");
+        if (mlp && !(has_role(b, TPS_ROLE_DOWN_W) && (has_role(b, TPS_ROLE_GATE_UP_W) || has_role(b, TPS_ROLE_UP_W))))
+            return tps_lp_fail_at(c, n, "a dense or shared MLP beside fused experts needs roles down_proj and up_proj "
+                                 "(or gate_up_proj)");
         return TPS_OK;
     }
     if (b->kind == TPS_BLOCK_MIXTRAL || has_role(b, TPS_ROLE_ROUTER_W)) {
@@ -115,12 +121,12 @@ tps_status tps_lp_parse_block(pctx *c, const yaml_node_t *n)
         "first_k_dense_replace", "moe_layer_freq", "decoder_sparse_step", "dense_prefix", "shared_prefix",
         "moe_intermediate", "shared_intermediate",
         "embed", "pos_embed", "final_norm", "final_norm_bias", "lm_head", "embed_scale", "sliding_window_pattern",
-        "qk_norm", "qkv_grouped", "attention", "unverified", NULL};
+        "qk_norm", "qkv_grouped", "attention", "llama4", NULL};
     enum { K_KIND, K_LAYER, K_EXPERT, K_ROLES, K_NORM, K_EPS, K_ACT, K_ROPE, K_THETA, K_PCT, K_PARRES, K_CONV,
            K_QKVI, K_TOPK, K_LAYERS, K_HIDDEN, K_HEADS, K_KVH, K_HD, K_INTER, K_EXPERTS,
            K_SCORING, K_TOPK_METHOD, K_NORM_TOPK, K_SCALING, K_N_GROUP, K_TOPK_GROUP, K_FIRST_DENSE, K_LAYER_FREQ,
            K_SPARSE_STEP, K_DENSE_PREFIX, K_SHARED_PREFIX, K_MOE_INTER, K_SHARED_INTER, K_MODEL0,
-           K_EMBED_SCALE = K_MODEL0 + TPS_MROLE_COUNT, K_SWP, K_QKN, K_QKVG, K_ATTN, K_UNVER, K_COUNT };
+           K_EMBED_SCALE = K_MODEL0 + TPS_MROLE_COUNT, K_SWP, K_QKN, K_QKVG, K_ATTN, K_LLAMA4, K_COUNT };
     yaml_node_t *v[K_COUNT];
     tps_layout *l = c->l;
     tps_block *b = &l->block_raw;
@@ -237,7 +243,7 @@ tps_status tps_lp_parse_block(pctx *c, const yaml_node_t *n)
     if (v[K_EMBED_SCALE] && (st = tps_lp_get_bool(c, v[K_EMBED_SCALE], "embed_scale", &b->embed_scale)) != TPS_OK) return st;
     if (v[K_SWP] && (st = tps_lp_get_u64(c, v[K_SWP], "sliding_window_pattern", &b->sliding_window_pattern)) != TPS_OK)
         return st;
-    if (v[K_UNVER] && (st = tps_lp_get_strdup(c, v[K_UNVER], "unverified", &b->unverified)) != TPS_OK) return st;
+    if (v[K_LLAMA4] && (st = tps_lp_get_bool(c, v[K_LLAMA4], "llama4", &b->llama4.on)) != TPS_OK) return st;
     l->has_block = true;
     return TPS_OK;
 }

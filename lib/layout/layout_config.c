@@ -13,6 +13,7 @@
 #include "../base/checked.h"
 #include "../base/json.h"
 #include "layout_int.h"
+#include "llama4_config.h"
 #include "quant.h"
 
 /* A config.json is a few kilobytes; refuse to slurp anything that cannot be one. */
@@ -103,7 +104,7 @@ static const char *const normalization_keys[] = {"normalization", NULL};
 static const char *const *const block_key_lists[] = {eps_keys, theta_keys, pct_keys, topk_keys, act_keys,
                                                       parallel_residual_keys, rope_scaling_keys, gemma_keys, moe_keys,
                                                       falcon_keys, rope_interleave_keys,
-                                                      gemma3_keys, quant_keys, normalization_keys};
+                                                      gemma3_keys, quant_keys, normalization_keys, tps_llama4_keys};
 
 /* The first of keys present with a non-null value; NULL when none is. */
 static const tps_json *first_key(const tps_json *root, const char *const *keys, const char **which)
@@ -384,6 +385,9 @@ static tps_status apply_config(tps_layout *l, const char *path, const tps_json *
     if ((st = apply_gemma_keys(l, path, root, err)) != TPS_OK) return st;
     if ((st = apply_moe_config(l, path, root, err)) != TPS_OK) return st;
     if ((st = apply_gemma3_keys(l, path, root, err)) != TPS_OK) return st;
+    if ((st = tps_llama4_from_config(root, path, cfg.layers, &l->cfg.llama4, &l->cfg.moe, &l->cfg_set, TPS_BF_MLP_ONLY,
+                                     TPS_BF_SPARSE_STEP, err)) != TPS_OK)
+        return st;
     return tps_rope_scaling_from_config(root, path, &l->cfg.rope_scaling, err);
 }
 
@@ -576,6 +580,8 @@ void tps_layout_sync_block(tps_layout *l)
     b.sliding_window = l->cfg.sliding_window;
     b.rope_local_theta = l->cfg.rope_local_theta;
     b.layer_types = l->cfg.layer_types;
+    b.llama4 = l->cfg.llama4; /* config.json's; whether the layers are Llama 4's is the block's */
+    b.llama4.on = raw->llama4.on;
     tps_quant_block(l->quant, b.fp8_block);
     tps_quant_int_params(l->quant, &b.int_bits, &b.gptq_v2);
     b.mxfp4 = tps_quant_is_mxfp4(l->quant);

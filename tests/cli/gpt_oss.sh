@@ -116,11 +116,12 @@ else
     ls "$T/plain-4" "$T/gpt_oss-4" 2>&1 | sed 's/^/#   /'
 fi
 
-# The block's roles are checked: fused experts with a per-expert role, or without experts_gate_up.
+# The block's roles are checked: fused experts with an MLP role but no dense_prefix or
+# shared_prefix to say whose it is (Llama 4's name both), or without experts_gate_up.
 "$TPSHARD" layout --preset gpt_oss >g.yaml
 sed 's/^    experts_down: mlp.experts.down_proj$/&\n    gate_proj: mlp.experts.gate_proj/' g.yaml >bad-roles.yaml
-expect_exit 3 "fused experts (experts_*) leave out the per-expert MLP roles" \
-    "layout --check: fused experts beside a per-expert role are refused" "$TPSHARD" layout --check bad-roles.yaml
+expect_exit 3 "and MLP roles need one of the prefixes" \
+    "layout --check: fused experts beside an MLP role of no dense or shared MLP are refused" "$TPSHARD" layout --check bad-roles.yaml
 sed '/^    experts_gate_up: /d' g.yaml >no-gate-up.yaml
 expect_exit 3 "a block with fused experts needs roles experts_gate_up, experts_down and router" \
     "layout --check: fused experts without experts_gate_up are refused" "$TPSHARD" layout --check no-gate-up.yaml

@@ -4,7 +4,7 @@
 # check at every tp the heads allow, and --target vllm (q/k rows per head from RoPE pairs to
 # halves, experts transposed per expert, the shared expert under vLLM's name): check, and
 # reshard from the default split and from another tp equal to split --target vllm byte for
-# byte.  The real vLLM loads such sets in tests/interop/vllm_real_fused3d.py.
+# byte; verify passes.  The real vLLM loads such sets in tests/interop/vllm_real_fused3d.py.
 . "$TPS_TOP/tests/cli/lib.sh"
 src="$FIX/models/tiny-llama4"
 
@@ -63,6 +63,18 @@ fi
 check "llama4: the --target vllm set read back holds the source's bytes (check --source)" \
     "$TPSHARD" check "$T/llama4-vllm-2" --source "$src/model.safetensors" -q
 
-# verify computes no Llama 4 layer yet: refused, naming why (exit 3), not a wrong answer.
-expect_exit 3 "verify does not compute the layers of the layout it was cut with (preset:llama4) yet" "llama4: verify refuses, naming what its math lacks (block: unverified)" \
-    "$TPSHARD" verify "$T/llama4-2"
+# verify computes Llama 4's layers (NoPE layers, the QK L2 norm, the router's weight on the
+# experts' input, [gate | up] halves, dense and shared MLPs; transformers' truth in
+# tests/interop/torch2_llama4.py): the tp 2 set passes layer by layer and as a whole model.
+check "llama4 tp 2: verify --layer all passes" "$TPSHARD" verify "$T/llama4-2" --layer all -q
+check "llama4 tp 4: verify --whole-model passes" "$TPSHARD" verify "$T/llama4-4" --whole-model -q
+check "llama4 --target vllm tp 2: verify --layer all passes on vLLM's names" "$TPSHARD" verify "$T/llama4-vllm-2" --layer all -q
+# The fused gate_up_proj cut as one block (rank 0 every expert's gate, rank 1 its up): the
+# bytes are intact, the cut is wrong, and verify says so on either backend.
+if split_wrong "gate-up-block" llama4 "$src" 2 '  - match: model.layers.*.feed_forward.experts.gate_up_proj
+    split: dim
+    dim: -1' "$T/gate-up-block"; then
+    check "llama4 gate/up as one block: check passes (the bytes are intact)" "$TPSHARD" check "$T/gate-up-block" -q
+    expect_wrong_cut "mismatch in layer 1, mlp stage" "llama4 gate/up as one block: verify --layer all exits 1" \
+        "$T/gate-up-block" --source "$src" --layer all
+fi

@@ -24,8 +24,6 @@ fi
 
 for src in "$M"/tiny-*; do
     model=${src##*/tiny-}
-    # verify refuses Llama 4 (its block is unverified: tests/cli/llama4.sh checks the refusal)
-    [ "$model" = llama4 ] && continue
     for tp in 1 2 4 8; do
         out="$T/$model-$tp"
         # split refuses a tp the model's sizes do not divide (tests/cli/refusals.sh covers those)

@@ -75,8 +75,6 @@ if part families; then
     fam_rows=
     for src in "$top"/testdata/models/tiny-*; do
         model=${src##*/tiny-}
-        # verify refuses Llama 4 (its block is unverified: tests/cli/llama4.sh checks the refusal)
-        [ "$model" = llama4 ] && continue
         for tp in 8 4 2 1; do
             "$TPSHARD" split "$src" --tp "$tp" -o "$work/f-$model" -q >/dev/null 2>&1 && break
             rm -rf "$work/f-$model"

@@ -173,9 +173,6 @@ tps_status tps_vdriver_block(const char *dir, const tps_shardset *ss, tps_layout
     if (!tps_layout_block(l))
         return tps_fail(err, TPS_EINVALID, "%s: the layout it was cut with (%s) has no block: section to verify with",
                         dir, ss->m->layout_name ? ss->m->layout_name : "?");
-    if (tps_layout_block(l)->unverified)
-        return tps_fail(err, TPS_EINVALID, "%s: verify does not compute the layers of the layout it was cut with (%s) yet: %s",
-                        dir, ss->m->layout_name ? ss->m->layout_name : "?", tps_layout_block(l)->unverified);
     *out = *tps_layout_block(l);
     sizes_from_manifest(ss, out);
     qkv_cut_from_manifest(ss, out);

@@ -12,6 +12,7 @@
 #include "../load/finite.h"
 #include "../load/layer.h"
 #include "../load/names.h"
+#include "../math/llama4.h"
 #include "../math/mla.h"
 #include "../math/ops.h"
 #include "../math/ref.h"
@@ -105,7 +106,8 @@ static tps_status resolve_dims(const tps_block *b, uint64_t layer, const vlayer 
     const tps_vt *g = vrole(l, TPS_ROLE_GATE_W, 0, moe), *gu = vrole(l, TPS_ROLE_GATE_UP_W, 0, moe);
     if (!g) g = vrole(l, TPS_ROLE_FC_W, 0, moe);
     /* config.json's intermediate_size is Mixtral's expert width, the dense MLP's elsewhere */
-    uint64_t given = !moe ? b->intermediate : b->moe_intermediate ? b->moe_intermediate
+    uint64_t dense = b->llama4.dense_intermediate ? b->llama4.dense_intermediate : b->intermediate; /* Llama 4: _mlp */
+    uint64_t given = !moe ? dense : b->moe_intermediate ? b->moe_intermediate
                                             : b->kind == TPS_BLOCK_MIXTRAL ? b->intermediate : 0;
     d->inter = given ? given : g ? out_dim(b, g) : out_dim(b, gu) / 2;
     if (moe && b->shared_prefix) {
@@ -122,6 +124,7 @@ static tps_status resolve_dims(const tps_block *b, uint64_t layer, const vlayer 
     }
     d->local = tps_block_layer_is_local(b, layer);
     if (d->local) d->window = b->sliding_window;
+    tps_vllama4_dims(b, layer, d);
     bool fused = vrole(l, TPS_ROLE_QKV_W, 0, false) != NULL;
     tps_status st;
     if (b->attention == TPS_ATTN_MLA && (st = tps_vmla_resolve_dims(b, layer, l, d, err)) != TPS_OK) return st;

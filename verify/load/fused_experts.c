@@ -1,7 +1,8 @@
 /* GPT-OSS keeps all experts of a layer in 3-D tensors (transformers 4.57, GptOssExperts):
  * gate_up_proj [E, H, 2I] with each expert's gate at even and up at odd output columns,
  * gate_up_proj_bias [E, 2I], down_proj [E, I, H], down_proj_bias [E, H], [in, out] per
- * expert.  A rank holds gate_up's columns [2 I r/T, 2 I (r+1)/T) (whole (gate, up) pairs:
+ * expert.  Llama 4 (transformers' Llama4TextExperts, block llama4) holds [gate | up] halves
+ * instead (chunk(2) of the last dim, no biases); a rank holds [gate_r | up_r].  A GPT-OSS rank holds gate_up's columns [2 I r/T, 2 I (r+1)/T) (whole (gate, up) pairs:
  * its intermediate columns [I r/T, I (r+1)/T)), down_proj's rows of those columns, and the
  * down bias whole (vLLM's GptOssModel._load_weights_other slices the same way).  Rather
  * than a second MoE kernel, verify copies each expert out as the Linear [out, in] tensors
@@ -69,7 +70,7 @@ static tps_status pick(tps_vt *out, const tps_vt *src, const char *part, uint64_
     return TPS_OK;
 }
 
-tps_status tps_vexperts_unfuse(vlayer *l, tps_error *err)
+tps_status tps_vexperts_unfuse(const tps_block *b, vlayer *l, tps_error *err)
 {
     const tps_vt *gu = &l->t[TPS_ROLE_EXPERTS_GATE_UP_W], *gb = &l->t[TPS_ROLE_EXPERTS_GATE_UP_B];
     const tps_vt *dw = &l->t[TPS_ROLE_EXPERTS_DOWN_W], *db = &l->t[TPS_ROLE_EXPERTS_DOWN_B];
@@ -82,11 +83,14 @@ tps_status tps_vexperts_unfuse(vlayer *l, tps_error *err)
         (db->data && (db->ndim != 2 || db->shape[0] != E || db->shape[1] != H)))
         return TPS_OK;
     tps_status st = TPS_OK;
+    bool halves = b->llama4.on;
     for (uint64_t e = 0; e < E && st == TPS_OK; e++) {
         tps_vt *x = &l->ex[e * TPS_ROLE_COUNT];
         uint64_t g0 = e * H * 2 * I;
-        st = pick(&x[TPS_ROLE_GATE_W], gu, "gate", e, I, H, g0, 2, 2 * I, err);
-        if (st == TPS_OK) st = pick(&x[TPS_ROLE_UP_W], gu, "up", e, I, H, g0 + 1, 2, 2 * I, err);
+        /* gate column c at 2c and up at 2c + 1 (pairs), or at c and I + c (Llama 4's halves) */
+        uint64_t step = halves ? 1 : 2, up0 = halves ? I : 1;
+        st = pick(&x[TPS_ROLE_GATE_W], gu, "gate", e, I, H, g0, step, 2 * I, err);
+        if (st == TPS_OK) st = pick(&x[TPS_ROLE_UP_W], gu, "up", e, I, H, g0 + up0, step, 2 * I, err);
         if (st == TPS_OK && gb->data) st = pick(&x[TPS_ROLE_GATE_B], gb, "gate", e, I, 0, e * 2 * I, 2, 0, err);
         if (st == TPS_OK && gb->data) st = pick(&x[TPS_ROLE_UP_B], gb, "up", e, I, 0, e * 2 * I + 1, 2, 0, err);
         if (st == TPS_OK) st = pick(&x[TPS_ROLE_DOWN_W], dw, "down", e, H, I, e * I * H, 1, H, err);

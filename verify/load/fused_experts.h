@@ -15,6 +15,6 @@ int tps_vexperts_fused_shape(const vdims *d, const vshare *s, tps_block_role rol
  * their biases, down_proj [hidden, inter] and its down bias, so the MoE math runs as for
  * per-expert checkpoints.  Tensors whose shapes do not fit together are left fused and the
  * table empty: the shape check (tps_vcheck_shapes) reports them. */
-tps_status tps_vexperts_unfuse(vlayer *l, tps_error *err);
+tps_status tps_vexperts_unfuse(const tps_block *b, vlayer *l, tps_error *err);
 
 #endif

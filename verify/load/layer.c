@@ -149,12 +149,15 @@ tps_status tps_vlayer_load_streamed(const tps_block *b, uint64_t layer, uint64_t
     }
     out->nex = experts;
     bool stream = f && experts_stream(out);
-    /* streaming: expert 0 stays loaded, the one whose tensors size the layer (resolve_dims) */
-    for (uint64_t e = 0; e < (stream ? 1 : experts); e++)
+    /* streaming: expert 0 stays loaded, the one whose tensors size the layer (resolve_dims).
+     * Fused 3-D experts (never streamed): each expert's roles are copied out of them
+     * (tps_vexperts_unfuse); the MLP roles the block names are the dense layers' and the
+     * shared expert's (Llama 4). */
+    for (uint64_t e = 0; e < (stream ? 1 : experts) && !b->role[TPS_ROLE_EXPERTS_GATE_UP_W]; e++)
         for (int r = 0; r < TPS_ROLE_COUNT; r++)
             if (tps_verify_role_per_expert(b, (tps_block_role)r))
                 TPS_CHECK(load_role(b, (tps_block_role)r, layer, e, src, &out->ex[e * TPS_ROLE_COUNT + r], err));
-    TPS_CHECK(tps_vexperts_unfuse(out, err));
+    TPS_CHECK(tps_vexperts_unfuse(b, out, err));
     if (stream) {
         f->stream.ctx = f;
         f->stream.fetch = fetch_expert;
@@ -316,7 +319,7 @@ tps_status tps_vlayer_check(const tps_block *b, uint64_t layer, uint64_t nex, tp
         } else if (!moe) {
             st = check_role(b, role, layer, TPS_VEXPERT_DENSE, ss, source, false, tensors, bytes, err);
         } else {
-            for (uint64_t e = 0; e < nex && st == TPS_OK; e++)
+            for (uint64_t e = 0; e < nex && st == TPS_OK && !b->role[TPS_ROLE_EXPERTS_GATE_UP_W]; e++)
                 st = check_role(b, role, layer, e, ss, source, streamed && e > 0, tensors, bytes, err);
             if (st == TPS_OK && b->shared_prefix)
                 st = check_role(b, role, layer, TPS_VEXPERT_SHARED, ss, source, false, tensors, bytes, err);

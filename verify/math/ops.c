@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "ops.h"
+#include "llama4.h"
 #include "moe_route.h"
 #include "ref_kernel.h"
 #include "rope.h"

@@ -339,6 +339,7 @@ tps_status F(tps_vlinear_rows)(const tps_vt *w, const tps_vt *bias, bool conv1d,
 }
 
 #include "mla_tmpl.h"
+#include "llama4_tmpl.h"
 
 tps_status F(tps_vattn)(const tps_block *b, const vdims *d, const vlayer *l, const vattn_map *m, size_t n,
                     const REAL *xn, bool add_bias, REAL *out, tps_error *err)
@@ -378,6 +379,7 @@ tps_status F(tps_vattn)(const tps_block *b, const vdims *d, const vlayer *l, con
     TPS_CHECK(F(tps_vqk_norm)(b, d, l, m, n, q, qld, k, kld, err));
     F(tps_vrope)(b, d, n, hn, q, qld);
     F(tps_vrope)(b, d, n, kvn, k, kld);
+    F(vllama4_qk)(b, d, n, hn, q, qld, kvn, k, kld);
     for (size_t h = 0; h < hn; h++)
         if ((m->q_first + h) / group < m->kv_first || (m->q_first + h) / group - m->kv_first >= kvn) {
             st = tps_fail(err, TPS_EINVALID, "attention map: q head %llu needs KV head %llu, not among the %zu held from %llu",
@@ -400,6 +402,7 @@ tps_status F(tps_vattn)(const tps_block *b, const vdims *d, const vlayer *l, con
             const REAL *qt = q + t * qld + h * hd;
             REAL mx = 0, sum = 0, *ct = ctx + t * qld + h * hd;
             size_t s0 = d->window && t >= d->window ? t + 1 - (size_t)d->window : 0;
+            if (F(vchunk_start)(d, t) > s0) s0 = F(vchunk_start)(d, t);
             for (size_t s = s0; s <= t; s++) {
                 const REAL *ks = k + s * kld + j * hd;
                 REAL dot = 0;
@@ -536,6 +539,9 @@ static tps_status F(vmoe)(const tps_block *b, const vdims *d, const vlayer *l, c
                 tok[ng++] = t;
             }
         if (!ng) continue;
+        bool on_input = tps_vrouter_on_input(b); /* Llama 4: the weight scales the expert's input */
+        for (size_t g = 0; g < ng && on_input; g++)
+            for (size_t i = 0; i < H; i++) xg[g * H + i] *= (REAL)wt[tok[g] * E + e];
         tps_vt tmp[TPS_ROLE_COUNT];
         const tps_vt *row;
         bool fetched;
@@ -544,7 +550,7 @@ static tps_status F(vmoe)(const tps_block *b, const vdims *d, const vlayer *l, c
         tps_vexpert_row_done(tmp, fetched); /* streaming: one expert held at a time */
         if (st != TPS_OK) goto cleanup;
         for (size_t g = 0; g < ng; g++) {
-            REAL w = (REAL)wt[tok[g] * E + e], *ot = out + tok[g] * H;
+            REAL w = on_input ? (REAL)1 : (REAL)wt[tok[g] * E + e], *ot = out + tok[g] * H;
             for (size_t i = 0; i < H; i++) ot[i] += w * yg[g * H + i];
         }
     }

@@ -20,6 +20,12 @@ typedef struct vdims {
     /* 0: the intermediate columns go to the ranks evenly.  B > 0: in whole blocks of B as vLLM
      * cuts MXFP4 experts, cdiv(inter / B, T) blocks a rank and the last rank the rest. */
     uint64_t i_block;
+    /* Llama 4 (verify/math/llama4.h): q and k L2-normed per head after RoPE; NoPE layers' q
+     * temperature 1 + temp_scale * log1p(floor((pos + 1) / temp_floor)) (temp_floor 0: none);
+     * attention within chunks of this many positions (0: none). */
+    bool qk_l2;
+    double temp_floor, temp_scale;
+    uint64_t chunk;
 } vdims;
 
 /* What the TP convention gives rank r of T (module comment of verify.h). */
