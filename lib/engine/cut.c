@@ -450,8 +450,8 @@ static tps_status open_part(tps_manifest *m, uint64_t r, rank_out *ro, size_t p,
     for (size_t k = 0; k < n; k++) {
         const tps_manifest_tensor *t = &m->tensors[i0 + k];
         tps_partition_rank_shape(t->part, t->ndim, t->shape, m->tp, r, shapes + k * TPS_MAX_DIMS);
-        tps_target_file_shape(t, shapes + k * TPS_MAX_DIMS);
-        e[k] = (tps_sink_tensor){t->name, t->dtype, t->ndim, shapes + k * TPS_MAX_DIMS};
+        int nd = tps_target_header_shape(t, shapes + k * TPS_MAX_DIMS);
+        e[k] = (tps_sink_tensor){t->name, t->dtype, nd, shapes + k * TPS_MAX_DIMS};
     }
     if (m->target) n = tps_target_file_tensors(m, i0, n, r, e, shapes); /* fused runs: one tensor each */
     for (size_t k = 0; k < nx; k++)

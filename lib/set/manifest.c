@@ -219,6 +219,10 @@ tps_status tps_manifest_to_json(const tps_manifest *m, tps_buf *buf, tps_error *
             tps_jw_key(&w, "target_transpose");
             tps_jw_bool(&w, true);
         }
+        if (t->target_flatten) {
+            tps_jw_key(&w, "target_flatten");
+            tps_jw_bool(&w, true);
+        }
         if (t->target_rank0) {
             tps_jw_key(&w, "target_rank0");
             tps_jw_bool(&w, true);
@@ -438,6 +442,11 @@ static tps_status load_tensor(loader *L, const tps_json *tj, uint64_t tp, tps_ma
         if (v->type != TPS_JSON_BOOL)
             return tps_fail(L->err, TPS_EINVALID, "%s: tensor '%s': target_transpose is true or false", L->path, t->name);
         t->target_transpose = v->u.boolean;
+    }
+    if ((v = tps_json_get(tj, "target_flatten"))) {
+        if (v->type != TPS_JSON_BOOL)
+            return tps_fail(L->err, TPS_EINVALID, "%s: tensor '%s': target_flatten is true or false", L->path, t->name);
+        t->target_flatten = v->u.boolean;
     }
     if ((v = tps_json_get(tj, "target_rank0"))) {
         if (v->type != TPS_JSON_BOOL)

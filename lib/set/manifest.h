@@ -52,6 +52,11 @@ typedef struct tps_manifest_tensor {
     /* With a target: rank files hold this 2-D or 3-D tensor's rank slice with its last two
      * dimensions swapped (transposed:). */
     bool target_transpose;
+    /* With a target: rank files hold this tensor's rank slice with its last two dimensions
+     * merged (flattened:), a reshape of the same bytes: an MXFP4 blocks tensor
+     * [E, rows, n, 16] as vLLM's byte view [E, rows, 16 n].  The manifest keeps the source's
+     * shape, so merge restores it. */
+    bool target_flatten;
     /* With a target (rank0:): the engine holds this tensor whole on rank 0 and zeros on the
      * other ranks (vLLM's GPT-OSS w2_bias, added inside each rank's experts before the
      * all-reduce).  The partition says so as a dimension-0 split padded to tp times its length,

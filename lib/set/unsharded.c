@@ -23,6 +23,7 @@ tps_status tps_manifest_unsharded(const tps_manifest *src, tps_manifest **out, t
         t->target_stack = 0;
         t->target_blocks = 0;
         t->target_transpose = false;
+        t->target_flatten = false;
         t->target_rank0 = false;
         t->target_rope_halves = false;
         m->ntensors = i + 1;

@@ -35,6 +35,7 @@
  *       transposed: ["transformer.h.*.attn.c_attn.weight", ...]   # slices held with the last two dims swapped
  *       rank0: ["model.layers.*.mlp.experts.down_proj_bias"]  # whole on rank 0, zeros on the others
  *       rope_halves: ["model.layers.*.self_attn.q_proj.weight"]  # each head's rows: RoPE pairs to halves
+ *       flattened: ["model.layers.*.mlp.experts.gate_up_proj_blocks"]  # last two dims merged (same bytes)
  *     sglang: vllm                    # the same mapping
  *
  * or, where the engine's model holds what no mapping writes, `refuse: "why"` alone: the target

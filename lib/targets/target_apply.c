@@ -20,6 +20,7 @@ static tps_status clear_layout(tps_manifest *m, tps_error *err)
         m->tensors[i].target_stack = 0;
         m->tensors[i].target_blocks = 0;
         m->tensors[i].target_transpose = false;
+        m->tensors[i].target_flatten = false;
         tps_status st = TPS_OK;
         if (m->tensors[i].target_rank0) /* the rules' partition: replicated */
             st = tps_manifest_set_part(m, &m->tensors[i], &(tps_partition){.replicated = true}, err);
@@ -163,30 +164,33 @@ static tps_status scales_follow(const tps_target *t, const tps_manifest *m, tps_
     return TPS_OK;
 }
 
+/* MXFP4 under a target: every *_blocks and *_scales tensor must become an engine parameter
+ * (vLLM's w13_weight / w13_weight_scale ...), else the set would hold a name no engine loads. */
+static tps_status mxfp4_mapped(const tps_target *t, const tps_manifest *m, tps_error *err)
+{
+    for (size_t i = 0; i < m->ntensors; i++) {
+        const char *n = m->tensors[i].name;
+        size_t k = strlen(n);
+        if (m->tensors[i].target_name || !((k > 7 && !strcmp(n + k - 7, "_blocks")) || (k > 7 && !strcmp(n + k - 7, "_scales"))))
+            continue;
+        return tps_fail(err, TPS_EINVALID,
+                        "--target %s: this checkpoint is MXFP4 (quant_method mxfp4), and the %s mapping (%s) does not "
+                        "name '%s' as an engine parameter; split it with the default target (the source's names)",
+                        t->name, t->name, t->source, n);
+    }
+    return TPS_OK;
+}
+
 tps_status tps_target_apply(const tps_target *t, tps_manifest *m, tps_error *err)
 {
     /* The mappings name the engine's fused weights: a quantized linear's scales, zeros and
      * g_idx would stay under their source names beside a fused qkv_proj.weight, a set no
      * engine loads.  Refused, except FP8 block-scaled where the mapping carries every
-     * weight_scale_inv with its weight (scales_follow). */
+     * weight_scale_inv with its weight (scales_follow), and MXFP4 (GPT-OSS) whose mapping
+     * names every *_blocks / *_scales (mxfp4_mapped). */
     bool block, mxfp4;
     bool quantized = manifest_quantized(m, &block, &mxfp4);
-    /* MXFP4 GPT-OSS: vLLM's parameters (w13_weight [E, 2I/T, H/2] etc., docs/quantization.md
-     * "The vLLM form of an MXFP4 GPT-OSS") are views of the blocks no mapping writes yet. */
-    const char *blocks = NULL;
-    for (size_t i = 0; mxfp4 && i < m->ntensors && !blocks; i++) {
-        size_t n = strlen(m->tensors[i].name);
-        if (n > 7 && !strcmp(m->tensors[i].name + n - 7, "_blocks")) blocks = m->tensors[i].name;
-    }
-    if (blocks)
-        return tps_fail(err, TPS_EINVALID,
-                        "--target %s: this checkpoint is MXFP4 (quant_method mxfp4), and tpshard does not write "
-                        "the engine's MXFP4 expert parameters yet: '%s' would have to become a 3-D "
-                        "w13_weight/w2_weight view of its blocks (vLLM's _load_weights_mxfp4 flattens "
-                        "[E, rows, cols/32, 16] to [E, rows, cols/2]); split it with the default target, which "
-                        "cuts it as that loader does",
-                        t->name, blocks);
-    if (quantized && !block)
+    if (quantized && !block && !mxfp4)
         return tps_fail(err, TPS_EINVALID,
                         "--target %s: this checkpoint is quantized (config.json's quantization_config), and the %s "
                         "mappings do not fuse scales, zeros and g_idx yet; split it with the default target (the "
@@ -237,6 +241,7 @@ tps_status tps_target_apply(const tps_target *t, tps_manifest *m, tps_error *err
             if (t->b[bi].rank0) TPS_CHECK(rank0_only(m, &m->tensors[i], err));
             else if (t->b[bi].rope_halves) m->tensors[i].target_rope_halves = true;
             else if (t->b[bi].blocks) m->tensors[i].target_blocks = t->b[bi].blocks;
+            else if (t->b[bi].flatten) m->tensors[i].target_flatten = true;
             else m->tensors[i].target_transpose = true;
         }
     uint64_t experts = 0; /* the fewest experts a stack entry found in a layer */
@@ -323,6 +328,7 @@ tps_status tps_target_apply(const tps_target *t, tps_manifest *m, tps_error *err
     }
     memcpy(m->tensors, order, N * sizeof *order);
     if (block) TPS_CHECK(scales_follow(t, m, err));
+    if (mxfp4) TPS_CHECK(mxfp4_mapped(t, m, err));
     if (!(m->target = strdup(t->name))) {
         st = tps_fail_oom(err, "laying out the target");
         goto cleanup;

@@ -87,6 +87,15 @@ void tps_target_file_shape(const tps_manifest_tensor *t, uint64_t *shape)
     shape[t->ndim - 1] = a;
 }
 
+int tps_target_header_shape(const tps_manifest_tensor *t, uint64_t *shape)
+{
+    tps_target_file_shape(t, shape);
+    if (!t->target_flatten || t->ndim < 2) return t->ndim;
+    shape[t->ndim - 2] *= shape[t->ndim - 1];
+    shape[t->ndim - 1] = 0;
+    return t->ndim - 1;
+}
+
 void tps_target_file_partition(const tps_manifest_tensor *t, tps_partition *out)
 {
     *out = *t->part;

@@ -48,6 +48,9 @@ bool tps_target_crc_from_source(const tps_manifest_tensor *t);
 tps_status tps_target_permute_check(const tps_manifest_tensor *t, uint64_t tp, tps_error *err);
 /* A rank shape of t as its rank files hold it (swapped when t is transposed). */
 void tps_target_file_shape(const tps_manifest_tensor *t, uint64_t *shape);
+/* The rank shape as the rank files' headers give it: tps_target_file_shape, then the last two
+ * dimensions merged when t is flattened; returns its dimensions. */
+int tps_target_header_shape(const tps_manifest_tensor *t, uint64_t *shape);
 /* Reads bytes [off, off+len) of an [X, Y, block] array stored [Y, X, block] through rd. */
 typedef tps_status (*tps_target_read_fn)(void *ctx, uint64_t off, void *buf, size_t len, tps_error *err);
 tps_status tps_target_swap_read(tps_target_read_fn rd, void *ctx, uint64_t off, void *buf, size_t len, uint64_t X,

@@ -38,16 +38,16 @@ static tps_status run_shape(const tps_manifest *m, size_t i, size_t j, uint64_t 
             const tps_manifest_tensor *t = &m->tensors[i + s * per + k];
             uint64_t rs[TPS_MAX_DIMS];
             tps_partition_rank_shape(t->part, t->ndim, t->shape, m->tp, r, rs);
-            tps_target_file_shape(t, rs);
-            if (t->dtype != h->dtype || t->target_stack != h->target_stack || t->ndim < 1 ||
-                (k && (t->ndim != gnd || memcmp(rs + 1, g + 1, sizeof *rs * (size_t)(gnd - 1)))))
+            int tnd = tps_target_header_shape(t, rs);
+            if (t->dtype != h->dtype || t->target_stack != h->target_stack || tnd < 1 ||
+                (k && (tnd != gnd || memcmp(rs + 1, g + 1, sizeof *rs * (size_t)(gnd - 1)))))
                 return tps_fail(err, TPS_EINVALID,
                                 "target tensor '%s': '%s' does not concatenate with '%s' along dimension 0 "
                                 "(dtype, stack or trailing dimensions differ)",
                                 h->target_name, t->name, m->tensors[i].name);
             if (!k) {
-                memcpy(g, rs, sizeof *rs * (size_t)t->ndim);
-                gnd = t->ndim;
+                memcpy(g, rs, sizeof *rs * (size_t)tnd);
+                gnd = tnd;
             } else {
                 g[0] += rs[0];
             }
@@ -93,6 +93,11 @@ tps_status tps_target_check_manifest(const tps_manifest *m, const char *what, tp
         const tps_manifest_tensor *t = &m->tensors[i];
         tps_error e;
         tps_error_clear(&e);
+        if (t->target_flatten && (!m->target || t->ndim < 2 || t->target_transpose || t->target_blocks))
+            return tps_fail(err, TPS_EINVALID,
+                            "%s: tensor '%s': flattened (target_flatten) needs a target and 2 or more dimensions, "
+                            "not transposed or blocked",
+                            what, t->name);
         if (!tps_target_permuted(t)) continue;
         if (!m->target)
             return tps_fail(err, TPS_EINVALID, "%s: tensor '%s' is reordered for a target but the manifest names none",
@@ -226,7 +231,7 @@ tps_status tps_target_member_index(const tps_manifest *m, uint64_t r, tps_index 
             TPS_CHECK(run_shape(m, i, j, r, want, &nd, err));
         } else {
             tps_partition_rank_shape(t->part, t->ndim, t->shape, m->tp, r, want);
-            tps_target_file_shape(t, want);
+            nd = tps_target_header_shape(t, want);
         }
         const tps_tensor *x = tps_index_find(files, name);
         if (!x) {

@@ -43,9 +43,10 @@ typedef struct tentry {
 typedef struct tblocked {
     char *match;
     char *before, *engine;
-    uint64_t blocks; /* 0: a transposed:, rank0: or rope_halves: entry */
+    uint64_t blocks; /* 0: a transposed:, rank0:, rope_halves: or flattened: entry */
     bool rank0;      /* a rank0: entry: the engine holds the tensor on rank 0, zeros on the others */
     bool rope_halves; /* a rope_halves: entry: each head's rows from RoPE pairs to halves */
+    bool flatten;     /* a flattened: entry: the last two dimensions merged (target_flatten) */
 } tblocked;
 
 struct tps_target {

@@ -262,17 +262,19 @@ tps_status tps_target_load(const char *layout_text, const char *layout_name, con
                     st = ybad(&c, en, shape);
                     goto cleanup;
                 }
-                t->b[t->nb] = (tblocked){strdup(mt), bf ? strdup(bf) : NULL, eg ? strdup(eg) : NULL, q, false, false};
+                t->b[t->nb] = (tblocked){strdup(mt), bf ? strdup(bf) : NULL, eg ? strdup(eg) : NULL, q, false, false, false};
                 const tblocked *B = &t->b[t->nb++];
                 if (!B->match || (bf && !B->before) || (eg && !B->engine)) {
                     st = tps_fail_oom(err, "reading a target");
                     goto cleanup;
                 }
             }
-        } else if (ks && (strcmp(ks, "transposed") == 0 || strcmp(ks, "rank0") == 0 || strcmp(ks, "rope_halves") == 0)) {
-            bool rank0 = strcmp(ks, "rank0") == 0, halves = strcmp(ks, "rope_halves") == 0;
+        } else if (ks && (strcmp(ks, "transposed") == 0 || strcmp(ks, "rank0") == 0 || strcmp(ks, "rope_halves") == 0 ||
+                          strcmp(ks, "flattened") == 0)) {
+            bool rank0 = strcmp(ks, "rank0") == 0, halves = strcmp(ks, "rope_halves") == 0,
+                 flat = strcmp(ks, "flattened") == 0;
             if (v->type != YAML_SEQUENCE_NODE) {
-                st = ybad(&c, v, "transposed, rank0 and rope_halves are lists of names");
+                st = ybad(&c, v, "transposed, rank0, rope_halves and flattened are lists of names");
                 goto cleanup;
             }
             size_t n = (size_t)(v->data.sequence.items.top - v->data.sequence.items.start);
@@ -286,10 +288,10 @@ tps_status tps_target_load(const char *layout_text, const char *layout_name, con
                 yaml_node_t *en = yaml_document_get_node(&doc, v->data.sequence.items.start[i]);
                 const char *mt = yscalar(en);
                 if (!mt) {
-                    st = ybad(&c, en, "transposed, rank0 and rope_halves list names");
+                    st = ybad(&c, en, "transposed, rank0, rope_halves and flattened list names");
                     goto cleanup;
                 }
-                t->b[t->nb] = (tblocked){strdup(mt), NULL, NULL, 0, rank0, halves};
+                t->b[t->nb] = (tblocked){strdup(mt), NULL, NULL, 0, rank0, halves, flat};
                 if (!t->b[t->nb++].match) {
                     st = tps_fail_oom(err, "reading a target");
                     goto cleanup;
@@ -311,7 +313,7 @@ tps_status tps_target_load(const char *layout_text, const char *layout_name, con
             }
         } else {
             st = ybad(&c, k, "unknown key (vocab_multiple, tensors, extras, required, tp_at_most_experts, blocked, transposed, "
-                                 "rank0, rope_halves)");
+                                 "rank0, rope_halves, flattened)");
             goto cleanup;
         }
     }

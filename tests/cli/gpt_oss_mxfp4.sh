@@ -80,8 +80,7 @@ done
 expect_exit 3 "90 units of 1 along dimension 2, cut as the engine cuts them (cdiv(90, 16) = 6 a rank, the last rank the rest), leave rank 15 nothing" \
     "gpt-oss-120b MXFP4 tp 16: refused, rank 15 would get no block" "$TPSHARD" plan "$src" --tp 16
 check "gpt-oss-120b MXFP4: inspect names the quantization" sh -c "'$TPSHARD' inspect '$src' 2>&1 | grep -q 'quantization: mxfp4'"
-# --target vllm: the engine's MXFP4 parameters (3-D views of the blocks) are not written yet;
-# refused naming the tensor and why (docs/quantization.md "The vLLM form of an MXFP4 GPT-OSS").
-expect_exit 3 "'model.layers.0.mlp.experts.down_proj_blocks' would have to become a 3-D w13_weight/w2_weight view" \
-    "gpt-oss-120b MXFP4 --target vllm: refused naming the blocks tensor and why" \
-    "$TPSHARD" split "$src" --tp 2 --target vllm --dry-run
+# --target vllm: the engine's MXFP4 parameters (w13_weight etc., the blocks' 3-D byte views);
+# what the files hold and how vLLM loads them: tests/interop/vllm_real_mxfp4_slices.py.
+check "gpt-oss-120b MXFP4 --target vllm tp 8: planned (vLLM's uneven slices under the engine's names)" \
+    "$TPSHARD" split "$src" --tp 8 --target vllm --dry-run

@@ -14,6 +14,18 @@ The down bias: the loader zeroes it on ranks other than 0 (added once after the 
 tpshard's default target keeps the source's tensor on every rank, which is what the loader
 is fed.  I = 9 blocks at tp 4 would leave rank 3 nothing (cdiv(9, 4) = 3 blocks a rank):
 tpshard refuses it, exit 3, naming the tensors.
+
+--target vllm (the engine's own parameters): for the same cases, the engine's parameters are
+built as Mxfp4MoEMethod.create_weights builds them (torch.zeros of the shapes read from
+layers/quantization/mxfp4.py, padded as two backends pad them: Ip and Hp to 32 for CPU and
+emulation, Ip to 128 and Hp to 256 for Marlin), under vLLM 0.32's names (routed_experts).  Into
+one set the engine's own _load_weights_mxfp4 loads the checkpoint through the engine's own
+RoutedExperts.weight_loader (its gpt_oss_mxfp4 branch: the slice copied into the parameter's
+leading corner); into a second, zeroed the same, the engine's own ShardedStateLoader.load_weights
+loads tpshard's --target vllm rank files (its narrow(dim, 0, size) into the corner).  Both
+must hold the same bytes in every parameter, padding included, and tpshard's files must hold
+exactly the slices the loader took (the blocks as its [E, rows, cols/2] view, w2_bias zero off
+rank 0).  No engine starts.
 """
 import os
 import sys
@@ -60,6 +72,160 @@ def vllm_slices(src_tensors, cfg, T, r):
     return got
 
 
+def routed(vname):
+    """vLLM 0.32's parameter name for a mapped expert tensor (FusedMoE's routed_experts child)."""
+    head, leaf = vname.rsplit(".", 1)
+    return head + ".routed_experts." + leaf
+
+
+def engine_params(cfg, T, pad_i, pad_h, layers):
+    """Mxfp4MoEMethod.create_weights' expert parameters (zeros), Ip = I // T and Hp = H rounded
+    up to pad_i and pad_h (mxfp4_round_up_hidden_size_and_intermediate_size)."""
+    import torch
+    E, H, I = cfg["num_local_experts"], cfg["hidden_size"], cfg["intermediate_size"]
+    up = lambda x, m: (x + m - 1) // m * m
+    Ip, Hp = up(I // T, pad_i), up(H, pad_h)
+    shapes = {"w13_weight": ([E, 2 * Ip, Hp // 2], torch.uint8), "w13_weight_scale": ([E, 2 * Ip, Hp // 32], torch.uint8),
+              "w13_bias": ([E, 2 * Ip], torch.bfloat16), "w2_weight": ([E, Hp, Ip // 2], torch.uint8),
+              "w2_weight_scale": ([E, Hp, Ip // 32], torch.uint8), "w2_bias": ([E, Hp], torch.bfloat16)}
+    return {"model.layers.%d.mlp.experts.routed_experts.%s" % (l, n): torch.zeros(s, dtype=d)
+            for l in range(layers) for n, (s, d) in shapes.items()}
+
+
+def load_mxfp4(src_tensors, cfg, T, r, params):
+    """The engine's _load_weights_mxfp4 into params through RoutedExperts.weight_loader."""
+    import torch
+    import vllm.model_executor.layers.fused_moe.config as moe_config
+    import vllm.model_executor.models.gpt_oss as g
+    from vllm.model_executor.layers.fused_moe.routed_experts import RoutedExperts
+    g.get_tensor_model_parallel_world_size = lambda: T
+    g.get_tensor_model_parallel_rank = lambda: r
+    moe_config.get_tensor_model_parallel_rank = lambda: r
+    one = types.SimpleNamespace(world_size=1, rank_in_group=0)
+    g.get_dp_group = lambda: one
+    g.get_pcp_group = lambda: one
+    g.is_pp_missing_parameter = lambda name, model: False
+    layer = types.SimpleNamespace(quant_config=types.SimpleNamespace(get_name=lambda: "gpt_oss_mxfp4"))
+    named = {}
+    for n, t in params.items():
+        p = torch.nn.Parameter(t, requires_grad=False)
+        p.weight_loader = lambda param, w, **kw: RoutedExperts.weight_loader(layer, param, w, **kw)
+        named[n] = p
+    mapper = g.GptOssForCausalLM.hf_to_vllm_mapper
+    fake = types.SimpleNamespace(
+        parallel_config=types.SimpleNamespace(enable_expert_parallel=False),
+        config=types.SimpleNamespace(num_local_experts=cfg["num_local_experts"],
+                                     intermediate_size=cfg["intermediate_size"]),
+        named_parameters=lambda: list(named.items()),
+        _try_load_streamed_expert=lambda *a: False)
+    loaded = g.GptOssModel._load_weights_mxfp4(fake, 0, 0, 0, 0,
+                                               iter([(mapper.map_name(n), t.clone()) for n, t in src_tensors.items()]), [])
+    return loaded
+
+
+def load_sharded(out, T, r, params):
+    """The engine's ShardedStateLoader.load_weights of rank r's files into params (the rank's
+    other tensors into zeros of their file shapes: their truth is vllm_real.py's)."""
+    import torch
+    import vllm.distributed as dist
+    from safetensors import safe_open
+    from vllm.config import LoadConfig
+    from vllm.model_executor.model_loader.sharded_state_loader import ShardedStateLoader
+    dist.get_tensor_model_parallel_rank = lambda: r
+    dist.get_pipeline_model_parallel_rank = lambda: 0
+    dist.get_pp_group = lambda: types.SimpleNamespace(world_size=1)
+    dist.get_tp_group = lambda: types.SimpleNamespace(world_size=T)
+    state = dict(params)
+    import glob
+    for path in glob.glob(os.path.join(out, "model-rank-%d-part-*.safetensors" % r)):
+        with safe_open(path, framework="pt") as f:
+            for k in f.keys():  # noqa: SIM118
+                if k not in state:
+                    sl = f.get_slice(k)
+                    state[k] = torch.zeros(sl.get_shape(), dtype=f.get_tensor(k).dtype)
+    model = types.SimpleNamespace(state_dict=lambda: state)
+    import logging
+    logging.getLogger("vllm").setLevel(logging.ERROR)  # its "loading tensor of shape ..." for every padded one
+    loader = ShardedStateLoader(LoadConfig(load_format="sharded_state"))
+    loader.load_weights(model, types.SimpleNamespace(model=out, model_weights=None))
+
+
+def target_vllm(tmp, src, experts, cfg, blocks):
+    """--target vllm against the engine's two loaders (module doc)."""
+    import torch
+    from safetensors.torch import load_file
+    for T in (1, 2, 4):
+        out = os.path.join(tmp, "v%d_%d" % (blocks, T))
+        r = tpshard("split", src, "--tp", T, "--target", "vllm", "-o", out, "-q")
+        if not report(r.returncode == 0, "I = %d blocks: split --tp %d --target vllm exits 0" % (blocks, T), r.stderr):
+            continue
+        bad = []
+        for rank in range(T):
+            files = [f for f in os.listdir(out) if f.startswith("model-rank-%d-part-" % rank)]
+            mine = {}
+            for f in files:
+                mine.update(load_file(os.path.join(out, f)))
+            for pad_i, pad_h in ((32, 32), (128, 256)):
+                a = engine_params(cfg, T, pad_i, pad_h, cfg["num_hidden_layers"])
+                b = {n: torch.zeros_like(t) for n, t in a.items()}
+                took = load_mxfp4(experts, cfg, T, rank, a)
+                if set(took) != set(a):
+                    bad.append("rank %d: _load_weights_mxfp4 loaded %s, the engine has %s" % (rank, sorted(took), sorted(a)))
+                load_sharded(out, T, rank, b)
+                for n in sorted(a):
+                    if not torch.equal(a[n].view(torch.uint8), b[n].view(torch.uint8)):
+                        bad.append("rank %d pad %d/%d: %s differs between the engine's two loaders" % (rank, pad_i, pad_h, n))
+                    m = mine.get(n)
+                    sub = a[n][tuple(slice(0, s) for s in m.shape)] if m is not None else None
+                    if m is not None:  # the fixture's F32 biases: both loaders cast into the BF16 parameter
+                        m = m.to(a[n].dtype)
+                    if m is None or not torch.equal(m.view(torch.uint8), sub.contiguous().view(torch.uint8)):
+                        bad.append("rank %d: %s is %s in tpshard's file, not the corner the loader filled"
+                                   % (rank, n, None if m is None else tuple(m.shape)))
+                    else:
+                        rest = a[n].clone()
+                        rest[tuple(slice(0, s) for s in m.shape)] = 0
+                        if torch.count_nonzero(rest.view(torch.uint8)):
+                            bad.append("rank %d: %s: the loader wrote outside tpshard's slice" % (rank, n))
+        report(not bad, "I = %d blocks, tp %d --target vllm: every rank's files load, through ShardedStateLoader, into "
+               "the bytes _load_weights_mxfp4 loads (parameters padded for CPU/emulation and for Marlin)" % (blocks, T),
+               "\n".join(bad[:10]))
+        back = os.path.join(tmp, "m%d_%d" % (blocks, T))
+        r = tpshard("merge", out, "-o", back + "/", "-q")
+        u8 = lambda x: x.contiguous().view(torch.uint8)
+        got, want = (_merged(back) if r.returncode == 0 else {}), load_file(os.path.join(src, "model.safetensors"))
+        same = set(got) == set(want) and all(got[n].dtype == t.dtype and got[n].shape == t.shape and
+                                             torch.equal(u8(got[n]), u8(t)) for n, t in want.items())
+        report(r.returncode == 0 and same,
+               "I = %d blocks, tp %d --target vllm: merge gives the checkpoint back bit for bit (4-D blocks)" % (blocks, T),
+               r.stderr)
+        r = tpshard("check", out)
+        report(r.returncode == 0, "I = %d blocks, tp %d --target vllm: check passes" % (blocks, T), r.stderr)
+
+    # reshard from the engine's form: tp 4 to 2 (the uneven 4, 4, 4, 3 to 8, 7) must write the
+    # files split --tp 2 --target vllm writes, tensor for tensor.
+    out, direct = os.path.join(tmp, "r%d" % blocks), os.path.join(tmp, "v%d_2" % blocks)
+    r = tpshard("reshard", os.path.join(tmp, "v%d_4" % blocks), "--tp", 2, "-o", out, "-q")
+    same = r.returncode == 0
+    for rank in range(2) if same else ():
+        a = load_file(os.path.join(out, "model-rank-%d-part-0.safetensors" % rank))
+        b = load_file(os.path.join(direct, "model-rank-%d-part-0.safetensors" % rank))
+        same = same and set(a) == set(b) and all(a[n].shape == b[n].shape and a[n].dtype == b[n].dtype and
+                                                 torch.equal(a[n].reshape(-1).view(torch.uint8),
+                                                             b[n].reshape(-1).view(torch.uint8)) for n in a)
+    report(same, "I = %d blocks: reshard of the --target vllm set from tp 4 to 2 writes split --tp 2 --target vllm's "
+           "files" % blocks, r.stderr)
+
+
+def _merged(d):
+    from safetensors.torch import load_file
+    out = {}
+    for f in sorted(os.listdir(d)):
+        if f.endswith(".safetensors"):
+            out.update(load_file(os.path.join(d, f)))
+    return out
+
+
 def main():
     early = tap.tpshard_missing()
     if early is not None:
@@ -77,6 +243,7 @@ def main():
             cfg = mxfp4_fixture.write(src, seed=blocks, intermediate_size=32 * blocks)
             whole = load_file(os.path.join(src, "model.safetensors"))
             experts = {n: t for n, t in whole.items() if n.rsplit(".", 1)[-1] in EXPERTS}
+            target_vllm(tmp, src, experts, cfg, blocks)
             for T in (2, 4, 8):
                 out = os.path.join(tmp, "s%d_%d" % (blocks, T))
                 r = tpshard("split", src, "--tp", T, "-o", out, "-q")
