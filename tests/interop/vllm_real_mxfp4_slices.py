@@ -25,7 +25,8 @@ leading corner); into a second, zeroed the same, the engine's own ShardedStateLo
 loads tpshard's --target vllm rank files (its narrow(dim, 0, size) into the corner).  Both
 must hold the same bytes in every parameter, padding included, and tpshard's files must hold
 exactly the slices the loader took (the blocks as its [E, rows, cols/2] view, w2_bias zero off
-rank 0).  No engine starts.
+rank 0).  merge gives the checkpoint back bit for bit, check and verify pass, and reshard of
+the tp 4 set to 2 writes what split --tp 2 --target vllm writes.  No engine starts.
 """
 import os
 import sys
@@ -201,6 +202,9 @@ def target_vllm(tmp, src, experts, cfg, blocks):
                r.stderr)
         r = tpshard("check", out)
         report(r.returncode == 0, "I = %d blocks, tp %d --target vllm: check passes" % (blocks, T), r.stderr)
+        r = tpshard("verify", out)
+        report(r.returncode == 0, "I = %d blocks, tp %d --target vllm: verify (dequantized layers) passes" % (blocks, T),
+               r.stdout + r.stderr)
 
     # reshard from the engine's form: tp 4 to 2 (the uneven 4, 4, 4, 3 to 8, 7) must write the
     # files split --tp 2 --target vllm writes, tensor for tensor.
