@@ -16,9 +16,9 @@ is fed.  I = 9 blocks at tp 4 would leave rank 3 nothing (cdiv(9, 4) = 3 blocks 
 tpshard refuses it, exit 3, naming the tensors.
 
 --target vllm (the engine's own parameters): for the same cases, the engine's parameters are
-built as Mxfp4MoEMethod.create_weights builds them (torch.zeros of the shapes read from
-layers/quantization/mxfp4.py, padded as two backends pad them: Ip and Hp to 32 for CPU and
-emulation, Ip to 128 and Hp to 256 for Marlin), under vLLM 0.32's names (routed_experts).  Into
+built by its own GptOssMxfp4MoEMethod.create_weights (zeros) with the sizes its own
+mxfp4_round_up_hidden_size_and_intermediate_size gives two backends (EMULATION: 32, MARLIN:
+I to 128 and H to 256), under vLLM 0.32's names (routed_experts).  Into
 one set the engine's own _load_weights_mxfp4 loads the checkpoint through the engine's own
 RoutedExperts.weight_loader (its gpt_oss_mxfp4 branch: the slice copied into the parameter's
 leading corner); into a second, zeroed the same, the engine's own ShardedStateLoader.load_weights
@@ -79,18 +79,24 @@ def routed(vname):
     return head + ".routed_experts." + leaf
 
 
-def engine_params(cfg, T, pad_i, pad_h, layers):
-    """Mxfp4MoEMethod.create_weights' expert parameters (zeros), Ip = I // T and Hp = H rounded
-    up to pad_i and pad_h (mxfp4_round_up_hidden_size_and_intermediate_size)."""
+def engine_params(cfg, T, backend, layers):
+    """The engine's expert parameters (zeros) for backend: its own
+    mxfp4_round_up_hidden_size_and_intermediate_size of H and I // T, then its own
+    GptOssMxfp4MoEMethod.create_weights on a bare module (no GPU needed)."""
     import torch
+    from vllm.model_executor.layers.fused_moe.oracle.mxfp4 import (
+        Mxfp4MoeBackend, mxfp4_round_up_hidden_size_and_intermediate_size)
+    from vllm.model_executor.layers.quantization.mxfp4 import GptOssMxfp4MoEMethod
     E, H, I = cfg["num_local_experts"], cfg["hidden_size"], cfg["intermediate_size"]
-    up = lambda x, m: (x + m - 1) // m * m
-    Ip, Hp = up(I // T, pad_i), up(H, pad_h)
-    shapes = {"w13_weight": ([E, 2 * Ip, Hp // 2], torch.uint8), "w13_weight_scale": ([E, 2 * Ip, Hp // 32], torch.uint8),
-              "w13_bias": ([E, 2 * Ip], torch.bfloat16), "w2_weight": ([E, Hp, Ip // 2], torch.uint8),
-              "w2_weight_scale": ([E, Hp, Ip // 32], torch.uint8), "w2_bias": ([E, Hp], torch.bfloat16)}
-    return {"model.layers.%d.mlp.experts.routed_experts.%s" % (l, n): torch.zeros(s, dtype=d)
-            for l in range(layers) for n, (s, d) in shapes.items()}
+    Hp, Ip = mxfp4_round_up_hidden_size_and_intermediate_size(getattr(Mxfp4MoeBackend, backend), H, I // T)
+    out = {}
+    for l in range(layers):
+        layer = torch.nn.Module()
+        method = types.SimpleNamespace(moe=types.SimpleNamespace(w13_num_shards=2, has_bias=True))
+        GptOssMxfp4MoEMethod.create_weights(method, layer, E, Hp, Ip, torch.bfloat16)
+        for n, p in layer.named_parameters():
+            out["model.layers.%d.mlp.experts.routed_experts.%s" % (l, n)] = p.data
+    return out
 
 
 def load_mxfp4(src_tensors, cfg, T, r, params):
@@ -166,8 +172,8 @@ def target_vllm(tmp, src, experts, cfg, blocks):
             mine = {}
             for f in files:
                 mine.update(load_file(os.path.join(out, f)))
-            for pad_i, pad_h in ((32, 32), (128, 256)):
-                a = engine_params(cfg, T, pad_i, pad_h, cfg["num_hidden_layers"])
+            for backend in ("EMULATION", "MARLIN"):
+                a = engine_params(cfg, T, backend, cfg["num_hidden_layers"])
                 b = {n: torch.zeros_like(t) for n, t in a.items()}
                 took = load_mxfp4(experts, cfg, T, rank, a)
                 if set(took) != set(a):
@@ -175,7 +181,7 @@ def target_vllm(tmp, src, experts, cfg, blocks):
                 load_sharded(out, T, rank, b)
                 for n in sorted(a):
                     if not torch.equal(a[n].view(torch.uint8), b[n].view(torch.uint8)):
-                        bad.append("rank %d pad %d/%d: %s differs between the engine's two loaders" % (rank, pad_i, pad_h, n))
+                        bad.append("rank %d %s: %s differs between the engine's two loaders" % (rank, backend, n))
                     m = mine.get(n)
                     sub = a[n][tuple(slice(0, s) for s in m.shape)] if m is not None else None
                     if m is not None:  # the fixture's F32 biases: both loaders cast into the BF16 parameter
