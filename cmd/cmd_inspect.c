@@ -166,6 +166,10 @@ static int inspect_shard_set(const char *dir)
         quant)
         printf("  quantization: %s\n", quant);
     free(quant);
+    /* what the set does not hold: merge cannot restore these (buffers, a target's skip:) */
+    for (size_t i = 0; i < m->nskipped; i++)
+        printf("  skipped: %llu tensor%s %s (%s)\n", (unsigned long long)m->skipped[i].count,
+               m->skipped[i].count == 1 ? "" : "s", m->skipped[i].glob, m->skipped[i].reason);
     if (!tps_manifest_holds_all(m)) {
         char held[256];
         tps_manifest_held_str(m, held, sizeof held);

@@ -1,5 +1,6 @@
 #include "output_args.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -71,11 +72,16 @@ int tps_cli_apply_target(const char *verb, const char *name, const char *version
         }
     }
     tps_target *t = NULL;
+    size_t had = m->nskipped; /* the target's skip: entries add to the layout's */
     if (tps_target_load(m->layout_text, m->layout_name, name, &t, &err) == TPS_OK) {
         if (t) tps_target_apply(t, m, &err);
         else tps_target_clear(m, &err);
     }
     tps_target_free(t);
+    for (size_t i = had; err.code == TPS_OK && !tps_common.quiet && i < m->nskipped; i++)
+        fprintf(stderr, "tpshard %s: --target %s: skipped %llu tensor%s: %s (%s)\n", verb, name,
+                (unsigned long long)m->skipped[i].count, m->skipped[i].count == 1 ? "" : "s", m->skipped[i].glob,
+                m->skipped[i].reason);
     return tps_cli_report(verb, &err);
 }
 

@@ -7,6 +7,9 @@ transformers 4.57 (tests/interop/torch2_deepseek.py) is missing:
                      qk_nope 8, qk_rope 4, v_head 8; layer 0 dense (intermediate 96), layer 1
                      MoE (4 routed experts of 32 in 2 groups, top 2, 1 shared expert, router and
                      e_score_correction_bias); vocab 200, BF16
+  tiny-deepseek-v3-mtp  tiny-deepseek-v3 plus the multi-token-prediction layer released V3/R1
+                     checkpoints carry past num_hidden_layers (model.layers.2: a MoE decoder
+                     layer, embed_tokens, enorm, hnorm, eh_proj, shared_head.{norm,head})
   tiny-deepseek-v2-lite  DeepseekV2ForCausalLM without q_lora_rank (a plain q_proj), greedy
                      softmax routing, 2 shared experts, F32
 
@@ -60,13 +63,24 @@ def fixture_v3():
                                  torch_dtype="bfloat16"), "BF16"
 
 
+def fixture_v3_mtp():
+    t, c, dtype = fixture_v3()
+    p = "model.layers.2."
+    mtp = [(n, sh) for n, sh in shapes(32, 1, layers=3) if n.startswith(p)]
+    mtp += [(p + "embed_tokens.weight", (VOCAB, H)), (p + "enorm.weight", (H,)), (p + "hnorm.weight", (H,)),
+            (p + "eh_proj.weight", (H, 2 * H)), (p + "shared_head.norm.weight", (H,)),
+            (p + "shared_head.head.weight", (VOCAB, H))]
+    c["num_nextn_predict_layers"] = 1
+    return t + mtp, c, dtype
+
+
 def fixture_v2_lite():
     return shapes(None, 2, score_bias=False), config("DeepseekV2ForCausalLM", "deepseek_v2", None, 2, n_group=1,
                                                      topk_group=1, topk_method="greedy", routed_scaling_factor=1.0,
                                                      torch_dtype="float32"), "F32"
 
 
-FIXTURES = {"tiny-deepseek-v3": fixture_v3, "tiny-deepseek-v2-lite": fixture_v2_lite}
+FIXTURES = {"tiny-deepseek-v3": fixture_v3, "tiny-deepseek-v3-mtp": fixture_v3_mtp, "tiny-deepseek-v2-lite": fixture_v2_lite}
 
 
 def main():

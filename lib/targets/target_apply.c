@@ -10,6 +10,7 @@
 #include "target_int.h"
 #include "target_names.h"
 #include "target_release.h"
+#include "target_skip.h"
 
 /* Source names and padding, no extras; the version stays (tps_target_apply redoes the rest). */
 static tps_status clear_layout(tps_manifest *m, tps_error *err)
@@ -196,7 +197,9 @@ tps_status tps_target_apply(const tps_target *t, tps_manifest *m, tps_error *err
                         "mappings do not fuse scales, zeros and g_idx yet; split it with the default target (the "
                         "source's names)",
                         t->name, t->name);
-    tps_status st = TPS_OK;
+    /* before N: the engine's main model holds no multi-token-prediction layer */
+    tps_status st = tps_target_skip_apply(t, m, err);
+    if (st != TPS_OK) return st;
     size_t N = m->ntensors;
     size_t *group = calloc(N + 1, sizeof *group); /* 1 + the group's first member in mem, or 0 */
     size_t *mem = calloc(N + 1, sizeof *mem);     /* members, group after group */

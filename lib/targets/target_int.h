@@ -49,7 +49,17 @@ typedef struct tblocked {
     bool flatten;     /* a flattened: entry: the last two dimensions merged (target_flatten) */
 } tblocked;
 
+/* skip: entry: the tensors named PRE{layer}POST whose layer is at least config.json's
+ * layers_from (num_hidden_layers: the multi-token-prediction layer past the main model),
+ * which the engine's main model does not hold (lib/targets/target_skip.h). */
+typedef struct tskip {
+    char *pre, *post; /* match split at {layer} */
+    char *layers_from, *reason;
+} tskip;
+
 struct tps_target {
+    tskip *s;
+    size_t ns;
     tblocked *b;
     size_t nb;
     char *name;

@@ -37,6 +37,13 @@ void tps_target_free(tps_target *t)
         free(t->b[i].engine);
     }
     free(t->b);
+    for (size_t i = 0; i < t->ns; i++) {
+        free(t->s[i].pre);
+        free(t->s[i].post);
+        free(t->s[i].layers_from);
+        free(t->s[i].reason);
+    }
+    free(t->s);
     free(t->experts_rule);
     free(t->name);
     free(t->source);
@@ -133,6 +140,35 @@ static tps_status parse_extra(yctx *c, const yaml_node_t *en, textra *x, bool co
 }
 
 /* The mapping node of target name in a parsed layout, following one alias ("sglang: vllm"). */
+/* skip: a list of {match: PRE{layer}POST, layers_from: CONFIG_KEY, reason: ONE LINE}. */
+static tps_status parse_skip(yctx *c, const yaml_node_t *v, tps_target *t)
+{
+    static const char *const allowed[] = {"match", "layers_from", "reason", NULL};
+    static const char *const shape = "a skip: entry is {match: NAME with {layer}, layers_from: a config.json key, reason: "
+                                     "one line}";
+    if (v->type != YAML_SEQUENCE_NODE || t->s) return ybad(c, v, "skip is one list of {match, layers_from, reason}");
+    size_t n = (size_t)(v->data.sequence.items.top - v->data.sequence.items.start);
+    if (!(t->s = calloc(n + 1, sizeof *t->s))) return tps_fail_oom(c->err, "reading a target");
+    for (size_t i = 0; i < n; i++) {
+        yaml_node_t *en = yaml_document_get_node(c->doc, v->data.sequence.items.start[i]);
+        if (en->type != YAML_MAPPING_NODE) return ybad(c, en, shape);
+        tps_status st = tps_yaml_only_keys(c, en, allowed, shape);
+        if (st != TPS_OK) return st;
+        const char *mt = yscalar(ykey(c->doc, en, "match")), *lf = yscalar(ykey(c->doc, en, "layers_from"));
+        const char *why = yscalar(ykey(c->doc, en, "reason"));
+        const char *at = mt ? strstr(mt, "{layer}") : NULL;
+        if (!at || strstr(at + 1, "{layer}") || !lf || !*lf || !why || !*why || strpbrk(why, "\r\n"))
+            return ybad(c, en, shape);
+        tskip *S = &t->s[t->ns++];
+        S->pre = strndup(mt, (size_t)(at - mt));
+        S->post = strdup(at + 7);
+        S->layers_from = strdup(lf);
+        S->reason = strdup(why);
+        if (!S->pre || !S->post || !S->layers_from || !S->reason) return tps_fail_oom(c->err, "reading a target");
+    }
+    return TPS_OK;
+}
+
 static yaml_node_t *find_target(yaml_document_t *doc, const char *name)
 {
     yaml_node_t *targets = ykey(doc, yaml_document_get_root_node(doc), "targets");
@@ -297,6 +333,8 @@ tps_status tps_target_load(const char *layout_text, const char *layout_name, con
                     goto cleanup;
                 }
             }
+        } else if (ks && strcmp(ks, "skip") == 0) {
+            TPS_CHECK(parse_skip(&c, v, t));
         } else if (ks && strcmp(ks, "tensors") == 0) {
             if (v->type != YAML_SEQUENCE_NODE) {
                 st = ybad(&c, v, "tensors is a list of {into, from}");
@@ -313,7 +351,7 @@ tps_status tps_target_load(const char *layout_text, const char *layout_name, con
             }
         } else {
             st = ybad(&c, k, "unknown key (vocab_multiple, tensors, extras, required, tp_at_most_experts, blocked, transposed, "
-                                 "rank0, rope_halves, flattened)");
+                                 "rank0, rope_halves, flattened, skip)");
             goto cleanup;
         }
     }

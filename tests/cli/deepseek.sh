@@ -62,3 +62,39 @@ for w in kvb qb; do
     expect_wrong_cut "" "wrong $w cut: verify --source --whole-model exits 1" \
         "wrong-$w" --source "$V3/model.safetensors" --whole-model -q
 done
+
+# The multi-token-prediction layer released V3/R1 checkpoints carry (model.layers.N, N =
+# num_hidden_layers): vLLM's main model holds none, and its sharded_state loader raises
+# KeyError on a tensor it does not hold, so --target vllm leaves it out (the preset's
+# targets.vllm.skip) and says so; the default target keeps it.  The set must hold exactly the
+# names of the same model without the layer (tiny-deepseek-v3, whose vLLM names
+# vllm_real_mla.py checks against the engine).
+MTP="$M/tiny-deepseek-v3-mtp"
+names() { sed -n 's/^ *"name": "\([^"]*\)".*/\1/p; s/.*"target_name": "\([^"]*\)".*/\1/p' "$1/tpshard.json" | sort; }
+if "$TPSHARD" split "$MTP/model.safetensors" --tp 2 --target vllm -o mtp-vllm-2 >/dev/null 2>mtp.err; then
+    check "mtp: split --target vllm says it skipped the 32 tensors of model.layers.2 and why" \
+        grep -q "skipped 32 tensors: model\.layers\.2\..*(multi-token-prediction layer" mtp.err
+    check "mtp: the vLLM set holds no model.layers.2 tensor" sh -c '! grep -q "model\.layers\.2\." mtp-vllm-2/*.safetensors'
+    "$TPSHARD" split "$V3/model.safetensors" --tp 2 --target vllm -o plain-vllm-2 -q
+    names mtp-vllm-2 >mtp.names; names plain-vllm-2 >plain.names
+    check "mtp: the vLLM set holds exactly the names of the model without the layer" \
+        sh -c '[ "$(wc -l <mtp.names)" -gt 100 ] && cmp -s mtp.names plain.names'
+    check "mtp: the manifest lists the layer as skipped with its reason" \
+        grep -q '"reason": "multi-token-prediction layer' mtp-vllm-2/tpshard.json
+    check "mtp: inspect shows the skipped layer" sh -c '"$0" inspect mtp-vllm-2 | grep -q "skipped: 32 tensors model\.layers\.2\."' "$TPSHARD"
+    check "mtp: check --source passes (the skipped layer is not missing)" \
+        "$TPSHARD" check mtp-vllm-2 --source "$MTP/model.safetensors" -q
+    "$TPSHARD" merge mtp-vllm-2 -o mtp-merged.safetensors >/dev/null 2>merge.err
+    check "mtp: merge says on stderr that the layer is not restored" \
+        grep -q "not restored: 32 tensors model\.layers\.2\..*which the split skipped" merge.err
+    check "mtp: reshard 2 -> 1 of the vLLM set, and check passes" sh -c \
+        '"$0" reshard mtp-vllm-2 --tp 1 -o mtp-vllm-1 -q && "$0" check mtp-vllm-1 --source "$1" -q &&
+         grep -q "multi-token-prediction layer" mtp-vllm-1/tpshard.json && ! grep -q "model\.layers\.2\." mtp-vllm-1/*.safetensors' \
+        "$TPSHARD" "$MTP/model.safetensors"
+else
+    notok "mtp: split --target vllm at tp 2"
+    sed 's/^/#   /' mtp.err | head -5
+fi
+check "mtp: the default target keeps the layer" sh -c \
+    '"$0" split "$1" --tp 2 -o mtp-tps-2 -q && grep -q "model\.layers\.2\.eh_proj" mtp-tps-2/tpshard.json &&
+     ! grep -q skipped mtp-tps-2/tpshard.json' "$TPSHARD" "$MTP/model.safetensors"
