@@ -68,7 +68,7 @@ tps_status tps_target_skip_apply(const tps_target *t, tps_manifest *m, tps_error
         bool any = false;
         for (size_t i = 0; i < m->ntensors && !any; i++) any = layer_of(&t->s[si], m->tensors[i].name) >= 0;
         if (!any) continue;
-        uint64_t from;
+        uint64_t from = 0;
         tps_status st = config_count(t, m, t->s[si].layers_from, &from, err);
         if (st != TPS_OK) return st;
         kept = 0;
