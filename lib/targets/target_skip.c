@@ -22,19 +22,19 @@ static long long layer_of(const tskip *S, const char *name)
 }
 
 /* config.json's key (recorded in the manifest's config_keys): the main model's layer count. */
-static tps_status config_count(const tps_target *t, const tps_manifest *m, const char *key, uint64_t *out,
-                               tps_error *err)
+static tps_status config_count(const tps_target *t, const tps_manifest *m, const char *key, const char *tensor,
+                               uint64_t *out, tps_error *err)
 {
     tps_json_doc *doc = NULL;
     if (!m->config_keys)
-        return tps_fail(err, TPS_EINVALID, "--target %s: its skip: entries need config.json's %s, and no config.json "
-                        "was read (give --config)", t->name, key);
+        return tps_fail(err, TPS_EINVALID, "--target %s: '%s' is past the main model's layers only by config.json's %s "
+                        "(%s's skip:), and no config.json was read (give --config)", t->name, tensor, key, t->source);
     tps_status st = tps_json_parse(m->config_keys, strlen(m->config_keys), "the recorded config", &doc, err);
     if (st != TPS_OK) return st;
     const tps_json *v = tps_json_get(tps_json_root(doc), key);
     if (!v || v->type != TPS_JSON_NUMBER || !v->u.number.is_u64)
-        st = tps_fail(err, TPS_EINVALID, "--target %s: its skip: entries need config.json's %s as a whole number, and "
-                      "the config has none", t->name, key);
+        st = tps_fail(err, TPS_EINVALID, "--target %s: '%s' is past the main model's layers only by config.json's %s "
+                      "(%s's skip:), and the config has no whole number %s", t->name, tensor, key, t->source, key);
     else *out = v->u.number.u64;
     tps_json_doc_free(doc);
     return st;
@@ -65,11 +65,11 @@ tps_status tps_target_skip_apply(const tps_target *t, tps_manifest *m, tps_error
 {
     size_t kept = 0, dropped = 0;
     for (size_t si = 0; si < t->ns; si++) {
-        bool any = false;
-        for (size_t i = 0; i < m->ntensors && !any; i++) any = layer_of(&t->s[si], m->tensors[i].name) >= 0;
-        if (!any) continue;
+        size_t first = 0;
+        while (first < m->ntensors && layer_of(&t->s[si], m->tensors[first].name) < 0) first++;
+        if (first == m->ntensors) continue;
         uint64_t from = 0;
-        tps_status st = config_count(t, m, t->s[si].layers_from, &from, err);
+        tps_status st = config_count(t, m, t->s[si].layers_from, m->tensors[first].name, &from, err);
         if (st != TPS_OK) return st;
         kept = 0;
         for (size_t i = 0; i < m->ntensors; i++) {

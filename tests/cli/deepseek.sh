@@ -98,3 +98,8 @@ fi
 check "mtp: the default target keeps the layer" sh -c \
     '"$0" split "$1" --tp 2 -o mtp-tps-2 -q && grep -q "model\.layers\.2\.eh_proj" mtp-tps-2/tpshard.json &&
      ! grep -q skipped mtp-tps-2/tpshard.json' "$TPSHARD" "$MTP/model.safetensors"
+mkdir -p mtp-nocfg && cp "$MTP/model.safetensors" mtp-nocfg/ &&
+    sed 's/"num_hidden_layers": *[0-9]*, *//' "$MTP/config.json" >mtp-nocfg/config.json
+expect_exit 3 "the config has no whole number num_hidden_layers" \
+    "mtp: --target vllm without config.json's num_hidden_layers is refused, naming the key" \
+    "$TPSHARD" split mtp-nocfg/model.safetensors --tp 2 --target vllm -o mtp-nocfg-2
