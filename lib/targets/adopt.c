@@ -654,15 +654,16 @@ tps_status tps_adopt_manifest(const char *dir, tps_file_reader_fn add_file, tps_
     st = tps_plan_build(a.src, a.l, layout_name, a.tp, &m, &problems, &unused, err);
     tps_buf_release(&problems);
     tps_buf_release(&unused);
-    if (st || (st = adopt_release(&a, m, err))) goto cleanup;
+    if (st) goto cleanup;
+    m->config_keys = kept; /* before adopt_release: a target's skip: reads config.json's keys */
+    kept = NULL;
+    if ((st = adopt_release(&a, m, err))) goto cleanup;
     for (uint64_t r = 0; a.aliased && r < a.tp; r++) {
         size_t n;
         if ((st = rename_aliases(a.rank[r], false, &n, err))) goto cleanup;
     }
     if (a.aliased && (st = alias_targets(m, a.rank[0], err))) goto cleanup;
     m->adopted = true;
-    m->config_keys = kept;
-    kept = NULL;
     free(m->config_path);
     if (!(m->config_path = strdup(path))) {
         st = tps_fail_oom(err, "reading rank files");

@@ -27,14 +27,14 @@ static tps_status config_count(const tps_target *t, const tps_manifest *m, const
 {
     tps_json_doc *doc = NULL;
     if (!m->config_keys)
-        return tps_fail(err, TPS_EINVALID, "--target %s: '%s' is past the main model's layers only by config.json's %s "
-                        "(%s's skip:), and no config.json was read (give --config)", t->name, tensor, key, t->source);
+        return tps_fail(err, TPS_EINVALID, "--target %s: whether '%s' is past the main model's layers takes "
+                        "config.json's %s (%s's skip:), and no config.json was read (give --config)", t->name, tensor, key, t->source);
     tps_status st = tps_json_parse(m->config_keys, strlen(m->config_keys), "the recorded config", &doc, err);
     if (st != TPS_OK) return st;
     const tps_json *v = tps_json_get(tps_json_root(doc), key);
     if (!v || v->type != TPS_JSON_NUMBER || !v->u.number.is_u64)
-        st = tps_fail(err, TPS_EINVALID, "--target %s: '%s' is past the main model's layers only by config.json's %s "
-                      "(%s's skip:), and the config has no whole number %s", t->name, tensor, key, t->source, key);
+        st = tps_fail(err, TPS_EINVALID, "--target %s: whether '%s' is past the main model's layers takes "
+                      "config.json's %s (%s's skip:), and the config has no whole number %s", t->name, tensor, key, t->source, key);
     else *out = v->u.number.u64;
     tps_json_doc_free(doc);
     return st;

@@ -103,3 +103,9 @@ mkdir -p mtp-nocfg && cp "$MTP/model.safetensors" mtp-nocfg/ &&
 expect_exit 3 "the config has no whole number num_hidden_layers" \
     "mtp: --target vllm without config.json's num_hidden_layers is refused, naming the key" \
     "$TPSHARD" split mtp-nocfg/model.safetensors --tp 2 --target vllm -o mtp-nocfg-2
+# A set vLLM saved itself (no tpshard.json, config.json beside it) is read with the target's
+# skip: entries too: adoption records config.json's keys before it lays the target out.
+if [ -d plain-vllm-2 ]; then
+    mkdir -p engine-saved && cp plain-vllm-2/*.safetensors engine-saved/ && cp "$V3/config.json" engine-saved/
+    check "mtp: a vLLM-saved DeepSeek-V3 set without tpshard.json is adopted and checks" "$TPSHARD" check engine-saved -q
+fi
