@@ -20,8 +20,6 @@ static tps_status layout_stages(tps_manifest *m, uint64_t pp, uint64_t *first, t
     }
     m->pp_first = first;
     m->pp = pp;
-    tps_manifest_tensor *sorted = calloc(m->ntensors + 1, sizeof *sorted);
-    if (!sorted) return tps_fail_oom(err, "laying out the stages");
     for (size_t i = 0; i < m->ntensors; i++) {
         tps_manifest_tensor *t = &m->tensors[i];
         t->pp_stage = tps_grid_stage_of(pp, first, t->name);
@@ -42,6 +40,9 @@ static tps_status layout_stages(tps_manifest *m, uint64_t pp, uint64_t *first, t
                             "which a tpshard grid does not write yet (use --pp 1, or a model with its own lm_head)",
                             t->name, t->target_name);
     }
+    /* allocated after the refusals above, which return without freeing */
+    tps_manifest_tensor *sorted = calloc(m->ntensors + 1, sizeof *sorted);
+    if (!sorted) return tps_fail_oom(err, "laying out the stages");
     size_t k = 0;
     for (uint64_t p = 0; p < pp; p++)
         for (size_t i = 0; i < m->ntensors; i++)

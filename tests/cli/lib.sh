@@ -94,3 +94,9 @@ path_without_tpshard() {
     IFS=$pwt_ifs
     printf '%s\n' "$pwt_out"
 }
+
+# sanitized: true when $TPSHARD was built with a sanitizer (SANITIZE=...): its resident memory
+# then holds shadow memory and a quarantine of freed blocks, so peak-memory bounds mean nothing.
+sanitized() {
+    ldd "$TPSHARD" 2>/dev/null | grep -Eq 'lib(a|t|ub)san'
+}
