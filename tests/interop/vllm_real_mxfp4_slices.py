@@ -42,9 +42,9 @@ EXPERTS = ("gate_up_proj_blocks", "gate_up_proj_scales", "gate_up_proj_bias", "d
            "down_proj_scales", "down_proj_bias")
 
 
-def vllm_slices(src_tensors, cfg, T, r):
-    """What vLLM's _load_weights_mxfp4 loads on rank r of T: {hf name: tensor}."""
-    import torch
+def as_rank(T, r):
+    """vLLM's gpt_oss module seen from rank r of T (no process group: the parallel-state
+    look-ups its MXFP4 loader makes, answered here); the module."""
     import vllm.model_executor.layers.fused_moe.config as moe_config
     import vllm.model_executor.models.gpt_oss as g
     g.get_tensor_model_parallel_world_size = lambda: T
@@ -54,6 +54,13 @@ def vllm_slices(src_tensors, cfg, T, r):
     g.get_dp_group = lambda: one
     g.get_pcp_group = lambda: one
     g.is_pp_missing_parameter = lambda name, model: False
+    return g
+
+
+def vllm_slices(src_tensors, cfg, T, r):
+    """What vLLM's _load_weights_mxfp4 loads on rank r of T: {hf name: tensor}."""
+    import torch
+    g = as_rank(T, r)
     mapper = g.GptOssForCausalLM.hf_to_vllm_mapper
     got, params, weights, back = {}, {}, [], {}
     for name, t in src_tensors.items():
@@ -102,16 +109,8 @@ def engine_params(cfg, T, backend, layers):
 def load_mxfp4(src_tensors, cfg, T, r, params):
     """The engine's _load_weights_mxfp4 into params through RoutedExperts.weight_loader."""
     import torch
-    import vllm.model_executor.layers.fused_moe.config as moe_config
-    import vllm.model_executor.models.gpt_oss as g
     from vllm.model_executor.layers.fused_moe.routed_experts import RoutedExperts
-    g.get_tensor_model_parallel_world_size = lambda: T
-    g.get_tensor_model_parallel_rank = lambda: r
-    moe_config.get_tensor_model_parallel_rank = lambda: r
-    one = types.SimpleNamespace(world_size=1, rank_in_group=0)
-    g.get_dp_group = lambda: one
-    g.get_pcp_group = lambda: one
-    g.is_pp_missing_parameter = lambda name, model: False
+    g = as_rank(T, r)
     layer = types.SimpleNamespace(quant_config=types.SimpleNamespace(get_name=lambda: "gpt_oss_mxfp4"))
     named = {}
     for n, t in params.items():
