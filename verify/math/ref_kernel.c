@@ -7,6 +7,11 @@
 
 #include "ref_kernel.h"
 
+/* Not under ThreadSanitizer: the clones' ifunc resolver runs while the program is relocated,
+ * before the TSan runtime is up, and every process then dies at start (SIGSEGV). */
+#if defined(__SANITIZE_THREAD__) && !defined(TPS_NO_CLONES)
+#define TPS_NO_CLONES 1
+#endif
 #if defined(__x86_64__) && defined(__has_attribute)
 #if __has_attribute(target_clones) && !defined(TPS_NO_CLONES)
 #define VREF_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
