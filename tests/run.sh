@@ -20,7 +20,8 @@ set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+times=$(mktemp)
+trap 'rm -f "$log" "$times"' EXIT
 export TPSHARD="$top/tpshard"
 export TPS_TOP="$top"
 export TPS_PYTHON="${TPS_PYTHON:-$(sh tests/interop/python.sh 2>/dev/null || true)}"
@@ -32,8 +33,10 @@ run_one() { # name command...
     name=$1
     shift
     case "$name" in *"${TPS_TEST_FILTER:-}"*) ;; *) return 0 ;; esac
+    started=$(date +%s)
     out=$("$@" 2>&1)
     rc=$?
+    echo "$(($(date +%s) - started)) $name" >>"$times"
     printf '%s\n' "$out" | sed "s|^|[$name] |"
     printf '%s\n' "$out" >>"$log"
     if [ $rc -ne 0 ] && ! printf '%s\n' "$out" | grep -q '^not ok'; then
@@ -77,6 +80,10 @@ esac
 passed=$(grep -c '^ok - ' "$log")
 failed=$(grep -c '^not ok' "$log")
 skipped=$(grep -c '^skip - ' "$log")
+# The slowest scripts, so that whoever keeps CI under its time budget knows where it goes.
+echo
+echo "Slowest (seconds):"
+sort -rn "$times" | head -n 12 | sed 's/^/  /'
 if [ "$skipped" -gt 0 ]; then
     echo
     echo "Skipped:"
