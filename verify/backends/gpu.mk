@@ -86,3 +86,7 @@ test-gpu gpu-check:
 	@$(if $(filter gpu-check,$@),exit 1,true)
 endif
 
+
+# tests/unit/test_verify_devref.c runs the reference's device GEMM on the devsim plugin it dlopens.
+$(BUILD)/tests/test_verify_devref: ALL_CFLAGS += -DTPS_DEVSIM_PLUGIN='"$(abspath $(DEVSIM_PLUGIN))"'
+$(BUILD)/tests/test_verify_devref: $(DEVSIM_PLUGIN)
