@@ -244,10 +244,12 @@ tps_status tps_vbackend_open(const tps_vbackend_config *cfg, tps_vbackend **out,
             if (abi && *abi != TPS_PLUGIN_ABI) snprintf(speaks, sizeof speaks, "plugin ABI %u", *abi);
             else if (abi) snprintf(speaks, sizeof speaks, "ABI %u with other structure sizes", *abi);
             else snprintf(speaks, sizeof speaks, "a plugin ABI older than 3");
+            char dir[PATH_MAX] = "?";
+            dlinfo(be->dev_dl, RTLD_DI_ORIGIN, dir);
             st = tps_fail(err, TPS_EBACKEND,
-                          "%s is from another tpshard build: it speaks %s, this tpshard plugin ABI %d (rebuild "
+                          "%s/%s is from another tpshard build: it speaks %s, this tpshard plugin ABI %d (rebuild "
                           "the plugin from this tree, or point TPSHARD_PLUGIN_DIR at a matching one)",
-                          file, speaks, TPS_PLUGIN_ABI);
+                          dir, file, speaks, TPS_PLUGIN_ABI);
             goto cleanup;
         }
     }
@@ -320,6 +322,10 @@ static tps_status start_device(tps_vbackend *be, uint64_t T, tps_error *err)
                  (unsigned long long)be->ranks_per_device, unit, be->mpi ? " per node" : "",
                  cuda ? "NCCL" : "the one-device-per-rank all-reduce",
                  be->mpi ? "by MPI through the host" : "on the device in rank order", dev);
+    size_t len = strlen(be->desc);
+    if (len && be->desc[len - 1] == ')')
+        snprintf(be->desc + len - 1, sizeof be->desc - (len - 1), "; the reference's GEMMs in float64 on the first %s)",
+                 unit);
     return TPS_OK;
 }
 
