@@ -1,4 +1,5 @@
 /* The ranks' devices, host side (verify/ranks/device.h). */
+#include <pthread.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,7 @@ struct tps_vdev {
     void *pin[2];
     size_t pin_cap, chunk;
     bool attached;
+    pthread_mutex_t ref_lock; /* the reference is one thread's; the lock keeps a second one safe */
     double ref_bytes, ref_seconds;
 };
 
@@ -31,12 +33,14 @@ tps_status tps_vdev_open(const tps_dev_api *api, const tps_dev_setup *s, tps_vde
         free(d);
         return tps_fail_oom(err, "the devices' ranks");
     }
+    pthread_mutex_init(&d->ref_lock, NULL);
     d->api = api;
     d->first = s->first;
     d->count = s->count;
     for (uint64_t i = 0; i < s->count; i++) d->ranks[i] = (tps_vdev_rank){.dev = d, .rank = s->first + i};
     tps_status st = api->open(s, &d->ctx, err);
     if (st != TPS_OK) {
+        pthread_mutex_destroy(&d->ref_lock);
         free(d->ranks);
         free(d);
         return st;
@@ -52,6 +56,7 @@ void tps_vdev_close(tps_vdev *d)
     for (int i = 0; i < 2; i++)
         if (d->pin[i]) d->api->host_free(d->ctx, d->pin[i]);
     if (d->ctx) d->api->close(d->ctx);
+    pthread_mutex_destroy(&d->ref_lock);
     free(d->ranks);
     free(d);
 }
@@ -204,11 +209,10 @@ static tps_status ref_stage(tps_vdev *d, const tps_vt *w, const float *table, ui
  * while the device multiplies chunk j, chunk j + 1 is already read into the other buffer and
  * on its way (its upload overlaps the GEMM; its read, the upload before).  A Linear's chunk
  * is a block of y's columns; a Conv1D's adds its inputs' share to y. */
-static tps_status ref_gemm(tps_vref_dev *hook, const tps_vt *w, const float *table, bool conv1d, size_t n,
-                           const double *x, size_t ldx, uint64_t i0, uint64_t i1, uint64_t o0, uint64_t o1, double *y,
-                           size_t ldy, tps_error *err)
+static tps_status ref_gemm_locked(tps_vdev *d, const tps_vt *w, const float *table, bool conv1d, size_t n,
+                                  const double *x, size_t ldx, uint64_t i0, uint64_t i1, uint64_t o0, uint64_t o1,
+                                  double *y, size_t ldy, tps_error *err)
 {
-    tps_vdev *d = (tps_vdev *)(void *)((char *)hook - offsetof(tps_vdev, ref));
     tps_status st = TPS_OK;
     void *buf[2] = {NULL, NULL};
     double t0 = tps_vnow();
@@ -247,6 +251,17 @@ static tps_status ref_gemm(tps_vref_dev *hook, const tps_vt *w, const float *tab
 cleanup:
     for (int i = 0; i < 2; i++) d->api->release(d->ctx, d->first, buf[i]);
     d->ref_seconds += tps_vnow() - t0;
+    return st;
+}
+
+static tps_status ref_gemm(tps_vref_dev *hook, const tps_vt *w, const float *table, bool conv1d, size_t n,
+                           const double *x, size_t ldx, uint64_t i0, uint64_t i1, uint64_t o0, uint64_t o1, double *y,
+                           size_t ldy, tps_error *err)
+{
+    tps_vdev *d = (tps_vdev *)(void *)((char *)hook - offsetof(tps_vdev, ref));
+    pthread_mutex_lock(&d->ref_lock);
+    tps_status st = ref_gemm_locked(d, w, table, conv1d, n, x, ldx, i0, i1, o0, o1, y, ldy, err);
+    pthread_mutex_unlock(&d->ref_lock);
     return st;
 }
 
