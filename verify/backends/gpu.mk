@@ -56,11 +56,12 @@ $(MPI_PLUGIN): verify/backends/mpi/mpi_glue.c $(PLUGIN_HDRS)
 	    $(foreach d,$(shell $(MPICC) --showme:libdirs 2>/dev/null),-Wl,-rpath,$(d))
 
 # The link's rate through a device plugin's own uploads (gpu-check); make test builds it and
-# runs it on devsim (tests/cli/verify_devsim.sh).
+# runs it on devsim (tests/cli/verify_devsim.sh), so with the binary's flags, sanitizers
+# included: the devsim plugin it opens is built with them.
 $(BUILD)/gpu/link_bw: tests/gpu/link_bw.c $(PLUGIN_HDRS)
 	@mkdir -p $(dir $@)
 	@echo "  CC      $<"
-	$(Q)$(CC) -std=c11 -D_GNU_SOURCE -O2 $(WARN) -I. -o $@ $< -ldl
+	$(Q)$(CC) $(filter-out -MMD -MP,$(ALL_CFLAGS)) -o $@ $< $(LDFLAGS) -ldl
 TEST_DEPS += $(BUILD)/gpu/link_bw
 
 $(BUILD)/gpu/gen_llama: tests/gpu/gen_llama.c
