@@ -199,7 +199,7 @@ for tp in $TPS; do
             fail "verify --layer all --backend cuda at tp $tp (exit $rc)"
         }
         t2=$(now)
-        bytes=$(cat "$out"/*.safetensors | wc -c)
+        bytes=$(wc -c "$out"/*.safetensors | awk 'END { print $1 }')
         rates="$rates$(awk -v b="$bytes" -v c="$t1" -v c0="$t0" -v v="$t2" -v l="$link_pinned" -v tp="$tp" 'BEGIN {
             cat = b / (c - c0) / 1e9; ver = b / (v - c) / 1e9
             printf "%-4s %-10.3f %-10.2f %-12.2f %-10.1f %-12.2f %.0f%%", tp, b / 1e9, cat, ver, cat / ver, l, 100 * ver / l
