@@ -383,11 +383,13 @@ static void g_release(void *ctx, uint64_t rank, void *buf)
         rweight *rw = (rweight *)w;
         cudaEventSynchronize(rw->copied); /* the host buffer it came from is reused next */
         cudaEventDestroy(rw->copied);
-        for (int i = 0; i < 2 && w->p; i++)
-            if (!c->pool[i].p) {
-                c->pool[i] = (scratch){w->p, rw->cap};
-                w->p = NULL;
-            }
+        /* Kept for the next chunk: in a free slot, else in place of a smaller allocation. */
+        int slot = !c->pool[0].p ? 0 : !c->pool[1].p ? 1 : c->pool[0].cap <= c->pool[1].cap ? 0 : 1;
+        if (!c->pool[slot].p || c->pool[slot].cap < rw->cap) {
+            cudaFree(c->pool[slot].p);
+            c->pool[slot] = (scratch){w->p, rw->cap};
+            w->p = NULL;
+        }
     }
     cudaFree(w->p);
     free(w);
@@ -461,9 +463,11 @@ static tps_status g_upload_async(void *ctx, uint64_t rank, const tps_dev_weight 
                 d->cap = c->pool[i].cap;
                 c->pool[i] = (scratch){NULL, 0};
             }
-        if (!d->w.p) {
-            CU(cudaMalloc(&d->w.p, need));
-            d->cap = need;
+        if (!d->w.p) { /* rounded up to a power of two of at least 1 MiB, so that it serves later chunks */
+            size_t cap = (size_t)1 << 20;
+            while (cap < need) cap <<= 1;
+            CU(cudaMalloc(&d->w.p, cap));
+            d->cap = cap;
         }
         d->table = (float *)((char *)d->w.p + at);
         d->scale = sb ? (double *)(d->table + 256) : NULL;
