@@ -17,8 +17,10 @@
  * every sum, "refgemm" makes the reference's float64 GEMMs return 1% too much (so a test sees
  * that the reference is the device's).
  *
- * The reference's primitives (ABI 3): host_alloc is malloc, upload_async copies before it
- * returns (the same contract with nothing left to wait for), and gemm_f64 widens each element
+ * The reference's primitives (ABI 3): host_alloc is malloc; upload_async copies the host's
+ * bytes as late as the contract allows, at upload_wait, the first gemm_f64 on the buffer or its
+ * release, so that a host that reuses a staging buffer too early (a race a GPU's DMA would
+ * lose) multiplies the wrong weights in every make test; and gemm_f64 widens each element
  * as it reads it (BF16, F16, F32, F64, or the host's table for one-byte dtypes, times the
  * block scale) and sums in float64 in k order. */
 #include <pthread.h>
@@ -40,6 +42,7 @@ typedef struct dbuf {
     float table[256]; /* one-byte dtypes */
     double *scale;  /* NULL: none; else the scale rows of the slice */
     uint64_t row0, bn, bk, sc;
+    const void *pending; /* upload_async's host bytes, not copied yet (settle) */
 } dbuf;
 
 typedef struct dctx {
@@ -256,7 +259,7 @@ static tps_status d_upload_async(void *ctx, uint64_t rank, const tps_dev_weight 
         return tps_dev_fail(err, TPS_EIO, "rank %llu: out of device memory for %s (%zu bytes)", (unsigned long long)rank,
                             w->name, bytes);
     }
-    memcpy(b->bytes, w->data, bytes);
+    b->pending = w->data; /* copied by settle */
     if (srows) memcpy(b->scale, w->scale, srows * (size_t)w->scale_cols * sizeof *b->scale);
     if (!native) memcpy(b->table, w->table, sizeof b->table);
     b->rank = rank;
@@ -272,19 +275,27 @@ static tps_status d_upload_async(void *ctx, uint64_t rank, const tps_dev_weight 
     return TPS_OK;
 }
 
+/* The copy upload_async left pending, made now: the last moment the contract allows. */
+static void settle(dbuf *b)
+{
+    if (!b->pending) return;
+    memcpy(b->bytes, b->pending, (size_t)(b->rows * b->cols) * elem_size(b->dtype));
+    b->pending = NULL;
+}
+
 static tps_status d_upload_wait(void *ctx, uint64_t rank, void *buf, tps_error *err)
 {
     (void)ctx;
     (void)rank;
-    (void)buf;
     (void)err;
-    return TPS_OK; /* upload_async copied before it returned */
+    settle(buf);
+    return TPS_OK;
 }
 
 static tps_status d_gemm_f64(void *ctx, uint64_t rank, void *buf, const tps_dev_gemm64 *g, tps_error *err)
 {
     const dctx *c = ctx;
-    const dbuf *w = buf;
+    dbuf *w = buf;
     double scale = c->fault_ref ? 1.01 : 1.0;
     uint64_t in = g->conv1d ? w->rows : w->cols, out = g->conv1d ? w->cols : w->rows;
     if (w->rank != rank || !w->ref)
@@ -298,6 +309,7 @@ static tps_status d_gemm_f64(void *ctx, uint64_t rank, void *buf, const tps_dev_
                             (unsigned long long)g->o0, (unsigned long long)g->o1, (unsigned long long)w->rows,
                             (unsigned long long)w->cols, g->conv1d ? " (Conv1D)" : "");
     size_t K = (size_t)(g->i1 - g->i0), O = (size_t)(g->o1 - g->o0);
+    settle(w); /* the GEMM waits for the copy */
     for (size_t t = 0; t < g->n; t++)
         for (size_t o = 0; o < O; o++) {
             double acc = 0;
@@ -346,6 +358,7 @@ static void d_release(void *ctx, uint64_t rank, void *buf)
     (void)rank;
     dbuf *b = buf;
     if (!b) return;
+    settle(b); /* the copy completes before its memory is reused, as cudaEventSynchronize makes it */
     free(b->bytes);
     free(b->scale);
     free(b);
