@@ -9,6 +9,12 @@
 #     path than the devices' float32 GEMMs);
 #   - faults planted in the device (a GEMM 1% off on one rank, a rank left out of the sums)
 #     make verify exit 1: the devices' results are what is compared, not the host's;
+#   - the reference's linears run on the device too (float64, the plugin's gemm_f64): a
+#     reference GEMM planted 1% off makes a correct set fail, on --layer all and --whole-model,
+#     Linear and Conv1D (GPT-2) and FP8 block-scaled weights, so the device reference is what
+#     every devsim run of the other scripts compares against;
+#   - a plugin of an older build (plugin ABI 2, or one from before the ABI was exported) is
+#     refused with exit 5, naming its file and both ABIs;
 #   - (the wrong-cut controls of the other scripts run on devsim as on the CPU ranks:
 #     expect_wrong_cut in tests/cli/lib.sh, the wrong() helpers of verify.sh and
 #     verify_whole.sh);
@@ -33,6 +39,7 @@ for src in "$M"/tiny-*; do
         "$TPSHARD" verify "$out" --whole-model --backend devsim -q >>"$T/.out" 2>&1
         wrc=$?
         if [ $lrc -eq 0 ] && [ $wrc -eq 0 ] && grep -q "backend devsim ($tp ranks, one device each" "$T/.out" &&
+            grep -q "the reference's GEMMs in float64 on the first device)" "$T/.out" &&
             grep -q "^  device: uploaded" "$T/.out"; then
             ok "$model tp $tp: verify --backend devsim passes, layers and whole model"
         else
@@ -40,7 +47,8 @@ for src in "$M"/tiny-*; do
             echo "#   --layer all exit $lrc, --whole-model exit $wrc"
             sed 's/^/#   /' "$T/.out" | head -8
         fi
-        [ "$model-$tp" = llama-2 ] || [ "$model-$tp" = mixtral-4 ] || [ "$model-$tp" = gpt2-2 ] || rm -rf "$out"
+        [ "$model-$tp" = llama-2 ] || [ "$model-$tp" = mixtral-4 ] || [ "$model-$tp" = gpt2-2 ] ||
+            [ "$model-$tp" = deepseek-v3-fp8-2 ] || rm -rf "$out"
     done
 done
 
@@ -61,6 +69,30 @@ TPS_DEVSIM_FAULT=gemm "$TPSHARD" verify "$T/llama-2" --whole-model --backend dev
 expect_rc=$?
 [ $expect_rc -eq 1 ] && ok "whole model: a wrong device GEMM makes verify --whole-model exit 1" ||
     notok "whole model: a wrong device GEMM makes verify --whole-model exit 1 (exit $expect_rc)"
+
+# The reference on the device: its float64 GEMM planted 1% off fails a correct set.
+for set in llama-2 mixtral-4 gpt2-2 deepseek-v3-fp8-2; do
+    [ -d "$T/$set" ] || { notok "$set: the set for the reference fault was not split"; continue; }
+    TPS_DEVSIM_FAULT=refgemm "$TPSHARD" verify "$T/$set" --backend devsim >"$T/.out" 2>&1
+    rc=$?
+    TPS_DEVSIM_FAULT=refgemm "$TPSHARD" verify "$T/$set" --whole-model --backend devsim >"$T/.w" 2>&1
+    wrc=$?
+    if [ $rc -eq 1 ] && [ $wrc -eq 1 ] && grep -q "^tpshard verify: mismatch in layer 0" "$T/.out"; then
+        ok "$set: a wrong float64 GEMM in the device reference makes verify exit 1 (layers and whole model)"
+    else
+        notok "$set: a wrong float64 GEMM in the device reference makes verify exit 1 (exit $rc, whole model $wrc)"
+        sed 's/^/#   /' "$T/.out" | tail -3
+    fi
+done
+
+# Plugins of older builds are refused, naming the file and the ABIs.
+stale="$TPS_TOP/build/tests"
+expect_exit 5 "stale-abi2/libtpshard-devsim.so is from another tpshard build: it speaks plugin ABI 2, this tpshard plugin ABI 3" \
+    "a devsim plugin of plugin ABI 2 is refused, naming both ABIs" \
+    env TPSHARD_PLUGIN_DIR="$stale/stale-abi2" "$TPSHARD" verify "$T/llama-2" --backend devsim
+expect_exit 5 "it speaks a plugin ABI older than 3, this tpshard plugin ABI 3" \
+    "a devsim plugin from before ABI 3 is refused" \
+    env TPSHARD_PLUGIN_DIR="$stale/stale-abi-old" "$TPSHARD" verify "$T/llama-2" --backend devsim
 
 # Fewer devices than ranks: refused naming --emulate, which then shares them.
 expect_exit 5 "--emulate runs them on the ones there are" "devsim with 2 devices for 4 ranks is refused naming --emulate" \
@@ -86,4 +118,14 @@ PY
 then ok "verify --backend devsim --json: backend, devices and upload bytes"; else
     notok "verify --backend devsim --json: backend, devices and upload bytes"
     sed 's/^/#   /' "$T/.err" | head -5
+fi
+
+# gpu-check's link measurement (tests/gpu/link_bw.c) through the devsim plugin's pinned and
+# pageable uploads: it runs and prints both rates (on a GPU, make gpu-check prints the link's).
+if "$TPS_TOP/build/gpu/link_bw" "$TPS_TOP/build/libtpshard-devsim.so" 4 2 >"$T/.out" 2>&1 &&
+    grep -Eq "^link: pinned [0-9.]+ GB/s, pageable [0-9.]+ GB/s \(4 MiB, best of 2; 64 simulated devices" "$T/.out"; then
+    ok "link_bw measures the devsim plugin's pinned and pageable uploads"
+else
+    notok "link_bw measures the devsim plugin's pinned and pageable uploads"
+    sed 's/^/#   /' "$T/.out" | head -3
 fi

@@ -7,19 +7,26 @@
 #  3. a Llama-3-8B-shaped two-layer BF16 checkpoint (hidden 4096, 32 heads, 8 KV heads,
 #     intermediate 14336; tests/gpu/gen_llama.c) split at each tp of GPU_CHECK_TP and verified
 #     against the float64 reference from the source, one table row per tp with the errors,
-#     the upload rate and the time of a layer.
+#     the upload rate and the time of a layer;
+#  4. the rate (issue 36): the host-to-device link measured through the plugin's own uploads
+#     (link_bw: pinned, as the reference's weights go, and pageable, as the ranks' slices go),
+#     then at each tp `verify --layer all` of the 8B-shaped set timed against `cat` of its
+#     shards (both from the page cache): shard GB verified per second, as a multiple of cat's
+#     time and as a fraction of the pinned link.
 # Every step has a time limit and a failure stops the run with the step's log; exit 0 only
 # when everything passed.
 # Knobs: GPU_CHECK_TP="1 2 4 8", GPU_CHECK_DIR (scratch parent, default $TMPDIR or /tmp;
 # needs ~5 GB), GPU_CHECK_KEEP=1 keeps the scratch directory, GPU_CHECK_TOKENS=16,
-# GPU_CHECK_PARTS="families nccl 8b" (a subset runs only those parts).
+# GPU_CHECK_PARTS="families nccl 8b rate" (a subset runs only those parts; rate needs 8b's sets).
 set -u
 top=$(cd "$(dirname "$0")/../.." && pwd)
 TPSHARD=${TPSHARD:-$top/tpshard}
 GEN=${GEN_LLAMA:-$top/build/gpu/gen_llama}
+LINK=${LINK_BW:-$top/build/gpu/link_bw}
+PLUGIN=${CUDA_PLUGIN:-$top/build/libtpshard-cuda.so}
 TPS=${GPU_CHECK_TP:-1 2 4 8}
 TOKENS=${GPU_CHECK_TOKENS:-16}
-PARTS=${GPU_CHECK_PARTS:-families nccl 8b}
+PARTS=${GPU_CHECK_PARTS:-families nccl 8b rate}
 start=$(date +%s)
 
 say() { echo "gpu-check: $*"; }
@@ -27,7 +34,7 @@ fail() {
     echo "gpu-check: FAILED: $*" >&2
     exit 1
 }
-for f in "$TPSHARD" "$GEN"; do
+for f in "$TPSHARD" "$GEN" "$LINK"; do
     [ -x "$f" ] || fail "$f is missing: run it through 'make gpu-check', which builds it"
 done
 command -v timeout >/dev/null 2>&1 || fail "needs timeout(1) (coreutils) to bound every step"
@@ -113,6 +120,18 @@ if part nccl; then
 fi
 
 part 8b || { say "done in $(($(date +%s) - start)) s"; exit 0; }
+link_pinned=
+if part rate; then
+    step 120 link "$LINK" "$PLUGIN" 256 5 || {
+        show_log link
+        fail "measuring the host-to-device link (link_bw)"
+    }
+    cat "$work/link.log"
+    link_pinned=$(sed -n 's/^link: pinned \([0-9.]*\) GB\/s.*/\1/p' "$work/link.log")
+    [ -n "$link_pinned" ] || fail "link_bw printed no pinned rate"
+fi
+now() { date +%s.%N; }
+rates=
 mkdir -p "$work/src" || fail "cannot write $work"
 step 180 generate "$GEN" "$work/src" 2 2048 || {
     show_log generate
@@ -169,6 +188,24 @@ for tp in $TPS; do
     [ "$5" -eq 2 ] || fail "tp $tp: $5 layers verified, expected 2"
     rows="$rows$(printf '%-4s %-24s %-14s %-12s %-12s %-12s %s' "$tp" "$backend" "${rpd:-?}" "$1" "$2" "$3" "$4")
 "
+    if part rate; then
+        # Shard bytes verified per second: cat first (it also warms the page cache for both).
+        cat "$out"/*.safetensors >/dev/null
+        t0=$(now)
+        cat "$out"/*.safetensors >/dev/null
+        t1=$(now)
+        step 300 "rate-tp$tp" "$TPSHARD" verify "$out" --layer all --backend cuda --tokens "$TOKENS" $emulate || {
+            show_log "rate-tp$tp"
+            fail "verify --layer all --backend cuda at tp $tp (exit $rc)"
+        }
+        t2=$(now)
+        bytes=$(wc -c "$out"/*.safetensors | awk 'END { print $1 }')
+        rates="$rates$(awk -v b="$bytes" -v c="$t1" -v c0="$t0" -v v="$t2" -v l="$link_pinned" -v tp="$tp" 'BEGIN {
+            cat = b / (c - c0) / 1e9; ver = b / (v - c) / 1e9
+            printf "%-4s %-10.3f %-10.2f %-12.2f %-10.1f %-12.2f %.0f%%", tp, b / 1e9, cat, ver, cat / ver, l, 100 * ver / l
+        }')
+"
+    fi
     [ -n "${GPU_CHECK_KEEP:-}" ] || rm -rf "$out"
 done
 
@@ -179,3 +216,10 @@ total=$(($(date +%s) - start))
 echo
 say "every tp passed in $total s (BF16, rtol 0.016; errors are the worst over 2 layers, attention and MLP outputs)"
 [ "$total" -le 300 ] || say "WARNING: took more than the 5 minutes it is sized for"
+if part rate; then
+    echo
+    printf '%-4s %-10s %-10s %-12s %-10s %-12s %s\n' tp "shards GB" "cat GB/s" "verify GB/s" "x cat" "link GB/s" "of link"
+    printf '%s' "$rates"
+    say "verify --layer all: shard bytes verified per second (wall time, process start included) against cat of" \
+        "the same shards from the page cache and the pinned host-to-device link (link_bw)"
+fi

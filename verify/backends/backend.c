@@ -239,8 +239,17 @@ tps_status tps_vbackend_open(const tps_vbackend_config *cfg, tps_vbackend **out,
         const size_t sizes[] = TPS_DEV_ABI_SIZES;
         be->devapi = get ? get(TPS_PLUGIN_ABI, sizes, sizeof sizes / sizeof sizes[0]) : NULL;
         if (!be->devapi) {
-            st = tps_fail(err, TPS_EBACKEND, "%s is from another tpshard build (ABI %d expected)", file,
-                          TPS_PLUGIN_ABI);
+            const unsigned *abi = dlsym(be->dev_dl, TPS_DEV_PLUGIN_ABI_SYMBOL);
+            char speaks[48];
+            if (abi && *abi != TPS_PLUGIN_ABI) snprintf(speaks, sizeof speaks, "plugin ABI %u", *abi);
+            else if (abi) snprintf(speaks, sizeof speaks, "ABI %u with other structure sizes", *abi);
+            else snprintf(speaks, sizeof speaks, "a plugin ABI older than 3");
+            char dir[PATH_MAX] = "?";
+            dlinfo(be->dev_dl, RTLD_DI_ORIGIN, dir);
+            st = tps_fail(err, TPS_EBACKEND,
+                          "%s/%s is from another tpshard build: it speaks %s, this tpshard plugin ABI %d (rebuild "
+                          "the plugin from this tree, or point TPSHARD_PLUGIN_DIR at a matching one)",
+                          dir, file, speaks, TPS_PLUGIN_ABI);
             goto cleanup;
         }
     }
@@ -293,6 +302,7 @@ static tps_status start_device(tps_vbackend *be, uint64_t T, tps_error *err)
     st = tps_vdev_open(be->devapi, &s, &be->vdev, err);
     st = tps_vbackend_agree(be, st, err);
     if (st != TPS_OK) return st;
+    tps_vdev_ref_attach(be->vdev, 0); /* the reference's float64 GEMMs on this process's first device */
     uint64_t used = (uint64_t)count < need ? (uint64_t)count : need;
     be->devices = used;
     be->ranks_per_device = (need + used - 1) / used;
@@ -312,6 +322,10 @@ static tps_status start_device(tps_vbackend *be, uint64_t T, tps_error *err)
                  (unsigned long long)be->ranks_per_device, unit, be->mpi ? " per node" : "",
                  cuda ? "NCCL" : "the one-device-per-rank all-reduce",
                  be->mpi ? "by MPI through the host" : "on the device in rank order", dev);
+    size_t len = strlen(be->desc);
+    if (len && be->desc[len - 1] == ')')
+        snprintf(be->desc + len - 1, sizeof be->desc - (len - 1), "; the reference's GEMMs in float64 on the first %s)",
+                 unit);
     return TPS_OK;
 }
 

@@ -5,7 +5,8 @@
 #   make test       compiles and links them too (TEST_DEPS); tests/cli/verify_mpi.sh runs mpirun,
 #                   tests/cli/verify_devsim.sh every family on devsim
 #   make test-gpu   the CUDA backend against the CPU one on the tiny fixtures; skips loudly without a GPU
-#   make gpu-check  Llama-3-8B-shaped two-layer bf16 checkpoint at tp 1, 2, 4, 8 on the GPUs there are
+#   make gpu-check  Llama-3-8B-shaped two-layer bf16 checkpoint at tp 1, 2, 4, 8 on the GPUs there are,
+#                   and the verified shard bytes per second against cat and the pinned link (link_bw)
 # Knobs: MPI=0|1 (same as HAVE_MPI), HAVE_CUDA=0|1, CUDA_HOME, NCCL_HOME, NVCC, MPICC,
 #        NVCC_GENCODE (default: sm_80 and sm_90 code plus compute_90 PTX for newer GPUs), NVCC_FLAGS.
 # The binary never links CUDA or MPI: it dlopens these plugins when a backend asks for them
@@ -54,6 +55,15 @@ $(MPI_PLUGIN): verify/backends/mpi/mpi_glue.c $(PLUGIN_HDRS)
 	$(Q)$(MPICC) -std=c11 -D_GNU_SOURCE $(WARN) -O2 -fPIC -shared -I. -o $@ $< \
 	    $(foreach d,$(shell $(MPICC) --showme:libdirs 2>/dev/null),-Wl,-rpath,$(d))
 
+# The link's rate through a device plugin's own uploads (gpu-check); make test builds it and
+# runs it on devsim (tests/cli/verify_devsim.sh), so with the binary's flags, sanitizers
+# included: the devsim plugin it opens is built with them.
+$(BUILD)/gpu/link_bw: tests/gpu/link_bw.c $(PLUGIN_HDRS)
+	@mkdir -p $(dir $@)
+	@echo "  CC      $<"
+	$(Q)$(CC) $(filter-out -MMD -MP,$(ALL_CFLAGS)) -o $@ $< $(LDFLAGS) -ldl
+TEST_DEPS += $(BUILD)/gpu/link_bw
+
 $(BUILD)/gpu/gen_llama: tests/gpu/gen_llama.c
 	@mkdir -p $(dir $@)
 	@echo "  CC      $<"
@@ -78,11 +88,27 @@ ifeq ($(HAVE_CUDA),1)
 test-gpu: tpshard $(CUDA_PLUGIN)
 	$(Q)sh tests/gpu/test_gpu.sh
 
-gpu-check: tpshard $(CUDA_PLUGIN) $(BUILD)/gpu/gen_llama
-	$(Q)GEN_LLAMA=$(BUILD)/gpu/gen_llama sh tests/gpu/gpu_check.sh
+gpu-check: tpshard $(CUDA_PLUGIN) $(BUILD)/gpu/gen_llama $(BUILD)/gpu/link_bw
+	$(Q)GEN_LLAMA=$(BUILD)/gpu/gen_llama LINK_BW=$(BUILD)/gpu/link_bw CUDA_PLUGIN=$(abspath $(CUDA_PLUGIN)) \
+	    sh tests/gpu/gpu_check.sh
 else
 test-gpu gpu-check:
 	@echo "skip - $@: CUDA with cuBLAS and NCCL not found (CUDA_HOME=$(CUDA_HOME), NCCL_HOME=$(NCCL_HOME)); see make config"
 	@$(if $(filter gpu-check,$@),exit 1,true)
 endif
 
+
+# tests/unit/test_verify_devref.c runs the reference's device GEMM on the devsim plugin it dlopens.
+$(BUILD)/tests/test_verify_devref: ALL_CFLAGS += -DTPS_DEVSIM_PLUGIN='"$(abspath $(DEVSIM_PLUGIN))"'
+$(BUILD)/tests/test_verify_devref: $(DEVSIM_PLUGIN)
+
+# Device plugins of older builds, which the host must refuse with a message naming the ABI
+# (tests/cli/verify_devsim.sh): one from before ABI 3 (no exported ABI), one that says it speaks 2.
+STALE_PLUGINS := $(BUILD)/tests/stale-abi2/libtpshard-devsim.so $(BUILD)/tests/stale-abi-old/libtpshard-devsim.so
+TEST_DEPS += $(STALE_PLUGINS)
+$(BUILD)/tests/stale-abi2/libtpshard-devsim.so: STALE_FLAGS := -DSTALE_ABI=2 -DSTALE_EXPORTS_ABI
+$(BUILD)/tests/stale-abi-old/libtpshard-devsim.so: STALE_FLAGS := -DSTALE_ABI=2
+$(STALE_PLUGINS): tests/gpu/stale_plugin.c
+	@mkdir -p $(dir $@)
+	@echo "  CC      $< ($(STALE_FLAGS))"
+	$(Q)$(CC) -std=c11 $(WARN) -O1 -fPIC -shared $(STALE_FLAGS) -o $@ $<

@@ -198,13 +198,18 @@ static tps_status F(vlinear_ref)(const tps_vt *w, size_t n, const REAL *x, size_
 
 /* Every linear of the layer math: the ranks' (float32) on the rank's device when the weight was
  * uploaded to one (verify/ranks/device.h), else by the BLAS or the plain loops on the host; the
- * reference's Linears (float64) by its own kernel above, its Conv1Ds (GPT-2) by dgemm. */
+ * reference's (float64) on the device's float64 GEMM when verify runs on a device backend, else
+ * its Linears by its own kernel above and its Conv1Ds (GPT-2) by dgemm. */
 static tps_status F(vlinear)(const tps_vt *w, bool conv1d, size_t n, const REAL *x, size_t ldx, uint64_t i0,
                              uint64_t i1, uint64_t o0, uint64_t o1, REAL *y, size_t ldy, tps_error *err)
 {
 #if VDEVICE_GEMM
     if (w->dev) return w->dev->ops->gemm(w, conv1d, n, x, ldx, i0, i1, o0, o1, y, ldy, err);
 #else
+    /* On a device backend, the device's float64 GEMM (tensor.h, tps_vref_dev). */
+    tps_vref_dev *rd = tps_vref_device();
+    const float *tab = w->dtype == TPS_DT_F16 ? NULL : vtable(w->dtype);
+    if (rd && rd->takes(w, tab)) return rd->gemm(rd, w, tab, conv1d, n, x, ldx, i0, i1, o0, o1, y, ldy, err);
     if (!conv1d) return F(vlinear_ref)(w, n, x, ldx, i0, i1, o0, o1, y, ldy, err);
 #endif
     return F(vlinear_host)(w, conv1d, n, x, ldx, i0, i1, o0, o1, y, ldy, err);

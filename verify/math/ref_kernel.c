@@ -117,3 +117,15 @@ void tps_vbf16_f32(const unsigned char *p, size_t n, float *out)
 {
     VBF16_BODY(vbf_f32)
 }
+
+static tps_vref_dev *ref_device;
+
+void tps_vref_use_device(tps_vref_dev *d)
+{
+    ref_device = d;
+}
+
+tps_vref_dev *tps_vref_device(void)
+{
+    return ref_device;
+}

@@ -6,6 +6,8 @@
 
 #include <stddef.h>
 
+#include "tensor.h"
+
 /* Tokens and weight rows per register block: 4 rows x 16 tokens of float64 accumulators
  * (8 AVX-512 or 16 AVX2 registers), each token block's input read once per 4 rows. */
 #define TPS_VREF_T 16
@@ -21,5 +23,11 @@ void tps_vref_block(size_t kc, const double *w, size_t ldw, const double *xt, do
  * (a byte-wise loop cost as much as the reference's products). */
 void tps_vbf16_f64(const unsigned char *p, size_t n, double *out);
 void tps_vbf16_f32(const unsigned char *p, size_t n, float *out);
+
+/* The device the reference's linears go to (tensor.h, tps_vref_dev), for the whole process:
+ * set by a device backend once its devices are open, NULL (the host kernel) again before
+ * they close.  One reference per process, computed by one thread at a time. */
+void tps_vref_use_device(tps_vref_dev *d);
+tps_vref_dev *tps_vref_device(void);
 
 #endif

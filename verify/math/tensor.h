@@ -34,6 +34,19 @@ typedef struct tps_vdev_ops {
     void (*release)(tps_vt *t);
 } tps_vdev_ops;
 
+/* The reference's device (issue 36): when verify runs on a device backend, the reference's
+ * linears (F(vlinear) of the float64 instantiation) go to gemm, a float64 GEMM on the device
+ * (verify/ranks/device.c, tps_vdev_ref_attach, over the plugin's gemm_f64), instead of the host
+ * kernel (verify/math/ref_kernel.c).  gemm has tps_vlinear_loop_f64's contract; table is the
+ * host's decoding of w's one-byte dtype (NULL for the others).  takes says whether the device
+ * holds w's dtype (BF16, F16, F32, F64, one-byte with a table); the others stay on the host. */
+typedef struct tps_vref_dev {
+    bool (*takes)(const tps_vt *w, const float *table);
+    tps_status (*gemm)(struct tps_vref_dev *d, const tps_vt *w, const float *table, bool conv1d, size_t n,
+                       const double *x, size_t ldx, uint64_t i0, uint64_t i1, uint64_t o0, uint64_t o1, double *y,
+                       size_t ldy, tps_error *err);
+} tps_vref_dev;
+
 /* A tensor's device copy (tps_vt.dev): the table above, the rank that owns the copy
  * (verify/ranks/device.h) and the plugin's handle of it. */
 typedef struct tps_vdev_buf {

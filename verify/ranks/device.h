@@ -44,6 +44,13 @@ tps_status tps_vdev_upload(tps_vdev_rank *r, tps_vt *t, tps_error *err);
 /* Every matrix of l: its roles, its experts', its shared expert's. */
 tps_status tps_vdev_upload_layer(tps_vdev_rank *r, vlayer *l, tps_error *err);
 
+/* Sends the reference's linears of this process to the device of its first rank (the plugin's
+ * float64 GEMM, through verify/math/ref_kernel.h's tps_vref_use_device) until tps_vdev_close,
+ * the weights staged through two pinned buffers of chunk bytes (0: 8 MiB; a test makes them
+ * small to cross many chunk edges); bytes and seconds of those uploads and GEMMs so far. */
+void tps_vdev_ref_attach(tps_vdev *d, size_t chunk);
+void tps_vdev_ref_stats(const tps_vdev *d, double *bytes, double *seconds);
+
 /* Bytes uploaded and the longest upload time over the ranks this process runs, since the
  * last call (the counters restart). */
 void tps_vdev_take_stats(tps_vdev *d, double *bytes, double *seconds);

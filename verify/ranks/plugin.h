@@ -35,7 +35,9 @@
 #include "../../lib/base/status.h"
 #include "comm.h"
 
-#define TPS_PLUGIN_ABI 2
+/* 3: the reference's float64 GEMM on the device (gemm_f64), pinned host memory and the
+ * asynchronous upload (host_alloc, host_free, upload_async, upload_wait). */
+#define TPS_PLUGIN_ABI 3
 
 /* ---- MPI ----  Every function returns 0, or an MPI error code with msg filled. */
 typedef struct tps_mpi_api {
@@ -68,12 +70,22 @@ typedef const tps_mpi_api *(*tps_mpi_plugin_fn)(unsigned abi);
 #define TPS_NCCL_ID_BYTES 128 /* NCCL_UNIQUE_ID_BYTES */
 
 /* A weight slice as the host loaded it: rows x cols in row-major order, dtype BF16, F16 or F32
- * (the host widens any other dtype to F32 first). */
+ * (the host widens any other dtype to F32 first).
+ *
+ * The reference's uploads (upload_async, for gemm_f64) take the bytes as stored instead, to be
+ * widened on the device: BF16, F16, F32, F64, or a one-byte dtype (FP8) whose 256 values the
+ * host gives in table (its own decoding, verify/math/ops.c).  scale not NULL: element (r, c)
+ * is (float)(value * scale[((row0 + r) / scale_bn - row0 / scale_bn) * scale_cols + c / scale_bk]),
+ * as verify/math/tensor.h's tps_vscale rounds it; scale points at the scale row of row0, the
+ * slice being rows [row0, row0 + rows) of the whole matrix. */
 typedef struct tps_dev_weight {
     const char *name; /* for messages */
     tps_dtype dtype;
     uint64_t rows, cols;
     const void *data;
+    const float *table;  /* one-byte dtypes, upload_async only */
+    const double *scale; /* upload_async only; NULL: none */
+    uint64_t row0, scale_bn, scale_bk, scale_cols;
 } tps_dev_weight;
 
 /* y[t, o - o0] (row stride ldy) = sum over i in [i0, i1) of x[t, i - i0] (row stride ldx) *
@@ -89,6 +101,20 @@ typedef struct tps_dev_gemm {
     float *y;
     size_t ldy;
 } tps_dev_gemm;
+
+/* The reference's product (gemm_f64): tps_dev_gemm's contract with x and y host float64, the
+ * weight widened to float64 on the device and every product and sum in float64 (a DGEMM), so
+ * that it shares neither precision nor path with the ranks' float32 GEMMs.  accumulate: y +=
+ * the product (a Conv1D taken a slice of input rows at a time) instead of y =. */
+typedef struct tps_dev_gemm64 {
+    bool conv1d, accumulate;
+    size_t n;
+    const double *x;
+    size_t ldx;
+    uint64_t i0, i1, o0, o1;
+    double *y;
+    size_t ldy;
+} tps_dev_gemm64;
 
 typedef struct tps_dev_setup {
     uint64_t T;            /* ranks of the job */
@@ -117,13 +143,30 @@ typedef struct tps_dev_api {
     tps_status (*allreduce)(void *ctx, uint64_t rank, float *buf, size_t n, tps_error *err);
     void (*release)(void *ctx, uint64_t rank, void *buf);
     void (*close)(void *ctx);
+    /* ---- the reference (ABI 3), on the device of the process's first rank, called from one
+     * host thread at a time (the reference's), beside the ranks' own calls. ---- */
+    /* bytes of page-locked host memory (cudaMallocHost), from which an upload is a DMA that
+     * returns at once; devsim: malloc. */
+    tps_status (*host_alloc)(void *ctx, size_t bytes, void **p, tps_error *err);
+    void (*host_free)(void *ctx, void *p);
+    /* Starts copying w (dtypes as above) to the device and returns; *buf may be used by gemm_f64
+     * at once (the device waits for the copy), w->data must stay unchanged until upload_wait
+     * (or release) of *buf returns.  devsim: the copy is made before it returns. */
+    tps_status (*upload_async)(void *ctx, uint64_t rank, const tps_dev_weight *w, void **buf, tps_error *err);
+    tps_status (*upload_wait)(void *ctx, uint64_t rank, void *buf, tps_error *err);
+    /* The product of g on buf (an upload_async copy), y written when it returns. */
+    tps_status (*gemm_f64)(void *ctx, uint64_t rank, void *buf, const tps_dev_gemm64 *g, tps_error *err);
 } tps_dev_api;
 
 /* sizes: the host's sizeof of the structures shared with the plugin, in this order. */
 #define TPS_DEV_ABI_SIZES \
-    {sizeof(tps_dev_weight), sizeof(tps_dev_gemm), sizeof(tps_dev_setup), sizeof(tps_error), sizeof(tps_vcomm)}
+    {sizeof(tps_dev_weight), sizeof(tps_dev_gemm), sizeof(tps_dev_setup), sizeof(tps_error), sizeof(tps_vcomm), \
+     sizeof(tps_dev_gemm64), sizeof(tps_dev_api)}
 typedef const tps_dev_api *(*tps_dev_plugin_fn)(unsigned abi, const size_t *sizes, size_t nsizes);
 #define TPS_DEV_PLUGIN_SYMBOL "tps_dev_plugin"
+/* From ABI 3 on a device plugin also exports the ABI it speaks (const unsigned), so that the host
+ * can name it when it refuses the plugin; a plugin without it predates ABI 3. */
+#define TPS_DEV_PLUGIN_ABI_SYMBOL "tps_dev_plugin_abi"
 
 /* For the device plugins, which link no tpshard code: whether the host's ABI version and
  * structure sizes are the plugin's own, and tps_fail's contract (the first error is kept). */

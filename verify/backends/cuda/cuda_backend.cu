@@ -16,7 +16,15 @@
  * one process (--emulate), the ranks' device buffers are summed on the first rank's GPU in
  * rank order (cublasSaxpy) and copied back to each.  Under MPI with shared GPUs the host sums
  * between processes and this plugin's all-reduce is not called.  Every CUDA, cuBLAS and NCCL
- * call is checked, and its error names the rank and the device. */
+ * call is checked, and its error names the rank and the device.
+ *
+ * The reference (ABI 3) has its own two streams and cuBLAS handle on the first rank's GPU, so
+ * that it never waits behind a rank's work nor shares its handle: upload_async copies a chunk
+ * from page-locked memory (host_alloc: cudaMallocHost) on the copy stream and records an
+ * event; gemm_f64 waits for that event on the compute stream, widens the chunk to float64 there
+ * (k_widen: BF16, F16, F32, F64, FP8 through the host's table, times the block scale, rounded
+ * to float as the host rounds it) and multiplies by cublasDgemm, so the next chunk's copy runs
+ * beside this chunk's GEMM. */
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -107,9 +115,31 @@ __global__ void k_join(const float *y2, size_t n, size_t O, float *y)
     y[i] = y2[i] + y2[n * O + i];
 }
 
+/* out[i] = element i of a [rows, cols] reference chunk as float64 (plugin.h, tps_dev_weight). */
+__global__ void k_widen(const void *p, int dt, const float *table, const double *scale, size_t rows, size_t cols,
+                        uint64_t row0, uint64_t bn, uint64_t bk, uint64_t sc, double *out)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= rows * cols) return;
+    double v;
+    switch (dt) {
+    case TPS_DT_F64: v = ((const double *)p)[i]; break;
+    case TPS_DT_F32: v = ((const float *)p)[i]; break;
+    case TPS_DT_BF16: v = __bfloat162float(((const __nv_bfloat16 *)p)[i]); break;
+    case TPS_DT_F16: v = __half2float(((const __half *)p)[i]); break;
+    default: v = table[((const unsigned char *)p)[i]];
+    }
+    if (scale) {
+        size_t r = i / cols, c = i % cols;
+        v = (double)(float)(v * scale[((row0 + r) / bn - row0 / bn) * sc + c / bk]);
+    }
+    out[i] = v;
+}
+
 /* ---- ranks ---- */
 
 typedef struct dweight {
+    bool ref; /* a reference chunk (rweight) */
     uint64_t rank;
     int dev;
     void *p;
@@ -122,6 +152,17 @@ typedef struct scratch {
     void *p;
     size_t cap;
 } scratch;
+
+/* A reference chunk (upload_async): its bytes as stored, the table and scale rows it needs,
+ * and the event of its copy. */
+typedef struct rweight {
+    dweight w; /* w.p: one allocation of cap bytes holding the bytes, then table and scale */
+    size_t cap;
+    float *table;
+    double *scale;
+    uint64_t row0, bn, bk, sc;
+    cudaEvent_t copied;
+} rweight;
 
 typedef struct grank {
     uint64_t rank;
@@ -143,6 +184,12 @@ typedef struct gctx {
     bool *failed;    /* a rank could not stage its buffer: read after the first barrier */
     bool sum_failed; /* the sum on rank first's GPU failed: read after the second */
     scratch red, tmp;
+    /* the reference, on rank first's GPU (ref_start) */
+    bool ref_up;
+    cudaStream_t rcopy, rcomp;
+    cublasHandle_t rblas;
+    scratch rw, rx, ry;
+    scratch pool[2]; /* released chunks' allocations, reused: cudaFree would stall the GPU */
 } gctx;
 
 static grank *rank_of(gctx *c, uint64_t rank)
@@ -331,8 +378,156 @@ static void g_release(void *ctx, uint64_t rank, void *buf)
     dweight *w = (dweight *)buf;
     if (!w) return;
     cudaSetDevice(w->dev);
+    if (w->ref) {
+        gctx *c = (gctx *)ctx;
+        rweight *rw = (rweight *)w;
+        cudaEventSynchronize(rw->copied); /* the host buffer it came from is reused next */
+        cudaEventDestroy(rw->copied);
+        /* Kept for the next chunk: in a free slot, else in place of a smaller allocation. */
+        int slot = !c->pool[0].p ? 0 : !c->pool[1].p ? 1 : c->pool[0].cap <= c->pool[1].cap ? 0 : 1;
+        if (!c->pool[slot].p || c->pool[slot].cap < rw->cap) {
+            cudaFree(c->pool[slot].p);
+            c->pool[slot] = (scratch){w->p, rw->cap};
+            w->p = NULL;
+        }
+    }
     cudaFree(w->p);
     free(w);
+}
+
+/* ---- the reference ---- */
+
+/* The reference's streams and handle, made on first use. */
+static tps_status ref_start(gctx *c, grank *g, tps_error *err)
+{
+    tps_status st = TPS_OK;
+    CU(cudaSetDevice(g->dev));
+    if (c->ref_up) return TPS_OK;
+    CU(cudaStreamCreateWithFlags(&c->rcopy, cudaStreamNonBlocking));
+    CU(cudaStreamCreateWithFlags(&c->rcomp, cudaStreamNonBlocking));
+    BLAS(cublasCreate(&c->rblas));
+    BLAS(cublasSetStream(c->rblas, c->rcomp));
+    c->ref_up = true;
+cleanup:
+    return st;
+}
+
+static tps_status g_host_alloc(void *ctx, size_t bytes, void **p, tps_error *err)
+{
+    tps_status st = TPS_OK;
+    gctx *c = (gctx *)ctx;
+    grank *g = &c->r[0];
+    *p = NULL;
+    CU(cudaSetDevice(g->dev));
+    CU(cudaMallocHost(p, bytes ? bytes : 1));
+cleanup:
+    return st;
+}
+
+static void g_host_free(void *ctx, void *p)
+{
+    (void)ctx;
+    cudaFreeHost(p);
+}
+
+static tps_status g_upload_async(void *ctx, uint64_t rank, const tps_dev_weight *w, void **out, tps_error *err)
+{
+    tps_status st = TPS_OK;
+    gctx *c = (gctx *)ctx;
+    grank *g = rank_of(c, rank);
+    size_t es = w->dtype == TPS_DT_F64 ? 8 : w->dtype == TPS_DT_F32 ? 4 : w->dtype == TPS_DT_BF16 || w->dtype == TPS_DT_F16 ? 2 : 1;
+    size_t bytes = (size_t)(w->rows * w->cols) * es;
+    size_t srows = w->scale && w->rows ? (size_t)((w->row0 + w->rows - 1) / w->scale_bn - w->row0 / w->scale_bn + 1) : 0;
+    bool native = es > 1;
+    rweight *d = (rweight *)calloc(1, sizeof *d);
+    *out = NULL;
+    if (!d) return tps_dev_fail(err, TPS_EIO, "rank %llu: out of memory for %s's handle", (unsigned long long)rank, w->name);
+    if (!native && !w->table) {
+        st = tps_dev_fail(err, TPS_EINVALID, "rank %llu: %s has dtype number %d and no table of its values",
+                          (unsigned long long)rank, w->name, (int)w->dtype);
+        goto cleanup;
+    }
+    CHECK(ref_start(c, g, err));
+    d->w = (dweight){true, rank, g->dev, NULL, w->dtype, w->rows, w->cols};
+    d->row0 = w->row0;
+    d->bn = w->scale_bn;
+    d->bk = w->scale_bk;
+    d->sc = w->scale_cols;
+    CU(cudaEventCreateWithFlags(&d->copied, cudaEventDisableTiming));
+    {
+        size_t at = (bytes + 255) / 256 * 256, sb = srows * (size_t)w->scale_cols * sizeof(double),
+               need = at + 256 * sizeof(float) + sb;
+        for (int i = 0; i < 2 && !d->w.p; i++) /* a released chunk's allocation, if it is large enough */
+            if (c->pool[i].p && c->pool[i].cap >= need) {
+                d->w.p = c->pool[i].p;
+                d->cap = c->pool[i].cap;
+                c->pool[i] = (scratch){NULL, 0};
+            }
+        if (!d->w.p) { /* rounded up to a power of two of at least 1 MiB, so that it serves later chunks */
+            size_t cap = (size_t)1 << 20;
+            while (cap < need) cap <<= 1;
+            CU(cudaMalloc(&d->w.p, cap));
+            d->cap = cap;
+        }
+        d->table = (float *)((char *)d->w.p + at);
+        d->scale = sb ? (double *)(d->table + 256) : NULL;
+        CU(cudaMemcpyAsync(d->w.p, w->data, bytes, cudaMemcpyHostToDevice, c->rcopy));
+        if (!native) CU(cudaMemcpyAsync(d->table, w->table, 256 * sizeof(float), cudaMemcpyHostToDevice, c->rcopy));
+        if (sb) CU(cudaMemcpyAsync(d->scale, w->scale, sb, cudaMemcpyHostToDevice, c->rcopy));
+    }
+    CU(cudaEventRecord(d->copied, c->rcopy));
+    *out = d;
+    return TPS_OK;
+cleanup:
+    if (d->copied) cudaEventSynchronize(d->copied), cudaEventDestroy(d->copied);
+    cudaStreamSynchronize(c->rcopy);
+    cudaFree(d->w.p);
+    free(d);
+    return st;
+}
+
+static tps_status g_upload_wait(void *ctx, uint64_t rank, void *buf, tps_error *err)
+{
+    tps_status st = TPS_OK;
+    grank *g = rank_of((gctx *)ctx, rank);
+    CU(cudaEventSynchronize(((rweight *)buf)->copied));
+cleanup:
+    return st;
+}
+
+static tps_status g_gemm_f64(void *ctx, uint64_t rank, void *buf, const tps_dev_gemm64 *gm, tps_error *err)
+{
+    tps_status st = TPS_OK;
+    gctx *c = (gctx *)ctx;
+    grank *g = rank_of(c, rank);
+    const rweight *w = (const rweight *)buf;
+    size_t n = gm->n, K = (size_t)(gm->i1 - gm->i0), O = (size_t)(gm->o1 - gm->o0), cnt = (size_t)(w->w.rows * w->w.cols);
+    const double one = 1.0, beta = gm->accumulate ? 1.0 : 0.0;
+    size_t first = gm->conv1d ? (size_t)(gm->i0 * w->w.cols + gm->o0) : (size_t)(gm->o0 * w->w.cols + gm->i0);
+    if (!w->w.ref || w->w.rank != rank)
+        return tps_dev_fail(err, TPS_EIO, "rank %llu: a float64 GEMM on a weight that is not the reference's on its GPU",
+                            (unsigned long long)rank);
+    CHECK(ref_start(c, g, err));
+    CHECK(reserve(g, &c->rw, cnt * sizeof(double), "the reference's widened weights", err));
+    CHECK(reserve(g, &c->rx, n * K * sizeof(double), "the reference's activations", err));
+    CHECK(reserve(g, &c->ry, n * O * sizeof(double), "the reference's outputs", err));
+    CU(cudaStreamWaitEvent(c->rcomp, w->copied, 0));
+    k_widen<<<blocks(cnt), NT, 0, c->rcomp>>>(w->w.p, (int)w->w.dtype, w->table, w->scale, (size_t)w->w.rows,
+                                              (size_t)w->w.cols, w->row0, w->bn, w->bk, w->sc, (double *)c->rw.p);
+    LAUNCHED();
+    CU(cudaMemcpy2DAsync(c->rx.p, K * sizeof(double), gm->x, gm->ldx * sizeof(double), K * sizeof(double), n,
+                         cudaMemcpyHostToDevice, c->rcomp));
+    if (gm->accumulate)
+        CU(cudaMemcpy2DAsync(c->ry.p, O * sizeof(double), gm->y, gm->ldy * sizeof(double), O * sizeof(double), n,
+                             cudaMemcpyHostToDevice, c->rcomp));
+    BLAS(cublasDgemm(c->rblas, gm->conv1d ? CUBLAS_OP_N : CUBLAS_OP_T, CUBLAS_OP_N, (int)O, (int)n, (int)K, &one,
+                     (const double *)c->rw.p + first, (int)w->w.cols, (const double *)c->rx.p, (int)K, &beta,
+                     (double *)c->ry.p, (int)O));
+    CU(cudaMemcpy2DAsync(gm->y, gm->ldy * sizeof(double), c->ry.p, O * sizeof(double), O * sizeof(double), n,
+                         cudaMemcpyDeviceToHost, c->rcomp));
+    CU(cudaStreamSynchronize(c->rcomp));
+cleanup:
+    return st;
 }
 
 /* ---- devices, open, close ---- */
@@ -384,6 +579,14 @@ static void g_close(void *ctx)
         if (g->s) cudaStreamDestroy(g->s);
     }
     if (c->r && c->count) cudaSetDevice(c->r[0].dev);
+    if (c->rblas) cublasDestroy(c->rblas);
+    if (c->rcopy) cudaStreamDestroy(c->rcopy);
+    if (c->rcomp) cudaStreamDestroy(c->rcomp);
+    cudaFree(c->rw.p);
+    cudaFree(c->pool[0].p);
+    cudaFree(c->pool[1].p);
+    cudaFree(c->rx.p);
+    cudaFree(c->ry.p);
     cudaFree(c->red.p);
     cudaFree(c->tmp.p);
     if (c->have_bar) pthread_barrier_destroy(&c->bar);
@@ -467,8 +670,12 @@ cleanup:
     return st;
 }
 
-static const tps_dev_api api = {"cuda",  g_devices, g_comm_id, g_open, g_upload,
-                                g_gemm,  g_allreduce, g_release, g_close};
+static const tps_dev_api api = {"cuda",       g_devices,      g_comm_id,      g_open,        g_upload,
+                                g_gemm,       g_allreduce,    g_release,      g_close,       g_host_alloc,
+                                g_host_free,  g_upload_async, g_upload_wait,  g_gemm_f64};
+
+extern "C" const unsigned tps_dev_plugin_abi;
+extern "C" const unsigned tps_dev_plugin_abi = TPS_PLUGIN_ABI;
 
 extern "C" const tps_dev_api *tps_dev_plugin(unsigned abi, const size_t *sizes, size_t nsizes)
 {

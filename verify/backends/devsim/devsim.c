@@ -14,7 +14,15 @@
  * (default 64), so the --emulate paths run too.  TPS_DEVSIM_FAULT plants the faults a
  * broken device would have, for the tests to show that verify sees them: "gemm" makes the
  * last rank's GEMMs return 1% too much, "allreduce" leaves the last rank's buffer out of
- * every sum. */
+ * every sum, "refgemm" makes the reference's float64 GEMMs return 1% too much (so a test sees
+ * that the reference is the device's).
+ *
+ * The reference's primitives (ABI 3): host_alloc is malloc; upload_async copies the host's
+ * bytes as late as the contract allows, at upload_wait, the first gemm_f64 on the buffer or its
+ * release, so that a host that reuses a staging buffer too early (a race a GPU's DMA would
+ * lose) multiplies the wrong weights in every make test; and gemm_f64 widens each element
+ * as it reads it (BF16, F16, F32, F64, or the host's table for one-byte dtypes, times the
+ * block scale) and sums in float64 in k order. */
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -30,11 +38,16 @@ typedef struct dbuf {
     tps_dtype dtype;
     uint64_t rows, cols;
     unsigned char *bytes;
+    bool ref;       /* the reference's (upload_async): gemm_f64 only */
+    float table[256]; /* one-byte dtypes */
+    double *scale;  /* NULL: none; else the scale rows of the slice */
+    uint64_t row0, bn, bk, sc;
+    const void *pending; /* upload_async's host bytes, not copied yet (settle) */
 } dbuf;
 
 typedef struct dctx {
     uint64_t first, count, T;
-    bool fault_gemm, fault_allreduce;
+    bool fault_gemm, fault_allreduce, fault_ref;
     pthread_barrier_t bar;
     bool have_bar;
     float **sum_bufs; /* each rank's device buffer of the all-reduce */
@@ -80,6 +93,7 @@ static tps_status d_open(const tps_dev_setup *s, void **out, tps_error *err)
     const char *fault = getenv("TPS_DEVSIM_FAULT");
     c->fault_gemm = fault && strcmp(fault, "gemm") == 0;
     c->fault_allreduce = fault && strcmp(fault, "allreduce") == 0;
+    c->fault_ref = fault && strcmp(fault, "refgemm") == 0;
     c->sum_bufs = calloc(s->count, sizeof *c->sum_bufs);
     c->caps = calloc(s->count, sizeof *c->caps);
     c->failed = calloc(s->count, sizeof *c->failed);
@@ -98,7 +112,13 @@ static tps_status d_open(const tps_dev_setup *s, void **out, tps_error *err)
 
 static size_t elem_size(tps_dtype dt)
 {
-    return dt == TPS_DT_F32 ? 4 : 2;
+    switch (dt) {
+    case TPS_DT_F64: return 8;
+    case TPS_DT_F32: return 4;
+    case TPS_DT_BF16:
+    case TPS_DT_F16: return 2;
+    default: return 1;
+    }
 }
 
 static tps_status d_upload(void *ctx, uint64_t rank, const tps_dev_weight *w, void **out, tps_error *err)
@@ -127,6 +147,7 @@ static tps_status d_upload(void *ctx, uint64_t rank, const tps_dev_weight *w, vo
 static float load(const dbuf *b, size_t i)
 {
     const unsigned char *p = b->bytes + i * elem_size(b->dtype);
+    if (elem_size(b->dtype) == 1) return b->table[*p];
     if (b->dtype == TPS_DT_F32) {
         float f;
         memcpy(&f, p, 4);
@@ -167,6 +188,8 @@ static tps_status d_gemm(void *ctx, uint64_t rank, void *buf, const tps_dev_gemm
     if (w->rank != rank)
         return tps_dev_fail(err, TPS_EIO, "rank %llu multiplied by a weight on rank %llu's device", (unsigned long long)rank,
                      (unsigned long long)w->rank);
+    if (w->ref)
+        return tps_dev_fail(err, TPS_EIO, "rank %llu: a float32 GEMM on the reference's weight", (unsigned long long)rank);
     if (g->i1 > in || g->o1 > out || g->i0 > g->i1 || g->o0 > g->o1)
         return tps_dev_fail(err, TPS_EIO,
                      "rank %llu: a GEMM over inputs [%llu, %llu) and outputs [%llu, %llu) of a [%llu, %llu] weight%s",
@@ -183,6 +206,120 @@ static tps_status d_gemm(void *ctx, uint64_t rank, void *buf, const tps_dev_gemm
                 acc += g->x[t * g->ldx + k] * load(w, i);
             }
             g->y[t * g->ldy + o] = acc * scale;
+        }
+    return TPS_OK;
+}
+
+/* Element i of a reference buffer, widened to float64 (block-scaled as the host does it). */
+static double load64(const dbuf *b, size_t i)
+{
+    if (b->dtype == TPS_DT_F64) {
+        double v;
+        memcpy(&v, b->bytes + 8 * i, 8);
+        return v;
+    }
+    double v = load(b, i);
+    if (!b->scale) return v;
+    uint64_t r = i / b->cols, c = i % b->cols;
+    return (float)(v * b->scale[((b->row0 + r) / b->bn - b->row0 / b->bn) * b->sc + c / b->bk]);
+}
+
+static tps_status d_host_alloc(void *ctx, size_t bytes, void **p, tps_error *err)
+{
+    (void)ctx;
+    *p = malloc(bytes ? bytes : 1);
+    return *p ? TPS_OK : tps_dev_fail(err, TPS_EIO, "out of host memory for a %zu-byte staging buffer", bytes);
+}
+
+static void d_host_free(void *ctx, void *p)
+{
+    (void)ctx;
+    free(p);
+}
+
+static tps_status d_upload_async(void *ctx, uint64_t rank, const tps_dev_weight *w, void **out, tps_error *err)
+{
+    (void)ctx;
+    size_t es = elem_size(w->dtype);
+    bool native = w->dtype == TPS_DT_BF16 || w->dtype == TPS_DT_F16 || w->dtype == TPS_DT_F32 || w->dtype == TPS_DT_F64;
+    if (!native && !w->table)
+        return tps_dev_fail(err, TPS_EINVALID, "rank %llu: %s has dtype number %d and no table of its values",
+                            (unsigned long long)rank, w->name, (int)w->dtype);
+    if (w->scale && (!w->scale_bn || !w->scale_bk || !w->scale_cols))
+        return tps_dev_fail(err, TPS_EINVALID, "rank %llu: %s has a scale of empty blocks", (unsigned long long)rank,
+                            w->name);
+    size_t bytes = (size_t)(w->rows * w->cols) * es;
+    size_t srows = w->scale && w->rows ? (size_t)((w->row0 + w->rows - 1) / w->scale_bn - w->row0 / w->scale_bn + 1) : 0;
+    dbuf *b = calloc(1, sizeof *b);
+    if (b) b->bytes = malloc(bytes ? bytes : 1);
+    if (b && srows) b->scale = malloc(srows * (size_t)w->scale_cols * sizeof *b->scale);
+    if (!b || !b->bytes || (srows && !b->scale)) {
+        if (b) free(b->bytes);
+        free(b);
+        return tps_dev_fail(err, TPS_EIO, "rank %llu: out of device memory for %s (%zu bytes)", (unsigned long long)rank,
+                            w->name, bytes);
+    }
+    b->pending = w->data; /* copied by settle */
+    if (srows) memcpy(b->scale, w->scale, srows * (size_t)w->scale_cols * sizeof *b->scale);
+    if (!native) memcpy(b->table, w->table, sizeof b->table);
+    b->rank = rank;
+    b->dtype = w->dtype;
+    b->rows = w->rows;
+    b->cols = w->cols;
+    b->ref = true;
+    b->row0 = w->row0;
+    b->bn = w->scale_bn;
+    b->bk = w->scale_bk;
+    b->sc = w->scale_cols;
+    *out = b;
+    return TPS_OK;
+}
+
+/* The copy upload_async left pending, made now: the last moment the contract allows. */
+static void settle(dbuf *b)
+{
+    if (!b->pending) return;
+    memcpy(b->bytes, b->pending, (size_t)(b->rows * b->cols) * elem_size(b->dtype));
+    b->pending = NULL;
+}
+
+static tps_status d_upload_wait(void *ctx, uint64_t rank, void *buf, tps_error *err)
+{
+    (void)ctx;
+    (void)rank;
+    (void)err;
+    settle(buf);
+    return TPS_OK;
+}
+
+static tps_status d_gemm_f64(void *ctx, uint64_t rank, void *buf, const tps_dev_gemm64 *g, tps_error *err)
+{
+    const dctx *c = ctx;
+    dbuf *w = buf;
+    double scale = c->fault_ref ? 1.01 : 1.0;
+    uint64_t in = g->conv1d ? w->rows : w->cols, out = g->conv1d ? w->cols : w->rows;
+    if (w->rank != rank || !w->ref)
+        return tps_dev_fail(err, TPS_EIO, "rank %llu: a float64 GEMM on %s", (unsigned long long)rank,
+                            w->ref ? "another rank's weight" : "a weight the ranks uploaded (not the reference's)");
+    if (g->i1 > in || g->o1 > out || g->i0 > g->i1 || g->o0 > g->o1)
+        return tps_dev_fail(err, TPS_EIO,
+                            "rank %llu: a float64 GEMM over inputs [%llu, %llu) and outputs [%llu, %llu) of a [%llu, "
+                            "%llu] weight%s",
+                            (unsigned long long)rank, (unsigned long long)g->i0, (unsigned long long)g->i1,
+                            (unsigned long long)g->o0, (unsigned long long)g->o1, (unsigned long long)w->rows,
+                            (unsigned long long)w->cols, g->conv1d ? " (Conv1D)" : "");
+    size_t K = (size_t)(g->i1 - g->i0), O = (size_t)(g->o1 - g->o0);
+    settle(w); /* the GEMM waits for the copy */
+    for (size_t t = 0; t < g->n; t++)
+        for (size_t o = 0; o < O; o++) {
+            double acc = 0;
+            for (size_t k = 0; k < K; k++) {
+                size_t i = g->conv1d ? (size_t)(g->i0 + k) * (size_t)w->cols + (size_t)(g->o0 + o)
+                                     : (size_t)(g->o0 + o) * (size_t)w->cols + (size_t)(g->i0 + k);
+                acc += g->x[t * g->ldx + k] * load64(w, i);
+            }
+            double *yo = &g->y[t * g->ldy + o];
+            *yo = (g->accumulate ? *yo : 0) + acc * scale;
         }
     return TPS_OK;
 }
@@ -221,11 +358,19 @@ static void d_release(void *ctx, uint64_t rank, void *buf)
     (void)rank;
     dbuf *b = buf;
     if (!b) return;
+    settle(b); /* the copy completes before its memory is reused, as cudaEventSynchronize makes it */
     free(b->bytes);
+    free(b->scale);
     free(b);
 }
 
-static const tps_dev_api api = {"devsim", d_devices, NULL, d_open, d_upload, d_gemm, d_allreduce, d_release, d_close};
+static const tps_dev_api api = {.name = "devsim", .devices = d_devices, .comm_id = NULL, .open = d_open,
+                                .upload = d_upload, .gemm = d_gemm, .allreduce = d_allreduce, .release = d_release,
+                                .close = d_close, .host_alloc = d_host_alloc, .host_free = d_host_free,
+                                .upload_async = d_upload_async, .upload_wait = d_upload_wait, .gemm_f64 = d_gemm_f64};
+
+const unsigned tps_dev_plugin_abi;
+const unsigned tps_dev_plugin_abi = TPS_PLUGIN_ABI;
 
 const tps_dev_api *tps_dev_plugin(unsigned abi, const size_t *sizes, size_t nsizes)
 {
