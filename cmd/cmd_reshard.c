@@ -25,7 +25,7 @@ static struct {
     const char *target_version;
     uint64_t max_shard;
     bool force;
-    uint64_t pp, vocab;
+    uint64_t pp, vocab, ep;
     const char *pp_layers;
     const char *ckpt_format;
 } o;
@@ -40,6 +40,7 @@ static const tps_opt reshard_opts[] = {
     {"only-rank", 0, TPS_OPT_STRING, &o.only, "R[,R...]", "write only these ranks (full manifest)"},
     {"pp", 0, TPS_OPT_UINT, &o.pp, "P", "Megatron or vllm: the new pipeline size (1: none)"},
     {"pp-layers", 0, TPS_OPT_STRING, &o.pp_layers, "A,B,...", "Megatron or vllm: layers per stage"},
+    {"ep", 0, TPS_OPT_UINT, &o.ep, "E", "vllm, MoE: experts whole per rank (E = --tp; 1: none)"},
     {"vocab-size", 0, TPS_OPT_UINT, &o.vocab, "V", "Megatron: the true vocabulary size"},
     {"ckpt-format", 0, TPS_OPT_STRING, &o.ckpt_format, "F", "Megatron: torch (default) or torch_dist"},
     {"force", 'f', TPS_OPT_FLAG, &o.force, NULL, "replace an earlier shard set (nothing else)"},
@@ -181,6 +182,7 @@ static int run_reshard(char **args, int nargs)
     }
     if (target && (rc = tps_cli_apply_target("reshard", target, o.target_version, m)) != 0) goto done;
     if ((rc = tps_cli_apply_grid("reshard", m, o.pp, o.pp_layers, ss->m)) != 0) goto done;
+    if ((rc = tps_cli_apply_ep("reshard", m, o.ep, ss->m)) != 0) goto done;
     ss->compare_replicas = true;
     if (!(source.src = calloc(m->ntensors + 1, sizeof *source.src))) {
         tps_fail_oom(&err, "resharding");
