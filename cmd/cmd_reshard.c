@@ -165,6 +165,8 @@ static int run_reshard(char **args, int nargs)
     tps_error err;
     tps_error_clear(&err);
     if (tps_tp_check(o.tp, "--tp", &err)) return tps_cli_report("reshard", &err);
+    if (o.ep > 1 && (o.pp > 1 || o.pp_layers))
+        return tps_cli_usage("reshard", "--ep with --pp: expert parallelism on a pipeline grid is not written yet");
     int rc = 0;
     tps_shardset *ss = NULL;
     tps_manifest *m = NULL;
@@ -226,6 +228,8 @@ const tps_cmd tps_cmd_reshard = {
                "and its engine release unless --target-version names another.\n"
                "A --target vllm set keeps its pipeline stages unless --pp P / --pp-layers A,B,..\n"
                "give new ones (--pp 1: a TP-only set); any grid reshards to any other.\n"
+               "Its expert parallelism (experts whole per rank, split --ep) is kept at M unless\n"
+               "--ep gives another: --ep M places a MoE set's experts whole, --ep 1 cuts them by TP.\n"
                "A Megatron-LM checkpoint (legacy or torch_dist) is written as a legacy one at M x P\n"
                "(--pp, --pp-layers), or with --ckpt-format torch_dist as Megatron-Core's distributed\n"
                "checkpoint for M (global tensors, loadable at any PP; no --pp).\n",

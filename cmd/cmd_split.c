@@ -81,6 +81,8 @@ static int run_split(char **args, int nargs)
         return tps_cli_usage("split", "--pp and --pp-layers go with --target megatron or vllm");
     if (o.ep > 1 && !tps_cli_grid_target(o.target))
         return tps_cli_usage("split", "--ep lays out expert parallelism for --target vllm (enable_expert_parallel)");
+    if (o.ep > 1 && (o.pp > 1 || o.pp_layers))
+        return tps_cli_usage("split", "--ep with --pp: expert parallelism on a pipeline grid is not written yet");
     if (megatron) {
         if (o.dtype || o.only || o.name_template || o.max_shard || o.target_version)
             return tps_cli_usage("split", "--target megatron writes Megatron's own files: no --dtype, --only-rank, "
@@ -146,8 +148,9 @@ static int run_split(char **args, int nargs)
     if (o.dry_run) {
         if (!tps_common.quiet) tps_cli_print_plan(m, tps_layout_quant(l), false);
     } else if (!tps_common.quiet) {
-        char stages[48] = "";
+        char stages[64] = "";
         if (m->pp > 1) snprintf(stages, sizeof stages, " x %llu pipeline stages", (unsigned long long)m->pp);
+        if (o.ep > 1) snprintf(stages, sizeof stages, ", experts whole on each (ep %llu)", (unsigned long long)o.ep);
         printf("split %s into %llu rank%s%s in %s (%zu tensors, %zu files)\n", src, (unsigned long long)m->tp,
                m->tp == 1 ? "" : "s", stages, o.out, m->ntensors, m->nfiles);
     }
@@ -181,6 +184,9 @@ const tps_cmd tps_cmd_split = {
                "each stage holding its layers (vLLM's get_pp_indices split unless --pp-layers, which\n"
                "is VLLM_PP_LAYER_PARTITION's), the embedding on the first stage, the final norm and\n"
                "lm_head on the last.\n"
+               "--target vllm --ep E (E = --tp, a MoE model): expert parallelism as vLLM's\n"
+               "--enable-expert-parallel loads it: each rank holds experts [r*E'/E, (r+1)*E'/E) whole\n"
+               "(E' experts a layer), attention and dense layers cut by TP as without --ep.\n"
                "--target-version V: the engine release the set is for, where its state dict\n"
                "changed (default current: vLLM 0.14 and later hold 0-d F32 attention scale\n"
                "buffers, attn._k_scale etc.; --target-version 0.13 writes none).\n"

@@ -3,12 +3,14 @@
 
 #include <string.h>
 
-uint64_t tps_grid_ep(const tps_manifest *m)
+uint64_t tps_grid_ep_experts(const tps_manifest *m)
 {
     for (size_t i = 0; i < m->ntensors; i++)
-        if (!m->tensors[i].part->replicated && m->tensors[i].part->owners) return m->tp;
-    return 1;
+        if (!m->tensors[i].part->replicated && m->tensors[i].part->owners) return m->tensors[i].part->owners;
+    return 0;
 }
+
+uint64_t tps_grid_ep(const tps_manifest *m) { return tps_grid_ep_experts(m) ? m->tp : 1; }
 
 /* Every tensor back on its TP cut, which must fit m->tp. */
 static tps_status drop(tps_manifest *m, tps_error *err)

@@ -26,5 +26,8 @@ tps_status tps_grid_ep_apply(tps_manifest *m, uint64_t ep, tps_error *err);
 
 /* m->tp when m's experts are whole on their owners, else 1. */
 uint64_t tps_grid_ep(const tps_manifest *m);
+/* The experts a layer of m has when they are whole on their owners (the first such tensor's
+ * count), else 0. */
+uint64_t tps_grid_ep_experts(const tps_manifest *m);
 
 #endif
