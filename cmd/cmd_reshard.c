@@ -117,7 +117,7 @@ static int reshard_megatron(const char *dir)
         rc = tps_cli_report("reshard", &err);
         goto done;
     }
-    rc = tps_cli_retarget("reshard", dir, ss->m, plan_tp, &m);
+    rc = tps_cli_retarget("reshard", dir, ss->m, plan_tp, true, &m);
     tps_megatron_reshard_restore(ss->m, saved);
     if (rc) goto done;
     tps_megatron_out_opts oo;
@@ -175,7 +175,9 @@ static int run_reshard(char **args, int nargs)
         rc = tps_cli_report("reshard", &err);
         goto done;
     }
-    if ((rc = tps_cli_retarget("reshard", dir, ss->m, o.tp, &m)) != 0) goto done;
+    /* a placement that goes (--ep 1, or a target without one) does not have to fit the new tp */
+    bool keep = o.ep != 1 && (!o.target || tps_cli_grid_target(o.target));
+    if ((rc = tps_cli_retarget("reshard", dir, ss->m, o.tp, keep, &m)) != 0) goto done;
     /* The set's own target unless --target names another; the engine's padding is redone at M. */
     const char *target = o.target ? o.target : m->target;
     if (o.target_version && !target) {

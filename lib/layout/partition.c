@@ -88,7 +88,8 @@ static tps_status diagnose(const tps_partition *p, const char *name, tps_dtype d
                             "count and a cut without padding or uneven shares",
                             name, (unsigned long long)p->owner, (unsigned long long)p->owners);
         if (p->owners % T != 0) {
-            set_issue(issue, TPS_ISSUE_INDIVISIBLE, p, 0, p->owners, T);
+            set_issue(issue, TPS_ISSUE_PLACEMENT, p, -1, p->owners, T);
+            if (issue) issue->dim = 0; /* one cause for every expert tensor, whatever its TP cut */
             return tps_fail(err, TPS_EINVALID,
                             "tensor '%s': item %llu of %llu placed whole on the ranks (expert parallelism): "
                             "%llu ranks do not divide %llu items",

@@ -118,7 +118,8 @@ typedef enum tps_issue_kind {
     TPS_ISSUE_NEEDS_REPLICA, /* fewer units than T, T a multiple of them, but no may_replicate */
     TPS_ISSUE_SUBBYTE,       /* a cut would fall inside a byte */
     TPS_ISSUE_BLOCK,         /* a rank's piece (local) is not a multiple of the quantization block */
-    TPS_ISSUE_EMPTY_RANK     /* uneven: cdiv(units, T) a rank leaves the last ranks nothing */
+    TPS_ISSUE_EMPTY_RANK,    /* uneven: cdiv(units, T) a rank leaves the last ranks nothing */
+    TPS_ISSUE_PLACEMENT      /* whole on one rank: T does not divide the items placed (units) */
 } tps_issue_kind;
 
 typedef struct tps_partition_issue {

@@ -95,6 +95,13 @@ check "reshard tp 2 x ep 2 -> tp 4 keeps expert parallelism (ep 4)" "$TPSHARD" r
 check "  equals split --tp 4 --ep 4 (cmp)" same_set r-ep4 ep4
 check "reshard tp 4 x ep 4 -> tp 2 (--ep 1)" "$TPSHARD" reshard ep4 --tp 2 --ep 1 -o r-tp2 -q
 check "  equals split --tp 2 (cmp)" same_set r-tp2 tp2
+check "split --tp 8 --target vllm (more ranks than experts)" "$TPSHARD" split "$src" --tp 8 --target vllm -o tp8 -q
+check "reshard tp 4 x ep 4 -> tp 8 (--ep 1): the placement goes, so 8 ranks need not divide 4 experts" \
+    "$TPSHARD" reshard ep4 --tp 8 --ep 1 -o r-tp8 -q
+check "  equals split --tp 8 (cmp)" same_set r-tp8 tp8
+expect_exit 3 "4 experts a layer placed whole on the ranks (expert parallelism): tp 8 does not divide them" \
+    "reshard tp 4 x ep 4 -> tp 8 keeping the placement: exit 3, named" \
+    "$TPSHARD" reshard ep4 --tp 8 -o no9
 check "reshard an EP set to --target tpshard drops the placement" "$TPSHARD" reshard ep2 --tp 2 --target tpshard -o own -q
 $PY -c "import json,sys; m=json.load(open('own/tpshard.json')); sys.exit(any('owners' in t['partition'] for t in m['tensors']))" &&
     ok "  the tpshard set holds every expert cut by TP" || notok "  the tpshard set holds every expert cut by TP"
