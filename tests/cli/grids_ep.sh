@@ -129,6 +129,8 @@ for f in m["files"]:
 json.dump(m, open(d + "/tpshard.json", "w"), indent=2)
 PY
 check "check passes on the swapped set (its CRCs and manifest were made to match)" "$TPSHARD" check swapped -q
+expect_exit 1 "tensor 'model.layers.0.block_sparse_moe.experts.0.w1.weight': differs from the source" "check --source catches the swapped experts (their checksums are the source's other experts')" \
+    "$TPSHARD" check swapped --source "$src" -q
 expect_mismatch mlp "layer 0" "verify fails on two experts swapped in rank 0's file: exit 1, the MLP stage" \
     "$TPSHARD" verify swapped --source "$src" -q
 expect_wrong_cut "mismatch" "verify fails on the swapped experts on every backend" swapped --source "$src" -q
