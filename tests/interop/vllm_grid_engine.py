@@ -36,7 +36,9 @@ def linear_probe(module):
     identity, W^T, exact (each output is one product with 1.0)."""
     import torch
     k = getattr(module, "input_size_per_partition", None) or getattr(module, "input_size")
-    eye = torch.eye(k, dtype=torch.bfloat16)
+    # in the weight's own dtype: a float32 router (GLM-4.5's GateLinear) probed with a bfloat16
+    # identity gave other bytes on every load of the same directory
+    eye = torch.eye(k, dtype=getattr(module, "params_dtype", None) or torch.bfloat16)
     with torch.no_grad():
         return module.cpu_linear(eye, module.weight, None)
 
