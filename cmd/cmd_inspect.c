@@ -15,6 +15,7 @@
 #include "lib/base/buf.h"
 #include "lib/base/json.h"
 #include "lib/layout/layout.h"
+#include "lib/set/grid_ep.h"
 #include "lib/set/manifest.h"
 #include "lib/targets/adopt.h"
 #include "lib/targets/target.h"
@@ -159,6 +160,18 @@ static int inspect_shard_set(const char *dir)
         for (uint64_t p = 0; p < m->pp; p++)
             printf("%s%llu", p ? "," : " ", (unsigned long long)(m->pp_first[p + 1] - m->pp_first[p]));
         printf(" layers (tp %llu x pp %llu)\n", (unsigned long long)m->tp, (unsigned long long)m->pp);
+    }
+    uint64_t experts = tps_grid_ep_experts(m);
+    if (experts) {
+        uint64_t per = experts / m->tp;
+        printf("  expert parallel: %llu experts a layer, %llu whole on each rank (tp %llu x ep %llu; vLLM "
+               "--enable-expert-parallel):",
+               (unsigned long long)experts, (unsigned long long)per, (unsigned long long)m->tp,
+               (unsigned long long)m->tp);
+        for (uint64_t r = 0; r < m->tp && r < 8; r++)
+            printf("%s rank %llu %llu-%llu", r ? "," : "", (unsigned long long)r, (unsigned long long)(r * per),
+                   (unsigned long long)((r + 1) * per - 1));
+        printf("%s\n", m->tp > 8 ? ", ..." : "");
     }
     char *quant = NULL;
     if (m->config_keys &&

@@ -25,7 +25,7 @@ static struct {
     const char *target_version;
     uint64_t max_shard;
     bool force;
-    uint64_t pp, vocab;
+    uint64_t pp, vocab, ep;
     const char *pp_layers;
     const char *ckpt_format;
 } o;
@@ -40,6 +40,7 @@ static const tps_opt reshard_opts[] = {
     {"only-rank", 0, TPS_OPT_STRING, &o.only, "R[,R...]", "write only these ranks (full manifest)"},
     {"pp", 0, TPS_OPT_UINT, &o.pp, "P", "Megatron or vllm: the new pipeline size (1: none)"},
     {"pp-layers", 0, TPS_OPT_STRING, &o.pp_layers, "A,B,...", "Megatron or vllm: layers per stage"},
+    {"ep", 0, TPS_OPT_UINT, &o.ep, "E", "vllm, MoE: experts whole per rank (E = --tp; 1: none)"},
     {"vocab-size", 0, TPS_OPT_UINT, &o.vocab, "V", "Megatron: the true vocabulary size"},
     {"ckpt-format", 0, TPS_OPT_STRING, &o.ckpt_format, "F", "Megatron: torch (default) or torch_dist"},
     {"force", 'f', TPS_OPT_FLAG, &o.force, NULL, "replace an earlier shard set (nothing else)"},
@@ -116,7 +117,7 @@ static int reshard_megatron(const char *dir)
         rc = tps_cli_report("reshard", &err);
         goto done;
     }
-    rc = tps_cli_retarget("reshard", dir, ss->m, plan_tp, &m);
+    rc = tps_cli_retarget("reshard", dir, ss->m, plan_tp, true, &m);
     tps_megatron_reshard_restore(ss->m, saved);
     if (rc) goto done;
     tps_megatron_out_opts oo;
@@ -164,6 +165,8 @@ static int run_reshard(char **args, int nargs)
     tps_error err;
     tps_error_clear(&err);
     if (tps_tp_check(o.tp, "--tp", &err)) return tps_cli_report("reshard", &err);
+    if (o.ep > 1 && (o.pp > 1 || o.pp_layers))
+        return tps_cli_usage("reshard", "--ep with --pp: expert parallelism on a pipeline grid is not written yet");
     int rc = 0;
     tps_shardset *ss = NULL;
     tps_manifest *m = NULL;
@@ -172,7 +175,9 @@ static int run_reshard(char **args, int nargs)
         rc = tps_cli_report("reshard", &err);
         goto done;
     }
-    if ((rc = tps_cli_retarget("reshard", dir, ss->m, o.tp, &m)) != 0) goto done;
+    /* a placement that goes (--ep 1, or a target without one) does not have to fit the new tp */
+    bool keep = o.ep != 1 && (!o.target || tps_cli_grid_target(o.target));
+    if ((rc = tps_cli_retarget("reshard", dir, ss->m, o.tp, keep, &m)) != 0) goto done;
     /* The set's own target unless --target names another; the engine's padding is redone at M. */
     const char *target = o.target ? o.target : m->target;
     if (o.target_version && !target) {
@@ -181,6 +186,7 @@ static int run_reshard(char **args, int nargs)
     }
     if (target && (rc = tps_cli_apply_target("reshard", target, o.target_version, m)) != 0) goto done;
     if ((rc = tps_cli_apply_grid("reshard", m, o.pp, o.pp_layers, ss->m)) != 0) goto done;
+    if ((rc = tps_cli_apply_ep("reshard", m, o.ep, ss->m)) != 0) goto done;
     ss->compare_replicas = true;
     if (!(source.src = calloc(m->ntensors + 1, sizeof *source.src))) {
         tps_fail_oom(&err, "resharding");
@@ -224,6 +230,8 @@ const tps_cmd tps_cmd_reshard = {
                "and its engine release unless --target-version names another.\n"
                "A --target vllm set keeps its pipeline stages unless --pp P / --pp-layers A,B,..\n"
                "give new ones (--pp 1: a TP-only set); any grid reshards to any other.\n"
+               "Its expert parallelism (experts whole per rank, split --ep) is kept at M unless\n"
+               "--ep gives another: --ep M places a MoE set's experts whole, --ep 1 cuts them by TP.\n"
                "A Megatron-LM checkpoint (legacy or torch_dist) is written as a legacy one at M x P\n"
                "(--pp, --pp-layers), or with --ckpt-format torch_dist as Megatron-Core's distributed\n"
                "checkpoint for M (global tensors, loadable at any PP; no --pp).\n",

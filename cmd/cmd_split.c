@@ -23,7 +23,7 @@ static struct {
     const char *target_version;
     uint64_t max_shard;
     bool force, dry_run;
-    uint64_t pp;
+    uint64_t pp, ep;
     const char *pp_layers;
     const char *ckpt_format;
 } o;
@@ -40,6 +40,7 @@ static const tps_opt split_opts[] = {
     {"target-version", 0, TPS_OPT_STRING, &o.target_version, "V", "the engine release (default: current)"},
     {"pp", 0, TPS_OPT_UINT, &o.pp, "P", "--target megatron or vllm: pipeline stages (default 1)"},
     {"pp-layers", 0, TPS_OPT_STRING, &o.pp_layers, "A,B,..", "--target megatron or vllm: layers per stage"},
+    {"ep", 0, TPS_OPT_UINT, &o.ep, "E", "--target vllm, MoE: experts whole per rank (E = --tp)"},
     {"ckpt-format", 0, TPS_OPT_STRING, &o.ckpt_format, "F", "--target megatron: torch (default) or torch_dist"},
     {"name-template", 0, TPS_OPT_STRING, &o.name_template, "T", "file names with {rank}, {tp}, {part} (and {pp})"},
     {"only-rank", 0, TPS_OPT_STRING, &o.only, "R[,R...]", "write only these ranks (full manifest)"},
@@ -78,6 +79,10 @@ static int run_split(char **args, int nargs)
     if (o.ckpt_format && !megatron) return tps_cli_usage("split", "--ckpt-format: its formats go with --target megatron");
     if ((o.pp || o.pp_layers) && !megatron && !tps_cli_grid_target(o.target))
         return tps_cli_usage("split", "--pp and --pp-layers go with --target megatron or vllm");
+    if (o.ep > 1 && !tps_cli_grid_target(o.target))
+        return tps_cli_usage("split", "--ep lays out expert parallelism for --target vllm (enable_expert_parallel)");
+    if (o.ep > 1 && (o.pp > 1 || o.pp_layers))
+        return tps_cli_usage("split", "--ep with --pp: expert parallelism on a pipeline grid is not written yet");
     if (megatron) {
         if (o.dtype || o.only || o.name_template || o.max_shard || o.target_version)
             return tps_cli_usage("split", "--target megatron writes Megatron's own files: no --dtype, --only-rank, "
@@ -110,6 +115,7 @@ static int run_split(char **args, int nargs)
     }
     if (o.target && (rc = tps_cli_apply_target("split", o.target, o.target_version, m)) != 0) goto done;
     if ((o.pp || o.pp_layers) && (rc = tps_cli_apply_grid("split", m, o.pp, o.pp_layers, NULL)) != 0) goto done;
+    if (o.ep && (rc = tps_cli_apply_ep("split", m, o.ep, NULL)) != 0) goto done;
     if (!(source.tensor = calloc(m->ntensors + 1, sizeof *source.tensor))) {
         tps_fail_oom(&err, "planning");
         rc = tps_cli_report("split", &err);
@@ -142,8 +148,9 @@ static int run_split(char **args, int nargs)
     if (o.dry_run) {
         if (!tps_common.quiet) tps_cli_print_plan(m, tps_layout_quant(l), false);
     } else if (!tps_common.quiet) {
-        char stages[48] = "";
+        char stages[64] = "";
         if (m->pp > 1) snprintf(stages, sizeof stages, " x %llu pipeline stages", (unsigned long long)m->pp);
+        if (o.ep > 1) snprintf(stages, sizeof stages, ", experts whole on each (ep %llu)", (unsigned long long)o.ep);
         printf("split %s into %llu rank%s%s in %s (%zu tensors, %zu files)\n", src, (unsigned long long)m->tp,
                m->tp == 1 ? "" : "s", stages, o.out, m->ntensors, m->nfiles);
     }
@@ -177,6 +184,9 @@ const tps_cmd tps_cmd_split = {
                "each stage holding its layers (vLLM's get_pp_indices split unless --pp-layers, which\n"
                "is VLLM_PP_LAYER_PARTITION's), the embedding on the first stage, the final norm and\n"
                "lm_head on the last.\n"
+               "--target vllm --ep E (E = --tp, a MoE model): expert parallelism as vLLM's\n"
+               "--enable-expert-parallel loads it: each rank holds experts [r*E'/E, (r+1)*E'/E) whole\n"
+               "(E' experts a layer), attention and dense layers cut by TP as without --ep.\n"
                "--target-version V: the engine release the set is for, where its state dict\n"
                "changed (default current: vLLM 0.14 and later hold 0-d F32 attention scale\n"
                "buffers, attn._k_scale etc.; --target-version 0.13 writes none).\n"

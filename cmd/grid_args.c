@@ -5,6 +5,8 @@
 
 #include "cli.h"
 #include "lib/set/grid.h"
+#include "lib/set/grid_ep.h"
+#include "lib/targets/target.h"
 
 bool tps_cli_grid_target(const char *target) { return target && strcmp(target, "vllm") == 0; }
 
@@ -21,5 +23,18 @@ int tps_cli_apply_grid(const char *verb, tps_manifest *m, uint64_t pp, const cha
     if (asked || pp == 1) tps_grid_apply(m, pp, pp_layers, &err);
     else if (like && tps_cli_grid_target(m->target)) tps_grid_apply_like(m, like, &err);
     else tps_grid_apply(m, 1, NULL, &err);
+    return tps_cli_report(verb, &err);
+}
+
+int tps_cli_apply_ep(const char *verb, tps_manifest *m, uint64_t ep, const tps_manifest *like)
+{
+    tps_error err;
+    tps_error_clear(&err);
+    if (ep > 1 && !tps_cli_grid_target(m->target))
+        return tps_cli_usage(verb, "--ep lays out expert parallelism for --target vllm (enable_expert_parallel), "
+                                   "not for %s", m->target ? m->target : "tpshard's own sets");
+    if (ep) tps_grid_ep_apply(m, ep, &err);
+    else if (like && tps_grid_ep(like) > 1 && !tps_cli_grid_target(m->target)) tps_grid_ep_apply(m, 1, &err);
+    if (!err.code && tps_grid_ep(m) > 1) tps_target_check_manifest(m, "the expert-parallel grid", &err);
     return tps_cli_report(verb, &err);
 }

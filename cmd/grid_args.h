@@ -1,5 +1,5 @@
-/* --pp and --pp-layers for a serving engine's set (lib/set/grid.h): split and reshard lay the
- * manifest out on pipeline stages after its target is applied. */
+/* --pp, --pp-layers and --ep for a serving engine's set (lib/set/grid.h, grid_ep.h): split and
+ * reshard lay the manifest out on pipeline stages or expert ranks after its target is applied. */
 #ifndef TPS_CLI_GRID_ARGS_H
 #define TPS_CLI_GRID_ARGS_H
 
@@ -17,5 +17,11 @@ bool tps_cli_grid_target(const char *target);
  * Returns the exit code (reported). */
 int tps_cli_apply_grid(const char *verb, tps_manifest *m, uint64_t pp, const char *pp_layers,
                        const tps_manifest *like);
+
+/* Places m's routed experts whole on their owner ranks (--ep E, E = m->tp; lib/set/grid_ep.h),
+ * or back on the TP cut (--ep 1).  ep 0 (not given): a reshard keeps like's placement (the
+ * retargeted manifest carries it) where the target is still vllm, and drops it for another.
+ * Returns the exit code (reported). */
+int tps_cli_apply_ep(const char *verb, tps_manifest *m, uint64_t ep, const tps_manifest *like);
 
 #endif

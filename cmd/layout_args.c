@@ -309,13 +309,14 @@ void tps_cli_print_problems(const char *cmd, const char *src, const char *summar
     tps_buf_release(&hint);
 }
 
-int tps_cli_retarget(const char *cmd, const char *dir, const tps_manifest *src, uint64_t tp, tps_manifest **out)
+int tps_cli_retarget(const char *cmd, const char *dir, const tps_manifest *src, uint64_t tp, bool keep_placement,
+                     tps_manifest **out)
 {
     tps_error err;
     tps_error_clear(&err);
     tps_problems ps;
     tps_problems_init(&ps, tp);
-    tps_status st = tps_manifest_retarget(src, tp, out, &ps, &err);
+    tps_status st = tps_manifest_retarget_placed(src, tp, keep_placement, out, &ps, &err);
     if ((st == TPS_EINVALID || st == TPS_EARG) && ps.n) {
         tps_model_sizes sizes;
         tps_error ignored;

@@ -49,7 +49,8 @@ void tps_cli_print_problems(const char *cmd, const char *src, const char *summar
 /* The shard set's manifest at a new tp (tps_manifest_retarget), for reshard.  Returns 0 with
  * *out set, or prints the refusal once, grouped (tps_cli_print_problems), or the error, and
  * returns the exit code. */
-int tps_cli_retarget(const char *cmd, const char *dir, const tps_manifest *src, uint64_t tp, tps_manifest **out);
+int tps_cli_retarget(const char *cmd, const char *dir, const tps_manifest *src, uint64_t tp, bool keep_placement,
+                     tps_manifest **out);
 
 /* Prints one line per tensor: name, rule, partition, per-rank shape and bytes per rank; with
  * json also the notes (the Marlin tile, from q, the quantization the plan was made with, or

@@ -81,6 +81,23 @@ static tps_status diagnose(const tps_partition *p, const char *name, tps_dtype d
         return tps_fail(err, TPS_EINVALID, "tensor '%s': segments add up to %llu%s but dimension %d has %llu", name,
                         (unsigned long long)total, G > 1 ? " over their groups" : "", p->dim,
                         (unsigned long long)shape[p->dim]);
+    if (p->owners) { /* whole on its owner: only the placement must fit T */
+        if (p->owner >= p->owners || p->pad || p->uneven)
+            return tps_fail(err, TPS_EINVALID,
+                            "tensor '%s': whole on one rank as item %llu of %llu, which needs an item below the "
+                            "count and a cut without padding or uneven shares",
+                            name, (unsigned long long)p->owner, (unsigned long long)p->owners);
+        if (p->owners % T != 0) {
+            set_issue(issue, TPS_ISSUE_PLACEMENT, p, -1, p->owners, T);
+            if (issue) issue->dim = 0; /* one cause for every expert tensor, whatever its TP cut */
+            return tps_fail(err, TPS_EINVALID,
+                            "tensor '%s': item %llu of %llu placed whole on the ranks (expert parallelism): "
+                            "%llu ranks do not divide %llu items",
+                            name, (unsigned long long)p->owner, (unsigned long long)p->owners,
+                            (unsigned long long)T, (unsigned long long)p->owners);
+        }
+        return TPS_OK;
+    }
     /* A grouped tensor goes to the ranks a group at a time, or a group to T/G ranks that
      * cut its segments among themselves (Ts ranks below; 1: whole groups, nothing to cut). */
     uint64_t Ts = T;
@@ -273,6 +290,15 @@ static void slice_segments(const tps_partition *p, uint64_t base, uint64_t T, ui
 void tps_partition_slice(const tps_partition *p, uint64_t T, uint64_t r, tps_slice *out)
 {
     memset(out, 0, sizeof *out);
+    if (p->owners) { /* whole on its owner, nothing on the others */
+        if (tps_partition_owner_rank(p, T) == r) {
+            uint64_t len = 0;
+            for (int s = 0; s < p->nseg; s++) len += p->seg[s].length;
+            out->npieces = 1;
+            out->piece[0].len = out->length = len * groups_of(p);
+        }
+        return;
+    }
     uint64_t G = groups_of(p);
     if (G == 1) {
         slice_segments(p, 0, T, r, out);
@@ -313,6 +339,11 @@ void tps_partition_describe(const tps_partition *p, char *buf, size_t bufsize)
 {
     if (p->replicated) {
         snprintf(buf, bufsize, "replicated");
+        return;
+    }
+    if (p->owners) {
+        snprintf(buf, bufsize, "whole on one rank: item %llu of %llu, placed linearly (dim %d)",
+                 (unsigned long long)p->owner, (unsigned long long)p->owners, p->dim);
         return;
     }
     size_t n = (size_t)snprintf(buf, bufsize, "split dim %d", p->dim);

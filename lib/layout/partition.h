@@ -29,7 +29,16 @@
  * rank, rank r gets units [r*c, min((r+1)*c, n)), so the last rank holds the rest (90 blocks
  * at T 8: seven ranks 12, the last 6).  No zeros are added: the last rank's shape is smaller,
  * and the manifest's per-rank shapes say so.  A T at which a rank would get nothing
- * ((T-1)*c >= n) is refused (TPS_ISSUE_EMPTY_RANK). */
+ * ((T-1)*c >= n) is refused (TPS_ISSUE_EMPTY_RANK).
+ *
+ * Whole on one rank (owners N > 0, expert parallelism): the tensor is item `owner` of N items
+ * (a MoE layer's routed experts) placed whole and linearly on the ranks, as vLLM's
+ * enable_expert_parallel places experts (expert_map_manager: rank r owns [r*N/T, (r+1)*N/T)).
+ * The owning rank's slice is the whole of dim (one piece), every other rank's is empty (length
+ * 0, no piece), so a rank's files hold only its own items.  The cut fields (dim, segments, ...)
+ * stay the tensor-parallel cut the rules chose, unused while owners is set, so dropping the
+ * placement (owners 0) gives the TP cut back.  The data is T-independent (the item and the
+ * count): T must divide N, or the refusal names the tensor, N and T. */
 #ifndef TPS_PARTITION_H
 #define TPS_PARTITION_H
 
@@ -69,7 +78,15 @@ typedef struct tps_partition {
      * 128-row block, and its replica is then refused, not widened to two heads). */
     uint64_t block;
     bool uneven; /* the ceil-division cut above (lib/layout/quant_mxfp4.h) */
+    uint64_t owners; /* 0: none.  N > 0: whole on one rank, item `owner` of N (above) */
+    uint64_t owner;
 } tps_partition;
+
+/* The rank that holds an owned partition's tensor at T ranks (T divides p->owners). */
+static inline uint64_t tps_partition_owner_rank(const tps_partition *p, uint64_t T)
+{
+    return p->owner / (p->owners / T);
+}
 
 /* One rank's part of a split tensor along dim, in global coordinates of the unpadded
  * tensor.  Pieces come in the order they are concatenated; pad zero elements follow. */
@@ -101,7 +118,8 @@ typedef enum tps_issue_kind {
     TPS_ISSUE_NEEDS_REPLICA, /* fewer units than T, T a multiple of them, but no may_replicate */
     TPS_ISSUE_SUBBYTE,       /* a cut would fall inside a byte */
     TPS_ISSUE_BLOCK,         /* a rank's piece (local) is not a multiple of the quantization block */
-    TPS_ISSUE_EMPTY_RANK     /* uneven: cdiv(units, T) a rank leaves the last ranks nothing */
+    TPS_ISSUE_EMPTY_RANK,    /* uneven: cdiv(units, T) a rank leaves the last ranks nothing */
+    TPS_ISSUE_PLACEMENT      /* whole on one rank: T does not divide the items placed (units) */
 } tps_issue_kind;
 
 typedef struct tps_partition_issue {

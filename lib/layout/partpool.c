@@ -53,7 +53,7 @@ static bool same(const tps_partition *a, const tps_partition *b)
 {
     if (a->replicated != b->replicated || a->dim != b->dim || a->nseg != b->nseg || a->pad != b->pad ||
         a->groups != b->groups || a->pad_multiple != b->pad_multiple || a->block != b->block ||
-        a->uneven != b->uneven)
+        a->uneven != b->uneven || a->owners != b->owners || a->owner != b->owner)
         return false;
     for (int k = 0; k < TPS_MAX_SEGMENTS; k++) {
         const tps_segment *x = &a->seg[k], *y = &b->seg[k];
@@ -77,6 +77,7 @@ static size_t hash(const tps_partition *p)
     h = mix(h, p->pad_multiple);
     h = mix(h, p->uneven);
     h = mix(h, p->block);
+    h = mix(mix(h, p->owners), p->owner);
     for (int k = 0; k < TPS_MAX_SEGMENTS; k++) {
         const tps_segment *s = &p->seg[k];
         for (size_t c = 0; c < sizeof s->name; c++) h = mix(h, (unsigned char)s->name[c]);

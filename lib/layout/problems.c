@@ -54,6 +54,7 @@ static const char *issue_name(tps_issue_kind k)
     case TPS_ISSUE_MALFORMED: return "malformed";
     case TPS_ISSUE_BLOCK: return "inside_quantization_block";
     case TPS_ISSUE_EMPTY_RANK: return "rank_left_empty";
+    case TPS_ISSUE_PLACEMENT: return "experts_placement";
     default: return "none";
     }
 }
@@ -376,6 +377,11 @@ void tps_problem_line(const tps_problem *g, const tps_model_sizes *sizes, tps_bu
                        "block %llu (the engine refuses a block split across ranks)",
                        is->dim, (unsigned long long)is->T, (unsigned long long)is->local,
                        (unsigned long long)is->block);
+    } else if (g->kind == TPS_PROBLEM_TP && is->kind == TPS_ISSUE_PLACEMENT) {
+        /* expert parallelism (lib/set/grid_ep.h): whole experts, E/T a rank */
+        tps_buf_printf(out, "%llu experts a layer placed whole on the ranks (expert parallelism): tp %llu does not "
+                       "divide them (reshard --ep 1 cuts them by TP instead)",
+                       (unsigned long long)is->units, (unsigned long long)is->T);
     } else if (g->kind == TPS_PROBLEM_TP && is->kind == TPS_ISSUE_EMPTY_RANK) {
         /* The engine's ceil-division cut (lib/layout/partition.h, uneven). */
         uint64_t per = is->units / is->T + (is->units % is->T != 0);

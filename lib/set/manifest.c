@@ -48,6 +48,12 @@ static void jw_partition(tps_jw *w, const tps_partition *p)
             tps_jw_key(w, "uneven");
             tps_jw_bool(w, true);
         }
+        if (p->owners) { /* whole on one rank (lib/layout/partition.h): only those say it */
+            tps_jw_key(w, "owners");
+            tps_jw_u64(w, p->owners);
+            tps_jw_key(w, "owner");
+            tps_jw_u64(w, p->owner);
+        }
         tps_jw_key(w, "segments");
         tps_jw_array_begin(w);
         for (int s = 0; s < p->nseg; s++) {
@@ -389,6 +395,12 @@ static tps_status load_partition(loader *L, const tps_json *pj, tps_partition *p
         if (p->block < 2) return bad(L, tps_json_get(pj, "block"), "must be at least 2", "block");
     }
     if (tps_json_get(pj, "uneven")) TPS_CHECK(get_bool(L, pj, "uneven", &p->uneven)); /* optional */
+    if (tps_json_get(pj, "owners")) { /* optional: whole on one rank, item owner of owners */
+        TPS_CHECK(get_u64(L, pj, "owners", &p->owners));
+        TPS_CHECK(get_u64(L, pj, "owner", &p->owner));
+        if (p->owners < 1 || p->owner >= p->owners)
+            return bad(L, tps_json_get(pj, "owner"), "must be below owners (at least 1)", "owner");
+    }
     const tps_json *segs = field(L, pj, "segments", TPS_JSON_ARRAY, &st);
     NEED(segs);
     if (segs->u.array.n < 1 || segs->u.array.n > TPS_MAX_SEGMENTS) return bad(L, segs, "1 to 8 segments", "");

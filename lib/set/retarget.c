@@ -21,6 +21,12 @@ tps_status tps_manifest_sizes(const tps_manifest *m, tps_model_sizes *out, tps_e
 tps_status tps_manifest_retarget(const tps_manifest *src, uint64_t tp, tps_manifest **out, tps_problems *problems,
                                  tps_error *err)
 {
+    return tps_manifest_retarget_placed(src, tp, true, out, problems, err);
+}
+
+tps_status tps_manifest_retarget_placed(const tps_manifest *src, uint64_t tp, bool keep_placement, tps_manifest **out,
+                                        tps_problems *problems, tps_error *err)
+{
     *out = NULL;
     tps_status st = TPS_OK, first = TPS_OK;
     tps_manifest *m = calloc(1, sizeof *m);
@@ -73,8 +79,16 @@ tps_status tps_manifest_retarget(const tps_manifest *src, uint64_t tp, tps_manif
         tps_error e;
         tps_error_clear(&e);
         tps_partition_issue issue;
-        tps_problems_consider(problems, s->part, s->dtype, s->ndim, s->shape);
-        tps_status ts = tps_partition_diagnose(s->part, s->name, s->dtype, s->ndim, s->shape, tp, &issue, &e);
+        /* without its placement a whole-on-one-rank tensor is checked (and kept) on its TP cut */
+        tps_partition cut;
+        const tps_partition *p = s->part;
+        if (!keep_placement && p->owners && !p->replicated) {
+            cut = *p;
+            cut.owners = cut.owner = 0;
+            p = &cut;
+        }
+        tps_problems_consider(problems, p, s->dtype, s->ndim, s->shape);
+        tps_status ts = tps_partition_diagnose(p, s->name, s->dtype, s->ndim, s->shape, tp, &issue, &e);
         if (ts != TPS_OK) {
             if (first == TPS_OK) first = ts;
             tps_problems_add(problems, TPS_PROBLEM_TP, s->name, s->rule, &issue, NULL, e.msg);
@@ -92,6 +106,7 @@ tps_status tps_manifest_retarget(const tps_manifest *src, uint64_t tp, tps_manif
             st = tps_fail_oom(err, "resharding");
             goto cleanup;
         }
+        if (p == &cut) TPS_CHECK(tps_manifest_set_part(m, t, &cut, err));
     }
     if (first != TPS_OK) {
         TPS_CHECK(tps_problems_finish(problems, err));

@@ -18,6 +18,11 @@
  * (so the tp values that fit are known), and err the first cause's line. */
 tps_status tps_manifest_retarget(const tps_manifest *src, uint64_t tp, tps_manifest **out, tps_problems *problems,
                                  tps_error *err);
+/* The same; keep_placement false checks and keeps each whole-on-one-rank tensor (expert
+ * parallelism, lib/set/grid_ep.h) on its TP cut instead, for a reshard that drops the
+ * placement (--ep 1) at a tp that would not divide the experts. */
+tps_status tps_manifest_retarget_placed(const tps_manifest *src, uint64_t tp, bool keep_placement, tps_manifest **out,
+                                        tps_problems *problems, tps_error *err);
 
 /* The model sizes the manifest records (its layout's sizes: and the config.json keys it
  * kept), for naming heads and MLP sizes in a refusal; sizes it does not record stay 0. */

@@ -19,7 +19,15 @@ static size_t run_end(const tps_manifest *m, size_t i)
     return j;
 }
 
-/* The shape rank r's files give run [i, j). */
+/* Whether rank r's files hold any of t (a tensor whole on another rank holds nothing there). */
+static bool held(const tps_manifest *m, const tps_manifest_tensor *t, uint64_t r)
+{
+    return !t->part->owners || t->part->replicated || tps_partition_owner_rank(t->part, m->tp) == r;
+}
+
+/* The shape rank r's files give run [i, j).  A stacked group whole on another rank
+ * (expert parallelism: lib/layout/partition.h, owners) is not in r's stack; its members all
+ * go to one rank or the run is refused. */
 static tps_status run_shape(const tps_manifest *m, size_t i, size_t j, uint64_t r, uint64_t *out, int *nd,
                             tps_error *err)
 {
@@ -29,13 +37,19 @@ static tps_status run_shape(const tps_manifest *m, size_t i, size_t j, uint64_t 
         return tps_fail(err, TPS_EINVALID, "target tensor '%s': %zu members do not make %llu equal groups",
                         h->target_name, j - i, (unsigned long long)S);
     size_t per = (j - i) / S;
-    uint64_t base[TPS_MAX_DIMS] = {0};
+    uint64_t base[TPS_MAX_DIMS] = {0}, Sr = 0;
     int bnd = 0;
     for (uint64_t s = 0; s < S; s++) {
         uint64_t g[TPS_MAX_DIMS] = {0};
         int gnd = 0;
+        bool here = held(m, &m->tensors[i + s * per], r);
         for (size_t k = 0; k < per; k++) {
             const tps_manifest_tensor *t = &m->tensors[i + s * per + k];
+            if (held(m, t, r) != here)
+                return tps_fail(err, TPS_EINVALID,
+                                "target tensor '%s': '%s' and '%s' are one stacked group but not on the same rank",
+                                h->target_name, t->name, m->tensors[i + s * per].name);
+            if (!here) continue;
             uint64_t rs[TPS_MAX_DIMS];
             tps_partition_rank_shape(t->part, t->ndim, t->shape, m->tp, r, rs);
             int tnd = tps_target_header_shape(t, rs);
@@ -52,16 +66,21 @@ static tps_status run_shape(const tps_manifest *m, size_t i, size_t j, uint64_t 
                 g[0] += rs[0];
             }
         }
-        if (s && (gnd != bnd || memcmp(g, base, sizeof *g * (size_t)gnd)))
+        if (!here) continue;
+        if (Sr && (gnd != bnd || memcmp(g, base, sizeof *g * (size_t)gnd)))
             return tps_fail(err, TPS_EINVALID, "target tensor '%s': its stacked groups differ in shape",
                             h->target_name);
         memcpy(base, g, sizeof g);
         bnd = gnd;
+        Sr++;
     }
+    if (!Sr)
+        return tps_fail(err, TPS_EINVALID, "target tensor '%s': rank %llu holds none of its %llu groups",
+                        h->target_name, (unsigned long long)r, (unsigned long long)S);
     if (h->target_stack) {
         if (bnd + 1 > TPS_MAX_DIMS)
             return tps_fail(err, TPS_EINVALID, "target tensor '%s': too many dimensions", h->target_name);
-        out[0] = S;
+        out[0] = Sr;
         memcpy(out + 1, base, sizeof *base * (size_t)bnd);
         *nd = bnd + 1;
     } else {
@@ -136,7 +155,8 @@ tps_status tps_target_check_manifest(const tps_manifest *m, const char *what, tp
                 st = tps_fail(err, TPS_EINVALID, "%s: %s", what, e.msg);
                 goto cleanup;
             }
-            if (!t->part->pad || t->part->replicated) break; /* only padding makes ranks differ */
+            /* only padding and whole-on-one-rank placement make ranks differ */
+            if ((!t->part->pad || t->part->replicated) && !t->part->owners) break;
         }
         names[k++] = t->target_name;
         i = j;

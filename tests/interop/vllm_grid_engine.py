@@ -7,7 +7,11 @@ pipeline_parallel_size 2 (KeyError in update_from_output, with and without async
 /work/shared/reference/frontier.md), so the loaded parameters are what is compared.
 
   vllm_grid_engine.py JOBS.json
-  JOBS.json: {"tp": T, "pp": P, "jobs": [{"model": DIR, "sharded": bool, "env": {..}}]}
+  JOBS.json: {"tp": T, "pp": P, "ep": bool, "jobs": [{"model": DIR, "sharded": bool, "env": {..}}]}
+
+"ep": true starts the engine with enable_expert_parallel=True (FusedMoE then holds each rank's
+E/tp experts whole, placed linearly); its forward dies (SIGSEGV) on the CPU build at tp 2
+(/work/shared/reference/frontier.md), so there too the loaded parameters are the judge.
 
 The loader of load_format="sharded_state" (sharded_state_loader.py) reads stage p, rank r from
 model-pp-{p}-tp-{r}-part-*.safetensors and refuses a tensor its stage's model has no parameter
@@ -32,7 +36,9 @@ def linear_probe(module):
     identity, W^T, exact (each output is one product with 1.0)."""
     import torch
     k = getattr(module, "input_size_per_partition", None) or getattr(module, "input_size")
-    eye = torch.eye(k, dtype=torch.bfloat16)
+    # in the weight's own dtype: a float32 router (GLM-4.5's GateLinear) probed with a bfloat16
+    # identity gave other bytes on every load of the same directory
+    eye = torch.eye(k, dtype=getattr(module, "params_dtype", None) or torch.bfloat16)
     with torch.no_grad():
         return module.cpu_linear(eye, module.weight, None)
 
@@ -50,10 +56,10 @@ def param_hashes(model):
     return out
 
 
-def run(job, tp, pp):
+def run(job, tp, pp, ep):
     from vllm import LLM
     llm = LLM(model=job["model"], tensor_parallel_size=tp, pipeline_parallel_size=pp,
-              distributed_executor_backend="mp",
+              enable_expert_parallel=ep, distributed_executor_backend="mp",
               load_format="sharded_state" if job.get("sharded") else "auto", dtype="bfloat16", enforce_eager=True,
               skip_tokenizer_init=True, max_model_len=64, gpu_memory_utilization=0.3, seed=0)
     try:
@@ -68,7 +74,7 @@ def run(job, tp, pp):
 def main():
     with open(sys.argv[1]) as f:
         spec = json.load(f)
-    tp, pp = spec["tp"], spec["pp"]
+    tp, pp, ep = spec["tp"], spec["pp"], spec.get("ep", False)
     n = tp * pp
     vllm_engine.setup(n)  # the same engine environment as the token runs, for n workers
     for i, job in enumerate(spec["jobs"]):
@@ -76,7 +82,7 @@ def main():
         saved = {k: os.environ.get(k) for k in job.get("env", {})}
         os.environ.update(job.get("env", {}))
         try:
-            result = run(job, tp, pp)
+            result = run(job, tp, pp, ep)
         except Exception as e:  # noqa: BLE001 - reported as this job's result; the next job runs
             result = {"error": "%s: %s\n%s" % (type(e).__name__, e, traceback.format_exc()[-2500:])}
         for k, v in saved.items():

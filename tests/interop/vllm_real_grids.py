@@ -15,6 +15,13 @@ VLLM_PP_LAYER_PARTITION=1,2 (compared by name with the directory's stages); tp 2
 directory and a set resharded from tp 4 to tp 2 x pp 2.  Resharded sets equal to a split are
 compared byte for byte instead of started again.
 
+Expert parallelism (`split --tp 2 --ep 2 --target vllm`, a Qwen3-MoE of 4 experts): vLLM started
+with enable_expert_parallel=True at tp 2 (each worker's FusedMoE holding its 2 experts whole)
+loads the EP set, and each worker's parameters equal those it holds after loading the directory
+the same way: 2 engine starts.  No forward either: a worker dies (SIGSEGV) at the first forward
+with expert parallelism on the CPU build.  The sets reshard writes between EP and TP-only grids
+are compared byte for byte with the direct splits instead of started again.
+
 MoE families are refused by split --pp (tests/cli/grids.sh): vLLM 0.32's mixtral.py,
 qwen2_moe.py and qwen3_moe.py build the embedding, final norm and lm_head on every stage, and
 its loader refused a Mixtral set holding them on the first/last stage only ("Missing keys
@@ -36,11 +43,11 @@ from tap import report, tpshard
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def grid_engines(tp, pp, jobs):
-    """vllm_grid_engine.py at tp x pp on each job: a result per job ({"workers": [...]} or
-    {"error": ...})."""
+def grid_engines(tp, pp, jobs, ep=False):
+    """vllm_grid_engine.py at tp x pp (with expert parallelism when ep) on each job: a result
+    per job ({"workers": [...]} or {"error": ...})."""
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump({"tp": tp, "pp": pp, "jobs": jobs}, f)
+        json.dump({"tp": tp, "pp": pp, "ep": ep, "jobs": jobs}, f)
     results = [None] * len(jobs)
     shm_before = vr.engine_shm()
     rpc = tempfile.mkdtemp(prefix="tps-vllm-rpc-")
@@ -67,7 +74,7 @@ def grid_engines(tp, pp, jobs):
             i, result = line[len("VLLM_GRID "):].split(" ", 1)
             results[int(i)] = json.loads(result)
     for job, result in zip(jobs, results):
-        print("# engine %s tp %d x pp %d%s: %s" % (os.path.basename(job["model"]), tp, pp,
+        print("# engine %s tp %d x pp %d%s%s: %s" % (os.path.basename(job["model"]), tp, pp, " (expert parallel)" * ep,
                                                  " (sharded_state)" if job.get("sharded") else "",
                                                  "%.1f s" % result["seconds"] if result else "not run"))
     print("# %d engine starts at tp %d x pp %d: %.1f s" % (len(jobs), tp, pp, time.time() - t0))
@@ -116,19 +123,53 @@ def same_files(what, a, b):
     return report(ok and bool(names), what, "%s vs %s" % (names, sorted(os.listdir(b))))
 
 
-def body(tmp):
-    from transformers import LlamaConfig
-    if vr.CASES and "llama-grid" not in vr.CASES:
-        print("# llama-grid: not in TPS_VLLM_CASES, not run")
-        return
-    src = os.path.join(tmp, "llama")
-    vr.build(LlamaConfig(**dict(vr.BASE, vocab_size=128, num_hidden_layers=3)), src)
-
+def cutter(tmp):
     def cut(*args):
         out = os.path.join(tmp, "set-%d" % len(os.listdir(tmp)))
         p = tpshard(*args, "-o", out, "-q")
         report(p.returncode == 0, "tpshard %s" % " ".join(str(a) for a in args[:1] + args[2:]), p.stderr)
         return out
+    return cut
+
+
+def expert_parallel(tmp):
+    """tp 2 x ep 2 of a Qwen3-MoE: the EP set against the directory, both loaded with
+    enable_expert_parallel=True."""
+    from transformers import Qwen3MoeConfig
+    if (vr.CASES and "qwen3-moe-ep" not in vr.CASES) or 2 not in (vr.ONLY_TPS or (1, 2)):
+        print("# qwen3-moe-ep: not in TPS_VLLM_CASES / TPS_VLLM_TPS, not run")
+        return
+    src = os.path.join(tmp, "qwen3-moe")
+    vr.build(Qwen3MoeConfig(**dict(vr.BASE, vocab_size=128, intermediate_size=256, num_experts_per_tok=2,
+                                   num_experts=4, moe_intermediate_size=128, norm_topk_prob=True)), src)
+    cut = cutter(tmp)
+    ep2 = cut("split", src, "--tp", 2, "--ep", 2, "--target", "vllm")
+    tp2 = cut("split", src, "--tp", 2, "--target", "vllm")
+    tp4 = cut("split", src, "--tp", 4, "--target", "vllm")
+    same_files("reshard tp 4 -> tp 2 x ep 2 writes the EP split's files", cut("reshard", tp4, "--tp", 2, "--ep", 2), ep2)
+    same_files("reshard tp 2 x ep 2 -> tp 4 (--ep 1) writes the TP split's files", cut("reshard", ep2, "--tp", 4, "--ep", 1),
+               tp4)
+    same_files("reshard tp 2 x ep 2 -> tp 2 (--ep 1) writes the TP split's files", cut("reshard", ep2, "--tp", 2, "--ep", 1),
+               tp2)
+    hf, epset = grid_engines(2, 1, [dict(model=src), dict(model=ep2, sharded=True)], ep=True)
+    same_workers("tp 2 x ep 2 (enable_expert_parallel): vLLM's workers hold from the EP set what they hold from the "
+                 "directory", epset, hf)
+    if "error" not in hf:
+        w13 = [w.get("model.layers.0.mlp.experts.routed_experts.w13_weight", [None, None, None]) for w in hf["workers"]]
+        report([w[0] for w in w13] == [[2, 256, 256]] * 2 and w13[0][2] != w13[1][2],
+               "with expert parallelism each vLLM worker holds 2 of the 4 experts whole (w13_weight [2, 2 x 128, "
+               "256]), each worker other experts", str(w13))
+
+
+def body(tmp):
+    from transformers import LlamaConfig
+    expert_parallel(tmp)
+    if vr.CASES and "llama-grid" not in vr.CASES:
+        print("# llama-grid: not in TPS_VLLM_CASES, not run")
+        return
+    src = os.path.join(tmp, "llama")
+    vr.build(LlamaConfig(**dict(vr.BASE, vocab_size=128, num_hidden_layers=3)), src)
+    cut = cutter(tmp)
 
     pp2 = cut("split", src, "--tp", 1, "--pp", 2, "--target", "vllm")
     pp12 = cut("split", src, "--tp", 1, "--pp-layers", "1,2", "--target", "vllm")

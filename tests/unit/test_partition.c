@@ -375,8 +375,62 @@ TEST(uneven_cut_is_vllm_mxfp4_rule)
     CHECK_CONTAINS(d, "uneven");
 }
 
+/* vLLM's expert placement (enable_expert_parallel, expert_map_manager's linear map): expert e of
+ * E on T ranks is whole on rank floor(e / (E / T)), nothing elsewhere; T not dividing E refused
+ * with the numbers; the pool tells placements apart. */
+TEST(whole_on_one_rank_is_vllm_linear_expert_placement)
+{
+    uint64_t shape[2] = {96, 64};
+    for (uint64_t E = 1; E <= 8; E++)
+        for (uint64_t T = 1; T <= 8; T++)
+            for (uint64_t e = 0; e < E; e++) {
+                tps_partition p;
+                tps_partition_simple(&p, 1, 64, 1); /* the TP cut it keeps: row-parallel */
+                p.owners = E;
+                p.owner = e;
+                tps_error err;
+                tps_error_clear(&err);
+                tps_status st = tps_partition_check(&p, "experts.w2", TPS_DT_BF16, 2, shape, T, &err);
+                if (E % T) {
+                    CHECK(st == TPS_EINVALID);
+                    CHECK_CONTAINS(err.msg, "experts.w2");
+                    CHECK_CONTAINS(err.msg, "do not divide");
+                    continue;
+                }
+                CHECK(st == TPS_OK);
+                uint64_t holders = 0;
+                for (uint64_t r = 0; r < T; r++) {
+                    tps_slice sl;
+                    uint64_t out[2];
+                    tps_partition_slice(&p, T, r, &sl);
+                    tps_partition_rank_shape(&p, 2, shape, T, r, out);
+                    bool mine = r * (E / T) <= e && e < (r + 1) * (E / T);
+                    holders += mine;
+                    CHECK(sl.pad == 0);
+                    if (mine) CHECK(sl.npieces == 1 && sl.piece[0].start == 0 && sl.piece[0].len == 64 && out[1] == 64);
+                    else CHECK(sl.npieces == 0 && sl.length == 0 && out[1] == 0);
+                    CHECK(out[0] == 96);
+                }
+                CHECK(holders == 1);
+            }
+    tps_partition a, b;
+    tps_partition_simple(&a, 0, 96, 1);
+    b = a;
+    a.owners = b.owners = 4;
+    a.owner = 1;
+    b.owner = 2;
+    tps_partpool *pool = tps_partpool_new();
+    const tps_partition *pa = tps_partpool_intern(pool, &a), *pb = tps_partpool_intern(pool, &b);
+    CHECK(pa && pb && pa != pb && pa->owner == 1 && pb->owner == 2 && tps_partpool_count(pool) == 2);
+    tps_partpool_unref(pool);
+    char d[160];
+    tps_partition_describe(&a, d, sizeof d);
+    CHECK_CONTAINS(d, "item 1 of 4");
+}
+
 int main(void)
 {
+    RUN(whole_on_one_rank_is_vllm_linear_expert_placement);
     RUN(uneven_cut_is_vllm_mxfp4_rule);
     RUN(plain_split_matches_brute_force);
     RUN(fused_qkv_with_gqa_replication);

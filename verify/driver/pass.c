@@ -9,6 +9,8 @@
 
 #include "../../lib/base/checked.h"
 #include "../../lib/layout/quant_mxfp4.h"
+#include "../../lib/engine/shardset.h"
+#include "../../lib/set/grid_ep.h"
 #include "../load/finite.h"
 #include "../load/layer.h"
 #include "../load/names.h"
@@ -389,6 +391,8 @@ tps_status tps_verify_layer(const tps_block *b, uint64_t layer, uint64_t T, cons
          * already refused it.) */
         if (st == TPS_OK && !checked_reads) st = tps_vlayer_require_finite(&rl, "the source", err);
         if (st == TPS_OK) st = resolve_dims(b, layer, &rl, T, &d, err);
+        /* an expert-parallel set's ranks hold whole experts (lib/set/grid_ep.h) */
+        if (st == TPS_OK && o->shards) d.ep = tps_grid_ep(o->shards->m) > 1;
     }
     if (tps_vbackend_multi(be)) {
         TPS_CHECK(tps_vbackend_agree(be, st, err));

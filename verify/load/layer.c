@@ -275,8 +275,19 @@ bool tps_vcheck_shapes(const tps_block *b, const vdims *d, const vshare *s, cons
             if (!check_one(b, d, s, &l->t[r], role, msg, msgsize)) return false;
             continue;
         }
-        for (uint64_t e = 0; e < l->nex; e++)
-            if (!check_one(b, d, s, &l->ex[e * TPS_ROLE_COUNT + r], role, msg, msgsize)) return false;
+        for (uint64_t e = 0; e < l->nex; e++) {
+            const tps_vt *t = &l->ex[e * TPS_ROLE_COUNT + r];
+            if (tps_vshare_has_expert(s, l->ex_first + e)) {
+                if (!check_one(b, d, s, t, role, msg, msgsize)) return false;
+            } else if (t->data && t->ndim >= 1 && t->shape[0] && t->shape[t->ndim - 1]) {
+                /* expert parallelism: another rank's expert is held nowhere here */
+                snprintf(msg, msgsize, "%s (%s), expert %llu, which expert parallelism gives ranks holding experts "
+                         "%llu-%llu nothing of",
+                         t->name, tps_block_role_name(role), (unsigned long long)(l->ex_first + e),
+                         (unsigned long long)s->e_first, (unsigned long long)(s->e_first + s->e_n - 1));
+                return false;
+            }
+        }
         vshare sh = *s;
         sh.i_first = s->s_first;
         sh.i_n = s->s_n;

@@ -538,6 +538,7 @@ static tps_status F(vmoe)(const tps_block *b, const vdims *d, const vlayer *l, c
     memset(out, 0, n * H * sizeof *out);
     for (size_t e = 0; e < E; e++) {
         size_t ng = 0;
+        if (m->e_n && (e < m->e_first || e >= m->e_first + m->e_n)) continue; /* another rank's expert */
         for (size_t t = 0; t < n; t++)
             if (sel[t * E + e]) {
                 memcpy(xg + ng * H, xn + t * H, H * sizeof *xg);
@@ -560,7 +561,7 @@ static tps_status F(vmoe)(const tps_block *b, const vdims *d, const vlayer *l, c
         }
     }
     if (d->sh_inter) {
-        vmlp_map sm = {m->sh_first, m->sh_n, m->sh_up_off, 0, 0, 0};
+        vmlp_map sm = {m->sh_first, m->sh_n, m->sh_up_off, 0, 0, 0, 0, 0};
         const tps_vt *sg = vrole(l, TPS_ROLE_SHARED_GATE_W, 0, false);
         TPS_CHECK(F(vdense)(b, d, l->sh, &sm, n, xn, yg, err));
         if (sg) TPS_CHECK(F(vlinear)(sg, false, n, xn, H, 0, d->hidden, 0, 1, logit, 1, err));

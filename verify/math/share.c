@@ -29,6 +29,13 @@ void tps_vshare_of(const vdims *d, uint64_t T, uint64_t r, vshare *s)
     }
     s->s_n = d->sh_inter / T;
     s->s_first = r * s->s_n;
+    s->e_first = s->e_n = 0;
+    if (d->ep && d->experts && T > 1) { /* whole experts, E/T of them */
+        s->e_n = d->experts / T;
+        s->e_first = r * s->e_n;
+        s->i_first = 0;
+        s->i_n = d->inter;
+    }
 }
 
 static void attn_map(const tps_block *b, const vdims *d, const vshare *s, bool global, vattn_map *m)
@@ -96,6 +103,8 @@ void tps_vmlp_map_global(const vdims *d, const vshare *s, vmlp_map *m)
     m->sh_first = s->s_first;
     m->sh_n = s->s_n;
     m->sh_up_off = d->sh_inter;
+    m->e_first = s->e_first;
+    m->e_n = s->e_n;
 }
 
 void tps_vmlp_map_local(const vdims *d, const vshare *s, vmlp_map *m)
@@ -107,4 +116,6 @@ void tps_vmlp_map_local(const vdims *d, const vshare *s, vmlp_map *m)
     m->sh_first = 0;
     m->sh_n = s->s_n;
     m->sh_up_off = s->s_n;
+    m->e_first = s->e_first;
+    m->e_n = s->e_n;
 }

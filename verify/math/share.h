@@ -20,6 +20,10 @@ typedef struct vdims {
     /* 0: the intermediate columns go to the ranks evenly.  B > 0: in whole blocks of B as vLLM
      * cuts MXFP4 experts, cdiv(inter / B, T) blocks a rank and the last rank the rest. */
     uint64_t i_block;
+    /* Expert parallelism (lib/set/grid_ep.h): the routed experts whole on their owners, rank r
+     * of T owning [r*E/T, (r+1)*E/T); each rank's MoE output is its own experts' sum, and the
+     * same all-reduce joins them.  Attention, dense and shared-expert MLPs stay cut by TP. */
+    bool ep;
     /* Llama 4 (verify/math/llama4.h): q and k L2-normed per head after RoPE; NoPE layers' q
      * temperature 1 + temp_scale * log1p(floor((pos + 1) / temp_floor)) (temp_floor 0: none);
      * attention within chunks of this many positions (0: none). */
@@ -34,7 +38,14 @@ typedef struct vshare {
     uint64_t kv_first, kv_n; /* KV heads */
     uint64_t i_first, i_n;   /* intermediate columns (of every expert) */
     uint64_t s_first, s_n;   /* the shared expert's intermediate columns */
+    uint64_t e_first, e_n;   /* expert parallelism: the experts held whole (e_n 0: every expert, cut) */
 } vshare;
+
+/* Whether a share holds routed expert e (every one unless expert parallel). */
+static inline bool tps_vshare_has_expert(const vshare *s, uint64_t e)
+{
+    return !s->e_n || (e >= s->e_first && e < s->e_first + s->e_n);
+}
 
 void tps_vshare_of(const vdims *d, uint64_t T, uint64_t r, vshare *out);
 
@@ -66,6 +77,7 @@ typedef struct vattn_map {
 typedef struct vmlp_map {
     uint64_t i_first, i_n, up_off;
     uint64_t sh_first, sh_n, sh_up_off;
+    uint64_t e_first, e_n; /* the routed experts computed (e_n 0: all) */
 } vmlp_map;
 
 /* The maps for the heads of a share, in tensors of the full model (global) or in the

@@ -97,6 +97,7 @@ typedef struct vlayer {
      * a row of ex without data is fetched when the MoE math reaches that expert and freed
      * after it, so a layer of 256 experts holds one at a time. */
     const vexperts_stream *stream;
+    uint64_t ex_first; /* the expert ex[0] is (a streamed row checked alone: its own index) */
 } vlayer;
 
 /* fetch fills row (TPS_ROLE_COUNT tensors, zeroed by the caller) with expert e's tensors;

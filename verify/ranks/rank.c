@@ -99,6 +99,7 @@ static tps_status rank_fetched(void *arg, uint64_t e, tps_vt *row, tps_error *er
     memset(&one, 0, sizeof one);
     one.ex = row;
     one.nex = 1;
+    one.ex_first = e;
     rs->seen[e] = 1;
     if (!tps_vcheck_shapes(rs->j->b, rs->j->d, &rs->s, &one, true, rs->why, sizeof rs->why)) {
         rs->bad = true;
