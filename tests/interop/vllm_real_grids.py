@@ -18,9 +18,13 @@ compared byte for byte instead of started again.
 Expert parallelism (`split --tp 2 --ep 2 --target vllm`, a Qwen3-MoE of 4 experts): vLLM started
 with enable_expert_parallel=True at tp 2 (each worker's FusedMoE holding its 2 experts whole)
 loads the EP set, and each worker's parameters equal those it holds after loading the directory
-the same way: 2 engine starts.  No forward either: a worker dies (SIGSEGV) at the first forward
-with expert parallelism on the CPU build.  The sets reshard writes between EP and TP-only grids
-are compared byte for byte with the direct splits instead of started again.
+the same way, and generates the same tokens and top-5 log-probs: 3 engine starts (the third is
+the directory at plain tp 2).  The CPU build's expert-parallel forward runs only after
+vllm_grid_engine.patch_cpu_moe_expert_map (its cpu_fused_moe takes global expert ids; unpatched a
+worker dies with SIGSEGV), so the patched forward is also held to vLLM's tensor-parallel tokens
+from the directory (log-probs within bfloat16 rounding: another summation order).  The sets
+reshard writes between EP and TP-only grids are compared byte for byte with the direct splits
+instead of started again.
 
 MoE families are refused by split --pp (tests/cli/grids.sh): vLLM 0.32's mixtral.py,
 qwen2_moe.py and qwen3_moe.py build the embedding, final norm and lm_head on every stage, and
@@ -112,6 +116,23 @@ def same_by_name(what, got, want):
     return report(not probs, what, "\n".join(probs[:10]))
 
 
+BF16_LOGPROB_TOLERANCE = 0.05
+
+
+def close_generation(what, got, want):
+    """The same tokens, and the log-probs of the top tokens both list within bfloat16's rounding:
+    another grid sums in another order (EP's all-reduce adds whole experts' outputs, TP's the
+    slices'), so near-ties may swap the fifth candidate (measured: 4e-4 to 7e-3 apart)."""
+    if "error" in got or "error" in want:
+        return report(False, what, got.get("error") or want.get("error"))
+    if got["tokens"] != want["tokens"]:
+        return report(False, what, "tokens %s, %s" % (got["tokens"], want["tokens"]))
+    worst = max(abs(sa[t] - sb[t]) for a, b in zip(got["logprobs"], want["logprobs"]) for sa, sb in zip(a, b)
+                for t in set(sa) & set(sb))
+    return report(worst <= BF16_LOGPROB_TOLERANCE, what + " (log-probs within %g)" % worst,
+                  "log-probs differ by up to %g" % worst)
+
+
 def stage_layers(result):
     return [sorted({int(k.split(".")[2]) for k in w if k.startswith("model.layers.")}) for w in result["workers"]]
 
@@ -151,9 +172,13 @@ def expert_parallel(tmp):
                tp4)
     same_files("reshard tp 2 x ep 2 -> tp 2 (--ep 1) writes the TP split's files", cut("reshard", ep2, "--tp", 2, "--ep", 1),
                tp2)
-    hf, epset = grid_engines(2, 1, [dict(model=src), dict(model=ep2, sharded=True)], ep=True)
+    hf, epset, hf_tp = grid_engines(2, 1, [dict(model=src, generate=True), dict(model=ep2, sharded=True, generate=True),
+                                           dict(model=src, generate=True, ep=False)], ep=True)
     same_workers("tp 2 x ep 2 (enable_expert_parallel): vLLM's workers hold from the EP set what they hold from the "
                  "directory", epset, hf)
+    vr.same_generation("tp 2 x ep 2: vLLM generates from the EP set what it generates from the directory", epset, hf)
+    close_generation("tp 2 x ep 2: vLLM's expert-parallel forward (the CPU kernel given local expert ids) generates "
+                     "the tokens its tensor-parallel one does from the directory", hf, hf_tp)
     if "error" not in hf:
         w13 = [w.get("model.layers.0.mlp.experts.routed_experts.w13_weight", [None, None, None]) for w in hf["workers"]]
         report([w[0] for w in w13] == [[2, 256, 256]] * 2 and w13[0][2] != w13[1][2],
