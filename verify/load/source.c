@@ -91,22 +91,42 @@ static tps_status index_rows(void *ctx, const char *name, uint64_t chunk, tps_vr
     return st;
 }
 
+static int index_dims(void *ctx, const char *name, uint64_t *shape)
+{
+    const tps_tensor *t = tps_index_find(ctx, name);
+    if (!t) return 0;
+    memcpy(shape, t->shape, sizeof t->shape);
+    return t->ndim;
+}
+
 tps_vsource tps_vsource_index(const tps_index *ix)
 {
-    tps_vsource s = {(void *)ix, index_load, index_has, index_rows};
+    tps_vsource s = {(void *)ix, index_load, index_has, index_rows, index_dims};
     return s;
+}
+
+/* The index a rank reads tensor name from: its own, or rank 0's for a target_rank0 tensor. */
+static tps_status rank_index(tps_vrank_src *c, const char *name, const tps_index **ix, tps_error *err)
+{
+    const tps_manifest_tensor *t = tps_manifest_find(c->ss->m, name);
+    *ix = c->ix;
+    return t && t->target_rank0 ? tps_shardset_open_rank(c->ss, 0, ix, err) : TPS_OK;
 }
 
 static tps_status rank_load(void *ctx, const char *name, tps_vt *out, tps_error *err)
 {
-    tps_vrank_src *c = ctx;
-    const tps_manifest_tensor *t = tps_manifest_find(c->ss->m, name);
-    const tps_index *ix = c->ix;
-    if (t && t->target_rank0) {
-        tps_status st = tps_shardset_open_rank(c->ss, 0, &ix, err);
-        if (st) return st;
-    }
-    return index_load((void *)ix, name, out, err);
+    const tps_index *ix;
+    tps_status st = rank_index(ctx, name, &ix, err);
+    return st ? st : index_load((void *)ix, name, out, err);
+}
+
+/* A rank's vocabulary slice by chunks of rows, as the reference's: one chunk held at a time
+ * (eight ranks holding their whole LM head slices at once were most of --whole-model's peak). */
+static tps_status rank_rows(void *ctx, const char *name, uint64_t chunk, tps_vrows_fn fn, void *arg, tps_error *err)
+{
+    const tps_index *ix;
+    tps_status st = rank_index(ctx, name, &ix, err);
+    return st ? st : index_rows((void *)ix, name, chunk, fn, arg, err);
 }
 
 static bool rank_has(void *ctx, const char *name)
@@ -117,7 +137,7 @@ static bool rank_has(void *ctx, const char *name)
 
 tps_vsource tps_vsource_rank(tps_vrank_src *c)
 {
-    tps_vsource s = {c, rank_load, rank_has, NULL};
+    tps_vsource s = {c, rank_load, rank_has, rank_rows, NULL};
     return s;
 }
 
@@ -307,8 +327,17 @@ static bool shardset_has(void *ctx, const char *name)
     return tps_manifest_find(ss->m, name) != NULL;
 }
 
+static int shardset_dims(void *ctx, const char *name, uint64_t *shape)
+{
+    const tps_shardset *ss = ctx;
+    const tps_manifest_tensor *t = tps_manifest_find(ss->m, name);
+    if (!t) return 0;
+    memcpy(shape, t->shape, sizeof t->shape);
+    return t->ndim;
+}
+
 tps_vsource tps_vsource_shardset(tps_shardset *ss)
 {
-    tps_vsource s = {ss, shardset_load, shardset_has, shardset_rows};
+    tps_vsource s = {ss, shardset_load, shardset_has, shardset_rows, shardset_dims};
     return s;
 }
