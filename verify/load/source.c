@@ -1,4 +1,5 @@
 /* The sources of verify/load/source.h: a tensor index, a shard set read through its manifest. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,17 +9,25 @@
 #include "../../lib/engine/gather.h"
 #include "../../lib/engine/shardset.h"
 #include "../../lib/set/manifest.h"
+#include "../math/vbuf.h"
 #include "finite.h"
 #include "source.h"
 
-/* Names out and gives it a buffer for a whole tensor; *nb is its byte count. */
-static tps_status vt_prepare(tps_vt *out, const char *name, uint64_t nbytes, tps_dtype dtype, int ndim,
-                             const uint64_t *shape, size_t *nb, tps_error *err)
+/* A tensor from this size is mapped rather than read (index_load). */
+#define MAP_MIN ((uint64_t)4 << 20)
+
+/* Names out and gives it a buffer for a whole tensor (mapped: its bytes mapped from their
+ * file already, which out then owns; NULL: a new buffer); *nb is its byte count. */
+static tps_status vt_adopt(tps_vt *out, const char *name, uint64_t nbytes, tps_dtype dtype, int ndim,
+                           const uint64_t *shape, void *mapped, size_t *nb, tps_error *err)
 {
     memset(out, 0, sizeof *out);
-    if (!tps_u64_to_size(nbytes, nb)) return tps_fail_oom(err, name);
+    if (!tps_u64_to_size(nbytes, nb)) {
+        tps_vbuf_free(mapped);
+        return tps_fail_oom(err, name);
+    }
+    out->data = mapped ? mapped : tps_vbuf_alloc(*nb);
     out->name = strdup(name);
-    out->data = malloc(*nb ? *nb : 1);
     if (!out->name || !out->data) {
         tps_vt_release(out);
         return tps_fail_oom(err, name);
@@ -31,14 +40,25 @@ static tps_status vt_prepare(tps_vt *out, const char *name, uint64_t nbytes, tps
     return TPS_OK;
 }
 
+static tps_status vt_prepare(tps_vt *out, const char *name, uint64_t nbytes, tps_dtype dtype, int ndim,
+                             const uint64_t *shape, size_t *nb, tps_error *err)
+{
+    return vt_adopt(out, name, nbytes, dtype, ndim, shape, NULL, nb, err);
+}
+
 static tps_status index_load(void *ctx, const char *name, tps_vt *out, tps_error *err)
 {
     const tps_index *ix = ctx;
     const tps_tensor *t = tps_index_find(ix, name);
     if (!t) return tps_fail(err, TPS_EINVALID, "%s: no tensor %s", ix->path, name);
     size_t nb;
-    tps_status st = vt_prepare(out, name, t->nbytes, t->dtype, t->ndim, t->shape, &nb, err);
-    if (st == TPS_OK) st = tps_tensor_read(ix, t, 0, out->data, nb, err);
+    /* A tensor that is a plain region of its file is mapped (no copy, no fresh pages); one a
+     * format's reader decodes (a zip entry, a pickle's storage) is read. */
+    void *mapped = NULL;
+    if (!t->reader_data && t->nbytes >= MAP_MIN && t->nbytes <= SIZE_MAX)
+        mapped = tps_vbuf_map(ix->files[t->file].fd, t->offset, (size_t)t->nbytes);
+    tps_status st = vt_adopt(out, name, t->nbytes, t->dtype, t->ndim, t->shape, mapped, &nb, err);
+    if (st == TPS_OK && !mapped) st = tps_tensor_read(ix, t, 0, out->data, nb, err);
     if (st) tps_vt_release(out);
     return st;
 }

@@ -1,0 +1,88 @@
+/* Mapped tensor bytes; see vbuf.h. */
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "vbuf.h"
+
+typedef struct vmap {
+    void *data, *base;
+    size_t len;
+} vmap;
+
+/* From this size a buffer is its own mapping, unmapped when freed: malloc's arenas keep
+ * what a thread freed for that thread, so the chunks eight rank threads stream the LM head
+ * and embedding through stayed resident under the layers that came after. */
+#define VBUF_MAPPED ((size_t)1 << 20)
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static vmap *maps;
+static size_t nmaps, cap;
+
+/* Records a mapping for tps_vbuf_free; false (nothing recorded) when out of memory. */
+static bool record(void *data, void *base, size_t len)
+{
+    pthread_mutex_lock(&mu);
+    if (nmaps == cap) {
+        size_t nc = cap ? 2 * cap : 64;
+        vmap *g = realloc(maps, nc * sizeof *g);
+        if (g) maps = g, cap = nc;
+    }
+    bool kept = nmaps < cap;
+    if (kept) maps[nmaps++] = (vmap){data, base, len};
+    pthread_mutex_unlock(&mu);
+    return kept;
+}
+
+void *tps_vbuf_alloc(size_t n)
+{
+    if (n < VBUF_MAPPED) return malloc(n ? n : 1);
+    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    if (record(p, p, n)) return p;
+    munmap(p, n);
+    return NULL;
+}
+
+void *tps_vbuf_map(int fd, uint64_t off, size_t len)
+{
+    long pg = sysconf(_SC_PAGESIZE);
+    if (fd < 0 || !len || pg <= 0) return NULL;
+    size_t lead = (size_t)(off % (uint64_t)pg);
+    if (len > SIZE_MAX - lead) return NULL;
+    /* past the file's end a mapping faults (SIGBUS) where a read reports a short file */
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || sb.st_size < 0 || off > (uint64_t)sb.st_size || len > (uint64_t)sb.st_size - off)
+        return NULL;
+    /* Populated read-only: a writable private mapping is populated by write faults, which copy
+     * every page (the copy this saves).  Writable after: a write copies only its page. */
+    void *base = mmap(NULL, len + lead, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, (off_t)(off - lead));
+    if (base == MAP_FAILED) return NULL;
+    if (mprotect(base, len + lead, PROT_READ | PROT_WRITE) != 0) {
+        munmap(base, len + lead);
+        return NULL;
+    }
+    void *data = (unsigned char *)base + lead;
+    if (record(data, base, len + lead)) return data;
+    munmap(base, len + lead);
+    return NULL;
+}
+
+void tps_vbuf_free(void *p)
+{
+    if (!p) return;
+    vmap m = {NULL, NULL, 0};
+    pthread_mutex_lock(&mu);
+    for (size_t i = nmaps; i-- > 0;)
+        if (maps[i].data == p) {
+            m = maps[i];
+            maps[i] = maps[--nmaps];
+            break;
+        }
+    pthread_mutex_unlock(&mu);
+    if (m.base) munmap(m.base, m.len);
+    else free(p);
+}
