@@ -3,6 +3,7 @@
  * them, each rank from its own shard file, against the unsharded model in float64.  The
  * layers in between are tps_verify_layer's, chained through tps_verify_chain. */
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -604,6 +605,31 @@ cleanup:
     return st;
 }
 
+/* Rank 0's half of the head: the shards' copies checked, then the reference's logits. */
+typedef struct head_job {
+    const tps_block *b;
+    const tps_vsource *ref;
+    const tps_verify_opts *o;
+    tps_verify_whole *w;
+    double *logits;
+    tps_status st;
+    tps_error err, rank_err; /* the reference's; the ranks' while both run */
+    pthread_t tid;
+} head_job;
+
+static tps_status ref_head_checked(head_job *j, tps_error *err)
+{
+    tps_status st = check_tensors(j->b, j->ref, j->o, STEP_HEAD, j->w->tied, j->w, err);
+    return st != TPS_OK ? st : ref_head(j->b, j->ref, j->o, j->w, j->logits, err);
+}
+
+static void *head_thread(void *arg)
+{
+    head_job *j = arg;
+    j->st = ref_head_checked(j, &j->err);
+    return NULL;
+}
+
 static size_t argmax_f32(const float *v, size_t n)
 {
     size_t k = 0;
@@ -635,12 +661,19 @@ tps_status tps_verify_whole_end(const tps_block *b, uint64_t T, const tps_vsourc
     if (!tps_mul_u64(w->tokens, w->padded_vocab, &nv64) || !tps_u64_to_size(nv64, &nv) || nv > (size_t)1 << 32)
         return tps_fail(err, TPS_EINVALID, "%llu tokens of a %llu-row vocabulary is too many",
                         (unsigned long long)w->tokens, (unsigned long long)w->padded_vocab);
+    head_job job = {.b = b, .ref = ref, .o = o, .w = w, .st = TPS_OK};
+    bool async = false;
     if (root) {
         tps_vstage(o, "lm head: reference");
         if (!(ref_logits = malloc((n * V + 1) * sizeof *ref_logits)) || !(logits = malloc((n * V + 1) * sizeof *logits)))
             st = tps_fail_oom(err, "the logits");
-        if (st == TPS_OK) st = check_tensors(b, ref, o, STEP_HEAD, w->tied, w, err);
-        if (st == TPS_OK) st = ref_head(b, ref, o, w, ref_logits, err);
+        job.logits = ref_logits;
+        /* On threads, the reference's head (one thread's float64 pass) runs beside the ranks'
+         * (the shard set's ranks are all open by now: the two only read); its failure, were
+         * both to fail, is the one reported, as when it ran first. */
+        tps_error_clear(&job.err);
+        if (st == TPS_OK && !multi) async = pthread_create(&job.tid, NULL, head_thread, &job) == 0;
+        if (st == TPS_OK && !async) st = ref_head_checked(&job, err);
     }
     if (multi) TPS_CHECK(tps_vbackend_agree(be, st, err));
     TPS_CHECK(st);
@@ -648,8 +681,18 @@ tps_status tps_verify_whole_end(const tps_block *b, uint64_t T, const tps_vsourc
     tps_dtype dt;
     int64_t culprit;
     char detail[sizeof w->detail];
-    TPS_CHECK(run_step(b, T, ranks, o, w, STEP_HEAD, w->chain.x, nv, &gathered, &dt, &culprit, detail, sizeof detail,
-                       err));
+    st = run_step(b, T, ranks, o, w, STEP_HEAD, w->chain.x, nv, &gathered, &dt, &culprit, detail, sizeof detail,
+                  async ? &job.rank_err : err);
+    if (async) {
+        pthread_join(job.tid, NULL);
+        if (job.st != TPS_OK) {
+            *err = job.err;
+            st = job.st;
+        } else if (st != TPS_OK) {
+            *err = job.rank_err;
+        }
+    }
+    TPS_CHECK(st);
     if (!root) goto cleanup;
     tps_vstage(o, "comparing logits");
     if (tps_verify_rtol(dt) > tps_verify_rtol(w->chain.dtype)) w->chain.dtype = dt;
