@@ -19,6 +19,7 @@
 #include "../math/ops.h"
 #include "../math/ref.h"
 #include "../math/util.h"
+#include "../math/vbuf.h"
 #include "pass.h"
 #include "quant_blame.h"
 
@@ -439,6 +440,7 @@ tps_status tps_verify_layer(const tps_block *b, uint64_t layer, uint64_t T, cons
         /* the reference streams its experts and loads only those the router picks */
         if (!checked_reads) fetch.arg = "the source";
         st = tps_vlayer_load_streamed(b, layer, b->experts, ref, &fetch, &rl, err);
+        tps_vbuf_trim(); /* the last layer's buffers it did not take back */
         /* Before any number is trusted, the shards' bytes must be what the manifest says. */
         if (st == TPS_OK && o->shards) {
             if (!checked_reads) tps_vstage(o, "checking bytes");
@@ -519,6 +521,7 @@ cleanup:
     if (outs)
         for (uint64_t r = 0; r < T; r++) tps_vrank_out_release(&outs[r]);
     free(outs);
+    if (root) tps_vbuf_keep(); /* for the next layer's reference (vbuf.h) */
     tps_vlayer_release(&rl);
     free(x);
     free(xd);

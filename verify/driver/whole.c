@@ -18,6 +18,7 @@
 #include "../load/names.h"
 #include "../math/ops.h"
 #include "../math/util.h"
+#include "../math/vbuf.h"
 #include "../ranks/device.h"
 #include "head_rows.h"
 #include "whole.h"
@@ -658,6 +659,7 @@ tps_status tps_verify_whole_end(const tps_block *b, uint64_t T, const tps_vsourc
     size_t nv;
     float *gathered = NULL, *logits = NULL;
     double *ref_logits = NULL;
+    tps_vbuf_trim(); /* the last layer's reference buffers, kept for a next layer */
     if (!tps_mul_u64(w->tokens, w->padded_vocab, &nv64) || !tps_u64_to_size(nv64, &nv) || nv > (size_t)1 << 32)
         return tps_fail(err, TPS_EINVALID, "%llu tokens of a %llu-row vocabulary is too many",
                         (unsigned long long)w->tokens, (unsigned long long)w->padded_vocab);

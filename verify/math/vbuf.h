@@ -18,6 +18,14 @@ void *tps_vbuf_map(int fd, uint64_t off, size_t len);
  * when out of memory. */
 void *tps_vbuf_alloc(size_t n);
 
+/* From tps_vbuf_keep to tps_vbuf_trim, a buffer tps_vbuf_alloc made is kept when freed and
+ * handed out again to a request it fits, so that the next layer's reference reads into the
+ * pages the last one's faulted in (436 MiB a layer of the 8B-shaped model).  The driver keeps
+ * only from its release of one layer's reference to the end of the next one's load: nothing
+ * else allocates in between, so what is kept never adds to a peak. */
+void tps_vbuf_keep(void);
+void tps_vbuf_trim(void);
+
 /* Frees p: unmaps it when tps_vbuf_map or tps_vbuf_alloc mapped it, else free(p).
  * Thread-safe. */
 void tps_vbuf_free(void *p);
