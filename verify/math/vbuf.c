@@ -9,6 +9,10 @@
 
 #include "vbuf.h"
 
+#ifndef MAP_POPULATE /* Linux's; elsewhere the pages fault in as the math reads them */
+#define MAP_POPULATE 0
+#endif
+
 typedef struct vmap {
     void *data, *base;
     size_t len;
