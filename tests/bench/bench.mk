@@ -2,6 +2,8 @@
 #   make bench                      ~4 GiB Llama-3-8B-shaped checkpoint, 5 interleaved runs per case
 #   make bench BENCH_SIZE=30G       ~30 GiB (disk cases only), BENCH_RUNS=3 for a quick run
 #   make bench-verify-mem           only verify's memory vs the expert count (16 vs 64 experts)
+#   make bench-verify               only cat of the tp 8 shards and verify --whole-model / --layer all
+#                                   of them (issue 36's speed goals; the page is left as it is)
 #   make bench-scale-layer          one real-size DeepSeek-V3 MoE layer (FP8, ~11 GB made and deleted)
 #   make bench-scale                only the many-tensor cases (5,000 and 50,000 tiny tensors):
 #                                   check and reshard must be linear in the tensor count;
@@ -44,6 +46,12 @@ bench: tpshard $(BUILD)/bench/benchtool $(BUILD)/bench/manifest_mem $(BENCH_NOBL
 .PHONY: bench-scale-layer
 bench-scale-layer: tpshard
 	$(Q)$(foreach v,BENCH_DIR BENCH_KEEP BENCH_LAYER_EXPERTS,$(if $($(v)),$(v)='$($(v))')) $(BENCH_PYTHON) tests/bench/verify_layer.py
+
+# verify's speed cases alone (issue 36): BENCH_ONLY=verify; with BENCH_TPSHARD_NOBLAS set the
+# plain loops' build is measured beside it, as make bench does.
+.PHONY: bench-verify
+bench-verify: tpshard $(BUILD)/bench/benchtool
+	$(Q)$(foreach v,$(BENCH_VARS) BENCH_TPSHARD_NOBLAS,$(if $($(v)),$(v)='$($(v))')) BENCH_ONLY=verify $(BENCH_PYTHON) tests/bench/bench.py
 
 # verify's memory case alone (issue 36; make bench runs it too and adds its table to the page).
 .PHONY: bench-verify-mem

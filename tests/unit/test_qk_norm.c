@@ -157,9 +157,9 @@ static tps_status run(layer *L, uint64_t T, tps_verify_result *res)
         ranks[r] = *L;
         ranks[r].T = T;
         ranks[r].r = r;
-        src[r] = (tps_vsource){&ranks[r], mem_load, mem_has, NULL};
+        src[r] = (tps_vsource){&ranks[r], mem_load, mem_has, NULL, NULL};
     }
-    tps_vsource ref = {L, mem_load, mem_has, NULL};
+    tps_vsource ref = {L, mem_load, mem_has, NULL, NULL};
     tps_verify_opts o = {.tokens = 5, .seed = 3};
     tps_error err;
     tps_error_clear(&err);

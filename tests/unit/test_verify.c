@@ -304,9 +304,9 @@ static tps_status run(model *m, uint64_t T, tps_verify_result *res)
         ranks[r] = m->g;
         ranks[r].T = T;
         ranks[r].r = r;
-        src[r] = (tps_vsource){&ranks[r], store_load, store_has, NULL};
+        src[r] = (tps_vsource){&ranks[r], store_load, store_has, NULL, NULL};
     }
-    tps_vsource ref = {&m->g, store_load, store_has, NULL};
+    tps_vsource ref = {&m->g, store_load, store_has, NULL, NULL};
     tps_verify_opts o = {.tokens = 5, .seed = 7};
     tps_error err;
     tps_error_clear(&err);
@@ -327,7 +327,7 @@ TEST(rmsnorm_of_a_constant_vector)
     for (int i = 0; i < 32; i++) x[i] = c;
     vlayer l;
     tps_error err;
-    CHECK(tps_vlayer_load(&m.b, 0, 0, &(tps_vsource){&m.g, store_load, store_has, NULL}, &l, &err) == TPS_OK);
+    CHECK(tps_vlayer_load(&m.b, 0, 0, &(tps_vsource){&m.g, store_load, store_has, NULL, NULL}, &l, &err) == TPS_OK);
     tps_vnorm_f64(&m.b, &m.d, &l.t[TPS_ROLE_ATTN_NORM_W], NULL, 1, x, out);
     const float *w = find_role(&m, TPS_ROLE_ATTN_NORM_W)->v;
     for (int i = 0; i < 32; i++) CHECK(fabs(out[i] - c / sqrt(c * c + 1e-5) * w[i]) < 1e-12);
@@ -431,7 +431,7 @@ TEST(attention_of_one_token_is_the_v_path)
     model_init(&m, K_LLAMA);
     vlayer l;
     tps_error err;
-    CHECK(tps_vlayer_load(&m.b, 0, 0, &(tps_vsource){&m.g, store_load, store_has, NULL}, &l, &err) == TPS_OK);
+    CHECK(tps_vlayer_load(&m.b, 0, 0, &(tps_vsource){&m.g, store_load, store_has, NULL, NULL}, &l, &err) == TPS_OK);
     double x[32], xn[32], out[32], ms = 0;
     for (int i = 0; i < 32; i++) x[i] = urand() - 0.5, ms += x[i] * x[i];
     const float *nw = find_role(&m, TPS_ROLE_ATTN_NORM_W)->v, *vw = find_role(&m, TPS_ROLE_V_W)->v;
@@ -641,9 +641,9 @@ TEST(heads_that_do_not_divide_are_invalid)
     tps_vsource src[3];
     for (int r = 0; r < 3; r++) {
         ranks[r] = m.g;
-        src[r] = (tps_vsource){&ranks[r], store_load, store_has, NULL};
+        src[r] = (tps_vsource){&ranks[r], store_load, store_has, NULL, NULL};
     }
-    tps_vsource ref = {&m.g, store_load, store_has, NULL};
+    tps_vsource ref = {&m.g, store_load, store_has, NULL, NULL};
     tps_verify_opts o = {.tokens = 2, .seed = 1};
     tps_error err;
     tps_error_clear(&err);

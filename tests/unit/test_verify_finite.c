@@ -120,10 +120,40 @@ TEST(message_names_the_index_in_the_shape)
     CHECK_STR(msg, "tensor 'w' holds 3 non-finite values (NaN or Inf), the first at [10, 37] (element 1797)");
 }
 
+/* The scan's fast path (whole 64-bit words, each lane of them) on finite buffers: one
+ * non-finite element planted at each position, of either sign, is counted once, at its
+ * place; finite neighbours with every other exponent bit set are not (the largest finite). */
+TEST(one_planted_in_a_finite_buffer)
+{
+    static const struct {
+        tps_dtype dt;
+        size_t es;
+        uint32_t fin, bad[2];
+    } k[] = {{TPS_DT_BF16, 2, 0x7f7f, {0x7f80, 0xffc1}},
+             {TPS_DT_F16, 2, 0x7bff, {0x7c00, 0xfe01}},
+             {TPS_DT_F32, 4, 0x7f7fffffu, {0x7f800000u, 0xffc00001u}}};
+    enum { N = 37 }; /* not a whole number of words: the tail too */
+    unsigned char b[N * 4];
+    for (size_t c = 0; c < sizeof k / sizeof k[0]; c++)
+        for (size_t p = 0; p < N; p++)
+            for (int v = 0; v < 2; v++) {
+                for (size_t i = 0; i < N; i++) memcpy(b + i * k[c].es, i == p ? &k[c].bad[v] : &k[c].fin, k[c].es);
+                tps_vfinite f;
+                tps_vfinite_init(&f, k[c].dt);
+                tps_vfinite_feed(&f, b, N * k[c].es);
+                CHECK_EQ_U64(f.count, 1);
+                CHECK_EQ_U64(f.first, p);
+                tps_vfinite_init(&f, k[c].dt);
+                tps_vfinite_feed(&f, b, p * k[c].es); /* the elements before it: none */
+                CHECK_EQ_U64(f.count, 0);
+            }
+}
+
 int main(void)
 {
     RUN(every_8_and_16_bit_pattern);
     RUN(random_wide_patterns);
+    RUN(one_planted_in_a_finite_buffer);
     RUN(integers_are_never_counted);
     RUN(message_names_the_index_in_the_shape);
     return tps_test_done();

@@ -62,7 +62,7 @@ TEST(reference_logits_by_chunks_equal_the_whole_product)
     mat m;
     double x[N * H], y[N * (V + 1)]; /* room for the refused call's vocabulary too */
     fill(&m, x);
-    tps_vsource src = {&m, mat_load, mat_has, mat_rows};
+    tps_vsource src = {&m, mat_load, mat_has, mat_rows, NULL};
     tps_error err;
     tps_error_clear(&err);
     CHECK(tps_vhead_streams(&src, "head"));
@@ -81,7 +81,7 @@ TEST(rank_logits_by_chunks_land_at_their_rows)
     fill(&m, x);
     for (int i = 0; i < N * H; i++) xf[i] = (float)x[i];
     for (int i = 0; i < N * (V + 2); i++) y[i] = -99;
-    tps_vsource src = {&m, mat_load, mat_has, mat_rows};
+    tps_vsource src = {&m, mat_load, mat_has, mat_rows, NULL};
     tps_error err;
     tps_error_clear(&err);
     vhead_seen seen;
@@ -108,7 +108,7 @@ TEST(a_nan_is_named_at_its_place_in_the_whole_head)
     double x[N * H], y[N * V];
     fill(&m, x);
     m.w[7 * H + 2] = NAN;
-    tps_vsource src = {&m, mat_load, mat_has, mat_rows};
+    tps_vsource src = {&m, mat_load, mat_has, mat_rows, NULL};
     tps_error err;
     tps_error_clear(&err);
     CHECK(tps_vhead_ref_logits(&src, "head", V, H, N, x, true, y, &err) == TPS_EINVALID);

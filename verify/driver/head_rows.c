@@ -32,6 +32,22 @@ bool tps_vhead_streams(const tps_vsource *src, const char *name)
     return !scaled;
 }
 
+/* With check, a chunk (rows from row0 of a [vocab, hidden] tensor) holding NaN or Inf fails,
+ * named as a whole load names it: the place in the whole tensor. */
+static tps_status chunk_finite(bool check, uint64_t row0, uint64_t vocab, uint64_t hidden, const tps_vt *part,
+                               tps_error *err)
+{
+    tps_vfinite f;
+    if (!check) return TPS_OK;
+    tps_vt_scan(part, &f);
+    if (!f.count) return TPS_OK;
+    char what[600];
+    uint64_t shape[2] = {vocab, hidden};
+    f.first += row0 * hidden;
+    tps_vfinite_describe(&f, part->name, shape, 2, what, sizeof what);
+    return tps_fail(err, TPS_EINVALID, "the source: %s: %s", what, tps_vfinite_why);
+}
+
 typedef struct ref_chunks {
     uint64_t vocab, hidden;
     size_t n;
@@ -50,17 +66,8 @@ static tps_status ref_chunk(void *arg, uint64_t row0, const tps_vt *part, tps_er
     if (!tps_vdtype_supported(part->dtype))
         return tps_fail(err, TPS_EINVALID, "%s: dtype %s is not one verify computes in", part->name,
                         tps_dtype_name(part->dtype));
-    if (c->finite_check) {
-        tps_vfinite f;
-        tps_vt_scan(part, &f);
-        if (f.count) { /* named as a whole load names it: the place in the whole tensor */
-            char what[600];
-            uint64_t shape[2] = {c->vocab, c->hidden};
-            f.first += row0 * c->hidden;
-            tps_vfinite_describe(&f, part->name, shape, 2, what, sizeof what);
-            return tps_fail(err, TPS_EINVALID, "the source: %s: %s", what, tps_vfinite_why);
-        }
-    }
+    tps_status st = chunk_finite(c->finite_check, row0, c->vocab, c->hidden, part, err);
+    if (st != TPS_OK) return st;
     c->seen += part->shape[0];
     return tps_vlogits_f64(part, c->n, c->xn, c->logits + row0, (size_t)c->vocab, err);
 }
@@ -112,4 +119,62 @@ tps_status tps_vhead_rank_logits(const tps_vsource *src, const char *name, uint6
     seen->dtype = TPS_DT_F64;
     rank_chunks c = {rows, hidden, n, ldy, xn, y, dev, seen};
     return src->rows(src->ctx, name, chunk_rows(hidden), rank_chunk, &c, err);
+}
+
+typedef struct pick_chunks {
+    uint64_t first, hidden, vocab;
+    size_t n;
+    const uint64_t *ids;
+    bool finite_check;
+    tps_vt *sel;
+    uint64_t *at;
+    vhead_seen *seen;
+} pick_chunks;
+
+static tps_status pick_chunk(void *arg, uint64_t row0, const tps_vt *part, tps_error *err)
+{
+    pick_chunks *c = arg;
+    vhead_seen *s = c->seen;
+    s->rows += part->shape[0];
+    s->cols = part->ndim == 2 ? part->shape[1] : 0;
+    if (tps_verify_rtol(part->dtype) > tps_verify_rtol(s->dtype)) s->dtype = part->dtype;
+    if (part->ndim != 2 || part->shape[1] != c->hidden) return TPS_OK; /* the caller's shape check says so */
+    if (!tps_vdtype_supported(part->dtype))
+        return tps_fail(err, TPS_EINVALID, "%s: dtype %s is not one verify computes in", part->name,
+                        tps_dtype_name(part->dtype));
+    tps_status st = chunk_finite(c->finite_check, row0, c->vocab, c->hidden, part, err);
+    if (st != TPS_OK) return st;
+    size_t rb = (size_t)c->hidden * (tps_dtype_bits(part->dtype) / 8); /* a chunk of this many bytes a row was read */
+    tps_vt *sel = c->sel;
+    if (!sel->data) {
+        if (!(sel->data = calloc(c->n + 1, rb)) || !(sel->name = strdup(part->name))) return tps_fail_oom(err, part->name);
+        sel->dtype = part->dtype;
+        sel->ndim = 2;
+        sel->shape[0] = c->n;
+        sel->shape[1] = c->hidden;
+        sel->nelem = (uint64_t)c->n * c->hidden;
+    }
+    for (size_t t = 0; t < c->n; t++) {
+        uint64_t id = c->ids[t];
+        if (id < c->first + row0 || id - c->first - row0 >= part->shape[0]) continue;
+        memcpy((unsigned char *)sel->data + t * rb, (const unsigned char *)part->data + (id - c->first - row0) * rb, rb);
+        c->at[t] = t;
+    }
+    return TPS_OK;
+}
+
+tps_status tps_vembed_pick(const tps_vsource *src, const char *name, uint64_t first, uint64_t hidden, size_t n,
+                           const uint64_t *ids, bool finite_check, tps_vt *sel, uint64_t *at, vhead_seen *seen,
+                           tps_error *err)
+{
+    memset(sel, 0, sizeof *sel);
+    seen->rows = seen->cols = 0;
+    seen->dtype = TPS_DT_F64;
+    for (size_t t = 0; t < n; t++) at[t] = n;
+    uint64_t shape[TPS_MAX_DIMS] = {0};
+    uint64_t vocab = src->dims && src->dims(src->ctx, name, shape) == 2 ? shape[0] : 0; /* for a message only */
+    pick_chunks c = {first, hidden, vocab, n, ids, finite_check, sel, at, seen};
+    tps_status st = src->rows(src->ctx, name, chunk_rows(hidden), pick_chunk, &c, err);
+    if (st != TPS_OK) tps_vt_release(sel);
+    return st;
 }

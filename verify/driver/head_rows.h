@@ -32,4 +32,14 @@ tps_status tps_vhead_rank_logits(const tps_vsource *src, const char *name, uint6
                                  const float *xn, tps_vdev_rank *dev, float *y, size_t ldy, vhead_seen *seen,
                                  tps_error *err);
 
+/* The embedding's rows that ids pick, by chunks of src's rows, the rest never held: sel
+ * becomes [n, hidden] in the embedding's dtype, its row t token t's row when ids[t] - first
+ * is one of src's rows (first: the vocabulary row src's row 0 is), and at[t] is t there and
+ * n elsewhere (out of sel's rows: tps_vembed gives zeros).  finite_check as for the head (a
+ * non-finite value anywhere in the embedding fails).  *seen says what src held; sel->data
+ * stays NULL when it held no row of width hidden. */
+tps_status tps_vembed_pick(const tps_vsource *src, const char *name, uint64_t first, uint64_t hidden, size_t n,
+                           const uint64_t *ids, bool finite_check, tps_vt *sel, uint64_t *at, vhead_seen *seen,
+                           tps_error *err);
+
 #endif

@@ -1,10 +1,12 @@
 /* The verification driver: resolve the layer's sizes, draw inputs, run the reference and
  * the ranks, compare, and when a stage differs, find the rank whose slice caused it. */
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "../../lib/base/checked.h"
@@ -19,6 +21,7 @@
 #include "../math/ops.h"
 #include "../math/ref.h"
 #include "../math/util.h"
+#include "../math/vbuf.h"
 #include "pass.h"
 #include "quant_blame.h"
 
@@ -319,7 +322,7 @@ cleanup:
 /* The whole-model reference moves on by one layer: xref <- the unsharded layer of xref in
  * float64, residuals added (an independent forward: it never sees the ranks' state). */
 static tps_status chain_step(const tps_block *b, const vdims *d, const vlayer *rl, size_t n, tps_verify_chain *c,
-                             tps_dtype dt, tps_error *err)
+                             tps_error *err)
 {
     tps_status st = TPS_OK;
     size_t nh = n * (size_t)d->hidden;
@@ -332,12 +335,71 @@ static tps_status chain_step(const tps_block *b, const vdims *d, const vlayer *r
     for (size_t i = 0; i < nh; i++) h[i] = b->parallel_residual ? c->xref[i] : c->xref[i] + a[i];
     TPS_CHECK(tps_vref_mlp(b, d, rl, NULL, n, h, m, err));
     for (size_t i = 0; i < nh; i++) c->xref[i] = b->parallel_residual ? c->xref[i] + a[i] + m[i] : h[i] + m[i];
-    if (tps_verify_rtol(dt) > tps_verify_rtol(c->dtype)) c->dtype = dt;
 cleanup:
     free(a);
     free(h);
     free(m);
     return st;
+}
+
+/* chain_step on a thread of its own, beside the comparison's reference (both read the
+ * reference layer only; the chain writes only its own state), so that the
+ * second float64 pass over the layer's weights no longer adds to the wall time on a machine
+ * with a core to spare.  Not when the layer streams its experts: their fetches read the
+ * reference's source, which one thread at a time reads. */
+typedef struct chain_job {
+    const tps_block *b;
+    const vdims *d;
+    const vlayer *rl;
+    size_t n;
+    tps_verify_chain *c;
+    tps_status st;
+    tps_error err;
+    pthread_t tid;
+    void *stack;
+    bool running;
+} chain_job;
+
+static void *chain_thread(void *arg)
+{
+    chain_job *j = arg;
+    j->st = chain_step(j->b, j->d, j->rl, j->n, j->c, &j->err);
+    return NULL;
+}
+
+/* The thread's stack is its own mapping, unmapped after: the reference's pass touches a few
+ * MiB of stack, which a stack the C library caches for its next thread would keep resident
+ * under the next layer's peak. */
+#define CHAIN_STACK ((size_t)8 << 20)
+
+static void chain_start(chain_job *j)
+{
+    tps_error_clear(&j->err);
+    j->st = TPS_OK;
+    j->running = false;
+    if (j->rl->stream) return;
+    j->stack = mmap(NULL, CHAIN_STACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (j->stack == MAP_FAILED) return;
+    pthread_attr_t a;
+    if (pthread_attr_init(&a) == 0) {
+        j->running = pthread_attr_setstack(&a, j->stack, CHAIN_STACK) == 0 &&
+                     pthread_create(&j->tid, &a, chain_thread, j) == 0;
+        pthread_attr_destroy(&a);
+    }
+    if (!j->running) munmap(j->stack, CHAIN_STACK);
+}
+
+/* The chain's step done (waited for, or run here when it did not start); its status, its
+ * error in err unless the caller already failed (st). */
+static tps_status chain_finish(chain_job *j, tps_status st, tps_error *err)
+{
+    if (j->running) {
+        pthread_join(j->tid, NULL);
+        munmap(j->stack, CHAIN_STACK);
+    } else if (st == TPS_OK) j->st = chain_step(j->b, j->d, j->rl, j->n, j->c, &j->err);
+    j->running = false;
+    if (st == TPS_OK && j->st != TPS_OK && err) *err = j->err;
+    return st != TPS_OK ? st : j->st;
 }
 
 /* A streamed expert of the reference from --source (arg: whose copy, for the message): the
@@ -380,6 +442,7 @@ tps_status tps_verify_layer(const tps_block *b, uint64_t layer, uint64_t T, cons
         /* the reference streams its experts and loads only those the router picks */
         if (!checked_reads) fetch.arg = "the source";
         st = tps_vlayer_load_streamed(b, layer, b->experts, ref, &fetch, &rl, err);
+        tps_vbuf_trim(); /* the last layer's buffers it did not take back */
         /* Before any number is trusted, the shards' bytes must be what the manifest says. */
         if (st == TPS_OK && o->shards) {
             if (!checked_reads) tps_vstage(o, "checking bytes");
@@ -428,12 +491,19 @@ tps_status tps_verify_layer(const tps_block *b, uint64_t layer, uint64_t T, cons
     if (o->chain) memcpy(x, o->chain->x, nh * sizeof *x);
     else draw_inputs(o->seed, layer, nh, x);
     TPS_CHECK(tps_vbackend_run(be, b, &d, layer, T, ranks, n, x, outs, &stats, o, err));
+    /* after the ranks' pass, whose slices are then freed: its activations beside theirs would
+     * raise the peak */
+    chain_job chain = {.b = b, .d = &d, .rl = &rl, .n = n, .c = o->chain};
+    if (root && o->chain) chain_start(&chain);
     res->upload_bytes = stats.upload_bytes;
     res->upload_seconds = stats.upload_seconds;
     res->layer_seconds = stats.layer_seconds;
     res->pass = true;
     if (root) st = compare_layer(b, &d, &rl, T, n, x, xd, h, ref_out, outs, o, ref, ranks, res, err);
-    if (root && st == TPS_OK && o->chain) st = chain_step(b, &d, &rl, n, o->chain, res->dtype, err);
+    if (root && o->chain) {
+        st = chain_finish(&chain, st, err);
+        if (st == TPS_OK && tps_verify_rtol(res->dtype) > tps_verify_rtol(o->chain->dtype)) o->chain->dtype = res->dtype;
+    }
     if (tps_vbackend_multi(be)) st = tps_vbackend_agree(be, st, err);
     TPS_CHECK(st);
     if (o->chain) { /* this process's rank's own copy of the layer's output */
@@ -455,6 +525,7 @@ cleanup:
     if (outs)
         for (uint64_t r = 0; r < T; r++) tps_vrank_out_release(&outs[r]);
     free(outs);
+    if (root) tps_vbuf_keep(); /* for the next layer's reference (vbuf.h) */
     tps_vlayer_release(&rl);
     free(x);
     free(xd);

@@ -3,6 +3,7 @@
  * them, each rank from its own shard file, against the unsharded model in float64.  The
  * layers in between are tps_verify_layer's, chained through tps_verify_chain. */
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,7 @@
 #include "../load/names.h"
 #include "../math/ops.h"
 #include "../math/util.h"
+#include "../math/vbuf.h"
 #include "../ranks/device.h"
 #include "head_rows.h"
 #include "whole.h"
@@ -119,9 +121,14 @@ typedef struct wstep {
     tps_dtype *min_dtype;  /* per rank */
 } wstep;
 
+static void note_dtype(wstep *s, uint64_t r, tps_dtype dt)
+{
+    if (tps_verify_rtol(dt) > tps_verify_rtol(s->min_dtype[r])) s->min_dtype[r] = dt;
+}
+
 static void note(wstep *s, uint64_t r, const tps_vt *t)
 {
-    if (t->data && tps_verify_rtol(t->dtype) > tps_verify_rtol(s->min_dtype[r])) s->min_dtype[r] = t->dtype;
+    if (t->data) note_dtype(s, r, t->dtype);
 }
 
 /* A slice must have the shape the TP convention gives the rank; otherwise the rank joins
@@ -159,7 +166,13 @@ static tps_status rank_step(void *arg, tps_vcomm *comm, tps_error *err)
     const char *vname = s->step == STEP_EMBED ? b->model_role[TPS_MROLE_EMBED] : head_name(b, w->tied);
     /* a plain head streams by vocabulary chunks, the rank's slice never whole in memory */
     bool stream = s->step == STEP_HEAD && tps_vhead_streams(src, vname);
-    st = stream ? TPS_OK : load_tensor(b, src, vname, &vocab_t, err);
+    /* the embedding's rows the ids pick, the slice streamed by */
+    bool pick = s->step == STEP_EMBED && tps_vhead_streams(src, vname);
+    uint64_t *at = NULL;
+    vhead_seen seen = {0, 0, TPS_DT_F64};
+    if (pick && !(at = malloc((n + 1) * sizeof *at))) st = tps_fail_oom(err, "the token ids");
+    else if (pick) st = tps_vembed_pick(src, vname, r * rows, H, n, w->ids, false, &vocab_t, at, &seen, err);
+    else if (!stream) st = load_tensor(b, src, vname, &vocab_t, err);
     if (st == TPS_OK && s->step == STEP_EMBED && w->pos_embed)
         st = load_tensor(b, src, b->model_role[TPS_MROLE_POS_EMBED], &extra_t, err);
     if (st == TPS_OK && s->step == STEP_HEAD) {
@@ -179,16 +192,19 @@ static tps_status rank_step(void *arg, tps_vcomm *comm, tps_error *err)
     if (cst != TPS_OK && st == TPS_OK) st = cst;
     if (st == TPS_OK && failed > 0) st = TPS_EIO; /* err untouched: another rank says why */
     if (st != TPS_OK) goto cleanup;
-    note(s, r, &vocab_t);
+    /* a picked slice is judged by what streamed by, as a streamed head is */
+    tps_vt held = {.name = (char *)vname, .dtype = seen.dtype, .ndim = 2, .shape = {seen.rows, seen.cols}};
+    if (pick) note_dtype(s, r, seen.dtype);
+    else note(s, r, &vocab_t);
     note(s, r, &extra_t);
     note(s, r, &bias_t);
     const char *what = s->step == STEP_EMBED ? "embed" : w->tied ? "lm_head, tied" : "lm_head";
-    bool vocab_ok = stream || shape_is(s, r, &vocab_t, rows, H, 2, what);
+    bool vocab_ok = stream || shape_is(s, r, pick ? &held : &vocab_t, rows, H, 2, what);
     if (s->step == STEP_EMBED) {
         memset(out, 0, nh * sizeof *out);
-        if (vocab_ok) tps_vembed_f32(&vocab_t, r * rows, n, w->ids, out);
+        if (vocab_ok && vocab_t.data) tps_vembed_f32(&vocab_t, pick ? 0 : r * rows, n, pick ? at : w->ids, out);
         TPS_CHECK(comm->allreduce_sum(comm, out, nh, err));
-        float mult = (float)embed_multiplier(b, H, vocab_t.dtype);
+        float mult = (float)embed_multiplier(b, H, pick ? seen.dtype : vocab_t.dtype);
         if (mult != 1.0f)
             for (size_t i = 0; i < nh; i++) out[i] *= mult;
         /* Learned positions are replicated: each rank adds its own copy after the sum. */
@@ -213,11 +229,12 @@ static tps_status rank_step(void *arg, tps_vcomm *comm, tps_error *err)
             d.hidden = H;
             tps_vnorm_f32(b, &d, &extra_t, bias_t.data ? &bias_t : NULL, n, s->x, xn);
             if (stream) {
-                vhead_seen seen;
                 st = tps_vhead_rank_logits(src, vname, rows, H, n, xn, comm->dev, out + r * rows,
                                            (size_t)w->padded_vocab, &seen, err);
-                tps_vt held = {.name = (char *)vname, .dtype = seen.dtype, .ndim = 2, .shape = {seen.rows, seen.cols}};
-                if (tps_verify_rtol(seen.dtype) > tps_verify_rtol(s->min_dtype[r])) s->min_dtype[r] = seen.dtype;
+                held.dtype = seen.dtype;
+                held.shape[0] = seen.rows;
+                held.shape[1] = seen.cols;
+                note_dtype(s, r, seen.dtype);
                 if (st == TPS_OK && !shape_is(s, r, &held, rows, H, 2, what)) memset(out, 0, nv * sizeof *out);
             } else {
                 st = tps_vlogits_f32(&vocab_t, n, xn, out + r * rows, (size_t)w->padded_vocab, err);
@@ -230,6 +247,7 @@ static tps_status rank_step(void *arg, tps_vcomm *comm, tps_error *err)
         if (st == TPS_OK) st = cst;
     }
 cleanup:
+    free(at);
     tps_vt_release(&vocab_t);
     tps_vt_release(&extra_t);
     tps_vt_release(&bias_t);
@@ -356,22 +374,45 @@ static tps_status ref_embed(const tps_block *b, const tps_vsource *ref, const tp
                         "the layout's block: section names no %s tensor (add `%s: NAME` to it; the built-in presets "
                         "name it)",
                         !en ? "embed" : "final_norm", !en ? "embed" : "final_norm");
-    TPS_CHECK(load_ref(b, ref, o, en, &e, err));
-    if (e.ndim != 2 || !e.shape[0] || !e.shape[1]) {
-        st = tps_fail(err, TPS_EINVALID, "%s: the embedding must be [vocab, hidden]", en);
-        goto cleanup;
+    size_t n = (size_t)o->tokens;
+    /* Where the source knows the embedding's shape without reading it, the ids are drawn first
+     * and only their rows kept as the embedding streams by (every byte still read and checked):
+     * a 1 GiB embedding is not held for 16 rows. */
+    uint64_t shape[TPS_MAX_DIMS] = {0}, *at = NULL;
+    bool pick = tps_vhead_streams(ref, en) && ref->dims && ref->dims(ref->ctx, en, shape) == 2 && shape[0] && shape[1];
+    if (pick) {
+        vhead_seen seen;
+        draw_ids(o->seed, shape[0], n, w->ids);
+        if (!(at = malloc((n + 1) * sizeof *at))) {
+            st = tps_fail_oom(err, "the token ids");
+            goto cleanup;
+        }
+        TPS_CHECK(tps_vembed_pick(ref, en, 0, shape[1], n, w->ids, !(o->shards && tps_vsource_is_shardset(ref, o->shards)),
+                                  &e, at, &seen, err));
+        if (seen.rows != shape[0] || seen.cols != shape[1] || !e.data) {
+            st = tps_fail(err, TPS_EINVALID, "%s: the embedding must be [vocab, hidden]", en);
+            goto cleanup;
+        }
+    } else {
+        TPS_CHECK(load_ref(b, ref, o, en, &e, err));
+        if (e.ndim != 2 || !e.shape[0] || !e.shape[1]) {
+            st = tps_fail(err, TPS_EINVALID, "%s: the embedding must be [vocab, hidden]", en);
+            goto cleanup;
+        }
+        shape[0] = e.shape[0];
+        shape[1] = e.shape[1];
     }
-    m->vocab = e.shape[0];
-    m->hidden = e.shape[1];
+    m->vocab = shape[0];
+    m->hidden = shape[1];
     m->tied = !(hn && ref->has(ref->ctx, hn));
     m->pos = pn && ref->has(ref->ctx, pn);
-    size_t n = (size_t)o->tokens, nh = n * (size_t)m->hidden;
+    size_t nh = n * (size_t)m->hidden;
     draw_ids(o->seed, m->vocab, n, w->ids);
     if (!(w->chain.xref = malloc((nh + 1) * sizeof *w->chain.xref))) {
         st = tps_fail_oom(err, "the reference's hidden state");
         goto cleanup;
     }
-    tps_vembed_f64(&e, 0, n, w->ids, w->chain.xref);
+    tps_vembed_f64(&e, 0, n, pick ? at : w->ids, w->chain.xref);
     double mult = embed_multiplier(b, m->hidden, e.dtype);
     for (size_t i = 0; mult != 1.0 && i < nh; i++) w->chain.xref[i] *= mult;
     if (m->pos) {
@@ -400,6 +441,7 @@ static tps_status ref_embed(const tps_block *b, const tps_vsource *ref, const tp
         free(rows);
     }
 cleanup:
+    free(at);
     tps_vt_release(&e);
     tps_vt_release(&p);
     return st;
@@ -564,6 +606,31 @@ cleanup:
     return st;
 }
 
+/* Rank 0's half of the head: the shards' copies checked, then the reference's logits. */
+typedef struct head_job {
+    const tps_block *b;
+    const tps_vsource *ref;
+    const tps_verify_opts *o;
+    tps_verify_whole *w;
+    double *logits;
+    tps_status st;
+    tps_error err, rank_err; /* the reference's; the ranks' while both run */
+    pthread_t tid;
+} head_job;
+
+static tps_status ref_head_checked(head_job *j, tps_error *err)
+{
+    tps_status st = check_tensors(j->b, j->ref, j->o, STEP_HEAD, j->w->tied, j->w, err);
+    return st != TPS_OK ? st : ref_head(j->b, j->ref, j->o, j->w, j->logits, err);
+}
+
+static void *head_thread(void *arg)
+{
+    head_job *j = arg;
+    j->st = ref_head_checked(j, &j->err);
+    return NULL;
+}
+
 static size_t argmax_f32(const float *v, size_t n)
 {
     size_t k = 0;
@@ -592,15 +659,23 @@ tps_status tps_verify_whole_end(const tps_block *b, uint64_t T, const tps_vsourc
     size_t nv;
     float *gathered = NULL, *logits = NULL;
     double *ref_logits = NULL;
+    tps_vbuf_trim(); /* the last layer's reference buffers, kept for a next layer */
     if (!tps_mul_u64(w->tokens, w->padded_vocab, &nv64) || !tps_u64_to_size(nv64, &nv) || nv > (size_t)1 << 32)
         return tps_fail(err, TPS_EINVALID, "%llu tokens of a %llu-row vocabulary is too many",
                         (unsigned long long)w->tokens, (unsigned long long)w->padded_vocab);
+    head_job job = {.b = b, .ref = ref, .o = o, .w = w, .st = TPS_OK};
+    bool async = false;
     if (root) {
         tps_vstage(o, "lm head: reference");
         if (!(ref_logits = malloc((n * V + 1) * sizeof *ref_logits)) || !(logits = malloc((n * V + 1) * sizeof *logits)))
             st = tps_fail_oom(err, "the logits");
-        if (st == TPS_OK) st = check_tensors(b, ref, o, STEP_HEAD, w->tied, w, err);
-        if (st == TPS_OK) st = ref_head(b, ref, o, w, ref_logits, err);
+        job.logits = ref_logits;
+        /* On threads, the reference's head (one thread's float64 pass) runs beside the ranks'
+         * (the shard set's ranks are all open by now: the two only read); its failure, were
+         * both to fail, is the one reported, as when it ran first. */
+        tps_error_clear(&job.err);
+        if (st == TPS_OK && !multi) async = pthread_create(&job.tid, NULL, head_thread, &job) == 0;
+        if (st == TPS_OK && !async) st = ref_head_checked(&job, err);
     }
     if (multi) TPS_CHECK(tps_vbackend_agree(be, st, err));
     TPS_CHECK(st);
@@ -608,8 +683,18 @@ tps_status tps_verify_whole_end(const tps_block *b, uint64_t T, const tps_vsourc
     tps_dtype dt;
     int64_t culprit;
     char detail[sizeof w->detail];
-    TPS_CHECK(run_step(b, T, ranks, o, w, STEP_HEAD, w->chain.x, nv, &gathered, &dt, &culprit, detail, sizeof detail,
-                       err));
+    st = run_step(b, T, ranks, o, w, STEP_HEAD, w->chain.x, nv, &gathered, &dt, &culprit, detail, sizeof detail,
+                  async ? &job.rank_err : err);
+    if (async) {
+        pthread_join(job.tid, NULL);
+        if (job.st != TPS_OK) {
+            *err = job.err;
+            st = job.st;
+        } else if (st != TPS_OK) {
+            *err = job.rank_err;
+        }
+    }
+    TPS_CHECK(st);
     if (!root) goto cleanup;
     tps_vstage(o, "comparing logits");
     if (tps_verify_rtol(dt) > tps_verify_rtol(w->chain.dtype)) w->chain.dtype = dt;

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "../../lib/base/checked.h"
+#include "../math/vbuf.h"
 #include "dequant.h"
 #include "dequant_int.h"
 #include "dequant_mxfp4.h"
@@ -111,7 +112,7 @@ tps_status tps_vdequant(const tps_block *b, const tps_vsource *src, tps_vt *w, t
         out[i] = tps_vscaled(&held, i, v);
     }
     free(q.s);
-    free(w->data);
+    tps_vbuf_free(w->data);
     w->data = out;
     w->dtype = TPS_DT_F32;
     return TPS_OK;

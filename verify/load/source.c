@@ -1,4 +1,5 @@
 /* The sources of verify/load/source.h: a tensor index, a shard set read through its manifest. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,17 +9,25 @@
 #include "../../lib/engine/gather.h"
 #include "../../lib/engine/shardset.h"
 #include "../../lib/set/manifest.h"
+#include "../math/vbuf.h"
 #include "finite.h"
 #include "source.h"
 
-/* Names out and gives it a buffer for a whole tensor; *nb is its byte count. */
-static tps_status vt_prepare(tps_vt *out, const char *name, uint64_t nbytes, tps_dtype dtype, int ndim,
-                             const uint64_t *shape, size_t *nb, tps_error *err)
+/* A tensor from this size is mapped rather than read (index_load). */
+#define MAP_MIN ((uint64_t)4 << 20)
+
+/* Names out and gives it a buffer for a whole tensor (mapped: its bytes mapped from their
+ * file already, which out then owns; NULL: a new buffer); *nb is its byte count. */
+static tps_status vt_adopt(tps_vt *out, const char *name, uint64_t nbytes, tps_dtype dtype, int ndim,
+                           const uint64_t *shape, void *mapped, size_t *nb, tps_error *err)
 {
     memset(out, 0, sizeof *out);
-    if (!tps_u64_to_size(nbytes, nb)) return tps_fail_oom(err, name);
+    if (!tps_u64_to_size(nbytes, nb)) {
+        tps_vbuf_free(mapped);
+        return tps_fail_oom(err, name);
+    }
+    out->data = mapped ? mapped : tps_vbuf_alloc(*nb);
     out->name = strdup(name);
-    out->data = malloc(*nb ? *nb : 1);
     if (!out->name || !out->data) {
         tps_vt_release(out);
         return tps_fail_oom(err, name);
@@ -31,14 +40,25 @@ static tps_status vt_prepare(tps_vt *out, const char *name, uint64_t nbytes, tps
     return TPS_OK;
 }
 
+static tps_status vt_prepare(tps_vt *out, const char *name, uint64_t nbytes, tps_dtype dtype, int ndim,
+                             const uint64_t *shape, size_t *nb, tps_error *err)
+{
+    return vt_adopt(out, name, nbytes, dtype, ndim, shape, NULL, nb, err);
+}
+
 static tps_status index_load(void *ctx, const char *name, tps_vt *out, tps_error *err)
 {
     const tps_index *ix = ctx;
     const tps_tensor *t = tps_index_find(ix, name);
     if (!t) return tps_fail(err, TPS_EINVALID, "%s: no tensor %s", ix->path, name);
     size_t nb;
-    tps_status st = vt_prepare(out, name, t->nbytes, t->dtype, t->ndim, t->shape, &nb, err);
-    if (st == TPS_OK) st = tps_tensor_read(ix, t, 0, out->data, nb, err);
+    /* A tensor that is a plain region of its file is mapped (no copy, no fresh pages); one a
+     * format's reader decodes (a zip entry, a pickle's storage) is read. */
+    void *mapped = NULL;
+    if (!t->reader_data && t->nbytes >= MAP_MIN && t->nbytes <= SIZE_MAX)
+        mapped = tps_vbuf_map(ix->files[t->file].fd, t->offset, (size_t)t->nbytes);
+    tps_status st = vt_adopt(out, name, t->nbytes, t->dtype, t->ndim, t->shape, mapped, &nb, err);
+    if (st == TPS_OK && !mapped) st = tps_tensor_read(ix, t, 0, out->data, nb, err);
     if (st) tps_vt_release(out);
     return st;
 }
@@ -91,22 +111,42 @@ static tps_status index_rows(void *ctx, const char *name, uint64_t chunk, tps_vr
     return st;
 }
 
+static int index_dims(void *ctx, const char *name, uint64_t *shape)
+{
+    const tps_tensor *t = tps_index_find(ctx, name);
+    if (!t) return 0;
+    memcpy(shape, t->shape, sizeof t->shape);
+    return t->ndim;
+}
+
 tps_vsource tps_vsource_index(const tps_index *ix)
 {
-    tps_vsource s = {(void *)ix, index_load, index_has, index_rows};
+    tps_vsource s = {(void *)ix, index_load, index_has, index_rows, index_dims};
     return s;
+}
+
+/* The index a rank reads tensor name from: its own, or rank 0's for a target_rank0 tensor. */
+static tps_status rank_index(tps_vrank_src *c, const char *name, const tps_index **ix, tps_error *err)
+{
+    const tps_manifest_tensor *t = tps_manifest_find(c->ss->m, name);
+    *ix = c->ix;
+    return t && t->target_rank0 ? tps_shardset_open_rank(c->ss, 0, ix, err) : TPS_OK;
 }
 
 static tps_status rank_load(void *ctx, const char *name, tps_vt *out, tps_error *err)
 {
-    tps_vrank_src *c = ctx;
-    const tps_manifest_tensor *t = tps_manifest_find(c->ss->m, name);
-    const tps_index *ix = c->ix;
-    if (t && t->target_rank0) {
-        tps_status st = tps_shardset_open_rank(c->ss, 0, &ix, err);
-        if (st) return st;
-    }
-    return index_load((void *)ix, name, out, err);
+    const tps_index *ix;
+    tps_status st = rank_index(ctx, name, &ix, err);
+    return st ? st : index_load((void *)ix, name, out, err);
+}
+
+/* A rank's vocabulary slice by chunks of rows, as the reference's: one chunk held at a time
+ * (eight ranks holding their whole LM head slices at once were most of --whole-model's peak). */
+static tps_status rank_rows(void *ctx, const char *name, uint64_t chunk, tps_vrows_fn fn, void *arg, tps_error *err)
+{
+    const tps_index *ix;
+    tps_status st = rank_index(ctx, name, &ix, err);
+    return st ? st : index_rows((void *)ix, name, chunk, fn, arg, err);
 }
 
 static bool rank_has(void *ctx, const char *name)
@@ -117,7 +157,7 @@ static bool rank_has(void *ctx, const char *name)
 
 tps_vsource tps_vsource_rank(tps_vrank_src *c)
 {
-    tps_vsource s = {c, rank_load, rank_has, NULL};
+    tps_vsource s = {c, rank_load, rank_has, rank_rows, NULL};
     return s;
 }
 
@@ -307,8 +347,17 @@ static bool shardset_has(void *ctx, const char *name)
     return tps_manifest_find(ss->m, name) != NULL;
 }
 
+static int shardset_dims(void *ctx, const char *name, uint64_t *shape)
+{
+    const tps_shardset *ss = ctx;
+    const tps_manifest_tensor *t = tps_manifest_find(ss->m, name);
+    if (!t) return 0;
+    memcpy(shape, t->shape, sizeof t->shape);
+    return t->ndim;
+}
+
 tps_vsource tps_vsource_shardset(tps_shardset *ss)
 {
-    tps_vsource s = {ss, shardset_load, shardset_has, shardset_rows};
+    tps_vsource s = {ss, shardset_load, shardset_has, shardset_rows, shardset_dims};
     return s;
 }

@@ -21,6 +21,9 @@ typedef struct tps_vsource {
      * replicas, non-finite values) come after the last chunk: a failure then is the result,
      * whatever fn computed. */
     tps_status (*rows)(void *ctx, const char *name, uint64_t chunk, tps_vrows_fn fn, void *arg, tps_error *err);
+    /* Optional (NULL: unknown): tensor name's dimensions into shape, returning their count
+     * (0: no such tensor), without reading it; a caller then picks rows before streaming them. */
+    int (*dims)(void *ctx, const char *name, uint64_t *shape);
 } tps_vsource;
 
 /* A source over an opened tensor index: a checkpoint or one rank's shard files. */

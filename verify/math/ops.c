@@ -39,6 +39,14 @@ static void blas_open(void)
         if (s && d) {
             memcpy(&blas_sgemm, &s, sizeof s);
             memcpy(&blas_dgemm, &d, sizeof d);
+            /* One thread a call: the ranks are verify's threads already, and OpenBLAS's own
+             * pool, shared by eight callers, spins in sched_yield waiting for itself. */
+            void *nt = dlsym(h, "openblas_set_num_threads");
+            void (*set_threads)(int);
+            if (nt) {
+                memcpy(&set_threads, &nt, sizeof nt);
+                set_threads(1);
+            }
             return; /* kept open for the process's life */
         }
         dlclose(h);

@@ -3,13 +3,14 @@
 #include <string.h>
 
 #include "tensor.h"
+#include "vbuf.h"
 
 void tps_vt_release(tps_vt *t)
 {
     if (!t) return;
     if (t->dev) t->dev->ops->release(t);
     free(t->name);
-    free(t->data);
+    tps_vbuf_free(t->data); /* read, or mapped from its file */
     if (t->scale) free(t->scale->s);
     free(t->scale);
     memset(t, 0, sizeof *t);
