@@ -13,6 +13,7 @@
 #include "inputs.h"
 #include "junit_report.h"
 #include "lib/base/buf.h"
+#include "lib/base/iocache.h"
 #include "lib/base/json.h"
 #include "lib/layout/layout.h"
 #include "lib/set/manifest.h"
@@ -113,6 +114,11 @@ static int run_verify(char **args, int nargs)
     const char *dir = args[0];
     tps_error err;
     tps_error_clear(&err);
+    /* verify maps its large tensors from the files (verify/math/vbuf.h); one cut short
+     * meanwhile is an I/O failure, not a crash */
+    tps_io_exit_on_shrunk_mapping("tpshard verify: a shard or checkpoint file shrank while verify read it "
+                                  "through a mapping (did another process rewrite it?)\n",
+                                  TPS_EXIT_IO);
     tps_status st = TPS_OK;
     tps_shardset *ss = NULL;
     tps_layout *l = NULL;

@@ -121,13 +121,23 @@ void tps_io_map_willneed(const tps_io_map *m, uint64_t off, uint64_t len)
 }
 
 /* SIGBUS on a mapped page past the end of a file that shrank: the thread that armed a jump
- * buffer returns to it; any other SIGBUS gets the default action (a real fault stays one). */
+ * buffer returns to it; a page gone from a file (BUS_ADRERR) that no thread armed for ends the
+ * process with the message and exit code tps_io_exit_on_shrunk_mapping set, when one did; any
+ * other SIGBUS gets the default action (a real fault stays one). */
 static _Thread_local sigjmp_buf *bus_jump;
+static const char *shrunk_msg;
+static size_t shrunk_len;
+static int shrunk_code;
 
 static void on_sigbus(int sig, siginfo_t *si, void *uc)
 {
-    (void)si, (void)uc;
+    (void)uc;
     if (bus_jump) siglongjmp(*bus_jump, 1);
+    if (shrunk_msg && si && si->si_code == BUS_ADRERR) {
+        ssize_t w = write(STDERR_FILENO, shrunk_msg, shrunk_len);
+        (void)w;
+        _exit(shrunk_code);
+    }
     signal(sig, SIG_DFL); /* returning re-runs the access, which now takes the default action */
 }
 
@@ -141,10 +151,19 @@ static void install_bus_handler(void)
     sigaction(SIGBUS, &sa, NULL);
 }
 
+static pthread_once_t bus_once = PTHREAD_ONCE_INIT;
+
+void tps_io_exit_on_shrunk_mapping(const char *msg, int exit_code)
+{
+    shrunk_len = strlen(msg);
+    shrunk_code = exit_code;
+    shrunk_msg = msg;
+    pthread_once(&bus_once, install_bus_handler);
+}
+
 bool tps_io_mapped_crc(const void *p, size_t n, uint32_t *crc)
 {
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, install_bus_handler);
+    pthread_once(&bus_once, install_bus_handler);
     sigjmp_buf jb;
     volatile uint32_t c = *crc;
     /* The mask is not saved (a system call each time, 1.7 a tensor for 50,000 tiny tensors):

@@ -41,6 +41,12 @@ void tps_io_unmap(tps_io_map *m); /* accepts a zeroed map */
  * (readahead), so the mapped path is not slower than pread on a cold file. */
 void tps_io_map_willneed(const tps_io_map *m, uint64_t off, uint64_t len);
 
+/* For a command whose mappings are read where no jump can be armed (verify's math reads its
+ * tensors in place, verify/math/vbuf.h): from now on a page gone from a mapped file (the file
+ * shrank: SIGBUS, BUS_ADRERR) outside tps_io_mapped_crc writes msg (a static string) to stderr
+ * and ends the process with exit_code, instead of a crash.  Other SIGBUS stay faults. */
+void tps_io_exit_on_shrunk_mapping(const char *msg, int exit_code);
+
 /* *crc = the CRC-32 of mapped bytes p[0, n) continuing from *crc; false (and *crc unchanged)
  * when a page was gone (the file shrank under the mapping: SIGBUS caught in this thread). */
 bool tps_io_mapped_crc(const void *p, size_t n, uint32_t *crc);

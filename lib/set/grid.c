@@ -8,6 +8,23 @@
 
 #include "grid_stages.h"
 
+/* The presets whose vLLM models keep the embedding on the first stage only and the final norm
+ * and lm_head on the last only (PPMissingLayer elsewhere), the rule grid_stages.h applies:
+ * llama.py, qwen2.py, qwen3.py, and of the MoE models deepseek_v2.py (DeepSeek-V2/V3/R1) and
+ * glm4_moe.py; llama, DeepSeek-V3 and GLM-4.5 were loaded and run by the real vLLM at tp x pp.
+ * Other families place them otherwise or were not read yet: vLLM 0.32's mixtral.py,
+ * qwen2_moe.py and qwen3_moe.py build embed_tokens, norm and lm_head on every stage, and its
+ * loader refuses a stage without them ("Missing keys"). */
+static const char *const GRID_PRESETS[] = {"preset:llama",       "preset:qwen3",       "preset:deepseek_v2",
+                                           "preset:deepseek_v3", "preset:glm4_moe", NULL};
+
+static bool grid_preset(const tps_manifest *m)
+{
+    for (size_t k = 0; GRID_PRESETS[k]; k++)
+        if (m->layout_name && strcmp(m->layout_name, GRID_PRESETS[k]) == 0) return true;
+    return false;
+}
+
 static tps_status layout_stages(tps_manifest *m, uint64_t pp, uint64_t *first, tps_error *err)
 {
     free(m->pp_first);
@@ -23,10 +40,7 @@ static tps_status layout_stages(tps_manifest *m, uint64_t pp, uint64_t *first, t
     for (size_t i = 0; i < m->ntensors; i++) {
         tps_manifest_tensor *t = &m->tensors[i];
         t->pp_stage = tps_grid_stage_of(pp, first, t->name);
-        /* Measured on vLLM 0.32: mixtral.py, qwen2_moe.py and qwen3_moe.py build embed_tokens,
-         * norm and lm_head on every stage (no PPMissingLayer), and the loader refuses a stage
-         * without them ("Missing keys"). */
-        if (t->target_stack)
+        if (t->target_stack && !grid_preset(m))
             return tps_fail(err, TPS_EINVALID,
                             "'%s' is a stacked MoE expert tensor: vLLM's MoE models (mixtral.py, qwen2_moe.py, "
                             "qwen3_moe.py) hold the embedding, final norm and lm_head on every pipeline stage, which a "
@@ -68,23 +82,17 @@ static tps_status num_layers(const tps_manifest *m, uint64_t *out, tps_error *er
     return TPS_OK;
 }
 
-/* The presets whose vLLM models keep the embedding on the first stage only and the final norm
- * and lm_head on the last only (llama.py, qwen2.py, qwen3.py: PPMissingLayer elsewhere), the
- * rule grid_stages.h applies; llama was loaded by the real vLLM at tp x pp.  Other families
- * place them otherwise or were not read yet (Mixtral/Qwen-MoE: on every stage). */
-static const char *const GRID_PRESETS[] = {"preset:llama", "preset:qwen3", NULL};
-
 tps_status tps_grid_apply(tps_manifest *m, uint64_t pp, const char *pp_layers, tps_error *err)
 {
     if (pp <= 1 && !pp_layers) return layout_stages(m, 1, NULL, err);
-    bool known = false;
-    for (size_t k = 0; GRID_PRESETS[k]; k++) known |= m->layout_name && strcmp(m->layout_name, GRID_PRESETS[k]) == 0;
+    bool known = grid_preset(m);
     bool moe = false;
     for (size_t i = 0; i < m->ntensors; i++) moe |= m->tensors[i].target_stack != 0;
     if (!known && !moe)
         return tps_fail(err, TPS_EINVALID,
-                        "--pp: %s is not a family whose vLLM pipeline stages tpshard writes yet (llama, qwen3: "
-                        "embedding on the first stage, final norm and lm_head on the last)",
+                        "--pp: %s is not a family whose vLLM pipeline stages tpshard writes yet (llama, qwen3, "
+                        "deepseek_v2, deepseek_v3, glm4_moe: embedding on the first stage, final norm and lm_head on "
+                        "the last)",
                         m->layout_name ? m->layout_name : "this layout");
     uint64_t L = 0;
     tps_status st = num_layers(m, &L, err);

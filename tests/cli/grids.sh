@@ -85,6 +85,34 @@ check "check the grid in parts" "$TPSHARD" check parts -q
 expect_exit 3 "vLLM's MoE models (mixtral.py, qwen2_moe.py, qwen3_moe.py) hold the embedding" \
     "mixtral --pp 2: exit 3, naming why" "$TPSHARD" split "$M/tiny-mixtral" --tp 2 --pp 2 --target vllm -o mx
 [ ! -e mx ] && ok "... nothing written" || notok "... nothing written"
+# DeepSeek-V2/V3 (and GLM-4.5): vLLM's deepseek_v2.py and glm4_moe.py keep the embedding on
+# the first stage and the norm and lm_head on the last, as llama.py does: written, MoE layers
+# and all (the MTP layer skipped as at --pp 1); vllm_real_grids.py runs it on the real vLLM
+ds="$M/tiny-deepseek-v3"
+check "deepseek-v3 --tp 2 --pp 2 --target vllm" "$TPSHARD" split "$ds" --tp 2 --pp 2 --target vllm -o dsg -q
+k0=$(stage_keys dsg model-pp-0-tp-0-part-0.safetensors) k1=$(stage_keys dsg model-pp-1-tp-0-part-0.safetensors)
+case "$k0|$k1" in
+model.embed_tokens.weight\ model.layers.0.*\|lm_head.weight\ model.layers.1.*model.norm.weight)
+    case "$k0|$k1" in
+    *model.layers.1.*\|* | *\|*model.layers.0.*) notok "deepseek-v3: each layer on its own stage"; echo "#   $k0"; echo "#   $k1" ;;
+    *\|*routed_experts*) ok "deepseek-v3 stages: embedding and layer 0 (dense), then layer 1 (MoE), norm, lm_head" ;;
+    *) notok "deepseek-v3 stage 1 holds the MoE layer's experts"; echo "#   $k1" ;; esac ;;
+*) notok "deepseek-v3 stage contents"; echo "#   $k0"; echo "#   $k1" ;;
+esac
+check "check the deepseek-v3 grid" "$TPSHARD" check dsg -q
+check "verify --layer all on the deepseek-v3 grid (MLA, experts)" "$TPSHARD" verify dsg --source "$ds" --layer all -q
+check "verify --whole-model on the deepseek-v3 grid" "$TPSHARD" verify dsg --source "$ds" --whole-model -q
+check "merge the deepseek-v3 grid" "$TPSHARD" merge dsg -o dsg.safetensors -q
+check "merge of the deepseek-v3 grid is bit-exact" same_tensors dsg.safetensors "$ds/model.safetensors"
+check "reshard deepseek-v3 tp 2 x pp 2 -> tp 4" "$TPSHARD" reshard dsg --tp 4 --pp 1 -o dst4 -q
+check "reshard it back to tp 2 x pp 2" "$TPSHARD" reshard dst4 --tp 2 --pp 2 -o dsback -q
+check "... the split's files byte for byte" diff -r dsg dsback
+check "deepseek-v3 with its MTP layer --pp 2 (the MTP layer skipped)" \
+    "$TPSHARD" split "$M/tiny-deepseek-v3-mtp" --tp 1 --pp 2 --target vllm -o dsmtp -q
+case "$(stage_keys dsmtp model-pp-1-tp-0-part-0.safetensors)" in
+*model.layers.2.*) notok "the MTP layer is in no stage" ;;
+*) ok "the MTP layer is in no stage" ;;
+esac
 expect_exit 3 "preset:phi3 is not a family whose vLLM pipeline stages tpshard writes yet" \
     "--pp on a family not read against vLLM's pipeline (phi3): exit 3" \
     "$TPSHARD" split "$M/tiny-phi3" --tp 1 --pp 2 --target vllm -o ph

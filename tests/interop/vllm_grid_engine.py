@@ -53,7 +53,11 @@ def param_hashes(model):
         t = v.detach().cpu().contiguous()
         owner = modules.get(k.rsplit(".", 1)[0])
         if t.numel() == 0 and k.endswith(".weight") and hasattr(owner, "cpu_linear"):
-            t = linear_probe(owner).detach().cpu().contiguous()
+            try:
+                t = linear_probe(owner).detach().cpu().contiguous()
+            except RuntimeError as e:  # MLA's kv_b_proj: absorbed into the attention, no GEMM left
+                out[k] = ["unreadable", str(e)[:80], ""]
+                continue
         data = t.view(-1).view(__import__("torch").uint8).numpy().tobytes() if t.numel() else b""
         out[k] = [list(t.shape), str(t.dtype).replace("torch.", ""), hashlib.sha1(data).hexdigest()]
     return out

@@ -1,10 +1,12 @@
 /* tps_crc32 against zlib's crc32_z (an independent implementation): every length 0..300 at
  * every alignment 0..15, long buffers, and chained calls split at arbitrary points; then each
  * implementation (zlib, PCLMULQDQ, VPCLMULQDQ) on its own on random buffers, those this CPU
- * lacks skipped loudly; and a mapped file that shrinks under the checksum. */
+ * lacks skipped loudly; and a mapped file that shrinks under the checksum, and outside it. */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -121,11 +123,52 @@ TEST(crc_of_a_mapped_file_that_shrinks)
     free(b);
 }
 
+/* verify reads tensors in place through mappings, where no jump is armed: a file cut short
+ * under one ends the process with the registered message and exit code (here 4), not a crash
+ * (SIGBUS).  In a child, which the test waits for. */
+TEST(a_shrunk_mapping_outside_the_crc_exits_with_the_registered_code)
+{
+    char path[] = "/tmp/tps_crc_map_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    size_t n = 1u << 20;
+    unsigned char *b = random_bytes(n, 6);
+    CHECK(write(fd, b, n) == (ssize_t)n);
+    int pipefd[2];
+    CHECK(pipe(pipefd) == 0);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        dup2(pipefd[1], STDERR_FILENO);
+        tps_io_exit_on_shrunk_mapping("shrunk under a mapping\n", 4);
+        tps_io_map m;
+        tps_error err;
+        tps_error_clear(&err);
+        if (tps_io_map_file(fd, path, &m, &err) != TPS_OK || ftruncate(fd, 4096) != 0) _exit(99);
+        volatile unsigned char sum = 0;
+        for (size_t i = 0; i < n; i += 4096) sum += m.base[i];
+        _exit(98); /* the page past the new end was read: no fault */
+    }
+    close(pipefd[1]);
+    char msg[64] = {0};
+    ssize_t got = read(pipefd[0], msg, sizeof msg - 1);
+    close(pipefd[0]);
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status));
+    CHECK_EQ_U64(WIFEXITED(status) ? WEXITSTATUS(status) : 0, 4);
+    CHECK(got > 0 && strcmp(msg, "shrunk under a mapping\n") == 0);
+    close(fd);
+    unlink(path);
+    free(b);
+}
+
 int main(void)
 {
     RUN(crc_matches_zlib_every_length_and_alignment);
     RUN(crc_matches_zlib_long_and_chained);
     RUN(crc_each_implementation_matches_zlib);
     RUN(crc_of_a_mapped_file_that_shrinks);
+    RUN(a_shrunk_mapping_outside_the_crc_exits_with_the_registered_code);
     return tps_test_done();
 }
