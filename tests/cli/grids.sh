@@ -9,22 +9,6 @@
 M="$FIX/models"
 PY=/usr/bin/python3
 
-# same_tensors A B: every tensor of safetensors file B is in A with the same dtype, shape and bytes,
-# and A holds no other.
-same_tensors() {
-    $PY - "$1" "$2" <<'PY'
-import json, struct, sys
-def read(p):
-    with open(p, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        h = json.loads(f.read(n)); h.pop("__metadata__", None); base = 8 + n
-        return {k: (v["dtype"], v["shape"], (f.seek(base + v["data_offsets"][0]), f.read(v["data_offsets"][1] - v["data_offsets"][0]))[1]) for k, v in h.items()}
-a, b = read(sys.argv[1]), read(sys.argv[2])
-bad = [k for k in b if a.get(k) != b[k]] + sorted(set(a) - set(b))
-sys.exit("differ: %s" % bad[:5] if bad else 0)
-PY
-}
-
 # stage_keys DIR FILE: the tensor names in DIR/FILE, one line.
 stage_keys() {
     $PY -c "import json,struct,sys; f=open(sys.argv[1],'rb'); n=struct.unpack('<Q',f.read(8))[0]; h=json.loads(f.read(n)); h.pop('__metadata__',None); print(' '.join(sorted(h)))" "$1/$2"
