@@ -168,7 +168,9 @@ int main(void)
     RUN(crc_matches_zlib_every_length_and_alignment);
     RUN(crc_matches_zlib_long_and_chained);
     RUN(crc_each_implementation_matches_zlib);
-    RUN(crc_of_a_mapped_file_that_shrinks);
+    /* first: ThreadSanitizer keeps a thread that left a signal handler by siglongjmp (the next
+     * test) "in the handler", and a child forked after that died of the next SIGBUS */
     RUN(a_shrunk_mapping_outside_the_crc_exits_with_the_registered_code);
+    RUN(crc_of_a_mapped_file_that_shrinks);
     return tps_test_done();
 }
