@@ -83,6 +83,22 @@ tps_status tps_vhead_ref_logits(const tps_vsource *src, const char *name, uint64
     return st;
 }
 
+/* A rank's chunk counted into *s (rows, width, the loosest dtype) for the caller's shape check
+ * after the walk; *usable when it is [rows, hidden] and fits (fits: the caller's row bound), so
+ * that a misshapen tensor is reported once, by that check, not chunk by chunk. */
+static tps_status see_chunk(vhead_seen *s, const tps_vt *part, uint64_t hidden, bool fits, bool *usable,
+                            tps_error *err)
+{
+    s->rows += part->shape[0];
+    s->cols = part->ndim == 2 ? part->shape[1] : 0;
+    if (tps_verify_rtol(part->dtype) > tps_verify_rtol(s->dtype)) s->dtype = part->dtype;
+    *usable = part->ndim == 2 && part->shape[1] == hidden && fits;
+    if (*usable && !tps_vdtype_supported(part->dtype))
+        return tps_fail(err, TPS_EINVALID, "%s: dtype %s is not one verify computes in", part->name,
+                        tps_dtype_name(part->dtype));
+    return TPS_OK;
+}
+
 typedef struct rank_chunks {
     uint64_t rows, hidden;
     size_t n, ldy;
@@ -95,17 +111,12 @@ typedef struct rank_chunks {
 static tps_status rank_chunk(void *arg, uint64_t row0, const tps_vt *part, tps_error *err)
 {
     rank_chunks *c = arg;
-    vhead_seen *s = c->seen;
-    s->rows += part->shape[0];
-    s->cols = part->ndim == 2 ? part->shape[1] : 0;
-    if (tps_verify_rtol(part->dtype) > tps_verify_rtol(s->dtype)) s->dtype = part->dtype;
-    if (part->ndim != 2 || part->shape[1] != c->hidden || row0 + part->shape[0] > c->rows) return TPS_OK;
-    if (!tps_vdtype_supported(part->dtype))
-        return tps_fail(err, TPS_EINVALID, "%s: dtype %s is not one verify computes in", part->name,
-                        tps_dtype_name(part->dtype));
+    bool usable;
+    tps_status st = see_chunk(c->seen, part, c->hidden, row0 + part->shape[0] <= c->rows, &usable, err);
+    if (st || !usable) return st;
     tps_vt t = *part; /* the source owns the bytes; the device copy is this chunk's own */
     t.dev = NULL;
-    tps_status st = c->dev ? tps_vdev_upload(c->dev, &t, err) : TPS_OK;
+    st = c->dev ? tps_vdev_upload(c->dev, &t, err) : TPS_OK;
     if (st == TPS_OK) st = tps_vlogits_f32(&t, c->n, c->xn, c->y + row0, c->ldy, err);
     if (t.dev) t.dev->ops->release(&t);
     return st;
@@ -134,15 +145,10 @@ typedef struct pick_chunks {
 static tps_status pick_chunk(void *arg, uint64_t row0, const tps_vt *part, tps_error *err)
 {
     pick_chunks *c = arg;
-    vhead_seen *s = c->seen;
-    s->rows += part->shape[0];
-    s->cols = part->ndim == 2 ? part->shape[1] : 0;
-    if (tps_verify_rtol(part->dtype) > tps_verify_rtol(s->dtype)) s->dtype = part->dtype;
-    if (part->ndim != 2 || part->shape[1] != c->hidden) return TPS_OK; /* the caller's shape check says so */
-    if (!tps_vdtype_supported(part->dtype))
-        return tps_fail(err, TPS_EINVALID, "%s: dtype %s is not one verify computes in", part->name,
-                        tps_dtype_name(part->dtype));
-    tps_status st = chunk_finite(c->finite_check, row0, c->vocab, c->hidden, part, err);
+    bool usable;
+    tps_status st = see_chunk(c->seen, part, c->hidden, true, &usable, err);
+    if (st || !usable) return st;
+    st = chunk_finite(c->finite_check, row0, c->vocab, c->hidden, part, err);
     if (st != TPS_OK) return st;
     size_t rb = (size_t)c->hidden * (tps_dtype_bits(part->dtype) / 8); /* a chunk of this many bytes a row was read */
     tps_vt *sel = c->sel;
