@@ -1,7 +1,7 @@
 /* The Hugging Face <-> Megatron mapping (lib/megatron/megatron_hf.h): its section's refusals, the args
  * a config.json gives, and the architecture and config.json merge --target hf writes.  (The
  * tensors themselves are checked against an independent Megatron implementation in
- * tests/interop/test_megatron_hf.py.) */
+ * tests/interop/megatron/debian/test_megatron_hf.py.) */
 #include <stdlib.h>
 
 #include "lib/base/json.h"

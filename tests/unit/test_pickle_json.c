@@ -2,7 +2,7 @@
  * dict, pickled by CPython at protocol 2 (GLOBAL/NEWOBJ/BUILD, _codecs.encode bytes,
  * builtins.set) and at protocol 4 (FRAME, MEMOIZE, STACK_GLOBAL, SHORT_BINUNICODE,
  * SHORT_BINBYTES, EMPTY_SET/ADDITEMS), must give the same JSON, which the JSON reader takes
- * back.  The bytes were made by tests/interop/megatron_fixture.py's pickler from
+ * back.  The bytes were made by tests/interop/megatron/megatron_fixture.py's pickler from
  *   {'args': Namespace(a=1, f=3.0, g=-0.1, s='x\u00e9', n=None, t=(1, 2),
  *        l=[1.5, inf, nan], d={'k': 'v'}, dt=torch.bfloat16, mt=ModelType.encoder_or_decoder,
  *        b=b'\x00\xff', e=b'', st={3}, od=OrderedDict(x=1), nk={1: 'a'}, dollar={'$x': 1},

@@ -3,7 +3,7 @@
  * format's rules (bits per dtype, packing order), not taken from the code under test.
  *
  * `test_safetensors --write-fixture PATH` writes the interop fixture (see fixture_write)
- * and exits; tests/interop/test_safetensors_interop.py reads it with the real safetensors
+ * and exits; tests/interop/torch/debian/test_safetensors_interop.py reads it with the real safetensors
  * and torch packages. */
 #include <dirent.h>
 #include <errno.h>

@@ -3,7 +3,7 @@
  * dtypes streamed in pieces that straddle records, alternately through write and
  * write_crc, read back bit-equal; the commit's CRC-32 and size are the file's; a counting
  * file gives the same; forced ZIP64 still reads; refusals leave no file.  What torch itself
- * makes of the files is tests/interop/test_torch_write.py. */
+ * makes of the files is tests/interop/torch/debian/test_torch_write.py. */
 #include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
