@@ -3,7 +3,7 @@
 Fixtures are written by megatron_fixture.py (torch alone, the specification's rules) at
 several TP x PP grids, Megatron-Core and legacy names, every _extra_state kind, with and
 without optimizer and RNG state, release and numbered iterations.  For each:
-  - what the reader indexed (build/tests/test_megatron_read --dump) equals, rank file by rank
+  - what the reader indexed (build/tests/test_formats_megatron_read --dump) equals, rank file by rank
     file, torch.load's model tensors (legacy nesting mapped to Megatron-Core names, layer
     numbers local), byte for byte, and the _extra_state keys the file holds;
   - args and checkpoint_version as JSON equal an independent Python encoding of the contract;
@@ -36,7 +36,7 @@ except Exception as e:  # noqa: BLE001
     print("skip - test_megatron_read: torch cannot be imported (%s)" % e)
     sys.exit(0)
 
-DUMP = os.path.join(tap.TOP, "build", "tests", "test_megatron_read")
+DUMP = os.path.join(tap.TOP, "build", "tests", "test_formats_megatron_read")
 DT = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16", torch.uint8: "U8"}
 
 
@@ -383,7 +383,7 @@ def args_round_trip(tmp):
 
 def main():
     if not os.access(DUMP, os.X_OK) or not os.access(tap.TPSHARD, os.X_OK):
-        print("not ok - tpshard or build/tests/test_megatron_read missing (run make)")
+        print("not ok - tpshard or build/tests/test_formats_megatron_read missing (run make)")
         return 1
     tmp = tempfile.mkdtemp(prefix="tps_mgread_")
     try:

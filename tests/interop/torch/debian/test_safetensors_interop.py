@@ -2,7 +2,7 @@
 
 1. tpshard's writer -> safetensors.safe_open and safetensors.torch.load_file.  The file is
    written by the C writer through the unit-test binary's hook
-   (`build/tests/test_safetensors --write-fixture PATH`, the same writer code the CLI links),
+   (`build/tests/test_formats_safetensors --write-fixture PATH`, the same writer code the CLI links),
    because no tpshard subcommand writes safetensors yet.  Its contents are known by rule:
    byte j of tensor k is (37k + 11j + 5) mod 256 (BOOL: that mod 2), which this script
    recomputes on its own.
@@ -50,9 +50,9 @@ except ImportError as e:
 
 TOP = os.environ.get("TPS_TOP", os.getcwd())
 TPSHARD = os.environ.get("TPSHARD", os.path.join(TOP, "tpshard"))
-HOOK = os.path.join(TOP, "build", "tests", "test_safetensors")
+HOOK = os.path.join(TOP, "build", "tests", "test_formats_safetensors")
 
-# What the fixture holds (tests/unit/test_safetensors.c fixture_write), in order.
+# What the fixture holds (tests/unit/test_formats_safetensors.c fixture_write), in order.
 FIXTURE = [("f64", torch.float64, [5]), ("f32", torch.float32, [2, 3]), ("f16", torch.float16, [3, 1, 2]),
            ("bf16", torch.bfloat16, [2, 3]), ("i64", torch.int64, [5]), ("i32", torch.int32, [2, 3]),
            ("i16", torch.int16, [5]), ("i8", torch.int8, [5]), ("u8", torch.uint8, [2, 3]),
@@ -82,7 +82,7 @@ def expected_bytes(k, dtype, shape):
 def writer_to_safetensors(tmp):
     path = os.path.join(tmp, "from_tpshard.safetensors")
     if not os.access(HOOK, os.X_OK):
-        ok(False, "tpshard writer fixture", "%s not built (run make %s)" % (HOOK, "build/tests/test_safetensors"))
+        ok(False, "tpshard writer fixture", "%s not built (run make %s)" % (HOOK, "build/tests/test_formats_safetensors"))
         return
     r = subprocess.run([HOOK, "--write-fixture", path], capture_output=True, text=True)
     ok(r.returncode == 0, "tpshard writer wrote the fixture", r.stderr)

@@ -2,7 +2,7 @@
 
 For every good fixture: the tensors torch.load(weights_only=True) or numpy.load return have
 the names, dtypes and shapes `tpshard inspect --json` reports, and their C-order
-little-endian bytes equal FIXTURE.expect, the file tests/unit/test_torch_read.c holds
+little-endian bytes equal FIXTURE.expect, the file tests/unit/test_formats_torch_read.c holds
 tpshard's reader to; so tpshard's bytes equal torch's and numpy's.  The hostile pickles are
 shown to be live (plain pickle would run them) while torch's weights-only loader and tpshard
 both refuse them.  Prints ok / not ok / skip lines; exits non-zero on any failure.

@@ -2,7 +2,7 @@
  * (Megatron's read_metadata), the rank grid, and the names refused, on hand-made
  * directories.  Reading real rank files is tested against torch in
  * tests/interop/megatron/debian/test_megatron_read.py, which runs
- *   test_megatron_read --dump DIR
+ *   test_formats_megatron_read --dump DIR
  * to print what the reader indexed: per rank file "file TP PP", then "tensor NAME DTYPE
  * SHAPE HEX" (C-order little-endian bytes) and "extra NAME" lines, then "args JSON",
  * "version JSON", "iteration N", "legacy 0|1". */

@@ -2,7 +2,7 @@
  * Hugging Face multi-file index.  Expected sizes and offsets are computed here from the
  * format's rules (bits per dtype, packing order), not taken from the code under test.
  *
- * `test_safetensors --write-fixture PATH` writes the interop fixture (see fixture_write)
+ * `test_formats_safetensors --write-fixture PATH` writes the interop fixture (see fixture_write)
  * and exits; tests/interop/torch/debian/test_safetensors_interop.py reads it with the real safetensors
  * and torch packages. */
 #include <dirent.h>
@@ -631,7 +631,7 @@ static int fixture_write(const char *path)
     tps_error err;
     tps_error_clear(&err);
     if (write_pattern(path, e, n, sizes, meta, 2, NULL, NULL, &err) != TPS_OK) {
-        fprintf(stderr, "test_safetensors: %s\n", err.msg);
+        fprintf(stderr, "test_formats_safetensors: %s\n", err.msg);
         return 1;
     }
     return 0;

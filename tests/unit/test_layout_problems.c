@@ -1,4 +1,6 @@
-/* Refusals grouped by cause (lib/layout/problems.c) and the manifest at a new tp (lib/set/retarget.c).
+/* Refusals grouped by cause (lib/layout/problems.c), their unknown sizes named once for the
+ * commands to print (lib/layout/problems_sizes.c), and the manifest at a new tp
+ * (lib/set/retarget.c).
  *
  * The tp values expected to fit are worked out here from the model's numbers with the rule
  * the partition algebra documents (T divides the units; or, for replicable units, the units
@@ -7,8 +9,10 @@
 #include <string.h>
 
 #include "formats/open/checkpoint.h"
+#include "lib/base/buf.h"
 #include "lib/layout/layout.h"
 #include "lib/layout/problems.h"
+#include "lib/layout/problems_sizes.h"
 #include "lib/set/plan.h"
 #include "lib/set/retarget.h"
 #include "tps_test.h"
@@ -191,11 +195,36 @@ done:
     tps_buf_release(&unused);
 }
 
+TEST(unknown_sizes_are_named_once_in_the_order_first_needed)
+{
+    tps_problem v[3];
+    memset(v, 0, sizeof v);
+    v[0].kind = TPS_PROBLEM_SIZES;
+    strcpy(v[0].missing, "head_dim, heads");
+    v[0].count = 4;
+    v[1].kind = TPS_PROBLEM_TP;
+    v[1].count = 7;
+    v[2].kind = TPS_PROBLEM_SIZES;
+    strcpy(v[2].missing, "heads,intermediate");
+    v[2].count = 2;
+    tps_problems ps;
+    memset(&ps, 0, sizeof ps);
+    ps.v = v;
+    ps.n = 3;
+    tps_buf names = TPS_BUF_INIT;
+    size_t groups;
+    CHECK_EQ_U64(tps_problems_missing_sizes(&ps, &names, &groups), 6);
+    CHECK_EQ_U64(groups, 2);
+    CHECK_STR(tps_buf_cstr(&names), "head_dim, heads, intermediate");
+    tps_buf_release(&names);
+}
+
 int main(void)
 {
     RUN(llama70b_at_tp3_groups_80_layers_into_one_line_per_rule);
     RUN(padding_hint_only_for_a_vocabulary);
     RUN(a_missing_size_is_one_group_per_rule_naming_the_sizes);
     RUN(retarget_checks_every_tensor_and_groups_the_refusal);
+    RUN(unknown_sizes_are_named_once_in_the_order_first_needed);
     return tps_test_done();
 }
