@@ -13,6 +13,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 
 from tap import TOP, TPSHARD
+
 MODELS = os.path.join(TOP, "testdata", "models")
 failures = 0
 

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from tap import TOP, TPSHARD
+
 TD = os.path.join(TOP, "testdata", "torch")
 failures = 0
 
