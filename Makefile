@@ -59,6 +59,11 @@ VERIFY_PLUGIN_SRC := verify/backends/devsim/devsim.c verify/backends/mpi/mpi_glu
 LIB_SRC := $(wildcard lib/*.c lib/*/*.c formats/*.c formats/*/*.c) \
     $(filter-out $(VERIFY_PLUGIN_SRC),$(wildcard verify/*.c verify/*/*.c verify/*/*/*.c))
 CMD_SRC := $(wildcard cmd/*.c)
+# Unit tests are named after the folder they test: tests/unit/test_<area>_<topic>.c, the area
+# being the folder's concern (base, layout, partition, quant, set, engine, targets, formats,
+# verify: lib/<area>/, formats/, verify/), the topic its module (test_base_json.c,
+# test_formats_pickle.c, test_verify_devref.c).  Other tests/unit/*.c are helpers linked into
+# every test (UNIT_HELPERS).
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 PRESETS := $(wildcard lib/presets/*.yaml)
 

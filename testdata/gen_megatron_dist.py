@@ -6,7 +6,7 @@ copies made from it (CASES lines in the format of tests/cli/bad_inputs.sh; each 
 iteration directory).  tests/cli/megatron_dist.sh runs split and merge on the same cases and
 checks that nothing is written.
 
-Run with the Megatron tier (build/venv-megatron, tests/interop/setup_megatron.sh):
+Run with the Megatron tier (build/venv-megatron, tests/interop/megatron/setup_megatron.sh):
     build/venv-megatron/bin/python3 testdata/gen_megatron_dist.py
 The committed directories are what matters, not re-running this (pickles and zip streams
 are not promised identical across versions).
@@ -16,7 +16,7 @@ import shutil
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tests", "interop"))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "interop", "megatron"))
 sys.path.insert(0, HERE)
 
 

@@ -10,7 +10,7 @@ bytes across versions, so the committed files are what matters, not re-running t
 Good fixtures (testdata/torch/): each FIXTURE comes with FIXTURE.expect, one line per tensor
     NAME <TAB> DTYPE <TAB> SHAPE (comma-separated, "" for 0-d) <TAB> HEX of the C-order
     little-endian bytes
-written from torch/numpy values (never from tpshard), which tests/unit/test_torch_read.c
+written from torch/numpy values (never from tpshard), which tests/unit/test_formats_torch_read.c
 compares with what the reader produces.
 
 Crafted variants, because torch 1.13 cannot write them:

@@ -1,5 +1,5 @@
 """GPTQ and AWQ 4-bit quantizers and packers in the producers' exact layouts, standard library
-only (testdata/gen_quant_int.py writes the fixtures with them; tests/interop/quant_ref.py
+only (testdata/gen_quant_int.py writes the fixtures with them; tests/interop/quant/quant_ref.py
 unpacks them again with numpy, written separately so the two check each other).
 
 Matrices are lists of rows.  A weight is W[out][in] as nn.Linear holds it.

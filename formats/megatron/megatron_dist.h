@@ -5,7 +5,7 @@
  * read a legacy checkpoint.
  *
  * Layout (megatron/core/dist_checkpointing/serialization.py save(), strategies/torch.py;
- * checked on what megatron-core 0.16.1 writes, tests/interop/megatron_real_dist.py):
+ * checked on what megatron-core 0.16.1 writes, tests/interop/megatron/real/megatron_real_dist.py):
  *   ROOT/latest_checkpointed_iteration.txt, ROOT/iter_{N:07d}/ as for the legacy format, the
  *   iteration directory holding
  *     metadata.json   {"sharded_backend": "torch_dist", "sharded_backend_version": 1,

@@ -242,7 +242,7 @@ class Bench:
             self.notes.append("Megatron reshard skipped: no split --target megatron and no Python with torch")
             return None
         sh([self.python, "-c",
-            "import sys, json, os; sys.path.insert(0, os.path.join(sys.argv[3], 'tests/interop'));"
+            "import sys, json, os; sys.path.insert(0, os.path.join(sys.argv[3], 'tests/interop/megatron'));"
             "import megatron_fixture as mf; from safetensors.torch import load_file;"
             "cfg = json.load(open(os.path.join(os.path.dirname(sys.argv[1]), 'config.json')));"
             "full = mf.hf_llama_to_megatron_full(load_file(sys.argv[1]), cfg);"

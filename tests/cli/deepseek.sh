@@ -1,7 +1,7 @@
 #!/bin/sh
 # DeepSeek-V2/V3 (multi-head latent attention) on the tiny generated fixtures
 # (testdata/gen_deepseek.py), where the transformers comparison
-# (tests/interop/torch2_deepseek.py) cannot run: auto-detection, split at every legal tp,
+# (tests/interop/transformers/torch2/torch2_deepseek.py) cannot run: auto-detection, split at every legal tp,
 # check, verify of every layer and of the whole model, the refusal of a tp the heads do not allow, and wrong cuts
 # of kv_b_proj and q_b_proj that only verify sees.
 . "${TPS_TOP:-$(cd "$(dirname "$0")/../.." && pwd)}/tests/cli/lib.sh"

@@ -6,7 +6,7 @@
 # equals split at 2 byte for byte and merge gives back every source tensor bit for bit.  A
 # plain block cut of query_key_value passes check and fails verify with exit 1; a tp the
 # groups do not fit is refused naming them.  (transformers' own logits:
-# tests/interop/test_hf_falcon_starcoder2.py.)
+# tests/interop/transformers/debian/test_hf_falcon_starcoder2.py.)
 . "$TPS_TOP/tests/cli/lib.sh"
 src="$FIX/models/tiny-falcon40"
 

@@ -3,7 +3,7 @@
 # auto-detection, verify --layer all and --whole-model at every tp split accepts, wrong cuts
 # caught, the block keys' errors, and a stage normalized only after its block (OLMo 2's
 # form: no pre-norm role).  transformers' own logits are compared in
-# tests/interop/test_hf_gemma_family.py and tests/interop/torch2_gemma3.py.
+# tests/interop/transformers/debian/test_hf_gemma_family.py and tests/interop/transformers/torch2/torch2_gemma3.py.
 . "$TPS_TOP/tests/cli/lib.sh"
 M="$FIX/models"
 

@@ -2,7 +2,7 @@
 # GPT-OSS (preset gpt_oss) on the tiny fixture of testdata/gen_gpt_oss.py: auto-detection,
 # split/check/verify --layer all and --whole-model at every tp the model allows, the refused
 # tp naming the constraint, and wrong cuts with intact bytes caught by verify (exit 1) while
-# check passes.  transformers' own logits are compared in tests/interop/torch2_gpt_oss.py.
+# check passes.  transformers' own logits are compared in tests/interop/transformers/torch2/torch2_gpt_oss.py.
 . "$TPS_TOP/tests/cli/lib.sh"
 M="$FIX/models"
 src="$M/tiny-gpt-oss"
@@ -37,7 +37,7 @@ else
 fi
 
 # --target vllm (the engine's names; the 3-D experts transposed per expert, w2_bias on rank 0
-# only: tests/interop/vllm_real_fused3d.py loads them in the real vLLM).  The set checks,
+# only: tests/interop/vllm/real/vllm_real_fused3d.py loads them in the real vLLM).  The set checks,
 # verifies, and reshards: from the default split and from the other tp it is byte for byte
 # what split --target vllm writes.
 for tp in 2 4; do

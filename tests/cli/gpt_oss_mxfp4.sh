@@ -5,7 +5,7 @@
 # computed here): cdiv(90, T) blocks a rank, the last rank the rest, so tp 8 gives seven ranks
 # 12 blocks and the last 6, tp 4 gives 23, 23, 23, 21; tp 16 (6 a rank) would leave rank 15
 # nothing and is refused naming the numbers.  Values, merge, reshard and verify:
-# tests/interop/torch2_mxfp4.py; vLLM's own loader: tests/interop/vllm_real_mxfp4_slices.py.
+# tests/interop/quant/torch2/torch2_mxfp4.py; vLLM's own loader: tests/interop/vllm/real/vllm_real_mxfp4_slices.py.
 . "$TPS_TOP/tests/cli/lib.sh"
 PY=/usr/bin/python3
 src="$T/gpt-oss-120b-1layer"
@@ -81,6 +81,6 @@ expect_exit 3 "90 units of 1 along dimension 2, cut as the engine cuts them (cdi
     "gpt-oss-120b MXFP4 tp 16: refused, rank 15 would get no block" "$TPSHARD" plan "$src" --tp 16
 check "gpt-oss-120b MXFP4: inspect names the quantization" sh -c "'$TPSHARD' inspect '$src' 2>&1 | grep -q 'quantization: mxfp4'"
 # --target vllm: the engine's MXFP4 parameters (w13_weight etc., the blocks' 3-D byte views);
-# what the files hold and how vLLM loads them: tests/interop/vllm_real_mxfp4_slices.py.
+# what the files hold and how vLLM loads them: tests/interop/vllm/real/vllm_real_mxfp4_slices.py.
 check "gpt-oss-120b MXFP4 --target vllm tp 8: planned (vLLM's uneven slices under the engine's names)" \
     "$TPSHARD" split "$src" --tp 8 --target vllm --dry-run

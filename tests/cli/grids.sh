@@ -4,7 +4,7 @@
 # embedding on the first, the final norm and lm_head on the last); check, verify and merge on
 # them; reshard between grids; the refusals and their exit codes; check and the manifest
 # reader catching a tensor in the wrong stage's file, a stage without files, a stage edited in
-# the manifest.  (The real vLLM loading these sets: tests/interop/vllm_real_grids.py.)
+# the manifest.  (The real vLLM loading these sets: tests/interop/vllm/real/vllm_real_grids.py.)
 . "$TPS_TOP/tests/cli/lib.sh"
 M="$FIX/models"
 PY=/usr/bin/python3
@@ -65,7 +65,7 @@ check "split --tp 2 --pp 2 --max-shard-size 60KB" "$TPSHARD" split "$src" --tp 2
 check "check the grid in parts" "$TPSHARD" check parts -q
 
 # a mixture of experts: vLLM 0.32's MoE models hold embedding, norm and lm_head on every stage
-# (tests/interop/vllm_real_grids.py saw its loader refuse a set without them): refused, named
+# (tests/interop/vllm/real/vllm_real_grids.py saw its loader refuse a set without them): refused, named
 expect_exit 3 "vLLM's MoE models (mixtral.py, qwen2_moe.py, qwen3_moe.py) hold the embedding" \
     "mixtral --pp 2: exit 3, naming why" "$TPSHARD" split "$M/tiny-mixtral" --tp 2 --pp 2 --target vllm -o mx
 [ ! -e mx ] && ok "... nothing written" || notok "... nothing written"

@@ -6,7 +6,7 @@
 # tpshard); check, inspect, verify and merge; reshard between EP and TP-only sets, byte-equal to
 # the direct splits; verify failing on two experts swapped in a rank file whose CRCs and manifest
 # were made to match; the refusals and their exit codes.  (The real vLLM loading an EP set with
-# enable_expert_parallel: tests/interop/vllm_real_grids.py.)
+# enable_expert_parallel: tests/interop/vllm/real/vllm_real_grids.py.)
 . "$TPS_TOP/tests/cli/lib.sh"
 M="$FIX/models"
 PY=/usr/bin/python3

@@ -4,7 +4,7 @@
 # check at every tp the heads allow, and --target vllm (q/k rows per head from RoPE pairs to
 # halves, experts transposed per expert, the shared expert under vLLM's name): check, and
 # reshard from the default split and from another tp equal to split --target vllm byte for
-# byte; verify passes.  The real vLLM loads such sets in tests/interop/vllm_real_fused3d.py.
+# byte; verify passes.  The real vLLM loads such sets in tests/interop/vllm/real/vllm_real_fused3d.py.
 . "$TPS_TOP/tests/cli/lib.sh"
 src="$FIX/models/tiny-llama4"
 
@@ -65,7 +65,7 @@ check "llama4: the --target vllm set read back holds the source's bytes (check -
 
 # verify computes Llama 4's layers (NoPE layers, the QK L2 norm, the router's weight on the
 # experts' input, [gate | up] halves, dense and shared MLPs; transformers' truth in
-# tests/interop/torch2_llama4.py): the tp 2 set passes layer by layer and as a whole model.
+# tests/interop/transformers/torch2/torch2_llama4.py): the tp 2 set passes layer by layer and as a whole model.
 check "llama4 tp 2: verify --layer all passes" "$TPSHARD" verify "$T/llama4-2" --layer all -q
 check "llama4 tp 4: verify --whole-model passes" "$TPSHARD" verify "$T/llama4-4" --whole-model -q
 check "llama4 --target vllm tp 2: verify --layer all passes on vLLM's names" "$TPSHARD" verify "$T/llama4-vllm-2" --layer all -q

@@ -5,7 +5,7 @@
 # byte (two paths: the DCP read through the Megatron-to-HF mapping, and the safetensors the
 # merge wrote); every hostile copy makes split and merge exit 3 with nothing written and the
 # input unchanged.  The numbers themselves (transformers' logits of the merge equal
-# megatron-core's) are checked by tests/interop/megatron_real_dist.py.
+# megatron-core's) are checked by tests/interop/megatron/real/megatron_real_dist.py.
 . "${TPS_TOP:-$(cd "$(dirname "$0")/../.." && pwd)}/tests/cli/lib.sh"
 
 D="$FIX/bad/megatron_dist"

@@ -7,7 +7,7 @@
 # order differs, torch_dist lists a stacked key's layers together), reshard of a legacy checkpoint to torch_dist, and
 # the refusals: MoE (exit 3), an unknown --ckpt-format, --pp with torch_dist and --ckpt-format
 # without --target megatron (exit 2), nothing written.  Real megatron-core loads what is
-# written, and its logits equal transformers', in tests/interop/megatron_real_dist_write.py.
+# written, and its logits equal transformers', in tests/interop/megatron/real/megatron_real_dist_write.py.
 . "$TPS_TOP/tests/cli/lib.sh"
 M="$FIX/models"
 

@@ -4,7 +4,7 @@
 # back, and the refusals: a family with no Megatron
 # mapping, a tp Megatron cannot cut the query groups by, options that do not go with it.
 # (transformers and megatron_fixture.py check the files' contents in
-# tests/interop/test_megatron_hf.py.)
+# tests/interop/megatron/debian/test_megatron_hf.py.)
 . "$TPS_TOP/tests/cli/lib.sh"
 M="$FIX/models"
 
@@ -36,7 +36,7 @@ for model in llama mixtral; do
     done
 done
 
-# Merged back (the tensors are compared with the source's in tests/interop/test_megatron_hf.py).
+# Merged back (the tensors are compared with the source's in tests/interop/megatron/debian/test_megatron_hf.py).
 for model in llama mixtral; do
     out="$T/$model-4-2"
     [ -d "$out" ] || continue

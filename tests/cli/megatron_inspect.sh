@@ -1,6 +1,6 @@
 #!/bin/sh
 # tpshard inspect on Megatron-LM checkpoints written at test time by testdata/gen_megatron.py
-# (torch alone, the specification's rules; see tests/interop/megatron_fixture.py): the grid,
+# (torch alone, the specification's rules; see tests/interop/megatron/megatron_fixture.py): the grid,
 # iteration and model args, the tracker/iteration/trailing-slash forms, and a missing rank.
 . "${TPS_TOP:-$(cd "$(dirname "$0")/../.." && pwd)}/tests/cli/lib.sh"
 

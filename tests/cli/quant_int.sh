@@ -3,7 +3,7 @@
 # check and verify (dequantized) at every legal tp, the refused tps listed, and scale rows on
 # the wrong rank (right shapes, intact bytes) caught by verify (exit 1) while check passes.
 # The per-rank pieces against the engine's rules, the torch forward, merge and reshard:
-# tests/interop/test_quant_int.py.
+# tests/interop/quant/debian/test_quant_int.py.
 . "$TPS_TOP/tests/cli/lib.sh"
 M="$FIX/models"
 PY=/usr/bin/python3

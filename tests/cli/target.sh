@@ -7,7 +7,7 @@
 # and from the source.  A --target vllm set whose bytes are intact (check passes) but whose
 # cut is wrong (q heads in two halves dealt round-robin; the experts' gate rows likewise)
 # fails verify with exit 1.  (vLLM's loader and transformers' logits are compared in
-# tests/interop/test_vllm_sharded_state.py.)
+# tests/interop/vllm/debian/test_vllm_sharded_state.py.)
 . "$TPS_TOP/tests/cli/lib.sh"
 M="$FIX/models"
 

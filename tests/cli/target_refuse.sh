@@ -5,7 +5,7 @@
 # (its embedding a plain nn.Embedding, whole and unpadded on every rank); Gemma 3 multimodal
 # for both engines (vLLM cuts the SigLIP tower the preset keeps whole).  --target vllm on the
 # same Gemma 2 and Gemma 3 text still writes, and a refused mapping is not listed among the
-# presets that have one.  (vLLM's loader on these families: tests/interop/torch2_vllm_targets.py.)
+# presets that have one.  (vLLM's loader on these families: tests/interop/vllm/torch2/torch2_vllm_targets.py.)
 . "$TPS_TOP/tests/cli/lib.sh"
 M="$FIX/models"
 

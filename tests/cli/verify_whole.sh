@@ -5,7 +5,7 @@
 # reassembled from the shards and from the source; a set whose bytes are what its manifest
 # says (check passes) but whose embedding or LM head is cut the wrong way fails with exit 1
 # naming the stage and the rank; under mpirun the verdict is the same.  (transformers' own
-# logits are compared in tests/interop/test_whole_model.py.)
+# logits are compared in tests/interop/transformers/debian/test_whole_model.py.)
 . "$TPS_TOP/tests/cli/lib.sh"
 M="$FIX/models"
 

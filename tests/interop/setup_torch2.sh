@@ -7,7 +7,7 @@
 # 5 GB, 2 minutes).  Installs only what is missing and says what it does.
 # accelerate (with psutil and pyyaml) goes into build/py-accelerate with pip --target, beside
 # the venv and not in it: transformers' Mxfp4Config(dequantize=True) needs it to load an MXFP4
-# GPT-OSS on the CPU (tests/interop/torch2_mxfp4.py puts the folder on sys.path).
+# GPT-OSS on the CPU (tests/interop/quant/torch2/torch2_mxfp4.py puts the folder on sys.path).
 #   TPS_TORCH2=0 sh tests/interop/setup_torch2.sh    does nothing (the tier then skips, saying so)
 set -eu
 [ "${TPS_TORCH2:-1}" = 0 ] && { echo "interop setup (torch 2): skipped, TPS_TORCH2=0"; exit 0; }
