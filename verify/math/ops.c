@@ -16,48 +16,12 @@
 #define TPS_HAVE_BLAS 0
 #endif
 #if TPS_HAVE_BLAS
-#include <cblas.h>
-#include <dlfcn.h>
+#include "blas.h"
 
-/* OpenBLAS is opened when the first linear asks for it, not linked into tpshard: its start-up
- * allocates a buffer per thread before main, and under an address-space limit (ulimit -v) that
- * spins forever, so every command would hang there, though only verify uses it.  Opened here
- * and unavailable (no libopenblas.so.0 on the machine that runs the binary), the linears take
- * the plain loops. */
-static __typeof__(cblas_sgemm) *blas_sgemm;
-static __typeof__(cblas_dgemm) *blas_dgemm;
-static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
-
-static void blas_open(void)
-{
-    static const char *const names[] = {"libopenblas.so.0", "libopenblas.so", "libcblas.so.3"};
-    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
-        void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-        if (!h) continue;
-        /* dlsym returns void *; the standard way to a function pointer is through memcpy. */
-        void *s = dlsym(h, "cblas_sgemm"), *d = dlsym(h, "cblas_dgemm");
-        if (s && d) {
-            memcpy(&blas_sgemm, &s, sizeof s);
-            memcpy(&blas_dgemm, &d, sizeof d);
-            /* One thread a call: the ranks are verify's threads already, and OpenBLAS's own
-             * pool, shared by eight callers, spins in sched_yield waiting for itself. */
-            void *nt = dlsym(h, "openblas_set_num_threads");
-            void (*set_threads)(int);
-            if (nt) {
-                memcpy(&set_threads, &nt, sizeof nt);
-                set_threads(1);
-            }
-            return; /* kept open for the process's life */
-        }
-        dlclose(h);
-    }
-}
-
-static bool blas_ready(void)
-{
-    pthread_once(&blas_once, blas_open);
-    return blas_sgemm != NULL;
-}
+/* The BLAS is looked for when the first linear asks for it (verify/math/blas.h), never linked
+ * into tpshard: OpenBLAS's start-up allocates a buffer per thread before main, and under an
+ * address-space limit (ulimit -v) that spins forever, so every command would hang there,
+ * though only verify uses it.  None found, the linears take the plain loops. */
 #endif
 
 /* Tokens per block of the Linear kernel: 16 float64 accumulators fill 8 SSE registers. */
@@ -101,7 +65,7 @@ bool tps_vdtype_supported(tps_dtype dt)
 bool tps_verify_blas(void)
 {
 #if TPS_HAVE_BLAS
-    return blas_ready();
+    return tps_blas_get() != NULL;
 #else
     return false;
 #endif
@@ -109,7 +73,7 @@ bool tps_verify_blas(void)
 
 #define REAL double
 #define SFX f64
-#define VGEMM (*blas_dgemm)
+#define VGEMM dgemm
 #define VDEVICE_GEMM 0
 #include "norms_tmpl.h"
 #include "ops_tmpl.h"
@@ -120,7 +84,7 @@ bool tps_verify_blas(void)
 
 #define REAL float
 #define SFX f32
-#define VGEMM (*blas_sgemm)
+#define VGEMM sgemm
 #define VDEVICE_GEMM 1
 #include "norms_tmpl.h"
 #include "ops_tmpl.h"

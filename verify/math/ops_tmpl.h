@@ -114,7 +114,7 @@ tps_status F(tps_vlinear_loop)(const tps_vt *w, bool conv1d, size_t n, const REA
 }
 
 #if TPS_HAVE_BLAS
-/* The same product by the BLAS (VGEMM: sgemm for the ranks, dgemm for the reference): the
+/* The same product by the BLAS (blas->VGEMM: sgemm for the ranks, dgemm for the reference): the
  * weight block converted to REAL once per call, in chunks of output rows that bound the
  * scratch (VGEMM_CHUNK elements), each chunk one GEMM over every token.  Sizes beyond the
  * BLAS's int take the loops. */
@@ -123,7 +123,8 @@ static tps_status F(vlinear_host)(const tps_vt *w, bool conv1d, size_t n, const 
                                   uint64_t i1, uint64_t o0, uint64_t o1, REAL *y, size_t ldy, tps_error *err)
 {
     size_t K = (size_t)(i1 - i0), O = (size_t)(o1 - o0);
-    if (!blas_ready() || !n || !K || !O || n > INT_MAX || K > INT_MAX || O > INT_MAX || ldx > INT_MAX ||
+    const tps_blas *blas = tps_blas_get();
+    if (!blas || !n || !K || !O || n > INT_MAX || K > INT_MAX || O > INT_MAX || ldx > INT_MAX ||
         ldy > INT_MAX)
         return F(tps_vlinear_loop)(w, conv1d, n, x, ldx, i0, i1, o0, o1, y, ldy, err);
     size_t rows = VGEMM_CHUNK / K ? VGEMM_CHUNK / K : 1;
@@ -134,12 +135,12 @@ static tps_status F(vlinear_host)(const tps_vt *w, bool conv1d, size_t n, const 
         size_t m = O - o < rows ? O - o : rows;
         if (conv1d) { /* [K, m] of w [in, out] */
             for (size_t k = 0; k < K; k++) F(vrow)(w, (i0 + k) * w->shape[1] + o0 + o, m, wb + k * m);
-            VGEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)m, (int)K, 1, x, (int)ldx, wb, (int)m, 0,
-                  y + o, (int)ldy);
+            blas->VGEMM(TPS_CBLAS_ROW_MAJOR, TPS_CBLAS_NO_TRANS, TPS_CBLAS_NO_TRANS, (int)n, (int)m, (int)K, 1, x,
+                        (int)ldx, wb, (int)m, 0, y + o, (int)ldy);
         } else { /* [m, K] of w [out, in] */
             for (size_t r = 0; r < m; r++) F(vrow)(w, (o0 + o + r) * w->shape[1] + i0, K, wb + r * K);
-            VGEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)m, (int)K, 1, x, (int)ldx, wb, (int)K, 0,
-                  y + o, (int)ldy);
+            blas->VGEMM(TPS_CBLAS_ROW_MAJOR, TPS_CBLAS_NO_TRANS, TPS_CBLAS_TRANS, (int)n, (int)m, (int)K, 1, x,
+                        (int)ldx, wb, (int)K, 0, y + o, (int)ldy);
         }
     }
     free(wb);

@@ -40,6 +40,18 @@ def binary() -> str:
                          "not on PATH; set TPSHARD_BIN", -1)
 
 
+def blas_library() -> Optional[str]:
+    """The scipy-openblas32 library the wheel depends on, as that package documents it
+    (``get_lib_dir()``, ``get_library(fullname=True)``), for $TPSHARD_BLAS; None without it.
+    The executable also finds it beside itself (verify/math/blas.h); naming it here covers an
+    executable that lives elsewhere ($TPSHARD_BIN, the PATH's)."""
+    try:
+        import scipy_openblas32  # type: ignore[import-not-found]
+        return os.path.join(scipy_openblas32.get_lib_dir(), scipy_openblas32.get_library(fullname=True))
+    except (ImportError, OSError, IndexError):
+        return None
+
+
 def option_args(options: Dict[str, Any]) -> List[str]:
     """``{"max_shard_size": "5GB", "force": True, "only_rank": [0, 1]}`` as CLI options:
     underscores become dashes, True a flag, None and False nothing, a list comma-joined."""
@@ -98,6 +110,10 @@ def run(cmd: str, args: Sequence[str], *, want_json: bool = False, progress: Pro
     A non-zero exit raises the exception class of its code (errors.py), with the report."""
     argv = [binary(), cmd] + [os.fspath(a) for a in args]
     env = dict(os.environ)
+    if not env.get("TPSHARD_BLAS"):
+        lib = blas_library()
+        if lib:
+            env["TPSHARD_BLAS"] = lib
     pass_fds: Tuple[int, ...] = ()
     rfd = wfd = -1
     pump = None

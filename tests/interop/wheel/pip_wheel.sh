@@ -70,8 +70,9 @@ done
 
 # --- a fresh venv, the wheel alone ---
 /usr/bin/python3 -m venv "$T/venv" >/dev/null 2>&1 || { notok "python3 -m venv"; exit 0; }
-if "$T/venv/bin/python" -m pip install -q --no-index --disable-pip-version-check "$whl" >"$T/pip.log" 2>&1; then
-    ok "pip install --no-index of the wheel into a fresh venv (no system site packages)"
+if "$T/venv/bin/python" -m pip install -q --no-index --find-links "$TPS_TOP/build/wheelhouse" \
+    --disable-pip-version-check "$whl" >"$T/pip.log" 2>&1; then
+    ok "pip install --no-index of the wheel and its dependency (scipy-openblas32) into a fresh venv (no system site packages)"
 else
     notok "pip install --no-index of the wheel into a fresh venv"
     tail -5 "$T/pip.log" | sed 's/^/#   /'
@@ -175,8 +176,8 @@ ls .tpshard* .*.tmp.* 2>/dev/null | grep -q . && notok "a temporary report file 
 
 # --- docs/ci.md: its GitHub Actions and GitLab jobs, run as written ---
 # A fresh venv stands in for the runner's Python (setup-python's; the python image's), pip
-# finds the wheel through PIP_NO_INDEX/PIP_FIND_LINKS as it would your index; each `run:`
-# step runs in bash -e, each GitLab script line in one bash -e; `uses:` steps are the
+# finds the wheel (and its scipy-openblas32) through PIP_NO_INDEX/PIP_FIND_LINKS as it would
+# your index; each `run:` step runs in bash -e, each GitLab script line in one bash -e; `uses:` steps are the
 # runner's (checkout, publishing), not run here.
 cat >jobs.py <<'PY'
 import re, sys, yaml
@@ -213,7 +214,7 @@ for job in github-actions.*.sh gitlab-ci.*.sh; do
     dir="$T/job.$job"
     mkdir "$dir" && cp -R "$FIX" "$dir/testdata"
     /usr/bin/python3 -m venv "$dir/.runner-python" >/dev/null 2>&1
-    (cd "$dir" && env -u TPSHARD_BIN PATH="$dir/.runner-python/bin:$clean_path" PIP_NO_INDEX=1 PIP_FIND_LINKS="$T/dist" \
+    (cd "$dir" && env -u TPSHARD_BIN PATH="$dir/.runner-python/bin:$clean_path" PIP_NO_INDEX=1 PIP_FIND_LINKS="$T/dist $TPS_TOP/build/wheelhouse" \
         PIP_DISABLE_PIP_VERSION_CHECK=1 sh -e "$T/work/$job") >"$job.out" 2>&1
     rc=$?
     if [ $rc -eq 0 ] && [ -s "$dir/reports/check.xml" ] && [ -s "$dir/reports/verify.xml" ] &&

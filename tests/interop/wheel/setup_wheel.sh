@@ -30,4 +30,12 @@ if ! "$venv/bin/python3" -c 'import build, auditwheel, xmlschema, junitparser' >
     echo "wheel setup: installing $pins from PyPI into $venv"
     "$venv/bin/python3" -m pip install -q --disable-pip-version-check $pins
 fi
+# The wheel's one dependency (pyproject.toml pins it), for tests/cli/pip_wheel.sh's offline
+# install: --no-index --find-links build/wheelhouse.
+openblas_pin=$(sed -n 's/^dependencies = \["\(scipy-openblas32==[^"]*\)"\]/\1/p' "$top/pyproject.toml")
+if ! ls "$top/build/wheelhouse/scipy_openblas32-${openblas_pin#*==}-"*.whl >/dev/null 2>&1; then
+    echo "wheel setup: downloading $openblas_pin from PyPI into $top/build/wheelhouse"
+    "$venv/bin/python3" -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
+        -d "$top/build/wheelhouse" "$openblas_pin"
+fi
 "$venv/bin/python3" -c 'import setuptools, wheel, yaml, build, xmlschema; from importlib.metadata import version as v; print("wheel setup: setuptools", setuptools.__version__, "wheel", wheel.__version__, "build", v("build"), "auditwheel", v("auditwheel"), "xmlschema", xmlschema.__version__, "junitparser", v("junitparser"))'
