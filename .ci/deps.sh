@@ -1,7 +1,8 @@
 #!/bin/sh
 # Installs what tpshard needs on Debian/Ubuntu, only what is missing, and says what it does.
-#   sh .ci/deps.sh build   compiler, make, pkg-config, zlib and libyaml headers
-#   sh .ci/deps.sh test    the above, plus OpenMPI, OpenBLAS (verify's GEMMs), the interop tier's Python packages
+#   sh .ci/deps.sh build   compiler, make, pkg-config, zlib and libyaml headers, OpenBLAS (the
+#                          BLAS verify finds at run time: verify/math/blas.h)
+#   sh .ci/deps.sh test    the above, plus OpenMPI, the interop tier's Python packages
 #                          (Debian's python3-torch and python3-numpy, PyPI's safetensors in
 #                          build/venv; PyPI's torch 2 and newer transformers in
 #                          build/venv-torch2, accelerate beside it in
@@ -14,8 +15,8 @@ set -eu
 what=${1:-build}
 SUDO=
 [ "$(id -u)" = 0 ] || SUDO=sudo
-pkgs="gcc make pkg-config zlib1g-dev libyaml-dev"
-[ "$what" = test ] && pkgs="$pkgs python3 python3-venv python3-torch python3-numpy openmpi-bin libopenmpi-dev libopenblas-dev clang"
+pkgs="gcc make pkg-config zlib1g-dev libyaml-dev libopenblas-dev"
+[ "$what" = test ] && pkgs="$pkgs python3 python3-venv python3-torch python3-numpy openmpi-bin libopenmpi-dev clang"
 missing=
 for p in $pkgs; do
     dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
