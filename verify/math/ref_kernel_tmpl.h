@@ -5,8 +5,8 @@
  *   VK_ATTR  its target attribute (empty for the portable build)
  *   VK_L     float64 lanes per vector: 8 (AVX-512), 4 (AVX2), 2 (portable: SSE2, NEON)
  * The shape is the same for every width: 4 rows x 2 vectors of tokens = eight accumulators,
- * two token vectors and a broadcast weight, 11 registers of the 16 that SSE2 and AVX2 have (32
- * on AVX-512 and NEON), so nothing spills.  The block's TPS_VREF_T tokens go in 16 / (2 VK_L)
+ * two token vectors, a broadcast weight and a product, 12 registers of the 16 that SSE2 and
+ * AVX2 have (32 on AVX-512 and NEON), so nothing spills.  The block's TPS_VREF_T tokens go in 16 / (2 VK_L)
  * passes over k; in a pass each token row of xt is read at one 2 VK_L-double slice (one cache
  * line at AVX2's width), the weights' 4 rows stay in L1.  Each accumulator still adds its
  * products in k order, one rounding for the product and one for the sum (no fused
