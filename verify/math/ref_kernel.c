@@ -4,7 +4,7 @@
  * One kernel per instruction set, each shaped for its registers (ref_kernel_tmpl.h), chosen
  * once at the first call.  Not GCC's target_clones of one loop: written for AVX-512's eight
  * 64-byte accumulators, its AVX2 clone kept them on the stack (sixteen 32-byte registers)
- * and ran at a twentieth of the AVX-512 one's speed (issue 46).  Not the BLAS's dgemm either:
+ * and ran some fifty times slower than the AVX-512 one (issue 46; docs/verification.md).  Not the BLAS's dgemm either:
  * its summation order is its own and changes with the CPU and the library's version, while
  * these add each product in k order with no fused multiply-add, so that every CPU computes the
  * same reference bits as the plain float64 loops (tests/unit/test_verify_ref_kernels.c). */
