@@ -3,7 +3,9 @@
 #   make bench BENCH_SIZE=30G       ~30 GiB (disk cases only), BENCH_RUNS=3 for a quick run
 #   make bench-verify-mem           only verify's memory vs the expert count (16 vs 64 experts)
 #   make bench-verify               only cat of the tp 8 shards and verify --whole-model / --layer all
-#                                   of them (issue 36's speed goals; the page is left as it is)
+#                                   of them (issue 36's speed goals; the page is left as it is);
+#                                   TPS_VREF_KERNEL=avx2 measures the reference's AVX2 kernel on an
+#                                   AVX-512 CPU (the table names the CPU and the kernel, issue 46)
 #   make bench-scale-layer          one real-size DeepSeek-V3 MoE layer (FP8, ~11 GB made and deleted)
 #   make bench-scale                only the many-tensor cases (5,000 and 50,000 tiny tensors):
 #                                   check and reshard must be linear in the tensor count;
@@ -34,7 +36,9 @@ $(BENCH_NOBLAS): $(CMD_OBJ) $(LIB_SRC)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(CMD_OBJ) $(BUILD)/bench/noblas/libtpshard.a $(OPT_LIBS) $(LDLIBS)
 
 BENCH_VARS = BENCH_SIZE BENCH_RUNS BENCH_DIR BENCH_TMPFS BENCH_COLD BENCH_TORCH BENCH_BIN BENCH_KEEP BENCH_SCALE BENCH_DISK_CACHED BENCH_ONLY
-bench: tpshard $(BUILD)/bench/benchtool $(BUILD)/bench/manifest_mem $(BENCH_NOBLAS)
+# The reference kernel that verify runs, for the table's first line (tests/tools/vref_kernel.c).
+BENCH_VREF_KERNEL := $(BUILD)/tests/tools/vref_kernel
+bench: tpshard $(BUILD)/bench/benchtool $(BUILD)/bench/manifest_mem $(BENCH_NOBLAS) $(BENCH_VREF_KERNEL)
 	$(Q)$(foreach v,$(BENCH_VARS),$(if $($(v)),$(v)='$($(v))')) BENCH_TPSHARD_NOBLAS=$(BENCH_NOBLAS) \
 	    $(BENCH_PYTHON) tests/bench/bench.py
 	$(Q)$(foreach v,BENCH_RUNS BENCH_KEEP,$(if $($(v)),$(v)='$($(v))')) $(BENCH_PYTHON) tests/bench/verify_mem.py
@@ -50,7 +54,7 @@ bench-scale-layer: tpshard
 # verify's speed cases alone (issue 36): BENCH_ONLY=verify; with BENCH_TPSHARD_NOBLAS set the
 # plain loops' build is measured beside it, as make bench does.
 .PHONY: bench-verify
-bench-verify: tpshard $(BUILD)/bench/benchtool
+bench-verify: tpshard $(BUILD)/bench/benchtool $(BENCH_VREF_KERNEL)
 	$(Q)$(foreach v,$(BENCH_VARS) BENCH_TPSHARD_NOBLAS,$(if $($(v)),$(v)='$($(v))')) BENCH_ONLY=verify $(BENCH_PYTHON) tests/bench/bench.py
 
 # verify's memory case alone (issue 36; make bench runs it too and adds its table to the page).

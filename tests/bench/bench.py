@@ -17,6 +17,11 @@ Environment (all optional):
                BENCH_ONLY=verify runs only cat of the tp 8 shards and verify of them (make bench-verify)
   BENCH_TPSHARD_NOBLAS  tpshard built with HAVE_BLAS=0 (make bench builds it): verify's plain
                loops measured beside the BLAS build, the "before" of issue 23
+  TPS_VREF_KERNEL  passed on to verify: the float64 reference's kernel (portable, avx2, avx512;
+               verify/math/ref_kernel.h), to measure a narrower one than the CPU's widest
+The table's first line names the CPU model (/proc/cpuinfo); with the verify cases it also names
+the reference's kernel that ran (build/tests/tools/vref_kernel asked, in the same environment):
+verify's speed depends on both (issue 46).
 Writes build/bench/results.md and prints the same table.
 
   bench.py --docs RESULTS PAGE   puts RESULTS (build/bench/results.md) in place of what
@@ -63,6 +68,7 @@ BUILD = os.path.join(TOP, "build", "bench")
 TOOL = os.path.join(BUILD, "benchtool")
 TPSHARD = os.environ.get("BENCH_TPSHARD") or os.path.join(TOP, "tpshard")
 NOBLAS = os.environ.get("BENCH_TPSHARD_NOBLAS")
+VREF_KERNEL_TOOL = os.path.join(TOP, "build", "tests", "tools", "vref_kernel")
 GiB = 1 << 30
 MiB = 1 << 20
 
@@ -100,6 +106,32 @@ def rm(path):
         shutil.rmtree(path, ignore_errors=True)
     elif os.path.lexists(path):
         os.unlink(path)
+
+
+def cpu_model():
+    """The CPU's model as /proc/cpuinfo gives it: x86's "model name", with its family and model
+    numbers (a virtual machine may say only "Intel(R) Xeon(R) Processor"); many ARM kernels give none."""
+    info = {}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                info.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+    if not info.get("model name"):
+        return f"{os.uname().machine}, model not in /proc/cpuinfo"
+    nums = f", family {info['cpu family']} model {info['model']}" if "cpu family" in info and "model" in info else ""
+    return info["model name"] + nums
+
+
+def vref_kernel():
+    """The reference kernel verify runs here (build/tests/tools/vref_kernel, same environment)."""
+    if not os.access(VREF_KERNEL_TOOL, os.X_OK):
+        return "unknown (build/tests/tools/vref_kernel not built)"
+    name = subprocess.run([VREF_KERNEL_TOOL], capture_output=True, text=True).stdout.strip()
+    forced = os.environ.get("TPS_VREF_KERNEL")
+    return f"{name} (TPS_VREF_KERNEL={forced})" if forced else name
 
 
 def round_spread(a, b):
@@ -498,11 +530,16 @@ class Bench:
     def med(self, case):
         return statistics.median(w for w, _, _ in self.results[case])
 
+    def kernel_note(self):
+        if not any(c.startswith("verify") for c in self.results):
+            return ""
+        return f", verify's float64 reference kernel {vref_kernel()}"
+
     def table(self):
         what = (f"{self.layers}-layer Llama-3-8B-shaped bf16 checkpoint, {self.total / GiB:.2f} GiB"
                 if self.only != "scale" else "many-tensor cases only")
         lines = [f"tpshard bench: {what}; {self.runs} interleaved runs per case, medians; "
-                 f"{os.cpu_count()} CPUs; cold cache by {'drop_caches' if self.cold == 'drop' else 'posix_fadvise DONTNEED'}; "
+                 f"{os.cpu_count()} CPUs ({cpu_model()}){self.kernel_note()}; cold cache by {'drop_caches' if self.cold == 'drop' else 'posix_fadvise DONTNEED'}; "
                  f"{time.strftime('%Y-%m-%d %H:%M')}",
                  "",
                  "| case | median s | min–max s | GB/s | peak RssAnon MiB | read from storage GiB |",

@@ -1,63 +1,164 @@
-/* The reference's float64 register-blocked kernel; see ref_kernel.h.  Written as plain loops
- * the compiler vectorizes across the 16 tokens (never across k, so the sums keep their order
- * and need no -ffast-math); on x86-64 GCC and Clang also build it for AVX2+FMA and AVX-512
- * and pick one at load time, the portable build staying SSE2. */
+/* The reference's float64 block kernels (see ref_kernel.h) and the choice among them, the BF16
+ * widening both sides' weights take, and the reference's device.
+ *
+ * One kernel per instruction set, each shaped for its registers (ref_kernel_tmpl.h), chosen
+ * once at the first call.  Not GCC's target_clones of one loop: written for AVX-512's eight
+ * 64-byte accumulators, its AVX2 clone kept them on the stack (sixteen 32-byte registers)
+ * and ran some fifty times slower than the AVX-512 one (issue 46; docs/verification.md).  Not the BLAS's dgemm either:
+ * its summation order is its own and changes with the CPU and the library's version, while
+ * these add each product in k order with no fused multiply-add, so that every CPU computes the
+ * same reference bits as the plain float64 loops (tests/unit/test_verify_ref_kernels.c). */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ref_kernel.h"
 
+/* Each product rounded, then each sum: Clang contracts a * b + c into an FMA by default
+ * (GCC does not in C11 mode). */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+
 /* Not under ThreadSanitizer: the clones' ifunc resolver runs while the program is relocated,
- * before the TSan runtime is up, and every process then dies at start (SIGSEGV). */
+ * before the TSan runtime is up, and every process then dies at start (SIGSEGV).  (Only the
+ * BF16 widening below is cloned; the kernels are chosen by a plain call.) */
 #if defined(__SANITIZE_THREAD__) && !defined(TPS_NO_CLONES)
 #define TPS_NO_CLONES 1
 #endif
 #if defined(__x86_64__) && defined(__has_attribute)
 #if __has_attribute(target_clones) && !defined(TPS_NO_CLONES)
-#define VREF_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#define VBF16_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #endif
 #endif
-#ifndef VREF_CLONES
-#define VREF_CLONES
+#ifndef VBF16_CLONES
+#define VBF16_CLONES
 #endif
 
 #if defined(__GNUC__)
-
-/* Eight float64 lanes: one AVX-512 register, two AVX2 ones, four SSE2 ones. */
-typedef double v8d __attribute__((vector_size(64)));
-
-VREF_CLONES
-void tps_vref_block(size_t kc, const double *w, size_t ldw, const double *xt, double acc[TPS_VREF_R][TPS_VREF_T])
-{
-    /* The 64 sums in eight named vectors, so that they stay in registers (plain arrays
-     * indexed [r][t] stay in memory at -O2); loads by memcpy, which makes no alignment claim. */
-    v8d a[8], x0, x1;
-    memcpy(a, acc, sizeof a);
-    v8d a0 = a[0], a1 = a[1], a2 = a[2], a3 = a[3], a4 = a[4], a5 = a[5], a6 = a[6], a7 = a[7];
-    const double *w0 = w, *w1 = w + ldw, *w2 = w + 2 * ldw, *w3 = w + 3 * ldw;
-    for (size_t k = 0; k < kc; k++) {
-        memcpy(&x0, xt + k * TPS_VREF_T, sizeof x0);
-        memcpy(&x1, xt + k * TPS_VREF_T + 8, sizeof x1);
-        a0 += w0[k] * x0;
-        a1 += w0[k] * x1;
-        a2 += w1[k] * x0;
-        a3 += w1[k] * x1;
-        a4 += w2[k] * x0;
-        a5 += w2[k] * x1;
-        a6 += w3[k] * x0;
-        a7 += w3[k] * x1;
-    }
-    a[0] = a0, a[1] = a1, a[2] = a2, a[3] = a3, a[4] = a4, a[5] = a5, a[6] = a6, a[7] = a7;
-    memcpy(acc, a, sizeof a);
-}
+#define VK_FN block_portable
+#define VK_ATTR
+#define VK_L 2
+#include "ref_kernel_tmpl.h"
 #else
-void tps_vref_block(size_t kc, const double *w, size_t ldw, const double *xt, double acc[TPS_VREF_R][TPS_VREF_T])
+/* No vector extensions: the plain loops, in the same order. */
+static void block_portable(size_t kc, const double *w, size_t ldw, const double *xt,
+                           double acc[TPS_VREF_R][TPS_VREF_T])
 {
     for (size_t k = 0; k < kc; k++)
         for (int r = 0; r < TPS_VREF_R; r++)
             for (int t = 0; t < TPS_VREF_T; t++) acc[r][t] += w[(size_t)r * ldw + k] * xt[k * TPS_VREF_T + t];
 }
 #endif
+
+static bool runs_always(void)
+{
+    return true;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define VREF_X86 1
+#define VK_FN block_avx2
+#define VK_ATTR __attribute__((target("avx2")))
+#define VK_L 4
+#include "ref_kernel_tmpl.h"
+#define VK_FN block_avx512
+#define VK_ATTR __attribute__((target("avx512f")))
+#define VK_L 8
+#include "ref_kernel_tmpl.h"
+
+/* __builtin_cpu_supports also asks whether the OS saves the wider registers (XGETBV). */
+static bool runs_avx2(void)
+{
+    return __builtin_cpu_supports("avx2");
+}
+
+static bool runs_avx512(void)
+{
+    return __builtin_cpu_supports("avx512f");
+}
+#endif
+
+/* Narrowest first: the choice is the last one that runs here. */
+static const tps_vref_kernel kernels[] = {
+    {"portable", block_portable, runs_always},
+#ifdef VREF_X86
+    {"avx2", block_avx2, runs_avx2},
+    {"avx512", block_avx512, runs_avx512},
+#endif
+};
+enum { NKERNELS = sizeof kernels / sizeof *kernels };
+
+const tps_vref_kernel *tps_vref_kernels(size_t *n)
+{
+    *n = NKERNELS;
+    return kernels;
+}
+
+static const tps_vref_kernel *kernel_named(const char *name)
+{
+    for (size_t i = 0; i < NKERNELS; i++)
+        if (strcmp(kernels[i].name, name) == 0) return &kernels[i];
+    return NULL;
+}
+
+/* The widest kernel the CPU runs, unless want (TPS_VREF_KERNEL) names another it runs. */
+static const tps_vref_kernel *choose(const char *want)
+{
+    const tps_vref_kernel *best = &kernels[0];
+    for (size_t i = 1; i < NKERNELS; i++)
+        if (kernels[i].runs_here()) best = &kernels[i];
+    if (!want || !*want) return best;
+    const tps_vref_kernel *k = kernel_named(want);
+    if (k && k->runs_here()) return k;
+    char why[96] = "this CPU cannot run it";
+    if (!k) {
+        snprintf(why, sizeof why, "not a kernel of this build (");
+        for (size_t i = 0; i < NKERNELS; i++)
+            snprintf(why + strlen(why), sizeof why - strlen(why), "%s%s", kernels[i].name, i + 1 < NKERNELS ? ", " : ")");
+    }
+    fprintf(stderr, "tpshard: TPS_VREF_KERNEL=%s: %s; the reference runs its %s kernel\n", want, why, best->name);
+    return best;
+}
+
+static _Atomic(const tps_vref_kernel *) current;
+static pthread_once_t current_once = PTHREAD_ONCE_INIT;
+
+static void choose_first(void)
+{
+    const tps_vref_kernel *none = NULL;
+    atomic_compare_exchange_strong(&current, &none, choose(getenv("TPS_VREF_KERNEL")));
+}
+
+static const tps_vref_kernel *kernel_now(void)
+{
+    const tps_vref_kernel *k = atomic_load_explicit(&current, memory_order_acquire);
+    if (k) return k;
+    pthread_once(&current_once, choose_first);
+    return atomic_load_explicit(&current, memory_order_acquire);
+}
+
+void tps_vref_block(size_t kc, const double *w, size_t ldw, const double *xt, double acc[TPS_VREF_R][TPS_VREF_T])
+{
+    kernel_now()->block(kc, w, ldw, xt, acc);
+}
+
+const char *tps_vref_kernel_name(void)
+{
+    return kernel_now()->name;
+}
+
+bool tps_vref_kernel_force(const char *name)
+{
+    const tps_vref_kernel *k = name ? kernel_named(name) : choose(getenv("TPS_VREF_KERNEL"));
+    if (!k || !k->runs_here()) return false;
+    pthread_once(&current_once, choose_first); /* so that a later first call cannot undo it */
+    atomic_store_explicit(&current, k, memory_order_release);
+    return true;
+}
 
 /* BF16 is the high half of a float32: shift into place, reinterpret, widen.  On a
  * little-endian host a 16-bit load reads the file's bytes in order; blocks of 16 let the
@@ -106,13 +207,13 @@ typedef double vbf_f64 __attribute__((vector_size(128)));
     for (size_t i = 0; i < n; i++) out[i] = vbf16_at(p, i);
 #endif
 
-VREF_CLONES
+VBF16_CLONES
 void tps_vbf16_f64(const unsigned char *p, size_t n, double *out)
 {
     VBF16_BODY(vbf_f64)
 }
 
-VREF_CLONES
+VBF16_CLONES
 void tps_vbf16_f32(const unsigned char *p, size_t n, float *out)
 {
     VBF16_BODY(vbf_f32)
