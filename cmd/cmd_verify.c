@@ -71,6 +71,12 @@ typedef struct shown {
     bool root, json, quiet; /* under MPI only rank 0 reports */
 } shown;
 
+static void show_opened(void *arg, bool root)
+{
+    (void)arg;
+    if (!root) tps_cli_junit_silence();
+}
+
 static void show_begin(void *arg, const tps_verify_run_info *run)
 {
     shown *v = arg;
@@ -192,13 +198,12 @@ static int run_verify(char **args, int nargs)
     if (rc) return rc;
     q.dir = args[0];
     shown v = {.root = true};
-    tps_verify_observer obs = {&v, show_begin, show_at, show_stage, show_layer, show_layers_end, show_whole,
+    tps_verify_observer obs = {&v, show_opened, show_begin, show_at, show_stage, show_layer, show_layers_end, show_whole,
                                show_report};
     tps_verify_outcome out;
     tps_error err;
     tps_error_clear(&err);
     tps_status st = tps_verify_run(&q, &obs, &out, &err);
-    if (!out.root) tps_cli_junit_silence();
     if (out.mismatch) tps_cli_errorf("verify", "%s", out.mismatch_line);
     /* Reported before the backend closes: under MPI, closing lets the other processes exit. */
     rc = out.report_error ? tps_cli_report("verify", &err) : tps_cli_exit_code(st);

@@ -1,5 +1,5 @@
-/* One verify run (verify/driver/run.h): the steps run_verify took in cmd/cmd_verify.c, in
- * the same order, so that what is printed and when is unchanged. */
+/* One verify run (verify/driver/run.h), its steps in the order whose output the command line
+ * prints as it goes (tests/cli/verify*.sh check the bytes, messages and exit codes). */
 #include "run.h"
 
 #include <errno.h>
@@ -219,6 +219,7 @@ tps_status tps_verify_run(const tps_verify_request *req, const tps_verify_observ
     TPS_CHECK(tps_vbackend_open(&req->backend, &s->be, err));
     /* Under MPI only rank 0 reports. */
     out->root = tps_vbackend_is_root(s->be);
+    TELL(s, opened, out->root);
     s->json = req->json && out->root;
     TPS_CHECK(open_set(s, out, err));
     TPS_CHECK(begin(s, out, err));

@@ -43,12 +43,14 @@ typedef struct tps_verify_run_info {
 
 typedef struct tps_verify_outcome tps_verify_outcome;
 
-/* Told as the run goes; every member may be NULL.  at: layer i of those verified starts
+/* Told as the run goes; every member may be NULL.  opened: the backend is open, and says
+ * whether this process reports (under MPI only rank 0 does).  at: layer i of those verified starts
  * (done false) or has finished; layers_end: the layers are over (the whole model's head
  * follows); report: every comparison is made and the --json text built, before the dump is
  * written and the mismatch decided. */
 typedef struct tps_verify_observer {
     void *arg;
+    void (*opened)(void *arg, bool root);
     void (*begin)(void *arg, const tps_verify_run_info *run);
     void (*at)(void *arg, uint64_t i, bool done);
     void (*stage)(void *arg, const char *stage);
