@@ -15,8 +15,9 @@
 #include "../../lib/base/index.h"
 #include "../../lib/layout/layout.h"
 #include "../../lib/layout/problems.h"
-#include "../../lib/megatron/megatron_as_hf.h"
 #include "../../lib/set/manifest.h"
+
+struct tps_megatron_as_hf; /* lib/megatron/megatron_as_hf.h */
 
 /* The config.json beside src (in it when src is a directory, "src/" or not; beside it when a
  * file), written into path; whether it is there, a regular file. */
@@ -28,7 +29,7 @@ typedef struct tps_plan_source_in {
     const char *preset;       /* the preset's own name (tps_preset_resolve, tps_preset_detect) */
     bool preset_given;        /* --preset named it (not config.json, not a Megatron checkpoint's args) */
     const char *config;       /* the config.json to read, or NULL */
-    tps_megatron_as_hf *mg;   /* a Megatron checkpoint opened as Hugging Face, or NULL: owned from here */
+    struct tps_megatron_as_hf *mg; /* a Megatron checkpoint opened as Hugging Face, or NULL: owned from here */
     uint64_t tp;
 } tps_plan_source_in;
 
