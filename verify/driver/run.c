@@ -210,7 +210,10 @@ tps_status tps_verify_run(const tps_verify_request *req, const tps_verify_observ
     memset(out, 0, sizeof *out);
     out->root = out->all_pass = true;
     struct tps_verify_state *s = out->state = calloc(1, sizeof *s);
-    if (!s) return tps_fail_oom(err, "verify");
+    if (!s) {
+        out->report_error = true;
+        return tps_fail_oom(err, "verify");
+    }
     *s = (struct tps_verify_state){.req = req, .obs = obs, .jb = TPS_BUF_INIT, .db = TPS_BUF_INIT,
                                    .first = req->layer ? req->first : 0};
     out->count = req->layer ? 1 : 0;
