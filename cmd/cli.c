@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lib/base/buf.h"
-#include "lib/engine/outdir.h"
+#include "lib/base.h"
+#include "lib/engine.h"
 
 tps_common_opts tps_common;
 

@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "lib/base/status.h"
+#include "lib/base.h"
 
 typedef enum tps_opt_kind {
     TPS_OPT_FLAG,   /* bool, set to true */

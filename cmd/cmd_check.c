@@ -4,15 +4,14 @@
 
 #include "cli.h"
 #include "commands.h"
-#include "formats/open/checkpoint.h"
-#include "formats/megatron/megatron_read.h"
-#include "formats/open/shardset.h"
-#include "formats/torch/torch.h"
+#include "formats/open.h"
+#include "formats/megatron.h"
+#include "formats/torch.h"
 #include "junit_report.h"
-#include "lib/base/buf.h"
-#include "lib/engine/check_set.h"
-#include "lib/set/manifest.h"
-#include "lib/targets/adopt.h"
+#include "lib/base.h"
+#include "lib/engine.h"
+#include "lib/set.h"
+#include "lib/targets.h"
 #include "progress.h"
 
 static struct {

@@ -7,9 +7,8 @@
 #include "help.h"
 #include "commands.h"
 #include "layout_args.h"
-#include "lib/base/buf.h"
-#include "lib/layout/layout.h"
-#include "lib/layout/presets.h"
+#include "lib/base.h"
+#include "lib/layout.h"
 
 static struct {
     bool list;

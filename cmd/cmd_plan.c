@@ -4,7 +4,7 @@
 #include "cli.h"
 #include "commands.h"
 #include "layout_args.h"
-#include "lib/engine/convert.h"
+#include "lib/engine.h"
 
 static struct {
     tps_layout_args la;

@@ -1,26 +1,17 @@
 /* tpshard verify: run layers the tensor-parallel way on CPU or GPU ranks, in this process or
  * one MPI process per rank, and compare them with the unsharded layer in float64
  * (verify/verify.h).  Under MPI every process runs this same command; rank 0 prints. */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
 #include "commands.h"
-#include "formats/open/checkpoint.h"
-#include "formats/open/shardset.h"
 #include "inputs.h"
 #include "junit_report.h"
-#include "lib/base/buf.h"
-#include "lib/base/iocache.h"
-#include "lib/base/json.h"
-#include "lib/layout/layout.h"
-#include "lib/set/manifest.h"
+#include "lib/base.h"
 #include "progress.h"
 #include "verify_progress.h"
-#include "verify/driver/config_source.h"
-#include "verify/driver/report.h"
 #include "verify/verify.h"
 
 static struct {
@@ -74,286 +65,149 @@ static void print_whole(const tps_verify_whole *r)
     if (!r->pass) printf("  %s\n", r->detail);
 }
 
-/* --backend and --launcher into a backend configuration; false on a usage error. */
-static bool backend_config(tps_vbackend_config *c)
+/* How the command shows the run as it goes (verify/driver/run.h's observer). */
+typedef struct shown {
+    tps_cmd_layer_progress lp;
+    bool root, json, quiet; /* under MPI only rank 0 reports */
+} shown;
+
+static void show_opened(void *arg, bool root)
 {
-    const char *backend = o.backend ? o.backend : "cpu";
-    memset(c, 0, sizeof *c);
-    c->launcher = TPS_VLAUNCH_AUTO;
-    if (o.launcher) {
-        if (strcmp(o.launcher, "local") == 0) c->launcher = TPS_VLAUNCH_LOCAL;
-        else if (strcmp(o.launcher, "mpi") == 0) c->launcher = TPS_VLAUNCH_MPI;
-        else if (strcmp(o.launcher, "auto") != 0) {
-            tps_cli_usage("verify", "unknown launcher '%s' (auto, local or mpi)", o.launcher);
-            return false;
-        }
-    }
-    if (strcmp(backend, "cuda") == 0) c->device = TPS_VDEV_CUDA;
-    else if (strcmp(backend, "devsim") == 0) c->device = TPS_VDEV_DEVSIM;
-    else if (strcmp(backend, "mpi") == 0) {
-        if (c->launcher == TPS_VLAUNCH_LOCAL) {
-            tps_cli_usage("verify", "--backend mpi runs one rank per MPI process: not with --launcher local");
-            return false;
-        }
-        c->launcher = TPS_VLAUNCH_MPI;
-    } else if (strcmp(backend, "cpu") != 0) {
-        tps_cli_usage("verify", "unknown backend '%s' (cpu, cuda, devsim or mpi)", backend);
-        return false;
-    }
-    if (o.emulate && c->device == TPS_VDEV_CPU) {
-        tps_cli_usage("verify", "--emulate shares devices between ranks: it needs --backend cuda or devsim");
-        return false;
-    }
-    c->emulate = o.emulate;
-    return true;
+    (void)arg;
+    if (!root) tps_cli_junit_silence();
 }
 
-static int run_verify(char **args, int nargs)
+static void show_begin(void *arg, const tps_verify_run_info *run)
 {
-    (void)nargs;
-    const char *dir = args[0];
+    shown *v = arg;
+    v->root = run->root;
+    v->json = tps_common.json && run->root;
+    v->quiet = tps_common.quiet || !run->root;
+    tps_cli_junit_property("path", run->dir);
+    tps_cli_junit_property("backend", run->backend->desc);
+    if (!v->json && !v->quiet) {
+        const tps_block *b = run->block;
+        char refdesc[4200];
+        if (run->source) snprintf(refdesc, sizeof refdesc, "reference from %s", run->source);
+        else snprintf(refdesc, sizeof refdesc, "reference reassembled from shards");
+        printf("verify %s%s: %s block, tp %llu, backend %s, %llu %s, seed %llu; %s\n", run->dir,
+               o.whole ? " (whole model)" : "", tps_block_kind_name(b->kind), (unsigned long long)run->tp,
+               run->backend->desc, (unsigned long long)o.tokens, o.whole ? "random token ids" : "tokens",
+               (unsigned long long)(o.seed), refdesc);
+        if (tps_common.verbose)
+            printf("hyper-parameters from %s: norm eps %g, RoPE theta %g, rotary fraction %g\n", run->config,
+                   b->norm_eps, b->rope_theta, b->rotary_pct);
+        fflush(stdout);
+    }
+    tps_cmd_layer_progress_begin(&v->lp, run->manifest, run->block, run->first, run->count, run->root);
+}
+
+static void show_at(void *arg, uint64_t i, bool done) { tps_cmd_layer_progress_at(&((shown *)arg)->lp, i, done); }
+
+static void show_stage(void *arg, const char *stage) { tps_cmd_layer_progress_stage(&((shown *)arg)->lp, stage); }
+
+static void show_layer(void *arg, const tps_verify_result *r)
+{
+    shown *v = arg;
+    tps_cli_junit_layer(r);
+    if (!v->json && v->root && (!v->quiet || !r->pass)) {
+        tps_progress_suspend(&v->lp.s);
+        print_layer(r);
+    }
+    fflush(stdout);
+}
+
+static void show_layers_end(void *arg) { tps_cmd_layer_progress_end(&((shown *)arg)->lp); }
+
+static void show_whole(void *arg, const tps_verify_whole *w)
+{
+    shown *v = arg;
+    if (v->root && !v->json && (!v->quiet || !w->pass)) print_whole(w);
+    tps_cli_junit_whole(w);
+}
+
+/* The end of the report: the --json object, or what was verified and checked. */
+static void show_report(void *arg, const tps_verify_outcome *out)
+{
+    shown *v = arg;
+    const tps_verify_whole *w = &out->whole;
+    uint64_t run = out->layers_run, T = out->tp;
+    if (v->json) {
+        if (out->json) printf("%s\n", out->json);
+    } else if (!v->quiet && out->all_pass && o.whole && w->pass) {
+        printf("whole model verified: the shards compute the unsharded model's logits\n");
+    } else if (!v->quiet && out->all_pass && !o.whole) {
+        printf("%llu layer%s verified: the shards compute the unsharded layer\n", (unsigned long long)out->count,
+               out->count == 1 ? "" : "s");
+    }
+    if (v->json || !v->root || (v->quiet && out->all_pass && (!o.whole || w->pass))) return;
+    if (o.whole)
+        printf("checked: embedding, %llu layer%s, final norm and LM head (%s) on %llu ranks, %llu token%s, "
+               "%llu logits compared (vocabulary %llu, padded to %llu); ",
+               (unsigned long long)run, run == 1 ? "" : "s", w->tied ? "tied" : "untied", (unsigned long long)T,
+               (unsigned long long)w->tokens, w->tokens == 1 ? "" : "s",
+               (unsigned long long)(w->tokens * w->vocab), (unsigned long long)w->vocab,
+               (unsigned long long)w->padded_vocab);
+    else
+        printf("checked: %llu layer%s on %llu ranks, ", (unsigned long long)run, run == 1 ? "" : "s",
+               (unsigned long long)T);
+    printf("%llu shard tensors (%llu bytes) matching the manifest's checksums; layers that differ: %llu\n",
+           (unsigned long long)out->checked_tensors, (unsigned long long)out->checked_bytes,
+           (unsigned long long)out->mismatched);
+}
+
+/* The options into a request; 0, or the exit code of a usage error (said). */
+static int request(tps_verify_request *q)
+{
     tps_error err;
     tps_error_clear(&err);
-    /* verify maps its large tensors from the files (verify/math/vbuf.h); one cut short
-     * meanwhile is an I/O failure, not a crash */
-    tps_io_exit_on_shrunk_mapping("tpshard verify: a shard or checkpoint file shrank while verify read it "
-                                  "through a mapping (did another process rewrite it?)\n",
-                                  TPS_EXIT_IO);
-    tps_status st = TPS_OK;
-    tps_shardset *ss = NULL;
-    tps_layout *l = NULL;
-    tps_index *src_ix = NULL, *shape_ix = NULL;
-    tps_vsource *ranks = NULL;
-    tps_vrank_src *rsrc = NULL;
-    char *config = NULL;
-    FILE *dump = NULL;
-    tps_buf jb = TPS_BUF_INIT, db = TPS_BUF_INIT;
-    tps_jw jw, dw;
-    uint64_t first = 0, count = 0, failed_layer = 0;
-    bool all_pass = true;
-    tps_verify_result bad;
-    memset(&bad, 0, sizeof bad);
-    tps_verify_whole whole;
-    memset(&whole, 0, sizeof whole);
-    tps_vbackend *be = NULL;
-    tps_vbackend_config bcfg;
-    tps_vbackend_info info;
-    tps_cmd_layer_progress lp;
-    memset(&lp, 0, sizeof lp);
-
-    if (!backend_config(&bcfg)) return TPS_EXIT_USAGE;
-    uint64_t tokens = o.tokens;
-    if (tokens == 0 || tokens > 4096) {
-        tps_cli_errorf("verify", "--tokens %llu: from 1 to 4096", (unsigned long long)tokens);
+    *q = (tps_verify_request){.dir = NULL, .source = o.source, .config = o.config, .whole = o.whole,
+                              .tokens = o.tokens, .seed = o.seed, .rtol = o.rtol, .atol = o.atol, .dump = o.dump,
+                              .dump_logits = o.dump_logits, .json = tps_common.json};
+    if (tps_vbackend_config_parse(o.backend, o.launcher, o.emulate, &q->backend, &err))
+        return tps_cli_usage("verify", "%s", err.msg);
+    if (o.tokens == 0 || o.tokens > 4096) {
+        tps_cli_errorf("verify", "--tokens %llu: from 1 to 4096", (unsigned long long)o.tokens);
         return TPS_EXIT_USAGE;
     }
     if (o.layer && strcmp(o.layer, "all") != 0) {
         /* A number too large to parse is beyond the model's layers: said once they are counted. */
         bool digits = o.layer[0] && strspn(o.layer, "0123456789") == strlen(o.layer);
-        if (!tps_parse_u64(o.layer, &first) && !(digits && (first = UINT64_MAX)))
+        if (!tps_parse_u64(o.layer, &q->first) && !(digits && (q->first = UINT64_MAX)))
             return tps_cli_usage("verify", "--layer '%s': a layer number (from 0) or 'all'", o.layer);
-        count = 1;
+        q->layer = o.layer;
     }
-    if (o.whole && o.layer)
-        return tps_cli_usage("verify", "--whole-model runs every layer: it takes no --layer");
+    if (o.whole && o.layer) return tps_cli_usage("verify", "--whole-model runs every layer: it takes no --layer");
     if (o.dump_logits && !o.whole) return tps_cli_usage("verify", "--dump-logits needs --whole-model");
     /* Input files named by options exist before a backend is asked for (a missing file is exit
      * 3, whatever the backend would have said). */
     char *option_inputs[] = {(char *)o.source, (char *)o.config};
-    int missing = tps_cli_require_inputs("verify", option_inputs, 2);
-    if (missing) return missing;
-    /* First, so that under MPI every later failure is agreed between the processes. */
-    TPS_CHECK(tps_vbackend_open(&bcfg, &be, &err));
-    /* Under MPI only rank 0 reports. */
-    bool root = tps_vbackend_is_root(be), json = tps_common.json && root, quiet = tps_common.quiet || !root;
-    if (!root) tps_cli_junit_silence();
+    return tps_cli_require_inputs("verify", option_inputs, 2);
+}
 
-    TPS_CHECK(tps_shardset_open(dir, &ss, &err));
-    TPS_CHECK(tps_vdriver_layout(dir, ss, o.config, o.source, &l, &config, &err));
-    if (o.source) TPS_CHECK(tps_checkpoint_open(o.source, &src_ix, &err));
-    tps_block b;
-    TPS_CHECK(tps_vdriver_block(dir, ss, l, src_ix, &shape_ix, &b, &err));
-
-    uint64_t T = ss->m->tp;
-    ranks = calloc(T, sizeof *ranks);
-    rsrc = calloc(T, sizeof *rsrc);
-    if (!ranks || !rsrc) {
-        st = tps_fail_oom(&err, "the rank table");
-        goto cleanup;
-    }
-    for (uint64_t r = 0; r < T; r++) {
-        const tps_index *rix;
-        if (!tps_vbackend_holds_rank(be, r)) continue;
-        TPS_CHECK(tps_shardset_open_rank(ss, r, &rix, &err));
-        rsrc[r] = (tps_vrank_src){ss, rix};
-        ranks[r] = tps_vsource_rank(&rsrc[r]);
-    }
-    tps_vsource ref = src_ix ? tps_vsource_index(src_ix) : tps_vsource_shardset(ss);
-    uint64_t nlayers;
-    TPS_CHECK(tps_verify_count_layers(&b, &ref, &nlayers, &err));
-    if (!count) count = nlayers;
-    else if (first >= nlayers) {
-        st = tps_fail(&err, TPS_EARG, "--layer %s: the model has %llu layer%s (0 to %llu)", o.layer,
-                      (unsigned long long)nlayers, nlayers == 1 ? "" : "s",
-                      (unsigned long long)(nlayers - 1));
-        goto cleanup;
-    }
-    TPS_CHECK(tps_vbackend_start(be, T, st, &err));
-    tps_vbackend_get_info(be, &info);
-    tps_cli_junit_property("path", dir);
-    tps_cli_junit_property("backend", info.desc);
-
-    char refdesc[4200];
-    if (o.source) snprintf(refdesc, sizeof refdesc, "reference from %s", o.source);
-    else snprintf(refdesc, sizeof refdesc, "reference reassembled from shards");
-    if (o.dump && root) {
-        dump = fopen(o.dump, "w");
-        if (!dump) {
-            st = tps_fail_errno(&err, errno, "%s: cannot create", o.dump);
-            goto cleanup;
-        }
-        tps_vreport_dump_begin(&dw, &db);
-    }
-    tps_jw_init(&jw, &jb, true);
-    if (json) {
-        tps_vreport_run run = {dir, T, &info, &b, o.source, config, tokens, o.seed, o.whole};
-        tps_vreport_begin(&jw, &run);
-    } else if (!quiet) {
-        printf("verify %s%s: %s block, tp %llu, backend %s, %llu %s, seed %llu; %s\n", dir,
-               o.whole ? " (whole model)" : "", tps_block_kind_name(b.kind), (unsigned long long)T, info.desc,
-               (unsigned long long)tokens, o.whole ? "random token ids" : "tokens", (unsigned long long)(o.seed),
-               refdesc);
-        if (tps_common.verbose)
-            printf("hyper-parameters from %s: norm eps %g, RoPE theta %g, rotary fraction %g\n", config, b.norm_eps,
-                   b.rope_theta, b.rotary_pct);
-        fflush(stdout);
-    }
-    tps_verify_opts vo = {.backend = be, .tokens = tokens, .seed = o.seed, .rtol = o.rtol, .atol = o.atol,
-                          .keep_reference = dump != NULL, .shards = ss, .on_stage = tps_cmd_layer_progress_stage,
-                          .stage_arg = &lp};
-    uint64_t layers_run = 0, checked_tensors = 0, checked_bytes = 0, mismatched = 0;
-    /* The whole model: the embedding before the layers, which then carry its output on. */
-    tps_verify_opts wo = vo;
-    wo.on_stage = NULL;
-    wo.keep_reference = o.dump_logits != NULL;
-    if (o.whole) {
-        TPS_CHECK(tps_verify_whole_begin(&b, T, &ref, ranks, &wo, &whole, &err));
-        vo.chain = &whole.chain;
-    }
-    tps_cmd_layer_progress_begin(&lp, ss->m, &b, first, count, root);
-    for (uint64_t layer = first; layer < first + count; layer++) {
-        tps_verify_result res;
-        tps_cmd_layer_progress_at(&lp, layer - first, false);
-        TPS_CHECK(tps_verify_layer(&b, layer, T, &ref, ranks, &vo, &res, &err));
-        tps_cmd_layer_progress_at(&lp, layer - first, true);
-        layers_run++;
-        checked_tensors += res.checked_tensors;
-        checked_bytes += res.checked_bytes;
-        tps_cli_junit_layer(&res);
-        if (json) {
-            tps_vreport_layer(&jw, &res);
-        } else if (root && (!quiet || !res.pass)) {
-            tps_progress_suspend(&lp.s);
-            print_layer(&res);
-        }
-        if (layer + 1 < first + count) tps_cmd_layer_progress_at(&lp, layer + 1 - first, false);
-        fflush(stdout);
-        if (dump) tps_vreport_dump_layer(&dw, layer, &res);
-        mismatched += !res.pass;
-        if (!res.pass && all_pass) {
-            all_pass = false;
-            failed_layer = layer;
-            bad = res;
-            bad.x = NULL;
-            bad.ref_out[0] = bad.ref_out[1] = NULL;
-        }
-        tps_verify_result_release(&res);
-    }
-    tps_cmd_layer_progress_end(&lp);
-    if (o.whole) {
-        TPS_CHECK(tps_verify_whole_end(&b, T, &ref, ranks, &wo, &whole, &err));
-        checked_tensors += whole.checked_tensors;
-        checked_bytes += whole.checked_bytes;
-        if (root && !json && (!quiet || !whole.pass)) print_whole(&whole);
-        tps_cli_junit_whole(&whole);
-        if (root && o.dump_logits) TPS_CHECK(tps_vreport_write_logits(o.dump_logits, &whole, &err));
-    }
-    /* A pass must have run something: every layer asked for, each with tensors checked. */
-    if (root && (layers_run == 0 || layers_run != count || checked_tensors == 0)) {
-        st = tps_fail(&err, TPS_EINVALID, "%s: nothing was verified (%llu of %llu layers run, %llu tensors checked)",
-                      dir, (unsigned long long)layers_run, (unsigned long long)count,
-                      (unsigned long long)checked_tensors);
-        goto cleanup;
-    }
-    if (json) {
-        tps_vreport_checked c = {layers_run, T, checked_tensors, checked_bytes, mismatched};
-        tps_vreport_end(&jw, &c, o.whole ? &whole : NULL, all_pass && (!o.whole || whole.pass));
-        if (tps_buf_cstr(&jb)) printf("%s\n", jb.data);
-    } else if (!quiet && all_pass && o.whole && whole.pass) {
-        printf("whole model verified: the shards compute the unsharded model's logits\n");
-    } else if (!quiet && all_pass && !o.whole) {
-        printf("%llu layer%s verified: the shards compute the unsharded layer\n", (unsigned long long)count,
-               count == 1 ? "" : "s");
-    }
-    if (!json && root && (!quiet || !all_pass || (o.whole && !whole.pass))) {
-        if (o.whole)
-            printf("checked: embedding, %llu layer%s, final norm and LM head (%s) on %llu ranks, %llu token%s, "
-                   "%llu logits compared (vocabulary %llu, padded to %llu); ",
-                   (unsigned long long)layers_run, layers_run == 1 ? "" : "s", whole.tied ? "tied" : "untied",
-                   (unsigned long long)T, (unsigned long long)whole.tokens, whole.tokens == 1 ? "" : "s",
-                   (unsigned long long)(whole.tokens * whole.vocab), (unsigned long long)whole.vocab,
-                   (unsigned long long)whole.padded_vocab);
-        else
-            printf("checked: %llu layer%s on %llu ranks, ", (unsigned long long)layers_run, layers_run == 1 ? "" : "s",
-                   (unsigned long long)T);
-        printf("%llu shard tensors (%llu bytes) matching the manifest's checksums; layers that differ: %llu\n",
-               (unsigned long long)checked_tensors, (unsigned long long)checked_bytes, (unsigned long long)mismatched);
-    }
-    if (dump) {
-        tps_vreport_dump_end(&dw);
-        const char *s = tps_buf_cstr(&db);
-        if (!s || fputs(s, dump) == EOF || fputc('\n', dump) == EOF || fclose(dump) != 0) {
-            dump = NULL;
-            st = tps_fail(&err, TPS_EIO, "%s: cannot write the reference dump", o.dump);
-            goto cleanup;
-        }
-        dump = NULL;
-    }
-    if (!all_pass) {
-        const tps_verify_stage *fs = &bad.stage[bad.failed_stage];
-        tps_cli_errorf("verify", "mismatch in layer %llu, %s stage (max abs err %.3g, rel err %.3g; rtol %.3g, atol %.3g): %s",
-                       (unsigned long long)failed_layer, tps_verify_stage_name(bad.failed_stage), fs->max_abs, fs->rel,
-                       fs->rtol, fs->atol, bad.detail);
-        st = TPS_EMISMATCH;
-    } else if (o.whole && root && !whole.pass) {
-        const tps_verify_stage *fs = strcmp(whole.failed, "embedding") == 0 ? &whole.embed_cmp : &whole.logits_cmp;
-        tps_cli_errorf("verify", "mismatch in the whole model, %s stage (max abs err %.3g, rel err %.3g; rtol %.3g, "
-                       "atol %.3g): %s",
-                       whole.failed, fs->max_abs, fs->rel, fs->rtol, fs->atol, whole.detail);
-        st = TPS_EMISMATCH;
-    }
-cleanup:
-    tps_cmd_layer_progress_end(&lp);
-    /* Every process ends with the same status; a failure of another process is reported by
-     * that process alone. */
-    st = tps_vbackend_finish(be, st, &err);
+static int run_verify(char **args, int nargs)
+{
+    (void)nargs;
+    /* verify maps its large tensors from the files (verify/math/vbuf.h); one cut short
+     * meanwhile is an I/O failure, not a crash */
+    tps_io_exit_on_shrunk_mapping("tpshard verify: a shard or checkpoint file shrank while verify read it "
+                                  "through a mapping (did another process rewrite it?)\n",
+                                  TPS_EXIT_IO);
+    tps_verify_request q;
+    int rc = request(&q);
+    if (rc) return rc;
+    q.dir = args[0];
+    shown v = {.root = true};
+    tps_verify_observer obs = {&v, show_opened, show_begin, show_at, show_stage, show_layer, show_layers_end, show_whole,
+                               show_report};
+    tps_verify_outcome out;
+    tps_error err;
+    tps_error_clear(&err);
+    tps_status st = tps_verify_run(&q, &obs, &out, &err);
+    if (out.mismatch) tps_cli_errorf("verify", "%s", out.mismatch_line);
     /* Reported before the backend closes: under MPI, closing lets the other processes exit. */
-    int rc = tps_cli_exit_code(st);
-    /* A numeric mismatch was reported above; one of the shards' bytes (err set) was not. */
-    if (st != TPS_OK && (st != TPS_EMISMATCH || err.code == TPS_EMISMATCH) && !tps_vbackend_failed_elsewhere(be))
-        rc = tps_cli_report("verify", &err);
-    tps_vbackend_close(be);
-    if (dump) fclose(dump);
-    tps_buf_release(&jb);
-    tps_buf_release(&db);
-    free(ranks);
-    free(rsrc);
-    free(config);
-    tps_index_free(src_ix);
-    tps_index_free(shape_ix);
-    tps_layout_free(l);
-    tps_shardset_free(ss);
-    tps_verify_whole_release(&whole);
+    rc = out.report_error ? tps_cli_report("verify", &err) : tps_cli_exit_code(st);
+    tps_verify_outcome_close(&out);
     return rc;
 }
 

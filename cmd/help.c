@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "help.h"
-#include "lib/base/buf.h"
+#include "lib/base.h"
 
 void tps_cli_exit_codes(FILE *out, bool full)
 {

@@ -9,8 +9,8 @@
 #include <time.h>
 
 #include "cli.h"
-#include "lib/base/junit.h"
-#include "lib/engine/publish.h"
+#include "lib/base.h"
+#include "lib/engine.h"
 
 const char *tps_junit_path;
 

@@ -15,7 +15,7 @@
 
 #include <stddef.h>
 
-#include "lib/set/manifest.h"
+#include "lib/set.h"
 #include "verify/verify.h"
 
 /* The --junit option's value (NULL: no report); the option tables of check and verify point here. */

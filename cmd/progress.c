@@ -8,8 +8,7 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "lib/base/buf.h"
-#include "lib/base/json.h"
+#include "lib/base.h"
 
 static double now(void)
 {

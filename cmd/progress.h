@@ -6,7 +6,7 @@
 #ifndef TPS_PROGRESS_H
 #define TPS_PROGRESS_H
 
-#include "lib/engine/cut.h"
+#include "lib/engine.h"
 
 typedef struct tps_progress_state {
     const char *verb;

@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "verify/driver/layer_bytes.h"
 #include "verify/verify.h"
 
 void tps_cmd_layer_progress_begin(tps_cmd_layer_progress *lp, const tps_manifest *m, const tps_block *b, uint64_t first,

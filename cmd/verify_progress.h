@@ -7,8 +7,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "lib/layout/block.h"
-#include "lib/set/manifest.h"
+#include "lib/layout.h"
+#include "lib/set.h"
 #include "progress.h"
 
 /* The progress line counts the bytes of the verified layers' weights (each layer's tensors

@@ -28,12 +28,17 @@
  * Known limit: a MoE rank picks its top-k experts from float32 router logits, the
  * reference from float64 ones; two logits within float32 rounding of each other could pick
  * different experts and report a mismatch that is not one.  Random inputs make such a
- * near-tie improbable; another --seed tells the two apart. */
+ * near-tie improbable; another --seed tells the two apart.
+ *
+ * This header is verify/'s face: the command line (cmd/) includes it and nothing else of
+ * verify/; a whole run is tps_verify_run (driver/run.h). */
 #ifndef TPS_VERIFY_H
 #define TPS_VERIFY_H
 
 #include "backends/backend.h"
+#include "driver/layer_bytes.h"
 #include "driver/pass.h"
+#include "driver/run.h"
 #include "driver/whole.h"
 #include "load/names.h"
 #include "load/source.h"

@@ -8,11 +8,13 @@
 # include each other without a cycle (a cycle needs an arrow up somewhere, and that arrow is
 # reported).  The top's own files are the face, above every folder, unless the order names
 # them as "." (formats/: the reader interface and the writers' plumbing, below every format).
+# A header at the top named after a folder (lib/layout.h, formats/open.h) is that folder's
+# face to cmd/ (tests/lint/thin_cmd.sh) and stands with its folder, not with the top.
 # A folder the order does not name is reported, and so is a top with more files than it may
-# keep (lib/ a dozen, verify/ and formats/ 8: the rest lives in the folders).  Each
-# #include "..." of a .c, .h or .cu file is resolved the way the compiler resolves it (beside
-# the including file first, then from the top of the tree, -I.), so a relative
-# "../formats/x.h" counts as formats/ too.
+# keep (lib/ a dozen, verify/ and formats/ 8, faces not counted: the rest lives in the
+# folders).  Each #include "..." of a .c, .h or .cu file is resolved the way the compiler
+# resolves it (beside the including file first, then from the top of the tree, -I.), so a
+# relative "../formats/x.h" counts as formats/ too.
 #   sh tests/lint/layering.sh [ROOT]    prints each breach as FILE:LINE: ... and exits 1 if any
 set -u
 cd "${1:-$(dirname "$0")/../..}" || exit 2
@@ -50,6 +52,17 @@ forbidden() { # top of the including file -> the tops it may not include, as a p
     *) echo '' ;;
     esac
 }
+# folder_of TOP RELATIVE-PATH: the folder a file stands with: its own, "." at the top, or the
+# folder a top header is named after (its face)
+folder_of() {
+    d=$(dirname "$2")
+    d=${d%%/*}
+    if [ "$d" = . ]; then
+        b=$(basename "$2" .h)
+        case "$2" in *.h) [ -d "$1/$b" ] && d=$b ;; esac
+    fi
+    echo "$d"
+}
 bad=0
 n=0
 for t in lib verify formats; do
@@ -65,7 +78,9 @@ for t in lib verify formats; do
     done
     most=8
     [ "$t" = lib ] && most=12
-    top=$(find "$t" -maxdepth 1 -type f \( -name '*.[ch]' \) | wc -l)
+    top=$(for f in $(find "$t" -maxdepth 1 -type f \( -name '*.[ch]' \)); do
+        [ "$(folder_of "$t" "${f#"$t"/}")" = . ] && echo "$f"
+    done | wc -l)
     if [ "$top" -gt $most ]; then
         echo "$t/: $top files at its top (at most $most: the rest lives in its folders)"
         bad=$((bad + 1))
@@ -89,8 +104,7 @@ for f in $(find lib formats verify -type f \( -name '*.[ch]' -o -name '*.cu' \) 
             echo "$f:$line: $from/ includes $target ($from/ may include none of $(echo "$deny" | sed 's|[|]|/, |g')/)"
             bad=$((bad + 1))
         elif [ "$from" = "$to" ]; then
-            fdir=$(dirname "${f#"$from"/}") tdir=$(dirname "${target#"$to"/}")
-            fdir=${fdir%%/*} tdir=${tdir%%/*}
+            fdir=$(folder_of "$from" "${f#"$from"/}") tdir=$(folder_of "$to" "${target#"$to"/}")
             [ "$fdir" = "$tdir" ] && continue
             fr=$(rank "$layers" "$fdir") tr=$(rank "$layers" "$tdir")
             [ "$fr" -eq 0 ] && continue # an unplaced folder: reported above

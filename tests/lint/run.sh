@@ -11,10 +11,13 @@
 #                and formats/ a folder only those below it in the Makefile's order (layering.sh)
 #   circles      no include or call circle between the files of lib/ formats/ verify/ cmd/,
 #                calls read from the -Werror build's objects (circles.sh)
-#   thin-cmd     no cmd/*.c over 420 lines: a command keeps its options, progress, output and
-#                exit codes; what it computes lives in the library (issue 34)
+#   thin-cmd     cmd/ is thin: no cmd/*.c over 260 lines, no function of cmd/ over 80, and
+#                the library included only through its faces (lib/NAME.h, formats/NAME.h,
+#                verify/verify.h), at most 12 headers: a command parses, calls one library
+#                entry and prints what it returns (thin_cmd.sh; issues 34, 43)
 #   cited-paths  every repository path a comment cites exists (cited_paths.sh)
-#   selftest     the layering, circles, headers and cited-paths checks catch what they are for, on a planted tree (selftest.sh)
+#   selftest     the layering, circles, thin-cmd, headers and cited-paths checks catch what
+#                they are for, on planted trees (selftest.sh)
 # Run through make (make -j2 lint), which passes MAKE, CC, the build's flags and LINT_BUILD.
 set -u
 top=$(cd "$(dirname "$0")/../.." && pwd)
@@ -40,13 +43,8 @@ werror() {
         HAVE_CUDA=0 HAVE_MPI=0 lint-build && echo "werror: built with -Werror in ${LINT_BUILD:-build/lint}"
 }
 check werror werror
-thin_cmd() {
-    fat=$(wc -l cmd/*.c | awk '$2 != "total" && $1 > 420 { print "    " $2 ": " $1 " lines" }')
-    [ -z "$fat" ] || { echo "cmd/ files over 420 lines (move what they compute into lib/ or verify/):"; echo "$fat"; return 1; }
-    echo "thin-cmd: $(ls cmd/*.c | wc -l) files of cmd/, the longest $(wc -l cmd/*.c | awk '$2 != "total"' | sort -n | tail -n 1 | awk '{ print $2 " at " $1 }') lines"
-}
 check circles sh tests/lint/circles.sh . "${LINT_BUILD:-build/lint}"
-check thin-cmd thin_cmd
+check thin-cmd sh tests/lint/thin_cmd.sh
 check headers env CFLAGS="${HDR_CFLAGS:-}" sh tests/lint/headers.sh
 check layering sh tests/lint/layering.sh
 check cited-paths sh tests/lint/cited_paths.sh

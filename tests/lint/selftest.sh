@@ -1,5 +1,5 @@
 #!/bin/sh
-# make lint's own checks, on a planted tree: each must report exactly the breaches planted in
+# make lint's own checks, on planted trees: each must report exactly the breaches planted in
 # it (file and line) and pass once they are gone.  Prints "ok - ..." / "not ok - ..." lines
 # and a last line counting them; exits 1 if any failed.
 set -u
@@ -75,12 +75,48 @@ printf '#include "load/l.h"\n#include "math/m.h"\n' >verify/v.c
 printf '#include "torch/t.h"\n#include "checkpoint.h"\n' >formats/checkpoint.c
 printf '#include "../torch/t.h"\n#include "../checkpoint.h"\n' >formats/safetensors/s.c
 printf '#include "formats/safetensors/s.h"\n#include "formats/checkpoint.h"\n' >formats/torch/t.c
-printf 'verify/math/m.c:1\nverify/load/l.c:1\nformats/checkpoint.c:1\nformats/safetensors/s.c:1\n' >../folders2.want
-expect "layering.sh reports arrows up verify/'s and formats/'s folder orders and into verify/'s face" ../folders2.want \
-    sh "$here/layering.sh" .
-sed -i 1d verify/math/m.c verify/load/l.c formats/checkpoint.c formats/safetensors/s.c
+# faces beside their folders (not counted among the top's files): each stands with its folder,
+# so formats/safetensors.h may not reach up into torch/, formats/torch.h may include its own
+printf '#include "torch/t.h"\n#include "safetensors/s.h"\n' >formats/safetensors.h
+printf '#include "torch/t.h"\n#include "safetensors/s.h"\n' >formats/torch.h
+printf 'verify/math/m.c:1\nverify/load/l.c:1\nformats/checkpoint.c:1\nformats/safetensors/s.c:1\nformats/safetensors.h:1\n' >../folders2.want
+expect "layering.sh reports arrows up verify/'s and formats/'s folder orders, into verify/'s face and from a folder's face" \
+    ../folders2.want sh "$here/layering.sh" .
+sed -i 1d verify/math/m.c verify/load/l.c formats/checkpoint.c formats/safetensors/s.c formats/safetensors.h
 sh "$here/layering.sh" . >clean.out 2>&1 && ok "layering.sh passes verify/ and formats/ folders that include only down their orders" ||
     { notok "layering.sh on ordered verify/ and formats/ folders"; sed 's/^/#   /' clean.out | head -10; }
+
+# thin-cmd: a cmd/ file of 261 lines, a function of 81, an include of a header that is not a
+# face, and fourteen faces; then the same at the limits (260, 80, twelve faces) passes
+mkdir -p ../thin/cmd ../thin/lib/base ../thin/verify
+cd ../thin
+printf '#ifndef B_H\n#define B_H\n#endif\n' >lib/base/buf.h
+printf '#ifndef V_H\n#define V_H\n#endif\n' >verify/verify.h
+i=1
+while [ $i -le 13 ]; do
+    mkdir -p lib/f$i && printf '#include "f%s/x.h"\n' $i >lib/f$i.h
+    i=$((i + 1))
+done
+# lines N: N lines of C
+lines() { i=0; while [ $i -lt "$1" ]; do echo "int v$i;"; i=$((i + 1)); done; }
+# fn NAME N: a function of N lines, its definition's first line to its closing brace
+fn() { printf 'static int %s(int a,\n                int b)\n{\n' "$1"; lines $(($2 - 4)) | sed 's/^/    /'; echo '}'; }
+lines 261 >cmd/fat.c
+{ echo '/* planted */'; echo; fn run 81; fn ok 80; } >cmd/long.c
+printf '#include "own.h"\n#include "lib/base/buf.h"\n#include "verify/verify.h"\n#include <stdio.h>\n' >cmd/inc.c
+printf '#ifndef O_H\n#define O_H\n#include "../lib/f1.h"\n#endif\n' >cmd/own.h
+i=2
+while [ $i -le 13 ]; do printf '#include "lib/f%s.h"\n' $i >>cmd/faces.c; i=$((i + 1)); done
+printf 'cmd/fat.c:261\ncmd/long.c:3\ncmd/inc.c:2\ncmd/:\n' >../thin.want
+expect "thin_cmd.sh reports a file over 260 lines, a function over 80, an include that is no face, over 12 headers" \
+    ../thin.want sh "$here/thin_cmd.sh" .
+lines 260 >cmd/fat.c
+{ echo '/* planted */'; echo; fn run 80; } >cmd/long.c
+sed -i '/lib\/base\/buf.h/d' cmd/inc.c
+sed -i '/f1[23]/d' cmd/faces.c
+sh "$here/thin_cmd.sh" . >clean.out 2>&1 && ok "thin_cmd.sh passes 260 lines, 80-line functions and twelve faces" ||
+    { notok "thin_cmd.sh at its limits"; sed 's/^/#   /' clean.out | head -10; }
+cd ../tree
 
 # circles: a call circle with no include between them (lib/), an include circle (verify/), a
 # circle a comment allows (formats/), and a one-way pair (cmd/)

@@ -559,3 +559,30 @@ tps_status tps_vbackend_allreduce(tps_vbackend *be, float *buf, size_t n, tps_er
     if (!tps_vbackend_multi(be)) return TPS_OK;
     return be->hostcomm.allreduce_sum(&be->hostcomm, buf, n, err);
 }
+
+tps_status tps_vbackend_config_parse(const char *backend, const char *launcher, bool emulate,
+                                     tps_vbackend_config *c, tps_error *err)
+{
+    if (!backend) backend = "cpu";
+    memset(c, 0, sizeof *c);
+    c->launcher = TPS_VLAUNCH_AUTO;
+    if (launcher) {
+        if (strcmp(launcher, "local") == 0) c->launcher = TPS_VLAUNCH_LOCAL;
+        else if (strcmp(launcher, "mpi") == 0) c->launcher = TPS_VLAUNCH_MPI;
+        else if (strcmp(launcher, "auto") != 0)
+            return tps_fail(err, TPS_EARG, "unknown launcher '%s' (auto, local or mpi)", launcher);
+    }
+    if (strcmp(backend, "cuda") == 0) c->device = TPS_VDEV_CUDA;
+    else if (strcmp(backend, "devsim") == 0) c->device = TPS_VDEV_DEVSIM;
+    else if (strcmp(backend, "mpi") == 0) {
+        if (c->launcher == TPS_VLAUNCH_LOCAL)
+            return tps_fail(err, TPS_EARG, "--backend mpi runs one rank per MPI process: not with --launcher local");
+        c->launcher = TPS_VLAUNCH_MPI;
+    } else if (strcmp(backend, "cpu") != 0) {
+        return tps_fail(err, TPS_EARG, "unknown backend '%s' (cpu, cuda, devsim or mpi)", backend);
+    }
+    if (emulate && c->device == TPS_VDEV_CPU)
+        return tps_fail(err, TPS_EARG, "--emulate shares devices between ranks: it needs --backend cuda or devsim");
+    c->emulate = emulate;
+    return TPS_OK;
+}

@@ -33,6 +33,13 @@ typedef struct tps_vbackend_config {
 
 typedef struct tps_vbackend tps_vbackend;
 
+/* The configuration verify's --backend NAME (cpu when NULL; cuda, devsim, mpi) and
+ * --launcher HOW (auto when NULL; local, mpi) ask for, with --emulate.  TPS_EARG, with the
+ * message the command prints as a usage error, for a name it does not know or a pair that
+ * contradicts itself. */
+tps_status tps_vbackend_config_parse(const char *backend, const char *launcher, bool emulate,
+                                     tps_vbackend_config *c, tps_error *err);
+
 /* Opens the backend: loads its plugins and, under MPI, joins the job (MPI_Init).
  * TPS_EBACKEND when a plugin or its runtime is missing, with a message saying which. */
 tps_status tps_vbackend_open(const tps_vbackend_config *cfg, tps_vbackend **out, tps_error *err);
