@@ -94,11 +94,16 @@ static void show_begin(void *arg, const tps_verify_run_info *run)
                o.whole ? " (whole model)" : "", tps_block_kind_name(b->kind), (unsigned long long)run->tp,
                run->backend->desc, (unsigned long long)o.tokens, o.whole ? "random token ids" : "tokens",
                (unsigned long long)(o.seed), refdesc);
+        printf("ranks' GEMM: %s; reference: %s\n", run->backend->gemm, run->backend->reference);
         if (tps_common.verbose)
             printf("hyper-parameters from %s: norm eps %g, RoPE theta %g, rotary fraction %g\n", run->config,
                    b->norm_eps, b->rope_theta, b->rotary_pct);
         fflush(stdout);
     }
+    if (run->backend->blas_searched && run->root) /* once: the fast path is an install away */
+        fprintf(stderr, "tpshard verify: warning: no BLAS found (looked for %s): the ranks' GEMMs run on plain loops, "
+                "about 2 times slower; install OpenBLAS (Debian: apt-get install libopenblas0; pip: scipy-openblas32) "
+                "or set TPSHARD_BLAS to a CBLAS library\n", run->backend->blas_searched);
     tps_cmd_layer_progress_begin(&v->lp, run->manifest, run->block, run->first, run->count, run->root);
 }
 

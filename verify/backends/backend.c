@@ -30,6 +30,9 @@
 #include <unistd.h>
 
 #include "../../lib/base/checked.h"
+#include "../math/blas.h"
+#include "../math/ops.h"
+#include "../math/ref_kernel.h"
 #include "../math/util.h"
 #include "../ranks/device.h"
 #include "../ranks/plugin.h"
@@ -350,10 +353,27 @@ tps_status tps_vbackend_start(tps_vbackend *be, uint64_t T, tps_status st, tps_e
     return TPS_OK;
 }
 
+/* The report's gemm and reference lines: a device runs both itself (the reference through
+ * the device's float64 GEMM); the CPU's ranks run the BLAS or the plain loops, its reference
+ * the host kernel. */
+static void describe_kernels(const char *device, tps_vbackend_info *out)
+{
+    if (strcmp(device, "cpu") != 0) {
+        snprintf(out->gemm, sizeof out->gemm, "%s's GEMM", device);
+        snprintf(out->reference, sizeof out->reference, "%s's float64 GEMM", device);
+        return;
+    }
+    bool missing;
+    snprintf(out->gemm, sizeof out->gemm, "%s", tps_verify_gemm_desc(&missing));
+    if (missing) out->blas_searched = tps_blas_searched();
+    snprintf(out->reference, sizeof out->reference, "host float64 kernel %s", tps_vref_kernel_name());
+}
+
 void tps_vbackend_get_info(const tps_vbackend *be, tps_vbackend_info *out)
 {
     memset(out, 0, sizeof *out);
     out->processes = 1;
+    describe_kernels(be && be->devapi ? be->devapi->name : "cpu", out);
     if (!be) {
         out->device = "cpu";
         out->launcher = "threads";

@@ -57,6 +57,12 @@ typedef struct tps_vbackend_info {
     uint64_t devices, ranks_per_device; /* cuda after start: GPUs used by this job's node(s) */
     bool nccl; /* all-reduce over NCCL (cuda), else emulated on the device or by MPI */
     char desc[320]; /* one line for the report */
+    /* What the ranks' GEMMs and the float64 reference's linears run on, for the report:
+     * on the CPU the BLAS found or the plain loops, and the host kernel (verify/math/blas.h,
+     * verify/math/ref_kernel.h); on a device its own.  blas_searched: set for a CPU run on the
+     * plain loops of a build that looks for a BLAS, where it looked (the command warns). */
+    char gemm[192], reference[96];
+    const char *blas_searched;
 } tps_vbackend_info;
 
 void tps_vbackend_get_info(const tps_vbackend *be, tps_vbackend_info *out);

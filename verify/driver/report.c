@@ -145,6 +145,10 @@ void tps_vreport_begin(tps_jw *w, const tps_vreport_run *run)
     tps_jw_u64(w, info->processes);
     tps_jw_key(w, "backend_detail");
     tps_jw_string(w, info->desc);
+    tps_jw_key(w, "gemm");
+    tps_jw_string(w, info->gemm);
+    tps_jw_key(w, "reference_kernel");
+    tps_jw_string(w, info->reference);
     if (strcmp(info->device, "cpu") != 0) {
         tps_jw_key(w, "devices");
         tps_jw_u64(w, info->devices);

@@ -71,6 +71,19 @@ bool tps_verify_blas(void)
 #endif
 }
 
+const char *tps_verify_gemm_desc(bool *missing)
+{
+    *missing = false;
+#if TPS_HAVE_BLAS
+    const tps_blas *b = tps_blas_get();
+    if (b) return b->name;
+    *missing = true;
+    return "plain loops (no BLAS found)";
+#else
+    return "plain loops (built with HAVE_BLAS=0)";
+#endif
+}
+
 #define REAL double
 #define SFX f64
 #define VGEMM dgemm

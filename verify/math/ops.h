@@ -41,8 +41,12 @@ VOPS_DECLARE(float, f32)
  * W(o, i) = w[o, i] (a Conv1D: w[i, o]). */
 tps_status tps_vlinear_loop_f64(const tps_vt *w, bool conv1d, size_t n, const double *x, size_t ldx, uint64_t i0,
                                 uint64_t i1, uint64_t o0, uint64_t o1, double *y, size_t ldy, tps_error *err);
-/* Whether the linears go through a BLAS (tpshard built with one: make config). */
+/* Whether the linears go through a BLAS (one found at run time: verify/math/blas.h). */
 bool tps_verify_blas(void);
+/* What the CPU's linears run on, for verify's report: the BLAS found ("OpenBLAS 0.3.21 Haswell
+ * (libopenblas.so.0)"), or the plain loops and why; *missing is set when this build looks for
+ * a BLAS and found none (the command then warns how to get one). */
+const char *tps_verify_gemm_desc(bool *missing);
 tps_status tps_vlinear_loop_f32(const tps_vt *w, bool conv1d, size_t n, const float *x, size_t ldx, uint64_t i0,
                                 uint64_t i1, uint64_t o0, uint64_t o1, float *y, size_t ldy, tps_error *err);
 

@@ -94,8 +94,22 @@ libs=$(ldd "$V/tpshard" 2>&1 | awk '{print $1}' | grep -v -e '^linux-vdso' -e '^
 got=$(env -u TPSHARD_BIN PATH="$clean_path" "$V/python" -m tpshard --version 2>&1)
 [ "$got" = "tpshard $version" ] && ok "python -m tpshard runs the CLI: $got" || notok "python -m tpshard --version: $got"
 
-# A set cut the wrong way (layer 0's o_proj by columns): intact bytes, the wrong model.
+# verify's BLAS in a pip install is the scipy-openblas32 the wheel depends on, found beside the
+# executable where the system's OpenBLAS cannot be seen (issue 46), and named by the API too.
 TPS="$V/tpshard"
+"$TPS" split testdata/models/tiny-llama --tp 2 -q -o blas-tp2 || notok "split of the tiny llama"
+if blas_hidden true 2>/dev/null; then
+    gemm=$(blas_hidden "$TPS" verify blas-tp2 --json 2>blas.err | sed -n 's/.*"gemm": *"\([^"]*\)".*/\1/p')
+    case "$gemm" in *"(libscipy_openblas.so)") ok "the installed tpshard finds scipy-openblas32 with the system's BLAS hidden: $gemm" ;;
+    *) notok "the installed tpshard finds scipy-openblas32 with the system's BLAS hidden: '$gemm'"; sed 's/^/#   /' blas.err ;; esac
+else
+    skip "the installed tpshard without the system's BLAS: this machine does not let the test hide it (unshare -m)"
+fi
+got=$(env -u TPSHARD_BLAS "$V/python" -c 'from tpshard import _cli; print(_cli.blas_library() or "")')
+case "$got" in "$T/venv/lib/python"*/site-packages/scipy_openblas32/lib/libscipy_openblas.so) ok "the API names scipy-openblas32's library for \$TPSHARD_BLAS" ;;
+*) notok "the API names scipy-openblas32's library for \$TPSHARD_BLAS: '$got'" ;; esac
+
+# A set cut the wrong way (layer 0's o_proj by columns): intact bytes, the wrong model.
 "$TPS" layout --preset llama >base.yaml
 awk '{ print } /^rules:/ { print "  - match: model.layers.0.self_attn.o_proj.weight\n    split: column\n    unit: head_dim" }' \
     base.yaml >wrong.yaml
