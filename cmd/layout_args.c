@@ -14,7 +14,7 @@
 #include "lib/base/json.h"
 #include "lib/engine/write_set.h"
 #include "lib/layout/presets.h"
-#include "lib/layout/problems_sizes.h"
+#include "lib/refusal/problems_sizes.h"
 #include "lib/set/plan_report.h"
 #include "lib/set/plan.h"
 #include "lib/set/retarget.h"

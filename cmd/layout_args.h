@@ -9,7 +9,7 @@
 #include "lib/base/index.h"
 #include "lib/layout/layout.h"
 #include "lib/layout/presets.h"
-#include "lib/layout/problems.h"
+#include "lib/refusal/problems.h"
 #include "lib/set/manifest.h"
 
 typedef struct tps_layout_args {

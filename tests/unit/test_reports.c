@@ -1,5 +1,5 @@
 /* What the commands print, built in the library (issue 34: cmd/ only prints): a refusal's
- * unknown sizes named once (lib/layout/problems_sizes.c), the bytes of each verified layer
+ * unknown sizes named once (lib/refusal/problems_sizes.c), the bytes of each verified layer
  * (verify/driver/layer_bytes.c), check's findings and its --json report
  * (lib/engine/check_set.c). */
 #include <stdlib.h>
@@ -7,7 +7,7 @@
 
 #include "lib/base/buf.h"
 #include "lib/engine/check_set.h"
-#include "lib/layout/problems_sizes.h"
+#include "lib/refusal/problems_sizes.h"
 #include "lib/set/manifest.h"
 #include "tps_test.h"
 #include "verify/driver/layer_bytes.h"
