@@ -48,19 +48,8 @@ tps_status tps_layout_partition_tensor(tps_layout *l, const tps_index *ix, const
         rule_ctx rc = {l, rule};
         return tps_quant_cut(l->quant, x->name, x->dtype, x->ndim, x->shape, layout_rule, &rc, out, err);
     }
-    int c = -1;
-    const tps_quant_scheme *s = NULL;
-    if (l->quant) {
-        char module[1024];
-        const char *dot = strrchr(x->name, '.');
-        size_t n = dot ? (size_t)(dot - x->name) : 0;
-        if (n && n < sizeof module) {
-            memcpy(module, x->name, n);
-            module[n] = '\0';
-            s = tps_quant_module(l->quant, module);
-            c = tps_quant_companion_of(s, x->name, &mlen);
-        }
-    }
+    const tps_quant_scheme *s;
+    int c = tps_quant_tensor(l->quant, x->name, &s, &mlen);
     /* The weight's own rule is its rule (every preset glob names "weight"): only the other
      * companions can have rules of their own. */
     if (c < 0 || (strcmp(s->comp[c].suffix, "weight") != 0 && explicit_rule(l, x->name, s->comp[c].suffix)))

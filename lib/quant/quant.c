@@ -94,16 +94,25 @@ const tps_quant_scheme *tps_quant_module(const tps_quant *q, const char *module)
     return NULL;
 }
 
-void tps_quant_issue_terms(const tps_quant *q, const char *name, tps_partition_issue *issue)
+int tps_quant_tensor(const tps_quant *q, const char *name, const tps_quant_scheme **s, size_t *module_len)
 {
     const char *dot = strrchr(name, '.');
     char module[1024];
-    size_t n = dot ? (size_t)(dot - name) : 0, mlen;
-    if (!q || !n || n >= sizeof module || issue->dim < 0 || issue->dim > 1) return;
+    size_t n = dot ? (size_t)(dot - name) : 0;
+    *s = NULL;
+    if (!q || !n || n >= sizeof module) return -1;
     memcpy(module, name, n);
     module[n] = '\0';
-    const tps_quant_scheme *s = tps_quant_module(q, module);
-    int c = tps_quant_companion_of(s, name, &mlen);
+    *s = tps_quant_module(q, module);
+    return tps_quant_companion_of(*s, name, module_len);
+}
+
+void tps_quant_issue_terms(const tps_quant *q, const char *name, tps_partition_issue *issue)
+{
+    const tps_quant_scheme *s;
+    size_t mlen;
+    if (issue->dim < 0 || issue->dim > 1) return;
+    int c = tps_quant_tensor(q, name, &s, &mlen);
     if (c < 0) return;
     const tps_quant_companion *k = &s->comp[c];
     int wd = k->wdim[issue->dim];

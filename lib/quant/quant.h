@@ -50,6 +50,11 @@ const char *tps_quant_describe(const tps_quant *q);
  * checkpoint leaves it unquantized (ignore / modules_to_not_convert, or no group targets it). */
 const tps_quant_scheme *tps_quant_module(const tps_quant *q, const char *module);
 
+/* The companion tensor name is of a quantized linear (its index in *s's companions, *s its
+ * scheme, *module_len the length of its module part), or -1 (*s NULL, or the scheme of a
+ * module that holds no such companion).  q may be NULL. */
+int tps_quant_tensor(const tps_quant *q, const char *name, const tps_quant_scheme **s, size_t *module_len);
+
 /* When name is a companion of a quantized linear, issue (a refusal of its cut) gets the
  * cut in the logical weight's terms and the scheme's rule as the config names it (qrule,
  * qwdim, qratio, qalign: lib/partition/partition.h), so the refusal speaks of the group size
