@@ -31,11 +31,14 @@ LDFLAGS += -fsanitize=$(SANITIZE)
 endif
 
 # lib/'s folders, bottom first: a file of one includes only its own folder and those before it
-# (make lint checks it: tests/lint/layering.sh).  base: status, buffers, JSON, CRC, dtypes,
-# the tensor index; layout: YAML layouts, presets, the partition algebra, refusals; set: the
-# manifest as data, planning a set; targets: engine schemas as data, adoption; engine: cut,
-# gather, the write step, publishing, reading sets; megatron: Megatron-LM args and mappings.
-LIB_LAYERS := base layout set targets engine megatron
+# (make lint checks it: tests/lint/layering.sh).  base: status, buffers, JSON, YAML queries,
+# CRC, dtypes, the tensor index, the pool; partition: the partition algebra, byte spans, the
+# partition pool; quant: quantization schemes (one file a family, one table); layout: the
+# YAML layout language (schema, rules, evaluation, presets); refusal: refusals grouped by
+# cause; set: the manifest as data, planning a set; targets: engine schemas as data,
+# adoption; engine: cut, gather, the write step, publishing, reading sets; megatron:
+# Megatron-LM args and mappings.
+LIB_LAYERS := base partition quant layout refusal set targets engine megatron
 # formats/'s folders, bottom first, `.` standing for its top files: a file of formats/
 # includes only its own folder, those before it and lib/, never cmd/ or verify/ (make lint
 # checks it: tests/lint/layering.sh).  .: the writers' output file, strided views, the ZIP

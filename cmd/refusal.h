@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "lib/layout.h"
+#include "lib/refusal.h"
 #include "lib/set.h"
 
 /* Prints a refusal grouped by cause on stderr: one line per cause (at most

@@ -14,7 +14,7 @@
 #include "../../lib/base/buf.h"
 #include "../../lib/base/index.h"
 #include "../../lib/layout/layout.h"
-#include "../../lib/layout/problems.h"
+#include "../../lib/refusal/problems.h"
 #include "../../lib/set/manifest.h"
 
 struct tps_megatron_as_hf; /* lib/megatron/megatron_as_hf.h */

@@ -12,7 +12,7 @@
 #include "../base/helper.h"
 #include "../base/index.h"
 #include "../base/iocache.h"
-#include "../layout/spans.h"
+#include "../partition/spans.h"
 #include "../targets/target.h"
 #include "grid_parts.h"
 #include "hf_index.h"

@@ -7,7 +7,7 @@
 
 #include "../base/crc.h"
 #include "../base/iocache.h"
-#include "../layout/spans.h"
+#include "../partition/spans.h"
 #include "prefetch.h"
 
 #define CHUNK (4u << 20)

@@ -9,7 +9,7 @@
 #include "../base/checked.h"
 #include "../base/crc.h"
 #include "../base/iocache.h"
-#include "../layout/spans.h"
+#include "../partition/spans.h"
 #include "cut.h"
 #include "../set/manifest.h"
 #include "../targets/adopt.h"

@@ -212,14 +212,14 @@ typedef struct tps_block {
      * sliding_window_pattern decides.  Owned by the layout. */
     double rope_local_theta;
     char *layer_types;
-    /* A block-scaled FP8 checkpoint's [bn, bk] (config.json's quantization_config, lib/layout/quant.h):
+    /* A block-scaled FP8 checkpoint's [bn, bk] (config.json's quantization_config, lib/quant/quant.h):
      * how verify dequantizes a weight with its weight_scale_inv; 0: not block-scaled. */
     uint64_t fp8_block[2];
-    /* A GPTQ/AWQ checkpoint's bits and GPTQ zero convention (lib/layout/quant.h): how verify unpacks
+    /* A GPTQ/AWQ checkpoint's bits and GPTQ zero convention (lib/quant/quant.h): how verify unpacks
      * qweight and qzeros; int_bits 0: not integer-quantized (verify reads them off the shapes). */
     unsigned int_bits;
     bool gptq_v2;
-    /* An MXFP4 checkpoint (GPT-OSS, lib/layout/quant_mxfp4.h): verify dequantizes the experts'
+    /* An MXFP4 checkpoint (GPT-OSS, lib/quant/mxfp4.h): verify dequantizes the experts'
      * *_blocks / *_scales and gives the ranks vLLM's uneven share of the intermediate
      * dimension (whole 32-wide blocks, cdiv a rank, the last the rest). */
     bool mxfp4;

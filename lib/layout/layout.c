@@ -133,7 +133,7 @@
  * Units and sizes are in elements along dim: an attention split uses unit head_dim and
  * segment sizes such as heads*head_dim.
  *
- * Quantized checkpoints (lib/layout/quant.h): no rule is written per format.  config.json's
+ * Quantized checkpoints (lib/quant/quant.h): no rule is written per format.  config.json's
  * quantization_config says which modules are quantized and how; the rule that matches a
  * quantized linear's logical name MODULE.weight cuts its weight, and each companion tensor
  * (weight_scale_inv, weight_scale, input_scale, output_scale; qweight, qzeros, scales,
@@ -157,9 +157,9 @@
 
 #include "../base/buf.h"
 #include "../base/checked.h"
+#include "../quant/quant.h"
 #include "layout_int.h"
 #include "layout_parse.h"
-#include "quant.h"
 
 /* Layout files are hand-written text; anything near this is not one. */
 #define LAYOUT_MAX_BYTES (16u << 20)

@@ -15,8 +15,8 @@
 
 #include "../base/index.h"
 #include "../base/status.h"
+#include "../partition/partition.h"
 #include "block.h"
-#include "partition.h"
 
 typedef struct tps_model_sizes {
     /* 0 means unknown */
@@ -62,11 +62,11 @@ tps_status tps_layout_partition(tps_layout *l, const char *name, tps_dtype dtype
                                 const uint64_t *shape, tps_partition *out, size_t *rule, tps_error *err);
 
 /* tps_layout_partition for tensor x of checkpoint ix, quantization included: a companion
- * of a quantized linear (lib/layout/quant.h) takes the partition derived from the rule of its
+ * of a quantized linear (lib/quant/scheme.h) takes the partition derived from the rule of its
  * logical weight MODULE.weight (whose shape the primary companion in ix gives), unless a
  * rule written for it (its glob names the companion's suffix) comes first; everything else
  * is tps_layout_partition.  *follows (may be NULL) says that the partition is a companion's
- * that fits every tp its primary companion fits (lib/layout/quant.h): a refusal of it repeats the
+ * that fits every tp its primary companion fits (lib/quant/scheme.h): a refusal of it repeats the
  * primary's and is no cause of its own. */
 tps_status tps_layout_partition_tensor(tps_layout *l, const tps_index *ix, const tps_tensor *x, tps_partition *out,
                                        size_t *rule, bool *follows, tps_error *err);
@@ -77,7 +77,7 @@ tps_status tps_layout_partition_tensor(tps_layout *l, const tps_index *ix, const
  * NULL when the model is not quantized. */
 tps_status tps_layout_quant_summary(const char *text, size_t len, const char *path, char **out, tps_error *err);
 
-/* config.json's quantization_config as read (lib/layout/quant.h), or NULL when not quantized. */
+/* config.json's quantization_config as read (lib/quant/quant.h), or NULL when not quantized. */
 const struct tps_quant *tps_layout_quant(const tps_layout *l);
 
 size_t tps_layout_rule_count(const tps_layout *l);

@@ -12,7 +12,6 @@
 #include "../base/checked.h"
 #include "layout_int.h"
 #include "presets.h"
-#include "quant.h"
 
 static bool has_role(const tps_block *b, tps_block_role r) { return b->role[r] != NULL; }
 

@@ -12,9 +12,10 @@
 
 #include "../base/checked.h"
 #include "../base/json.h"
+#include "../quant/mxfp4.h"
+#include "../quant/quant.h"
 #include "layout_int.h"
 #include "llama4_config.h"
-#include "quant.h"
 
 /* A config.json is a few kilobytes; refuse to slurp anything that cannot be one. */
 #define CONFIG_MAX_BYTES (16u << 20)
@@ -95,7 +96,7 @@ static const char *const falcon_keys[] = {"model_type", "multi_query", "new_deco
 /* Gemma 3; read by apply_gemma3_keys. */
 static const char *const gemma3_keys[] = {"rope_local_base_freq", "layer_types", "sliding_window_pattern", NULL};
 
-/* lib/layout/quant.h; read in tps_layout_apply_config_text. */
+/* lib/quant/quant.h; read in tps_layout_apply_config_text. */
 static const char *const quant_keys[] = {"quantization_config", NULL};
 
 /* Megatron-LM's args.normalization (lib/megatron/megatron_args.h writes it): the norm a block leaves open. */

@@ -127,7 +127,7 @@ struct tps_layout {
     tps_block cfg;       /* values read from config.json, fields in cfg_set */
     unsigned cfg_set;
     tps_block block;     /* effective: layout, then config.json, then sizes and kind defaults */
-    struct tps_quant *quant; /* config.json's quantization_config (lib/layout/quant.h); NULL: none */
+    struct tps_quant *quant; /* config.json's quantization_config (lib/quant/quant.h); NULL: none */
 };
 
 /* Reads a config.json whole (a regular file of at most 16 MiB), NUL-terminated; *out is

@@ -1,4 +1,4 @@
-/* The layout's rules applied to a quantized checkpoint: a companion tensor (lib/layout/quant.h)
+/* The layout's rules applied to a quantized checkpoint: a companion tensor (lib/quant/scheme.h)
  * takes the partition its logical weight's rule gives, in its own units, so presets carry
  * no per-format rules. */
 #include <stdio.h>
@@ -6,9 +6,8 @@
 #include <string.h>
 
 #include "../base/json.h"
+#include "../quant/quant.h"
 #include "layout_int.h"
-#include "quant.h"
-#include "quant_mxfp4.h"
 
 const struct tps_quant *tps_layout_quant(const tps_layout *l) { return l->quant; }
 
@@ -26,32 +25,31 @@ static bool explicit_rule(const tps_layout *l, const char *name, const char *suf
     return false;
 }
 
+/* The layout's rule, as a method that cuts its tensors itself asks for it (lib/quant/scheme.h:
+ * tps_quant_rule_fn); the rule that matched goes to the caller's *rule. */
+typedef struct rule_ctx {
+    tps_layout *l;
+    size_t *rule;
+} rule_ctx;
+
+static tps_status layout_rule(void *ctx, const char *name, tps_dtype dtype, int ndim, const uint64_t *shape,
+                              tps_partition *out, tps_error *err)
+{
+    rule_ctx *c = ctx;
+    return tps_layout_partition(c->l, name, dtype, ndim, shape, out, c->rule, err);
+}
+
 tps_status tps_layout_partition_tensor(tps_layout *l, const tps_index *ix, const tps_tensor *x, tps_partition *out,
                                        size_t *rule, bool *follows, tps_error *err)
 {
     size_t mlen = 0;
     if (follows) *follows = false;
-    if (tps_quant_is_mxfp4(l->quant)) { /* the BF16 tensors' rules give the dimension, vLLM's rule the cut */
-        char lname[1100];
-        uint64_t lshape[3];
-        bool blocks = tps_mxfp4_logical(x->name, x->ndim, x->shape, lname, sizeof lname, lshape);
-        tps_status st = blocks ? tps_layout_partition(l, lname, TPS_DT_BF16, 3, lshape, out, rule, err)
-                               : tps_layout_partition(l, x->name, x->dtype, x->ndim, x->shape, out, rule, err);
-        return st == TPS_OK ? tps_mxfp4_partition(x->name, x->ndim, x->shape, out, err) : st;
+    if (tps_quant_cuts_itself(l->quant)) {
+        rule_ctx rc = {l, rule};
+        return tps_quant_cut(l->quant, x->name, x->dtype, x->ndim, x->shape, layout_rule, &rc, out, err);
     }
-    int c = -1;
-    const tps_quant_scheme *s = NULL;
-    if (l->quant) {
-        char module[1024];
-        const char *dot = strrchr(x->name, '.');
-        size_t n = dot ? (size_t)(dot - x->name) : 0;
-        if (n && n < sizeof module) {
-            memcpy(module, x->name, n);
-            module[n] = '\0';
-            s = tps_quant_module(l->quant, module);
-            c = tps_quant_companion_of(s, x->name, &mlen);
-        }
-    }
+    const tps_quant_scheme *s;
+    int c = tps_quant_tensor(l->quant, x->name, &s, &mlen);
     /* The weight's own rule is its rule (every preset glob names "weight"): only the other
      * companions can have rules of their own. */
     if (c < 0 || (strcmp(s->comp[c].suffix, "weight") != 0 && explicit_rule(l, x->name, s->comp[c].suffix)))

@@ -12,7 +12,6 @@
 #include "../base/checked.h"
 #include "layout_int.h"
 #include "presets.h"
-#include "quant.h"
 
 tps_mark tps_lp_mark_of(const yaml_node_t *n)
 {

@@ -3,7 +3,9 @@
 #ifndef TPS_PRESETS_H
 #define TPS_PRESETS_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <yaml.h>
 
 #include "../base/status.h"
 
@@ -31,5 +33,10 @@ const tps_preset *tps_preset_resolve(const char *name);
  * failure). */
 tps_status tps_preset_detect(const char *config_path, const tps_preset **out, char *found, size_t size,
                              tps_error *err);
+
+/* The embedded presets whose YAML has(doc, arg) holds for, comma-separated into have, or
+ * "(none)": what a refusal names as the ones that would do. */
+const char *tps_yaml_presets_with(bool (*has)(yaml_document_t *doc, const void *arg), const void *arg, char *have,
+                                  size_t size);
 
 #endif

@@ -9,7 +9,7 @@
 #include "../base/json.h"
 #include "../engine/outdir.h"
 #include "../engine/publish.h"
-#include "../layout/partition.h"
+#include "../partition/partition.h"
 
 #define LAYERS "decoder.layers."
 

@@ -10,7 +10,7 @@
 #include "../base/checked.h"
 #include "../base/json.h"
 #include "../layout/presets.h"
-#include "../layout/yaml_query.h"
+#include "../base/yaml_query.h"
 #include "../targets/target.h"
 #include "megatron_args.h"
 #include "megatron_hf_int.h"

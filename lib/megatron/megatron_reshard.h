@@ -14,7 +14,7 @@
 
 #include "../base/status.h"
 #include "../engine/shardset.h"
-#include "../layout/partition.h"
+#include "../partition/partition.h"
 #include "../set/manifest.h"
 #include "megatron_args.h"
 #include "megatron_out.h"

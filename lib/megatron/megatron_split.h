@@ -13,7 +13,7 @@
 #include "../base/index.h"
 #include "../base/status.h"
 #include "../layout/layout.h"
-#include "../layout/problems.h"
+#include "../refusal/problems.h"
 #include "../set/manifest.h"
 #include "megatron_args.h"
 #include "megatron_hf.h"

@@ -7,7 +7,7 @@
  * rank, so a set describes EP = TP: the one grid written.  (With dp > 1 vLLM's default
  * all2all backend also turns on sequence-parallel MoE, use_sequence_parallel_moe, which holds
  * DeepSeek's shared experts whole on every rank: another layout, not this one.)  The placement is each expert
- * tensor's partition (lib/layout/partition.h, owners/owner: item e of E), nothing more, so
+ * tensor's partition (lib/partition/partition.h, owners/owner: item e of E), nothing more, so
  * check, reshard, merge and verify read an EP set as they read any set; the routed experts are
  * the target's stacked runs (target_stack S: the S experts of a layer), which a rank's file
  * holds as [E/T, ...] in expert order (vLLM's local index e - r*E/T). */

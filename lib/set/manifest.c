@@ -40,15 +40,15 @@ static void jw_partition(tps_jw *w, const tps_partition *p)
             tps_jw_key(w, "groups");
             tps_jw_u64(w, p->groups);
         }
-        if (p->block > 1) { /* a quantized tensor's block (lib/layout/quant.h): only those say it */
+        if (p->block > 1) { /* a quantized tensor's block (lib/quant/scheme.h): only those say it */
             tps_jw_key(w, "block");
             tps_jw_u64(w, p->block);
         }
-        if (p->uneven) { /* the engine's ceil-division cut (lib/layout/partition.h): only those say it */
+        if (p->uneven) { /* the engine's ceil-division cut (lib/partition/partition.h): only those say it */
             tps_jw_key(w, "uneven");
             tps_jw_bool(w, true);
         }
-        if (p->owners) { /* whole on one rank (lib/layout/partition.h): only those say it */
+        if (p->owners) { /* whole on one rank (lib/partition/partition.h): only those say it */
             tps_jw_key(w, "owners");
             tps_jw_u64(w, p->owners);
             tps_jw_key(w, "owner");

@@ -17,8 +17,8 @@
 #include "../base/json.h"
 #include "../base/status.h"
 #include "../base/strpool.h"
-#include "../layout/partition.h"
-#include "../layout/partpool.h"
+#include "../partition/partition.h"
+#include "../partition/partpool.h"
 
 #define TPS_MANIFEST_NAME "tpshard.json"
 #define TPS_MANIFEST_VERSION 1
@@ -31,7 +31,7 @@ typedef struct tps_manifest_tensor {
     tps_dtype dtype;
     int ndim;
     uint64_t shape[TPS_MAX_DIMS]; /* global, unpadded */
-    /* In the manifest's partition pool (lib/layout/partpool.h): immutable, shared by every
+    /* In the manifest's partition pool (lib/partition/partpool.h): immutable, shared by every
      * tensor cut the same way.  Set and changed with tps_manifest_set_part only. */
     const tps_partition *part;
     uint64_t nbytes; /* global, unpadded */

@@ -4,8 +4,7 @@
 
 #include <stdint.h>
 
-#include "../layout/quant.h"
-#include "../layout/quant_int.h"
+#include "../quant/quant.h"
 #include "manifest.h"
 
 /* vLLM's Marlin kernels (gptq_marlin, awq_marlin: GPTQ_MARLIN_MIN_THREAD_N / _K) tile a rank's

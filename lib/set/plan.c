@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "../base/checked.h"
-#include "../layout/quant.h"
+#include "../quant/quant.h"
 
 #ifndef TPS_VERSION
 #define TPS_VERSION "0.1.0"

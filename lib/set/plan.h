@@ -9,7 +9,7 @@
 #include "../base/buf.h"
 #include "../base/index.h"
 #include "../layout/layout.h"
-#include "../layout/problems.h"
+#include "../refusal/problems.h"
 #include "manifest.h"
 
 /* On TPS_EINVALID, problems holds every refused tensor grouped by cause (tps_problems_finish

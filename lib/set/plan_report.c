@@ -5,7 +5,7 @@
 
 #include "../base/dtype.h"
 #include "../base/json.h"
-#include "../layout/partition.h"
+#include "../partition/partition.h"
 #include "marlin_note.h"
 
 /* Rank r's slice of t: its shape into shape, its bytes returned. */

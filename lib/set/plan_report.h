@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 #include "../base/buf.h"
-#include "../layout/quant.h"
+#include "../quant/quant.h"
 #include "manifest.h"
 
 /* Adds to rank_bytes[r] (m->tp entries, zeroed by the caller) the bytes of rank r's slice

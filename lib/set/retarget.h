@@ -1,6 +1,6 @@
 /* A shard set's manifest at a new tp: what reshard writes before it copies a byte.  Every
  * tensor's partition is checked at the new tp, and a refusal is reported grouped by cause
- * with the tp values that would fit (lib/layout/problems.h), as plan reports a layout that does
+ * with the tp values that would fit (lib/refusal/problems.h), as plan reports a layout that does
  * not fit. */
 #ifndef TPS_RETARGET_H
 #define TPS_RETARGET_H
@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #include "../layout/layout.h"
-#include "../layout/problems.h"
+#include "../refusal/problems.h"
 #include "manifest.h"
 
 /* A copy of src's description (layout, config keys, source, tensors and their partitions)

@@ -9,7 +9,7 @@
 
 #include "../base/index.h"
 #include "../base/status.h"
-#include "../layout/partition.h"
+#include "../partition/partition.h"
 #include "../set/manifest.h"
 
 /* Blocked rows (blocked: entries; the manifest's target_blocks B): the rank slice's

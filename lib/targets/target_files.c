@@ -26,7 +26,7 @@ static bool held(const tps_manifest *m, const tps_manifest_tensor *t, uint64_t r
 }
 
 /* The shape rank r's files give run [i, j).  A stacked group whole on another rank
- * (expert parallelism: lib/layout/partition.h, owners) is not in r's stack; its members all
+ * (expert parallelism: lib/partition/partition.h, owners) is not in r's stack; its members all
  * go to one rank or the run is refused. */
 static tps_status run_shape(const tps_manifest *m, size_t i, size_t j, uint64_t r, uint64_t *out, int *nd,
                             tps_error *err)

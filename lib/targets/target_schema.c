@@ -6,7 +6,8 @@
 #include <string.h>
 #include <yaml.h>
 
-#include "../layout/yaml_query.h"
+#include "../base/yaml_query.h"
+#include "../layout/presets.h"
 #include "target_int.h"
 #include "target_names.h"
 #include "target_release.h"

@@ -1,14 +1,14 @@
 /* The partition algebra and byte spans against a brute-force, element-by-element model of
- * the rules lib/layout/partition.h states, written independently of lib/layout/partition.c. */
+ * the rules lib/partition/partition.h states, written independently of lib/partition/partition.c. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "lib/layout/partition.h"
-#include "lib/layout/partpool.h"
-#include "lib/layout/spans.h"
+#include "lib/partition/partition.h"
+#include "lib/partition/partpool.h"
+#include "lib/partition/spans.h"
 #include "tps_test.h"
 
-/* lib/layout/partition.h's rule for one segment of n units on T ranks: the units rank r holds, as
+/* lib/partition/partition.h's rule for one segment of n units on T ranks: the units rank r holds, as
  * [first, first+count), and the zero units it pads with. */
 static void brute_units(uint64_t n, uint64_t T, uint64_t r, bool repl, bool pad, uint64_t *first, uint64_t *count,
                         uint64_t *zeros)

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lib/layout/partition.h"
+#include "lib/partition/partition.h"
 #include "tps_test.h"
 #include "verify/load/layer.h"
 #include "verify/math/ops.h"

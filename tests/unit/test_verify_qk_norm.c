@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lib/layout/partition.h"
+#include "lib/partition/partition.h"
 #include "tps_test.h"
 #include "verify/math/ops.h"
 #include "verify/math/ref.h"

@@ -10,7 +10,7 @@
 #include <time.h>
 
 #include "../../lib/base/checked.h"
-#include "../../lib/layout/quant_mxfp4.h"
+#include "../../lib/quant/mxfp4.h"
 #include "../../lib/engine/shardset.h"
 #include "../../lib/set/grid_ep.h"
 #include "../load/finite.h"

@@ -1,4 +1,4 @@
-/* MXFP4 experts (GPT-OSS; lib/layout/quant_mxfp4.h says the layout) turned back into the
+/* MXFP4 experts (GPT-OSS; lib/quant/mxfp4.h says the layout) turned back into the
  * fused bf16 tensors the layer math reads, for one party's pieces (the whole checkpoint, or
  * one rank's slices):
  *

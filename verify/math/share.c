@@ -22,7 +22,7 @@ void tps_vshare_of(const vdims *d, uint64_t T, uint64_t r, vshare *s)
     }
     s->i_n = d->inter / T;
     s->i_first = r * s->i_n;
-    if (d->i_block) { /* lib/layout/partition.h's uneven cut, in blocks of i_block columns */
+    if (d->i_block) { /* lib/partition/partition.h's uneven cut, in blocks of i_block columns */
         uint64_t nb = d->inter / d->i_block, per = (nb / T + (nb % T != 0)) * d->i_block;
         s->i_first = r * per;
         s->i_n = s->i_first >= d->inter ? 0 : d->inter - s->i_first < per ? d->inter - s->i_first : per;

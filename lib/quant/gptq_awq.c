@@ -1,8 +1,23 @@
-/* GPTQ / AWQ quantization_config to companion schemes (lib/layout/quant_int.h). */
-#include "quant_int.h"
-
+/* GPTQ and AWQ (integer weight-only quantization, quant_method "gptq" and "awq") as companion
+ * schemes (lib/quant/scheme.h).
+ *
+ * GPTQ (AutoGPTQ / GPTQModel, quant_method "gptq"), pf = 32 / bits, W[out, in]:
+ *   qweight [in/pf, out]        PackedvLLMParameter(packed_dim 0): dim 0 is W's in / pf
+ *   scales  [cdiv(in, g), out]  GroupQuantScaleParameter, or ChannelQuantScaleParameter
+ *   qzeros  [cdiv(in, g), out/pf]  (whole on every rank of a row-parallel layer) with
+ *                               act-order (desc_act) or one group (group_size -1)
+ *   g_idx   [in]                RowvLLMParameter: whole on column-parallel layers, cut with
+ *                               the input rows on row-parallel ones (its values stay global)
+ * AWQ GEMM (AutoAWQ, quant_method "awq", version "gemm"), 4-bit:
+ *   qweight [in, out/8], scales [in/g, out], qzeros [in/g, out/8]: all cut, nothing whole
+ *
+ * The engine's legality rule (vLLM GPTQLinearMethod / AWQLinearMethod.create_weights) is the
+ * scheme's align: a rank's output columns a multiple of pf (whole packed words), its input
+ * rows a multiple of the group size and of pf, whatever desc_act says. */
 #include <stdio.h>
 #include <string.h>
+
+#include "quant_int.h"
 
 /* An integer key: absent gives def; -1 or a positive value, else refused. */
 static tps_status int_key(const tps_json *qc, const char *key, const char *alt, int64_t def, const char *what,
@@ -31,7 +46,10 @@ static bool bool_key(const tps_json *qc, const char *key)
     return v && v->type == TPS_JSON_BOOL && v->u.boolean;
 }
 
-tps_status tps_quant_int_scheme(const tps_json *qc, bool awq, const char *what, tps_quant_scheme *s, tps_error *err)
+/* The scheme of a "gptq" (awq false) or "awq" quantization_config qc; what names the file.
+ * Refuses what vLLM does not load or tpshard cannot cut exactly (3-bit's fractional pack,
+ * GPTQModel's per-module "dynamic" overrides, AWQ other than GEMM). */
+static tps_status int_scheme(const tps_json *qc, bool awq, const char *what, tps_quant_scheme *s, tps_error *err)
 {
     tps_status st;
     int64_t bits, g;
@@ -89,5 +107,35 @@ tps_status tps_quant_int_scheme(const tps_json *qc, bool awq, const char *what, 
     else
         snprintf(s->name, sizeof s->name, "%s %lld-bit group %lld%s", m, (long long)bits, (long long)g,
                  act ? " act-order" : "");
+    /* A refusal's words: a group size rules the input dim, the pack factor (values to a
+     * 32-bit word) the output dim and an input dim without smaller groups. */
+    const char *method = awq ? "AWQ" : "GPTQ";
+    snprintf(s->rule[0], sizeof s->rule[0], "%s %u-bit packed %u to a word", method, s->int_bits, (unsigned)pf);
+    if (s->align[1] != pf)
+        snprintf(s->rule[1], sizeof s->rule[1], "%s group size %llu", method, (unsigned long long)s->align[1]);
+    else
+        memcpy(s->rule[1], s->rule[0], sizeof s->rule[1]);
     return TPS_OK;
+}
+
+/* One scheme for every module; modules_to_not_convert as transformers reads it. */
+static tps_status read_int(tps_quant *q, const tps_json *qc, bool awq, const char *what, tps_error *err)
+{
+    tps_status st;
+    if ((st = tps_quant_new_groups(q, 1, err)) != TPS_OK) return st;
+    q->ngroups = 1;
+    if ((st = int_scheme(qc, awq, what, &q->groups[0].s, err)) != TPS_OK) return st;
+    if ((st = tps_quant_not_converted(q, qc, what, "modules_to_not_convert", err)) != TPS_OK) return st;
+    snprintf(q->desc, sizeof q->desc, "%s", q->groups[0].s.name);
+    return TPS_OK;
+}
+
+tps_status tps_quant_read_gptq(tps_quant *q, const tps_json *qc, const char *what, tps_error *err)
+{
+    return read_int(q, qc, false, what, err);
+}
+
+tps_status tps_quant_read_awq(tps_quant *q, const tps_json *qc, const char *what, tps_error *err)
+{
+    return read_int(q, qc, true, what, err);
 }

@@ -1,9 +1,12 @@
-/* vLLM's cut of GPT-OSS's MXFP4 experts (lib/layout/quant_mxfp4.h). */
-#include "quant_mxfp4.h"
+/* vLLM's cut of GPT-OSS's MXFP4 experts (lib/quant/mxfp4.h): quant_method "mxfp4" quantizes no
+ * linear, so the method has no companion scheme and cuts every tensor itself. */
+#include "mxfp4.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "../base/index.h"
+#include "quant_int.h"
 
 typedef struct mx_tensor {
     const char *suffix;
@@ -31,8 +34,10 @@ static const mx_tensor *find(const char *name)
     return NULL;
 }
 
-bool tps_mxfp4_logical(const char *name, int ndim, const uint64_t *shape, char *lname, size_t lsize,
-                       uint64_t *lshape)
+/* When name is an experts' *_blocks or *_scales tensor of shape [E, rows, G(, 16)]: true, with
+ * lname (lsize bytes) the BF16 tensor's name (the suffix dropped) and lshape its 3-D shape
+ * [E, G*32, rows]. */
+static bool logical(const char *name, int ndim, const uint64_t *shape, char *lname, size_t lsize, uint64_t *lshape)
 {
     const mx_tensor *t = find(name);
     if (!t || !t->logical || ndim < 3) return false;
@@ -47,7 +52,11 @@ bool tps_mxfp4_logical(const char *name, int ndim, const uint64_t *shape, char *
     return true;
 }
 
-tps_status tps_mxfp4_partition(const char *name, int ndim, const uint64_t *shape, tps_partition *p, tps_error *err)
+/* When name is one of the MXFP4 experts' cut tensors, turns *p, the partition its rule (or
+ * its BF16 tensor's rule) gives, into vLLM's cut, checking that the rule cuts the
+ * intermediate dimension and that the shape is the format's; the message names the tensor
+ * and the numbers.  Other tensors are left alone. */
+static tps_status vllm_cut(const char *name, int ndim, const uint64_t *shape, tps_partition *p, tps_error *err)
 {
     const mx_tensor *t = find(name);
     if (!t) return TPS_OK;
@@ -68,3 +77,25 @@ tps_status tps_mxfp4_partition(const char *name, int ndim, const uint64_t *shape
     p->uneven = true;
     return TPS_OK;
 }
+
+/* The BF16 tensors' rules give the dimension, vLLM's rule the cut. */
+tps_status tps_quant_cut_mxfp4(const char *name, tps_dtype dtype, int ndim, const uint64_t *shape,
+                               tps_quant_rule_fn rule, void *ctx, tps_partition *out, tps_error *err)
+{
+    char lname[1100];
+    uint64_t lshape[3];
+    bool blocks = logical(name, ndim, shape, lname, sizeof lname, lshape);
+    tps_status st = blocks ? rule(ctx, lname, TPS_DT_BF16, 3, lshape, out, err)
+                           : rule(ctx, name, dtype, ndim, shape, out, err);
+    return st == TPS_OK ? vllm_cut(name, ndim, shape, out, err) : st;
+}
+
+tps_status tps_quant_read_mxfp4(tps_quant *q, const tps_json *qc, const char *what, tps_error *err)
+{
+    (void)qc;
+    (void)what;
+    snprintf(q->desc, sizeof q->desc, "mxfp4 (experts as FP4 e2m1 blocks of 32 with e8m0 scales)");
+    return tps_quant_new_groups(q, 0, err);
+}
+
+bool tps_quant_is_mxfp4(const tps_quant *q) { return q && q->method->cut == tps_quant_cut_mxfp4; }

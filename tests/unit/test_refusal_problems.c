@@ -1,18 +1,18 @@
-/* Refusals grouped by cause (lib/layout/problems.c), their unknown sizes named once for the
- * commands to print (lib/layout/problems_sizes.c), and the manifest at a new tp
+/* Refusals grouped by cause (lib/refusal/problems.c), their unknown sizes named once for the
+ * commands to print (lib/refusal/problems_sizes.c), and the manifest at a new tp
  * (lib/set/retarget.c).
  *
  * The tp values expected to fit are worked out here from the model's numbers with the rule
  * the partition algebra documents (T divides the units; or, for replicable units, the units
- * divide T; padded segments fit any T), not by asking lib/layout/partition.c. */
+ * divide T; padded segments fit any T), not by asking lib/partition/partition.c. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "formats/open/checkpoint.h"
 #include "lib/base/buf.h"
 #include "lib/layout/layout.h"
-#include "lib/layout/problems.h"
-#include "lib/layout/problems_sizes.h"
+#include "lib/refusal/problems.h"
+#include "lib/refusal/problems_sizes.h"
 #include "lib/set/plan.h"
 #include "lib/set/retarget.h"
 #include "tps_test.h"

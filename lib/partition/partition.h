@@ -57,7 +57,7 @@ typedef struct tps_segment {
     bool may_replicate;
 } tps_segment;
 
-/* A field added here must be added to lib/layout/partpool.c's same() and hash() too: the
+/* A field added here must be added to lib/partition/partpool.c's same() and hash() too: the
  * pool shares one partition between tensors those two call equal. */
 typedef struct tps_partition {
     bool replicated;
@@ -72,12 +72,12 @@ typedef struct tps_partition {
      * [r*P, (r+1)*P), P = padded/T, so the zeros sit at the global end. */
     uint64_t pad_multiple;
     /* 0 or 1: none.  Else a quantization block along dim (an FP8 block, a GPTQ/AWQ group, a
-     * packed word; lib/layout/quant.h): at T > 1 each rank's piece of every segment must be a
+     * packed word; lib/quant/scheme.h): at T > 1 each rank's piece of every segment must be a
      * multiple of it, or the cut falls inside a block the engine refuses to split.  Not a
      * unit: units decide which heads a rank holds (a 64-row KV head stays one head under a
      * 128-row block, and its replica is then refused, not widened to two heads). */
     uint64_t block;
-    bool uneven; /* the ceil-division cut above (lib/layout/quant_mxfp4.h) */
+    bool uneven; /* the ceil-division cut above (lib/quant/mxfp4.h) */
     uint64_t owners; /* 0: none.  N > 0: whole on one rank, item `owner` of N (above) */
     uint64_t owner;
 } tps_partition;
@@ -130,7 +130,7 @@ typedef struct tps_partition_issue {
     uint64_t T;
     bool groups; /* units counts the groups of a grouped partition (KV groups) */
     uint64_t local, block; /* TPS_ISSUE_BLOCK: a rank's piece of the segment, the block */
-    /* A quantized companion's cut in the words of the user's config (lib/layout/quant.h:
+    /* A quantized companion's cut in the words of the user's config (lib/quant/quant.h:
      * tps_quant_issue_terms fills them; qratio 0: not one): the scheme's rule ("GPTQ group
      * size 32"), the logical weight's dim the cut follows (0 output, 1 input), its elements
      * per stored element along the cut, and the multiple a rank's piece of it must be. */

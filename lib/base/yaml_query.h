@@ -1,4 +1,4 @@
-/* Queries on a loaded libyaml document, for the parts of a layout read outside layout.c
+/* Queries on a loaded libyaml document, for the parts of a layout read outside lib/layout/
  * (targets: and its megatron: mapping): one key of a mapping, a scalar's text, a failure
  * naming the node's line and column. */
 #ifndef TPS_YAML_QUERY_H
@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <yaml.h>
 
-#include "../base/status.h"
+#include "status.h"
 
 typedef struct tps_yaml_ctx {
     yaml_document_t *doc;
@@ -35,10 +35,5 @@ tps_status tps_yaml_only_keys(tps_yaml_ctx *c, const yaml_node_t *map, const cha
 
 /* Whether YAML text parses and has(doc, arg) holds for it (false when it does not parse). */
 bool tps_yaml_text_has(const char *text, bool (*has)(yaml_document_t *doc, const void *arg), const void *arg);
-
-/* The embedded presets whose YAML has(doc, arg) holds for, comma-separated into have, or
- * "(none)": what a refusal names as the ones that would do. */
-const char *tps_yaml_presets_with(bool (*has)(yaml_document_t *doc, const void *arg), const void *arg, char *have,
-                                  size_t size);
 
 #endif

@@ -13,8 +13,8 @@
 #include "../base/buf.h"
 #include "../base/dtype.h"
 #include "../base/json.h"
-#include "layout.h"
-#include "partition.h"
+#include "../layout/layout.h"
+#include "../partition/partition.h"
 
 typedef enum tps_problem_kind {
     TPS_PROBLEM_TP,      /* the partition does not fit the tp: issue says how */

@@ -383,7 +383,7 @@ void tps_problem_line(const tps_problem *g, const tps_model_sizes *sizes, tps_bu
                        "divide them (reshard --ep 1 cuts them by TP instead)",
                        (unsigned long long)is->units, (unsigned long long)is->T);
     } else if (g->kind == TPS_PROBLEM_TP && is->kind == TPS_ISSUE_EMPTY_RANK) {
-        /* The engine's ceil-division cut (lib/layout/partition.h, uneven). */
+        /* The engine's ceil-division cut (lib/partition/partition.h, uneven). */
         uint64_t per = is->units / is->T + (is->units % is->T != 0);
         tps_buf_printf(out, "%llu units of %llu along dimension %d, cut as the engine cuts them (cdiv(%llu, %llu) = "
                        "%llu a rank, the last rank the rest), leave rank %llu nothing",

@@ -1,4 +1,4 @@
-/* A refusal's unknown sizes, named once each (lib/layout/problems_sizes.h). */
+/* A refusal's unknown sizes, named once each (lib/refusal/problems_sizes.h). */
 #include "problems_sizes.h"
 
 #include <stdbool.h>

@@ -1,9 +1,6 @@
 #include "yaml_query.h"
 
-#include <stdio.h>
 #include <string.h>
-
-#include "presets.h"
 
 const char *tps_yaml_scalar(const yaml_node_t *n)
 {
@@ -57,15 +54,4 @@ bool tps_yaml_text_has(const char *text, bool (*has)(yaml_document_t *doc, const
     }
     yaml_parser_delete(&p);
     return ok;
-}
-
-const char *tps_yaml_presets_with(bool (*has)(yaml_document_t *doc, const void *arg), const void *arg, char *have,
-                                  size_t size)
-{
-    size_t k = 0;
-    have[0] = '\0';
-    for (const tps_preset *pr = tps_presets; pr->name; pr++)
-        if (tps_yaml_text_has(pr->yaml, has, arg) && k < size)
-            k += (size_t)snprintf(have + k, size - k, "%s%s", k ? ", " : "", pr->name);
-    return k ? have : "(none)";
 }

@@ -12,34 +12,25 @@
  *
  * The cut is vLLM's (models/gpt_oss.py, _load_weights_mxfp4): the intermediate dimension goes
  * to the ranks in whole 32-wide blocks, cdiv(I/32, T) blocks a rank and the last rank the
- * rest (the uneven partition of lib/layout/partition.h): gate_up blocks, scales and bias by
+ * rest (the uneven partition of lib/partition/partition.h): gate_up blocks, scales and bias by
  * rows [2s, 2e), unit 64 rows (32 (gate, up) pairs); down blocks and scales along their
  * block dimension [s/32, e/32) (vLLM views the blocks as [E, H, I/2] bytes and takes
  * [s/2, e/2): the same bytes).  Blocks and scales follow the layout's rule for their BF16
  * tensor (gate_up_proj [E, H, 2I], down_proj [E, I, H]), as a quantized linear's companions
- * follow their weight's (lib/layout/quant.h), so one preset serves both forms; this file
- * checks that rule cuts the intermediate dimension and adds the engine's unit and uneven rule. */
+ * follow their weight's (lib/quant/scheme.h), so one preset serves both forms; mxfp4.c checks
+ * that rule cuts the intermediate dimension and adds the engine's unit and uneven rule. */
 #ifndef TPS_QUANT_MXFP4_H
 #define TPS_QUANT_MXFP4_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "../base/status.h"
-#include "partition.h"
-
 #define TPS_MXFP4_BLOCK 32
 
-/* When name is an experts' *_blocks or *_scales tensor of shape [E, rows, G(, 16)]: true, with
- * lname (lsize bytes) the BF16 tensor's name (the suffix dropped) and lshape its 3-D shape
- * [E, G*32, rows]. */
-bool tps_mxfp4_logical(const char *name, int ndim, const uint64_t *shape, char *lname, size_t lsize,
-                       uint64_t *lshape);
+typedef struct tps_quant tps_quant;
 
-/* When name is one of the MXFP4 experts' cut tensors above, turns *p, the partition its rule
- * (or its BF16 tensor's rule) gives, into vLLM's cut, checking that the rule cuts the
- * intermediate dimension and that the shape is the format's; the message names the tensor
- * and the numbers.  Other tensors are left alone. */
-tps_status tps_mxfp4_partition(const char *name, int ndim, const uint64_t *shape, tps_partition *p, tps_error *err);
+/* Whether the checkpoint is MXFP4 (quant_method "mxfp4": GPT-OSS's experts; q may be NULL):
+ * what verify dequantizes, and its ranks' uneven share. */
+bool tps_quant_is_mxfp4(const tps_quant *q);
 
 #endif

@@ -1,5 +1,5 @@
-/* Quantized checkpoints (FP8 block, channel and tensor scaled; the integer formats build on it): what a
- * config.json's quantization_config says about each linear, as data the partition algebra
+/* A quantized linear as data: the companion scheme every family of lib/quant/ builds (FP8
+ * block, channel and tensor scaled; GPTQ and AWQ's packed integers) and the partition algebra
  * applies.
  *
  * A quantized linear X is a logical weight W[out, in] (PyTorch Linear layout) stored as
@@ -28,53 +28,51 @@
  * packed, so plan, reshard and the tp search refuse exactly what the engine refuses.
  * Invariant the companions keep (plan relies on it to list each cause once): a companion's
  * derived partition fits every tp at which the primary companion's fits. */
-#ifndef TPS_QUANT_H
-#define TPS_QUANT_H
+#ifndef TPS_QUANT_SCHEME_H
+#define TPS_QUANT_SCHEME_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
-#include "../base/buf.h"
-#include "../base/json.h"
+#include "../base/dtype.h"
 #include "../base/status.h"
-#include "partition.h"
-#include "quant_scheme.h"
+#include "../partition/partition.h"
 
-typedef struct tps_quant tps_quant;
+#define TPS_QUANT_MAX_COMPANIONS 8
 
-/* Parses config.json's quantization_config (qc NULL: *out NULL, nothing quantized).  what
- * names the file.  Refuses (TPS_EINVALID, with the reason) what cannot be pre-sharded
- * (pre-quantized bitsandbytes, GGUF) and what tpshard does not split yet. */
-tps_status tps_quant_from_config(const tps_json *qc, const char *what, tps_quant **out, tps_error *err);
-void tps_quant_free(tps_quant *q);
+typedef struct tps_quant_companion {
+    char suffix[24];  /* the tensor is MODULE.<suffix> */
+    int ndim;         /* 0: any shape of one element (a per-tensor scalar, [] or [1]) */
+    int wdim[2];      /* per companion dim: W's dim (0 out, 1 in), or -1 */
+    uint64_t ratio[2];
+    bool primary;     /* its shape gives W's shape (the FP8 weight; GPTQ's qweight) */
+    bool replicate_in; /* a cut of W's input dim (row-parallel) replicates it (GPTQ act-order) */
+} tps_quant_companion;
 
-/* The FP8 block [bn, bk] of the first block-scaled scheme into block ({0, 0}: none; q may
- * be NULL). */
-void tps_quant_block(const tps_quant *q, uint64_t *block);
+typedef struct tps_quant_scheme {
+    char name[64]; /* "fp8 block [128, 128]", "fp8 channel", ... */
+    int ncomp;
+    tps_quant_companion comp[TPS_QUANT_MAX_COMPANIONS];
+    uint64_t align[2];       /* W's out, in: a rank's piece is a multiple of this at tp > 1 */
+    /* A refusal of a cut that follows W's dim 0 or 1, in the config's words ("FP8 block [128,
+     * 128]", "GPTQ group size 32"; lib/quant/quant.h: tps_quant_issue_terms); "": the name */
+    char rule[2][48];
+    uint64_t block[2];       /* FP8 block [bn, bk] (0: not block-scaled) */
+    /* GPTQ/AWQ: bits of the packed values (0: not integer-quantized), and GPTQ's zero
+     * convention: checkpoint_format gptq_v2 stores the zero, gptq (v1) zero - 1 */
+    unsigned int_bits;
+    bool gptq_v2;
+} tps_quant_scheme;
 
-/* The bits and GPTQ zero convention of the first integer scheme ({0, false}: none; q may be
- * NULL): carried into verify as the FP8 block is. */
-void tps_quant_int_params(const tps_quant *q, unsigned *bits, bool *gptq_v2);
-
-/* Whether the checkpoint is MXFP4 (quant_method "mxfp4": GPT-OSS's experts; q may be NULL). */
-bool tps_quant_is_mxfp4(const tps_quant *q);
-
-/* One line: "fp8 block [128, 128], ignore lm_head". */
-const char *tps_quant_describe(const tps_quant *q);
-
-/* The scheme of module (a tensor name without its last component), or NULL when the
- * checkpoint leaves it unquantized (ignore / modules_to_not_convert, or no group targets it). */
-const tps_quant_scheme *tps_quant_module(const tps_quant *q, const char *module);
+/* Appends a companion to s (at most TPS_QUANT_MAX_COMPANIONS; the formats' fixed lists stay
+ * below it): MODULE.<suffix>, of ndim dims, companion dim d following W's dim wd with ratio rd. */
+void tps_quant_add_companion(tps_quant_scheme *s, const char *suffix, int ndim, int w0, uint64_t r0, int w1,
+                             uint64_t r1, bool primary, bool replicate_in);
 
 /* The companion of s whose suffix ends name after a '.', or -1; *module_len receives the
  * length of the module part of name. */
 int tps_quant_companion_of(const tps_quant_scheme *s, const char *name, size_t *module_len);
-
-/* When name is a companion of a quantized linear, issue (a refusal of its cut) gets the
- * cut in the logical weight's terms and the scheme's rule as the config names it (qrule,
- * qwdim, qratio, qalign: lib/layout/partition.h), so the refusal speaks of the group size
- * and input features the user knows rather than packed words.  q may be NULL. */
-void tps_quant_issue_terms(const tps_quant *q, const char *name, tps_partition_issue *issue);
 
 /* W's shape from the primary companion's shape (exact: the primary maps every dim of W). */
 tps_status tps_quant_logical_shape(const tps_quant_scheme *s, int comp, const char *name, int ndim,
@@ -84,5 +82,11 @@ tps_status tps_quant_logical_shape(const tps_quant_scheme *s, int comp, const ch
  * shape against W's; the message names the tensor. */
 tps_status tps_quant_derive(const tps_quant_scheme *s, int comp, const tps_partition *wpart, const uint64_t *wshape,
                             const char *name, int ndim, const uint64_t *shape, tps_partition *out, tps_error *err);
+
+/* The layout's rule for a tensor (lib/layout/layout_quant.c passes tps_layout_partition's):
+ * what a method that cuts its tensors itself (MXFP4's experts) asks about the tensors whose
+ * cut it follows.  ctx is the caller's. */
+typedef tps_status (*tps_quant_rule_fn)(void *ctx, const char *name, tps_dtype dtype, int ndim,
+                                        const uint64_t *shape, tps_partition *out, tps_error *err);
 
 #endif
