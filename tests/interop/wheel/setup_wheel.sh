@@ -30,7 +30,7 @@ if ! "$venv/bin/python3" -c 'import build, auditwheel, xmlschema, junitparser' >
     echo "wheel setup: installing $pins from PyPI into $venv"
     "$venv/bin/python3" -m pip install -q --disable-pip-version-check $pins
 fi
-# The wheel's one dependency (pyproject.toml pins it), for tests/cli/pip_wheel.sh's offline
+# The wheel's one dependency (pyproject.toml pins it), for tests/interop/wheel/pip_wheel.sh's offline
 # install: --no-index --find-links build/wheelhouse.
 openblas_pin=$(sed -n 's/^dependencies = \["\(scipy-openblas32==[^"]*\)"\]/\1/p' "$top/pyproject.toml")
 if ! ls "$top/build/wheelhouse/scipy_openblas32-${openblas_pin#*==}-"*.whl >/dev/null 2>&1; then
