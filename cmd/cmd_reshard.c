@@ -183,7 +183,7 @@ static int run_reshard(char **args, int nargs)
     wo.cut.tensor_done = check_source;
     wo.cut.tensor_done_arg = &source;
     char *side = NULL;
-    if (m->target) tps_cli_target_write_opts(&wo, dir, o.max_shard, &side);
+    if (m->target) tps_cli_target_write_opts(&wo, m->target, dir, o.max_shard, &side);
     wo.cut.locate = locate_source;
     rc = tps_cli_write("reshard", m, read_source, &source, &wo);
     free(side);

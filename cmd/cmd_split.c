@@ -151,7 +151,7 @@ static int run_split(char **args, int nargs)
     tps_write_opts wo = tps_cli_write_opts(o.out, o.force, inputs, o.only, o.name_template, o.max_shard, &ps);
     wo.dry_run = o.dry_run;
     char *side = NULL;
-    if (m->target) tps_cli_target_write_opts(&wo, src, o.max_shard, &side);
+    if (m->target) tps_cli_target_write_opts(&wo, m->target, src, o.max_shard, &side);
     /* A Megatron source's directory holds its shards, not a model's side files: the engine
      * gets the config.json made from its args instead. */
     char *mg_config = (char *)tps_megatron_as_hf_config_of(ix);

@@ -92,7 +92,8 @@ int tps_cli_usage_version(const char *verb)
                          tps_target_names(TPS_TARGET_RELEASES, names, sizeof names));
 }
 
-void tps_cli_target_write_opts(tps_write_opts *wo, const char *src, uint64_t max_part_bytes, char **side)
+void tps_cli_target_write_opts(tps_write_opts *wo, const char *target, const char *src, uint64_t max_part_bytes,
+                               char **side)
 {
     struct stat sb;
     *side = NULL;
@@ -104,5 +105,6 @@ void tps_cli_target_write_opts(tps_write_opts *wo, const char *src, uint64_t max
     }
     wo->side_files = *side;
     wo->cut.max_part_bytes = max_part_bytes ? max_part_bytes : 5ull << 30;
-    if (!wo->cut.name_template) wo->cut.name_template = TPS_DEFAULT_PART_TEMPLATE;
+    const tps_target_entry *e = tps_target_find(target);
+    if (!wo->cut.name_template) wo->cut.name_template = e ? e->files : TPS_DEFAULT_PART_TEMPLATE;
 }

@@ -31,9 +31,10 @@ int tps_cli_apply_target(const char *verb, const char *name, const char *version
 /* The usage error of --target-version without a target that has releases; the exit code. */
 int tps_cli_usage_version(const char *verb);
 
-/* A target set's files: the engine's part names in parts of at most max_part_bytes (0: 5 GiB,
- * as vLLM's saver), and the model's other files copied from src's directory (*side, malloc'd,
- * for the caller to free after the write). */
-void tps_cli_target_write_opts(tps_write_opts *wo, const char *src, uint64_t max_part_bytes, char **side);
+/* A target set's files: the names target's registry entry gives (the engine's part names) in
+ * parts of at most max_part_bytes (0: 5 GiB, as vLLM's saver), and the model's other files
+ * copied from src's directory (*side, malloc'd, for the caller to free after the write). */
+void tps_cli_target_write_opts(tps_write_opts *wo, const char *target, const char *src, uint64_t max_part_bytes,
+                               char **side);
 
 #endif

@@ -33,7 +33,8 @@ enum {
     TPS_TARGET_EP = 1u << 4,         /* experts whole per rank: --ep */
     TPS_TARGET_CHECKPOINT = 1u << 5, /* its own checkpoint files: split and reshard take its path */
     TPS_TARGET_MERGE = 1u << 6,      /* merge --target NAME: a checkpoint merged into this form */
-    TPS_TARGET_ADOPT = 1u << 7,      /* sets it saved itself are read (lib/targets/adopt.h) */
+    TPS_TARGET_ADOPT = 1u << 7,      /* sets it saved itself are read: the adopter, lib/targets/adopt.h, below
+                                        this table, runs the vllm schema backwards and checks sglang's */
 };
 
 typedef struct tps_target_entry {
