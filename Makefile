@@ -36,9 +36,10 @@ endif
 # partition pool; quant: quantization schemes (one file a family, one table); layout: the
 # YAML layout language (schema, rules, evaluation, presets); refusal: refusals grouped by
 # cause; set: the manifest as data, planning a set; targets: engine schemas as data,
-# adoption; engine: cut, gather, the write step, publishing, reading sets; megatron:
-# Megatron-LM args and mappings.
-LIB_LAYERS := base partition quant layout refusal set targets engine megatron
+# adoption; engine: cut, gather, the write step, publishing, reading sets; registry: the
+# targets' one table (lib/registry/registry.h) and Megatron-LM's planning (args, mappings,
+# its files).
+LIB_LAYERS := base partition quant layout refusal set targets engine registry
 # formats/'s folders, bottom first, `.` standing for its top files: a file of formats/
 # includes only its own folder, those before it and lib/, never cmd/ or verify/ (make lint
 # checks it: tests/lint/layering.sh).  .: the writers' output file, strided views, the ZIP

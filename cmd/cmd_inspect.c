@@ -7,18 +7,14 @@
 
 #include "cli.h"
 #include "commands.h"
-#include "formats/open/checkpoint.h"
-#include "formats/megatron/megatron_read.h"
-#include "formats/open/shardset.h"
+#include "formats/open.h"
+#include "formats/megatron.h"
 #include "inspect_megatron.h"
 #include "layout_args.h"
-#include "lib/base/buf.h"
-#include "lib/base/json.h"
-#include "lib/layout/layout.h"
-#include "lib/set/grid_ep.h"
-#include "lib/set/manifest.h"
-#include "lib/targets/adopt.h"
-#include "lib/targets/target.h"
+#include "lib/base.h"
+#include "lib/layout.h"
+#include "lib/set.h"
+#include "lib/targets.h"
 
 static const tps_opt inspect_opts[] = {
     {"json", 0, TPS_OPT_FLAG, &tps_common.json, NULL, "machine-readable output (for a shard set, its manifest)"},

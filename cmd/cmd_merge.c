@@ -7,9 +7,10 @@
 
 #include "cli.h"
 #include "commands.h"
-#include "formats/safetensors/safetensors.h"
-#include "formats/open/shardset.h"
-#include "lib/set/unsharded.h"
+#include "formats/safetensors.h"
+#include "formats/open.h"
+#include "lib/registry.h"
+#include "lib/set.h"
 #include "megatron_hf.h"
 #include "output_args.h"
 
@@ -54,9 +55,12 @@ static int run_merge(char **args, int nargs)
                              o.out, o.out);
     if (kind == TPS_OUT_FILE && o.max_shard)
         return tps_cli_usage("merge", "--max-shard-size applies to a directory output, not to %s", o.out);
-    if (o.target && strcmp(o.target, "hf") != 0)
-        return tps_cli_usage("merge", "--target '%s': expected hf (a Megatron-LM checkpoint as a Hugging Face model)",
-                             o.target);
+    const tps_target_entry *e = o.target ? tps_target_find(o.target) : NULL;
+    if (o.target && !(e && (e->caps & TPS_TARGET_MERGE))) {
+        char names[64];
+        return tps_cli_usage("merge", "--target '%s': expected %s (a Megatron-LM checkpoint as a Hugging Face model)",
+                             o.target, tps_target_names(TPS_TARGET_MERGE, names, sizeof names));
+    }
     if (o.target) {
         tps_megatron_merge_opts mo = {o.out, kind == TPS_OUT_FILE, o.max_shard, 0, o.force};
         return tps_cli_merge_hf(args[0], &mo);

@@ -6,12 +6,11 @@
 #include "cli.h"
 #include "commands.h"
 #include "grid_args.h"
-#include "lib/set/grid.h"
-#include "formats/megatron/megatron_read.h"
-#include "formats/megatron/megatron_set.h"
-#include "formats/open/shardset.h"
+#include "lib/set.h"
+#include "formats/megatron.h"
+#include "formats/open.h"
 #include "layout_args.h"
-#include "lib/megatron/megatron_reshard.h"
+#include "lib/registry.h"
 #include "megatron_hf.h"
 #include "output_args.h"
 #include "progress.h"
@@ -74,55 +73,52 @@ static tps_status check_source(void *ctx, size_t i, uint32_t crc, tps_error *err
     return tps_shardset_source_check(s->ss, s->src[i], crc, err);
 }
 
-/* A Megatron-LM checkpoint resharded to tp x pp (lib/megatron/megatron_out.h), written through the
- * torch sink: stages as parts, the vocabulary re-padded from the true size for the new tp. */
+/* What a Megatron reshard prints once written. */
+static void print_megatron(const char *dir, const tps_megatron_resharding *g)
+{
+    fprintf(stderr, "reshard: optimizer and RNG state are not written: load with --no-load-optim --no-load-rng "
+                    "(or --finetune), or reshard the optimizer with Megatron's distributed-optimizer tools\n");
+    const tps_manifest *sm = g->ss->m;
+    if (g->o.dist)
+        printf("resharded %s to a torch_dist checkpoint for tp %llu in %s (--ckpt-format torch_dist)\n", dir,
+               (unsigned long long)o.tp, o.out);
+    else if (g->src->dist)
+        printf("resharded %s (torch_dist, saved at tp %u x pp %u) to tp %llu x pp %llu in %s (--ckpt-format torch)\n",
+               dir, g->src->saved_tp, g->src->saved_pp, (unsigned long long)g->m->tp,
+               (unsigned long long)g->r->mo->pp, o.out);
+    else
+        printf("resharded %s from tp %llu x pp %llu to tp %llu x pp %llu in %s\n", dir, (unsigned long long)sm->tp,
+               (unsigned long long)(sm->files[sm->nfiles - 1].part + 1), (unsigned long long)g->m->tp,
+               (unsigned long long)g->r->mo->pp, o.out);
+}
+
+/* A Megatron-LM checkpoint resharded to tp x pp (formats/megatron/megatron_target.h opens and
+ * plans it), written through the common write step. */
 static int reshard_megatron(const char *dir)
 {
     tps_error err;
     tps_error_clear(&err);
-    if (o.target && strcmp(o.target, "megatron") != 0)
-        return tps_cli_usage("reshard", "a Megatron checkpoint reshards to a Megatron checkpoint (--target megatron)");
+    const tps_target_entry *e = tps_target_with(TPS_TARGET_CHECKPOINT); /* what reads and writes it */
+    if (o.target && tps_target_find(o.target) != e)
+        return tps_cli_usage("reshard", "a Megatron checkpoint reshards to a Megatron checkpoint (--target %s)",
+                             e->name);
     if (o.only || o.name_template || o.max_shard)
         return tps_cli_usage("reshard", "--only-rank, --name-template and --max-shard-size do not apply to a Megatron "
                                         "checkpoint");
     if (tps_tp_check(o.tp, "--tp", &err)) return tps_cli_report("reshard", &err);
-    bool dist;
-    int rc = tps_cli_ckpt_format("reshard", o.ckpt_format, &dist);
+    tps_megatron_reshard_opts ro = {o.tp, o.pp, o.pp_layers, o.vocab, false};
+    int rc = tps_cli_ckpt_format("reshard", e, o.ckpt_format, &ro.dist);
     if (rc) return rc;
-    if (dist && (o.pp > 1 || o.pp_layers))
+    if (ro.dist && (o.pp > 1 || o.pp_layers))
         return tps_cli_usage("reshard", "--ckpt-format torch_dist holds global tensors that load at any pipeline size: "
                                         "no --pp or --pp-layers");
-    /* torch_dist's tensors are global: planned at tp 1, padded and named for --tp */
-    uint64_t plan_tp = dist ? 1 : o.tp;
-    tps_shardset *ss = NULL;
-    tps_megatron_source *msrc = NULL;
-    tps_manifest *m = NULL;
-    tps_megatron_reshard *r = NULL;
-    const tps_partition **saved = NULL;
-    char split[4096];
-    if (tps_megatron_shardset_open(dir, o.vocab, &ss, &msrc, &err)) {
+    tps_megatron_resharding *g = NULL;
+    if (tps_megatron_resharding_open(dir, &ro, &g, &err)) {
         rc = tps_cli_report("reshard", &err);
         goto done;
     }
-    const tps_megatron_model *mm = &msrc->model;
-    if (dist && tps_megatron_dist_supported(dir, mm, &err)) {
-        rc = tps_cli_report("reshard", &err);
-        goto done;
-    }
-    tps_megatron_reshard_src rs = {mm, msrc->vocab_known, msrc->layer_first, msrc->args_json,
-                                   msrc->checkpoint_version_json, msrc->iteration, msrc->release,
-                                   msrc->extra_state, msrc->n_extra_state};
-    /* The vocabulary rows at the new tp while the set is retargeted, then restored for reading. */
-    if (tps_megatron_reshard_repad(ss->m, &rs, o.tp, dir, &saved, &err)) {
-        rc = tps_cli_report("reshard", &err);
-        goto done;
-    }
-    rc = tps_cli_retarget("reshard", dir, ss->m, plan_tp, true, &m);
-    tps_megatron_reshard_restore(ss->m, saved);
-    if (rc) goto done;
-    tps_megatron_out_opts oo;
-    tps_megatron_reshard_out_opts(ss->m, &rs, o.tp, o.pp, o.pp_layers, dist, split, sizeof split, &oo);
-    if (tps_megatron_reshard_plan(ss, m, &oo, dist, &tps_cli_megatron_sinks, &r, &err)) {
+    if ((rc = tps_cli_retarget("reshard", dir, g->ss->m, g->plan_tp, true, &g->m)) != 0) goto done;
+    if (tps_megatron_resharding_plan(g, &err)) {
         rc = tps_cli_report("reshard", &err);
         goto done;
     }
@@ -130,27 +126,11 @@ static int reshard_megatron(const char *dir)
     tps_progress_state ps;
     tps_write_opts wo = tps_cli_write_opts(o.out, o.force, inputs, NULL, NULL, 0, &ps);
     wo.cut.tensor_done = tps_megatron_reshard_check;
-    wo.cut.tensor_done_arg = r;
-    rc = tps_cli_write_with("reshard", tps_megatron_plan_write, &r->plan, &wo);
-    if (rc == 0 && !tps_common.quiet) {
-        fprintf(stderr, "reshard: optimizer and RNG state are not written: load with --no-load-optim --no-load-rng "
-                        "(or --finetune), or reshard the optimizer with Megatron's distributed-optimizer tools\n");
-        if (dist)
-            printf("resharded %s to a torch_dist checkpoint for tp %llu in %s (--ckpt-format torch_dist)\n", dir,
-                   (unsigned long long)o.tp, o.out);
-        else if (msrc->dist)
-            printf("resharded %s (torch_dist, saved at tp %u x pp %u) to tp %llu x pp %llu in %s (--ckpt-format torch)\n",
-                   dir, msrc->saved_tp, msrc->saved_pp, (unsigned long long)m->tp, (unsigned long long)r->mo->pp, o.out);
-        else
-            printf("resharded %s from tp %llu x pp %llu to tp %llu x pp %llu in %s\n", dir, (unsigned long long)ss->m->tp,
-                   (unsigned long long)(ss->m->files[ss->m->nfiles - 1].part + 1), (unsigned long long)m->tp,
-                   (unsigned long long)r->mo->pp, o.out);
-    }
+    wo.cut.tensor_done_arg = g->r;
+    rc = tps_cli_write_with("reshard", tps_megatron_plan_write, &g->r->plan, &wo);
+    if (rc == 0 && !tps_common.quiet) print_megatron(dir, g);
 done:
-    tps_megatron_reshard_free(r);
-    tps_manifest_free(m);
-    tps_megatron_source_free(msrc);
-    tps_shardset_free(ss);
+    tps_megatron_resharding_free(g);
     return rc;
 }
 
@@ -176,12 +156,12 @@ static int run_reshard(char **args, int nargs)
         goto done;
     }
     /* a placement that goes (--ep 1, or a target without one) does not have to fit the new tp */
-    bool keep = o.ep != 1 && (!o.target || tps_cli_grid_target(o.target));
+    bool keep = o.ep != 1 && (!o.target || tps_target_can(o.target, TPS_TARGET_EP));
     if ((rc = tps_cli_retarget("reshard", dir, ss->m, o.tp, keep, &m)) != 0) goto done;
     /* The set's own target unless --target names another; the engine's padding is redone at M. */
     const char *target = o.target ? o.target : m->target;
     if (o.target_version && !target) {
-        rc = tps_cli_usage("reshard", "--target-version needs --target vllm or sglang (an engine's release)");
+        rc = tps_cli_usage_version("reshard");
         goto done;
     }
     if (target && (rc = tps_cli_apply_target("reshard", target, o.target_version, m)) != 0) goto done;
@@ -202,13 +182,14 @@ static int run_reshard(char **args, int nargs)
     wo.cut.tensor_done = check_source;
     wo.cut.tensor_done_arg = &source;
     char *side = NULL;
-    if (m->target) tps_cli_target_write_opts(&wo, dir, o.max_shard, &side);
+    if (m->target) tps_cli_target_write_opts(&wo, m->target, dir, o.max_shard, &side);
     wo.cut.locate = locate_source;
     rc = tps_cli_write("reshard", m, read_source, &source, &wo);
     free(side);
     if (rc == 0 && !tps_common.quiet && tps_grid_pp(ss->m) * tps_grid_pp(m) > 1)
         printf("resharded %s from tp %llu x pp %llu to tp %llu x pp %llu in %s\n", dir, (unsigned long long)ss->m->tp,
-               (unsigned long long)tps_grid_pp(ss->m), (unsigned long long)m->tp, (unsigned long long)tps_grid_pp(m), o.out);
+               (unsigned long long)tps_grid_pp(ss->m), (unsigned long long)m->tp, (unsigned long long)tps_grid_pp(m),
+               o.out);
     else if (rc == 0 && !tps_common.quiet)
         printf("resharded %s from tp %llu to tp %llu in %s\n", dir, (unsigned long long)ss->m->tp,
                (unsigned long long)m->tp, o.out);

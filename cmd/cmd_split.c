@@ -7,7 +7,8 @@
 #include "grid_args.h"
 #include "commands.h"
 #include "layout_args.h"
-#include "lib/engine/convert.h"
+#include "lib/engine.h"
+#include "lib/registry.h"
 #include "megatron_as_hf.h"
 #include "megatron_hf.h"
 #include "output_args.h"
@@ -70,32 +71,50 @@ static bool locate_source(void *ctx, size_t i, uint64_t off, int *fd, const char
     return tps_tensor_locate(s->ix, s->tensor[i], off, fd, path, file_off, len);
 }
 
+/* A target with checkpoint files of its own (lib/registry/registry.h: megatron) writes them
+ * its own way: its options checked, then cmd/megatron_hf.c's split. */
+static int split_checkpoint(const char *src, const tps_target_entry *e)
+{
+    if (o.dtype || o.only || o.name_template || o.max_shard || o.target_version)
+        return tps_cli_usage("split", "--target %s writes Megatron's own files: no --dtype, --only-rank, "
+                                      "--name-template, --max-shard-size or --target-version", e->name);
+    if (o.la.tp == 0) return tps_cli_usage("split", "--tp N is required (N >= 1)");
+    tps_cli_megatron_split_opts mo = {o.out, o.pp, o.pp_layers, o.force, o.dry_run, false};
+    int rc = tps_cli_ckpt_format("split", e, o.ckpt_format, &mo.dist);
+    if (rc) return rc;
+    if (mo.dist && (o.pp > 1 || o.pp_layers))
+        return tps_cli_usage("split", "--ckpt-format torch_dist holds global tensors that load at any pipeline "
+                                      "size: no --pp or --pp-layers");
+    return tps_cli_split_megatron(src, &o.la, &mo);
+}
+
+/* The options every target checks; -1 when they hold. */
+static int check_grid_opts(const tps_target_entry *e)
+{
+    if (!o.out && !o.dry_run) return tps_cli_usage("split", "-o DIR is required (or --dry-run)");
+    if (o.ckpt_format && !(e && e->formats)) {
+        char names[64];
+        return tps_cli_usage("split", "--ckpt-format: its formats go with --target %s",
+                             tps_target_names(TPS_TARGET_CHECKPOINT, names, sizeof names));
+    }
+    if ((o.pp || o.pp_layers) && !(e && (e->caps & TPS_TARGET_PP)))
+        return tps_cli_usage("split", "--pp and --pp-layers go with --target megatron or vllm");
+    if (o.ep > 1 && !(e && (e->caps & TPS_TARGET_EP)))
+        return tps_cli_usage("split", "--ep lays out expert parallelism for --target vllm (enable_expert_parallel)");
+    if (o.ep > 1 && (o.pp > 1 || o.pp_layers))
+        return tps_cli_usage("split", "--ep with --pp: expert parallelism on a pipeline grid is not written yet");
+    return -1;
+}
+
 static int run_split(char **args, int nargs)
 {
     (void)nargs;
     const char *src = args[0];
-    if (!o.out && !o.dry_run) return tps_cli_usage("split", "-o DIR is required (or --dry-run)");
-    bool megatron = o.target && strcmp(o.target, "megatron") == 0;
-    if (o.ckpt_format && !megatron) return tps_cli_usage("split", "--ckpt-format: its formats go with --target megatron");
-    if ((o.pp || o.pp_layers) && !megatron && !tps_cli_grid_target(o.target))
-        return tps_cli_usage("split", "--pp and --pp-layers go with --target megatron or vllm");
-    if (o.ep > 1 && !tps_cli_grid_target(o.target))
-        return tps_cli_usage("split", "--ep lays out expert parallelism for --target vllm (enable_expert_parallel)");
-    if (o.ep > 1 && (o.pp > 1 || o.pp_layers))
-        return tps_cli_usage("split", "--ep with --pp: expert parallelism on a pipeline grid is not written yet");
-    if (megatron) {
-        if (o.dtype || o.only || o.name_template || o.max_shard || o.target_version)
-            return tps_cli_usage("split", "--target megatron writes Megatron's own files: no --dtype, --only-rank, "
-                                          "--name-template, --max-shard-size or --target-version");
-        if (o.la.tp == 0) return tps_cli_usage("split", "--tp N is required (N >= 1)");
-        tps_cli_megatron_split_opts mo = {o.out, o.pp, o.pp_layers, o.force, o.dry_run, false};
-        int rc = tps_cli_ckpt_format("split", o.ckpt_format, &mo.dist);
-        if (rc) return rc;
-        if (mo.dist && (o.pp > 1 || o.pp_layers))
-            return tps_cli_usage("split", "--ckpt-format torch_dist holds global tensors that load at any pipeline "
-                                          "size: no --pp or --pp-layers");
-        return tps_cli_split_megatron(src, &o.la, &mo);
-    }
+    /* an unknown name goes on to the planning, whose target step names the known ones */
+    const tps_target_entry *e = tps_target_find(o.target);
+    int checked = check_grid_opts(e);
+    if (checked >= 0) return checked;
+    if (e && (e->caps & TPS_TARGET_CHECKPOINT)) return split_checkpoint(src, e);
     tps_dtype to = TPS_DT_COUNT;
     if (o.dtype && !tps_convert_parse_dtype(o.dtype, &to))
         return tps_cli_usage("split", "--dtype expects bf16, f16 or f32, not '%s'", o.dtype);
@@ -110,7 +129,7 @@ static int run_split(char **args, int nargs)
     if (rc) goto done;
     source.ix = ix;
     if (o.target_version && !o.target) {
-        rc = tps_cli_usage("split", "--target-version needs --target vllm or sglang (an engine's release)");
+        rc = tps_cli_usage_version("split");
         goto done;
     }
     if (o.target && (rc = tps_cli_apply_target("split", o.target, o.target_version, m)) != 0) goto done;
@@ -132,7 +151,7 @@ static int run_split(char **args, int nargs)
     tps_write_opts wo = tps_cli_write_opts(o.out, o.force, inputs, o.only, o.name_template, o.max_shard, &ps);
     wo.dry_run = o.dry_run;
     char *side = NULL;
-    if (m->target) tps_cli_target_write_opts(&wo, src, o.max_shard, &side);
+    if (m->target) tps_cli_target_write_opts(&wo, m->target, src, o.max_shard, &side);
     /* A Megatron source's directory holds its shards, not a model's side files: the engine
      * gets the config.json made from its args instead. */
     char *mg_config = (char *)tps_megatron_as_hf_config_of(ix);
@@ -142,7 +161,8 @@ static int run_split(char **args, int nargs)
         wo.before_publish_arg = mg_config;
     }
     if (!cv) wo.cut.locate = locate_source;
-    rc = cv ? tps_cli_write("split", m, tps_convert_read, cv, &wo) : tps_cli_write("split", m, read_source, &source, &wo);
+    rc = cv ? tps_cli_write("split", m, tps_convert_read, cv, &wo)
+            : tps_cli_write("split", m, read_source, &source, &wo);
     free(side);
     if (rc) goto done;
     if (o.dry_run) {

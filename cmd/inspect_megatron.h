@@ -1,4 +1,5 @@
-/* tpshard inspect on a Megatron-LM checkpoint directory (formats/megatron/megatron_read.h). */
+/* tpshard inspect on a Megatron-LM checkpoint directory: the account is
+ * formats/megatron/megatron_inspect.h's; this prints it. */
 #ifndef TPS_INSPECT_MEGATRON_H
 #define TPS_INSPECT_MEGATRON_H
 

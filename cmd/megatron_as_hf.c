@@ -1,29 +1,10 @@
-/* Opening a Megatron checkpoint as the Hugging Face checkpoint it holds: its reader
- * (formats/megatron/megatron_set.h) opens the set, lib/megatron/megatron_as_hf.h builds the view. */
+/* The note on what a Megatron source leaves out (cmd/megatron_as_hf.h); the opening is
+ * formats/megatron/megatron_target.h's. */
 #include "megatron_as_hf.h"
 
 #include <stdio.h>
-#include <stdlib.h>
 
 #include "cli.h"
-
-static void source_free(struct tps_megatron_source *ms) { tps_megatron_source_free(ms); }
-
-tps_status tps_megatron_as_hf_open(const char *src, uint64_t vocab, tps_megatron_as_hf **out, tps_error *err)
-{
-    *out = NULL;
-    tps_megatron_as_hf *a = calloc(1, sizeof *a);
-    if (!a) return tps_fail_oom(err, "opening a Megatron checkpoint");
-    a->ms_free = source_free;
-    tps_status st = tps_megatron_shardset_open(src, vocab, &a->ss, &a->ms, err);
-    if (st == TPS_OK) st = tps_megatron_as_hf_build(a, src, a->ms->args_json, err);
-    if (st) {
-        tps_megatron_as_hf_free(a);
-        return st;
-    }
-    *out = a;
-    return TPS_OK;
-}
 
 void tps_megatron_as_hf_note(const char *cmd, const tps_megatron_as_hf *a)
 {

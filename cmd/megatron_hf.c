@@ -1,7 +1,8 @@
 /* split --target megatron and merge --target hf: a Hugging Face checkpoint to a Megatron-LM
- * one and back.  The library plans (lib/megatron/megatron_split.h) and maps
- * (lib/megatron/megatron_as_hf.h); both write through the common write step
- * (output_args.h: tps_cli_write_opts, tps_cli_write, tps_cli_write_with). */
+ * one and back.  The library plans (lib/registry/megatron_split.h), maps
+ * (lib/registry/megatron_as_hf.h) and opens (formats/megatron/megatron_target.h); both write
+ * through the common write step (output_args.h: tps_cli_write_opts, tps_cli_write,
+ * tps_cli_write_with) and print here. */
 #include "megatron_hf.h"
 
 #include <stdio.h>
@@ -9,21 +10,18 @@
 #include <string.h>
 
 #include "cli.h"
-#include "formats/dcp/dcp_write.h"
-#include "formats/safetensors/safetensors.h"
-#include "formats/torch/torch_write.h"
+#include "formats/safetensors.h"
 #include "layout_args.h"
-#include "lib/megatron/megatron_split.h"
+#include "lib/registry.h"
 #include "megatron_as_hf.h"
 #include "output_args.h"
 #include "progress.h"
 
-const tps_megatron_sinks tps_cli_megatron_sinks = {&tps_torch_sink, &tps_dcp_sink, tps_torch_write_value};
-
-int tps_cli_ckpt_format(const char *cmd, const char *v, bool *dist)
+int tps_cli_ckpt_format(const char *cmd, const tps_target_entry *e, const char *v, bool *dist)
 {
-    *dist = v && strcmp(v, "torch_dist") == 0;
-    if (v && !*dist && strcmp(v, "torch") != 0)
+    int i = tps_target_format(e, v);
+    *dist = i == TPS_CKPT_TORCH_DIST;
+    if (i < 0)
         return tps_cli_usage(cmd, "--ckpt-format expects torch (Megatron-LM's legacy files) or torch_dist, not '%s'", v);
     return 0;
 }
@@ -43,7 +41,7 @@ int tps_cli_split_megatron(const char *src, const tps_layout_args *la, const tps
     hf.tp = 1;
     int rc = tps_cli_plan("split", src, &hf, &ix, &l, &m);
     if (rc) goto done;
-    tps_megatron_split_opts so = {la->tp, o->pp, o->pp_layers, o->dist, &tps_cli_megatron_sinks};
+    tps_megatron_split_opts so = {la->tp, o->pp, o->pp_layers, o->dist, &tps_megatron_format_sinks};
     tps_problems_init(&problems, o->dist ? 1 : la->tp);
     tps_status st = tps_megatron_split_plan(src, ix, l, m, &so, &problems, &s, &err);
     /* a tp Megatron refuses is printed grouped, with the tp values that fit */

@@ -5,10 +5,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "lib/targets/target.h"
+#include "lib/registry.h"
+#include "lib/targets.h"
 
 #include "cli.h"
-#include "formats/safetensors/safetensors.h"
+#include "formats/safetensors.h"
 
 tps_write_opts tps_cli_write_opts(const char *out, bool force, const char *const *inputs, const char *only_ranks,
                                   const char *name_template, uint64_t max_part_bytes, tps_progress_state *ps)
@@ -61,8 +62,9 @@ int tps_cli_apply_target(const char *verb, const char *name, const char *version
 {
     tps_error err;
     tps_error_clear(&err);
-    if (version && strcmp(name, "tpshard") == 0)
-        return tps_cli_usage(verb, "--target-version needs --target vllm or sglang (an engine's release)");
+    const tps_target_entry *e = tps_target_lookup(name, TPS_TARGET_SET, &err);
+    if (!e) return tps_cli_report(verb, &err);
+    if (version && !(e->caps & TPS_TARGET_RELEASES)) return tps_cli_usage_version(verb);
     if (version) { /* "current" is the default: the newest release class */
         free(m->target_version);
         m->target_version = NULL;
@@ -73,10 +75,8 @@ int tps_cli_apply_target(const char *verb, const char *name, const char *version
     }
     tps_target *t = NULL;
     size_t had = m->nskipped; /* the target's skip: entries add to the layout's */
-    if (tps_target_load(m->layout_text, m->layout_name, name, &t, &err) == TPS_OK) {
-        if (t) tps_target_apply(t, m, &err);
-        else tps_target_clear(m, &err);
-    }
+    if (!e->schema) tps_target_clear(m, &err); /* back to the source's names */
+    else if (tps_target_load(m->layout_text, m->layout_name, e->schema, &t, &err) == TPS_OK) tps_target_apply(t, m, &err);
     tps_target_free(t);
     for (size_t i = had; err.code == TPS_OK && !tps_common.quiet && i < m->nskipped; i++)
         fprintf(stderr, "tpshard %s: --target %s: skipped %llu tensor%s: %s (%s)\n", verb, name,
@@ -85,7 +85,15 @@ int tps_cli_apply_target(const char *verb, const char *name, const char *version
     return tps_cli_report(verb, &err);
 }
 
-void tps_cli_target_write_opts(tps_write_opts *wo, const char *src, uint64_t max_part_bytes, char **side)
+int tps_cli_usage_version(const char *verb)
+{
+    char names[128];
+    return tps_cli_usage(verb, "--target-version needs --target %s (an engine's release)",
+                         tps_target_names(TPS_TARGET_RELEASES, names, sizeof names));
+}
+
+void tps_cli_target_write_opts(tps_write_opts *wo, const char *target, const char *src, uint64_t max_part_bytes,
+                               char **side)
 {
     struct stat sb;
     *side = NULL;
@@ -97,5 +105,6 @@ void tps_cli_target_write_opts(tps_write_opts *wo, const char *src, uint64_t max
     }
     wo->side_files = *side;
     wo->cut.max_part_bytes = max_part_bytes ? max_part_bytes : 5ull << 30;
-    if (!wo->cut.name_template) wo->cut.name_template = TPS_DEFAULT_PART_TEMPLATE;
+    const tps_target_entry *e = tps_target_find(target);
+    if (!wo->cut.name_template) wo->cut.name_template = e ? e->files : TPS_DEFAULT_PART_TEMPLATE;
 }

@@ -4,7 +4,9 @@
 #ifndef TPS_FACE_FORMATS_MEGATRON_H
 #define TPS_FACE_FORMATS_MEGATRON_H
 
+#include "megatron/megatron_inspect.h"
 #include "megatron/megatron_read.h"
 #include "megatron/megatron_set.h"
+#include "megatron/megatron_target.h"
 
 #endif

@@ -19,7 +19,7 @@
 
 #include "../../lib/base/index.h"
 
-/* The tracker and rank file names: TPS_MEGATRON_TRACKER, TPS_MEGATRON_FILE (lib/megatron/megatron_out.h). */
+/* The tracker and rank file names: TPS_MEGATRON_TRACKER, TPS_MEGATRON_FILE (lib/registry/megatron_out.h). */
 
 typedef struct tps_megatron_file {
     uint32_t tp_rank, pp_rank;

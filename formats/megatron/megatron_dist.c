@@ -8,8 +8,8 @@
 
 #include "../../lib/base/checked.h"
 #include "../../lib/base/json.h"
-#include "../../lib/megatron/megatron_args.h"
-#include "../../lib/megatron/megatron_dist_out.h"
+#include "../../lib/registry/megatron_args.h"
+#include "../../lib/registry/megatron_dist_out.h"
 #include "../dcp/dcp.h"
 #include "../torch/pickle.h"
 #include "../torch/pickle_json.h"

@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 
 #include "../../lib/base/buf.h"
-#include "../../lib/megatron/megatron_out.h"
+#include "../../lib/registry/megatron_out.h"
 #include "megatron_dist.h"
 #include "../torch/pickle.h"
 #include "../torch/pickle_json.h"

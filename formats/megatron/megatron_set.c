@@ -9,7 +9,7 @@
 #include "../../lib/base/buf.h"
 #include "../../lib/base/json.h"
 #include "../../lib/layout/layout.h"
-#include "../../lib/megatron/megatron_out.h"
+#include "../../lib/registry/megatron_out.h"
 #include "../../lib/set/plan.h"
 #include "megatron_read.h"
 
@@ -75,7 +75,7 @@ static const tps_megatron_file *file_at(const opener *o, uint64_t r, uint64_t p)
 /* Not weights: RotaryEmbedding._load_from_state_dict pops an older checkpoint's inv_freq.
  * Nor, with tied embeddings, the last stage's output_layer.weight: Megatron's copy of the word
  * embeddings (all-reduced with them in training), which its loader drops; a writer at pp > 1
- * makes it again from the embeddings (lib/megatron/megatron_out.h). */
+ * makes it again from the embeddings (lib/registry/megatron_out.h). */
 static bool ignored(const opener *o, const char *n)
 {
     size_t len = strlen(n), k = strlen("rotary_pos_emb.inv_freq");

@@ -2,13 +2,13 @@
  * set, so check, merge, verify and reshard read it as they read any other set.
  *
  * The manifest is planned by the megatron_gpt presets from the checkpoint's args
- * (lib/megatron/megatron_args.h): tensors by their Megatron-Core GLOBAL names (layers renumbered from
+ * (lib/registry/megatron_args.h): tensors by their Megatron-Core GLOBAL names (layers renumbered from
  * each stage's local numbers, stage by stage), global shapes from rank 0's shapes and the
  * partition (the vocabulary at its true size: args.vocab_size, else the caller's --vocab-size,
  * else the padded rows kept), pipeline stages as the parts of a rank.  Every rank file's key
  * set and shapes are checked against the plan: a missing, extra or misshapen key is refused
  * naming the key and the rank file.  The set has no CRCs (an adopted set) unless tpshard
- * wrote it: then tpshard.json beside the tracker (lib/megatron/megatron_out.h) gives every tensor's and
+ * wrote it: then tpshard.json beside the tracker (lib/registry/megatron_out.h) gives every tensor's and
  * file's CRC-32, once its tensors and files are those the plan finds. */
 #ifndef TPS_FORMATS_MEGATRON_SET_H
 #define TPS_FORMATS_MEGATRON_SET_H
@@ -18,7 +18,7 @@
 
 #include "../../lib/base/status.h"
 #include "../../lib/engine/shardset.h"
-#include "../../lib/megatron/megatron_args.h"
+#include "../../lib/registry/megatron_args.h"
 #include "../../lib/set/manifest.h"
 
 /* What writing the set again at another tp x pp needs beyond its manifest. */

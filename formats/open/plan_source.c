@@ -7,7 +7,7 @@
 #include <sys/stat.h>
 
 #include "../../lib/layout/presets.h"
-#include "../../lib/megatron/megatron_as_hf.h"
+#include "../../lib/registry/megatron_as_hf.h"
 #include "../../lib/set/plan.h"
 #include "../../lib/set/plan_report.h"
 #include "checkpoint.h"

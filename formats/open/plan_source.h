@@ -17,7 +17,7 @@
 #include "../../lib/refusal/problems.h"
 #include "../../lib/set/manifest.h"
 
-struct tps_megatron_as_hf; /* lib/megatron/megatron_as_hf.h */
+struct tps_megatron_as_hf; /* lib/registry/megatron_as_hf.h */
 
 /* The config.json beside src (in it when src is a directory, "src/" or not; beside it when a
  * file), written into path; whether it is there, a regular file. */

@@ -70,7 +70,7 @@ typedef struct tps_cut_opts {
      * anyway; a failure stops the copy.  NULL for none. */
     tps_status (*tensor_done)(void *arg, size_t i, uint32_t crc, tps_error *err);
     void *tensor_done_arg;
-    /* A layout of files the caller decides (a Megatron checkpoint, lib/megatron/megatron_out.h): with
+    /* A layout of files the caller decides (a Megatron checkpoint, lib/registry/megatron_out.h): with
      * nparts > 0 every rank has the same parts, part p holding manifest tensors
      * [part_first[p], part_first[p+1]) (max_part_bytes unused); file_name (NULL: the template's)
      * names part p of rank r, and may hold '/' (the directories are made under the output);

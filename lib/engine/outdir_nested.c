@@ -1,5 +1,5 @@
 /* --force onto a shard set whose files lie in subdirectories (a Megatron-LM checkpoint
- * tpshard wrote: lib/megatron/megatron_out.h, megatron_dist_out.h): replaceable when
+ * tpshard wrote: lib/registry/megatron_out.h, megatron_dist_out.h): replaceable when
  * everything there is what its manifest lists, the tracker, or beside a listed .distcp file
  * the other files of a torch_dist iteration directory (.metadata, metadata.json, common.pt). */
 #include "outdir_nested.h"

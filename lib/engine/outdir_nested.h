@@ -6,7 +6,7 @@
 
 #include "../base/status.h"
 
-/* A Megatron-LM checkpoint's tracker (lib/megatron/megatron_out.h writes one): a shard set
+/* A Megatron-LM checkpoint's tracker (lib/registry/megatron_out.h writes one): a shard set
  * that has it at its top keeps its files in subdirectories its manifest names. */
 #define TPS_MEGATRON_TRACKER "latest_checkpointed_iteration.txt"
 

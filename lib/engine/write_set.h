@@ -35,7 +35,7 @@ typedef struct tps_write_opts {
     const char *side_files;     /* NULL, or a directory whose non-weight files (config.json, tokenizer)
                                    the output gets a copy of (lib/targets/target.h): a serving engine's set */
     /* After the files, before the manifest is published: more files of the caller's own (a
-     * Megatron checkpoint's tracker, lib/megatron/megatron_out.h) written into od's temporary directory.
+     * Megatron checkpoint's tracker, lib/registry/megatron_out.h) written into od's temporary directory.
      * NULL for none. */
     tps_status (*before_publish)(const tps_outdir *od, void *arg, tps_error *err);
     void *before_publish_arg;

@@ -119,7 +119,7 @@ void tps_layout_free(tps_layout *l);
 bool tps_glob_match(const char *pattern, const char *name);
 
 /* A size expression ("kv_heads*head_dim") evaluated over l's sizes: what other mappings
- * written in a layout (lib/megatron/megatron_hf.h) size their pieces with.  what names the place
+ * written in a layout (lib/registry/megatron_hf.h) size their pieces with.  what names the place
  * for messages (e.g. "preset:llama:120"). */
 tps_status tps_layout_eval(const tps_layout *l, const char *expr, const char *what, uint64_t *out, tps_error *err);
 

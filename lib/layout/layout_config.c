@@ -99,7 +99,7 @@ static const char *const gemma3_keys[] = {"rope_local_base_freq", "layer_types",
 /* lib/quant/quant.h; read in tps_layout_apply_config_text. */
 static const char *const quant_keys[] = {"quantization_config", NULL};
 
-/* Megatron-LM's args.normalization (lib/megatron/megatron_args.h writes it): the norm a block leaves open. */
+/* Megatron-LM's args.normalization (lib/registry/megatron_args.h writes it): the norm a block leaves open. */
 static const char *const normalization_keys[] = {"normalization", NULL};
 
 static const char *const *const block_key_lists[] = {eps_keys, theta_keys, pct_keys, topk_keys, act_keys,

@@ -1,6 +1,6 @@
 /* Pipeline stages: which layers each stage of a TP x PP grid holds, and which stage a tensor
  * belongs to by its name.  Pure functions over (pp, first[]), shared by the manifest's grid
- * (grid.h), vLLM's sets and Megatron's (lib/megatron/megatron_out.h).
+ * (grid.h), vLLM's sets and Megatron's (lib/registry/megatron_out.h).
  *
  * Stage p holds global layers [first[p], first[p+1]) (first has pp+1 entries).  A tensor of
  * layer N ("...layers.N....") is on N's stage; the others follow vLLM's models (llama.py,

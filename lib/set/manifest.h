@@ -144,7 +144,7 @@ typedef struct tps_manifest {
      * rule is stored once however many tensors it cut); NULL in a manifest built in memory.
      * A retargeted copy shares the pool (by reference) and its strings.  Where set, those
      * strings are never freed or replaced one by one: code that replaces every tensor's
-     * name (lib/megatron/megatron_out.c) drops the pool once none is left in it. */
+     * name (lib/registry/megatron_out.c) drops the pool once none is left in it. */
     tps_strpool *strings;
     /* private: where the tensors' partitions live (NULL until the first is set); shared,
      * by reference, with a manifest retargeted from this one. */

@@ -1,12 +1,12 @@
 /* The name patterns of a target's mapping (lib/targets/target.h), and of other mappings
- * written the same way (lib/megatron/megatron_hf.h). */
+ * written the same way (lib/registry/megatron_hf.h). */
 #ifndef TPS_TARGET_NAMES_H
 #define TPS_TARGET_NAMES_H
 
 #include <stdbool.h>
 #include <stddef.h>
 
-/* The mapping's name patterns, for other mappings written the same way (lib/megatron/megatron_hf.h):
+/* The mapping's name patterns, for other mappings written the same way (lib/registry/megatron_hf.h):
  * '*' matches a non-empty dot-free run and '{a,b}' one alternative, each a capture. */
 #define TPS_TARGET_MAX_CAPS 8
 typedef struct tps_target_caps {

@@ -6,9 +6,10 @@
 
 typedef struct tps_target tps_target;
 
-/* Target name (e.g. "vllm") from the layout text's targets: section.  "tpshard" gives
- * *out NULL (source names, no target).  A layout without that target is TPS_EINVALID
- * naming the presets that have one. */
+/* The mapping under key name (a registry entry's schema, lib/registry/registry.h: "vllm",
+ * "sglang") of the layout text's targets: section; which names a command takes is the
+ * registry's to say.  A layout without that key is TPS_EINVALID naming the presets that have
+ * one. */
 tps_status tps_target_load(const char *layout_text, const char *layout_name, const char *name, tps_target **out,
                            tps_error *err);
 void tps_target_free(tps_target *t); /* accepts NULL */

@@ -1,5 +1,5 @@
 #!/bin/sh
-# split/reshard --target megatron --ckpt-format torch_dist (lib/megatron/megatron_dist_out.h,
+# split/reshard --target megatron --ckpt-format torch_dist (lib/registry/megatron_dist_out.h,
 # formats/dcp/dcp_write.h) on the committed tiny models: the directory layout (tracker 1,
 # iter_0000001/ with metadata.json, common.pt, .metadata and __0_0.distcp), that tpshard reads
 # it back as torch_dist (inspect; merge --target hf gives the tensors the merge of the legacy

@@ -1,4 +1,4 @@
-/* The Hugging Face <-> Megatron mapping (lib/megatron/megatron_hf.h): its section's refusals, the args
+/* The Hugging Face <-> Megatron mapping (lib/registry/megatron_hf.h): its section's refusals, the args
  * a config.json gives, and the architecture and config.json merge --target hf writes.  (The
  * tensors themselves are checked against an independent Megatron implementation in
  * tests/interop/megatron/debian/test_megatron_hf.py.) */
@@ -6,7 +6,7 @@
 
 #include "lib/base/json.h"
 #include "lib/layout/presets.h"
-#include "lib/megatron/megatron_hf.h"
+#include "lib/registry/megatron_hf.h"
 #include "tps_test.h"
 
 static tps_status load_text(const char *megatron_section, tps_error *err)

@@ -1,11 +1,11 @@
-/* lib/megatron/megatron_out.h and lib/megatron/megatron_args.h against Megatron's own rules, worked by hand:
+/* lib/registry/megatron_out.h and lib/registry/megatron_args.h against Megatron's own rules, worked by hand:
  * stage ranges (get_num_layers_to_build, --decoder-first/last-pipeline-num-layers), local layer
  * names (TransformerLayer._get_layer_offset), the padded vocabulary
  * (vocab_size_with_padding), and the args fields the presets need. */
 #include <stdlib.h>
 
-#include "lib/megatron/megatron_args.h"
-#include "lib/megatron/megatron_out.h"
+#include "lib/registry/megatron_args.h"
+#include "lib/registry/megatron_out.h"
 #include "tps_test.h"
 
 /* Each call starts with a clear error: tps_fail keeps the first. */

@@ -1,5 +1,5 @@
 """Megatron-Core torch_dist checkpoints WRITTEN by tpshard (split/reshard --target megatron
---ckpt-format torch_dist, lib/megatron/megatron_dist_out.h, formats/dcp/dcp_write.h; issue #25)
+--ckpt-format torch_dist, lib/registry/megatron_dist_out.h, formats/dcp/dcp_write.h; issue #25)
 loaded by real megatron-core (0.16.1, build/venv-megatron, GPTModel ranks on gloo,
 dist_checkpointing.load as Megatron's load_checkpoint calls it):
 

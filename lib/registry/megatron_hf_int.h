@@ -1,4 +1,4 @@
-/* Private to lib/megatron/megatron_hf*.c: the parsed `targets: megatron:` section, and the
+/* Private to lib/registry/megatron_hf*.c: the parsed `targets: megatron:` section, and the
  * row views both directions build (a fused Megatron tensor as whole rows of Hugging Face
  * tensors, and back). */
 #ifndef TPS_MEGATRON_HF_INT_H

@@ -1,4 +1,4 @@
-/* reshard of a Megatron-LM checkpoint planned (lib/megatron/megatron_reshard.h). */
+/* reshard of a Megatron-LM checkpoint planned (lib/registry/megatron_reshard.h). */
 #include "megatron_reshard.h"
 
 #include <stdio.h>

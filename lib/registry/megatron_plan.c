@@ -1,4 +1,4 @@
-/* Writing a planned Megatron checkpoint (lib/megatron/megatron_plan.h). */
+/* Writing a planned Megatron checkpoint (lib/registry/megatron_plan.h). */
 #include "megatron_plan.h"
 
 tps_status tps_megatron_plan_write(void *plan, const tps_write_opts *o, tps_error *err)

@@ -1,4 +1,4 @@
-/* split --target megatron planned (lib/megatron/megatron_split.h). */
+/* split --target megatron planned (lib/registry/megatron_split.h). */
 #include "megatron_split.h"
 
 #include <stdio.h>

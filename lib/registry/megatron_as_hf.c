@@ -1,4 +1,4 @@
-/* A Megatron checkpoint as the Hugging Face checkpoint it holds (lib/megatron/megatron_as_hf.h). */
+/* A Megatron checkpoint as the Hugging Face checkpoint it holds (lib/registry/megatron_as_hf.h). */
 #include "megatron_as_hf.h"
 
 #include <stdlib.h>

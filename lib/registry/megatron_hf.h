@@ -1,6 +1,6 @@
 /* Hugging Face <-> Megatron-LM: the mapping between a Hugging Face checkpoint's tensors and
  * the Megatron-Core GLOBAL tensors of the same model (the names and full values the
- * megatron_gpt preset cuts, lib/megatron/megatron_out.h), and between config.json and
+ * megatron_gpt preset cuts, lib/registry/megatron_out.h), and between config.json and
  * Megatron's args.
  *
  * The mapping is data, in each family's preset, beside its other targets:
