@@ -3,7 +3,8 @@
 #   make bench BENCH_SIZE=30G       ~30 GiB (disk cases only), BENCH_RUNS=3 for a quick run
 #   make bench-verify-mem           only verify's memory vs the expert count (16 vs 64 experts)
 #   make bench-verify               only cat of the tp 8 shards and verify --whole-model / --layer all
-#                                   of them (issue 36's speed goals; the page is left as it is);
+#                                   of them, by the default build, a HAVE_BLAS=0 build and a pip
+#                                   install's BLAS (issues 36 and 46; the page is left as it is);
 #                                   TPS_VREF_KERNEL=avx2 measures the reference's AVX2 kernel on an
 #                                   AVX-512 CPU (the table names the CPU and the kernel, issue 46)
 #   make bench-scale-layer          one real-size DeepSeek-V3 MoE layer (FP8, ~11 GB made and deleted)
@@ -51,11 +52,13 @@ bench: tpshard $(BUILD)/bench/benchtool $(BUILD)/bench/manifest_mem $(BENCH_NOBL
 bench-scale-layer: tpshard
 	$(Q)$(foreach v,BENCH_DIR BENCH_KEEP BENCH_LAYER_EXPERTS,$(if $($(v)),$(v)='$($(v))')) $(BENCH_PYTHON) tests/bench/verify_layer.py
 
-# verify's speed cases alone (issue 36): BENCH_ONLY=verify; with BENCH_TPSHARD_NOBLAS set the
-# plain loops' build is measured beside it, as make bench does.
+# verify's speed cases alone (issue 36): BENCH_ONLY=verify, the default build, the plain loops'
+# build and a pip install's path (scipy-openblas32, the system's BLAS hidden) side by side
+# (issue 46), as make bench does.
 .PHONY: bench-verify
-bench-verify: tpshard $(BUILD)/bench/benchtool $(BENCH_VREF_KERNEL)
-	$(Q)$(foreach v,$(BENCH_VARS) BENCH_TPSHARD_NOBLAS,$(if $($(v)),$(v)='$($(v))')) BENCH_ONLY=verify $(BENCH_PYTHON) tests/bench/bench.py
+bench-verify: tpshard $(BUILD)/bench/benchtool $(BENCH_VREF_KERNEL) $(BENCH_NOBLAS)
+	$(Q)$(foreach v,$(BENCH_VARS),$(if $($(v)),$(v)='$($(v))')) BENCH_TPSHARD_NOBLAS=$(BENCH_NOBLAS) \
+	    BENCH_ONLY=verify $(BENCH_PYTHON) tests/bench/bench.py
 
 # verify's memory case alone (issue 36; make bench runs it too and adds its table to the page).
 .PHONY: bench-verify-mem

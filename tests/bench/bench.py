@@ -68,6 +68,31 @@ BUILD = os.path.join(TOP, "build", "bench")
 TOOL = os.path.join(BUILD, "benchtool")
 TPSHARD = os.environ.get("BENCH_TPSHARD") or os.path.join(TOP, "tpshard")
 NOBLAS = os.environ.get("BENCH_TPSHARD_NOBLAS")
+# The path a pip install takes (issue 46): scipy-openblas32 (the wheel's dependency, from the
+# wheelhouse tests/interop/wheel/setup_wheel.sh fills) named in $TPSHARD_BLAS, with the
+# system's BLAS hidden in a mount namespace (as tests/cli/lib.sh's blas_hidden does).
+WHEELHOUSE = os.path.join(TOP, "build", "wheelhouse")
+HIDE_BLAS = ('for n in libopenblas.so.0 libopenblas.so libcblas.so.3; do ldconfig -p | sed -n "s/.*$n .*=> //p"; '
+             'done | xargs -r readlink -f | sort -u | while read -r f; do mount --bind /dev/null "$f" || exit 99; done '
+             '&& exec "$@"')
+
+
+def pip_blas_argv():
+    """unshare -m ... as the prefix of a command that runs on scipy-openblas32 alone, or None."""
+    import glob
+    import zipfile
+    whl = sorted(glob.glob(os.path.join(WHEELHOUSE, "scipy_openblas32-*.whl")))
+    if not whl or not shutil.which("unshare"):
+        return None
+    site = os.path.join(BUILD, "scipy-openblas32")
+    libs = glob.glob(os.path.join(site, "scipy_openblas32", "lib", "libscipy_openblas*.so"))
+    if not libs:
+        zipfile.ZipFile(whl[-1]).extractall(site)
+        libs = glob.glob(os.path.join(site, "scipy_openblas32", "lib", "libscipy_openblas*.so"))
+    if not libs:
+        return None
+    argv = ["unshare", "-m", "env", f"TPSHARD_BLAS={libs[0]}", "sh", "-c", HIDE_BLAS, "hide"]
+    return argv if subprocess.run(argv + ["true"], capture_output=True).returncode == 0 else None
 VREF_KERNEL_TOOL = os.path.join(TOP, "build", "tests", "tools", "vref_kernel")
 GiB = 1 << 30
 MiB = 1 << 20
@@ -424,10 +449,15 @@ class Bench:
         # The whole model the tensor-parallel way (8 rank threads in float32) against the
         # float64 reference reassembled from the same shards, every tensor's checksum checked:
         # its cost beside reading the shards once (issue 15).
+        pip = pip_blas_argv()
+        if pip is None:
+            print("bench: verify's pip path not measured: no scipy-openblas32 wheel in build/wheelhouse "
+                  "(sh tests/interop/wheel/setup_wheel.sh), or no unshare -m here")
         for mode in ("--whole-model", "--layer all"):
-            for tag, binary in (("", TPSHARD), (" (plain loops)", NOBLAS)):
-                if binary and os.path.exists(binary):
-                    self.measure(f"verify {mode} tp8{tag}", [binary, "verify", s8] + mode.split() + ["-q"],
+            for tag, binary in (("", TPSHARD), (" (plain loops)", NOBLAS), (" (pip: scipy-openblas32)", TPSHARD)):
+                prefix = pip if tag.startswith(" (pip") else []
+                if binary and os.path.exists(binary) and prefix is not None:
+                    self.measure(f"verify {mode} tp8{tag}", prefix + [binary, "verify", s8] + mode.split() + ["-q"],
                                  set_bytes, pre=lambda: self.warm(f8))
 
     def disk_cached_round(self):
@@ -597,6 +627,11 @@ class Bench:
                 lo, hi = round_spread(self.results[a], self.results[b])
                 lines.append(f"| {a} / cat tp8 shards (before: reported, no goal) | "
                              f"{self.med(a) / self.med(b):.2f} | {fastest(a) / fastest(b):.2f} | {lo:.2f}–{hi:.2f} | — | — |")
+            # issue 46: no BLAS at all within 2.5x of the default build, a pip install (its
+            # scipy-openblas32, the system's BLAS hidden) within 1.25x
+            target(f"verify {mode} tp8: plain loops / default build", a, f"verify {mode} tp8", 2.5)
+            target(f"verify {mode} tp8: pip install / default build", f"verify {mode} tp8 (pip: scipy-openblas32)",
+                   f"verify {mode} tp8", 1.25)
         if len(self.scale_sets) == 2:
             lo, hi = sorted(self.scale_sets)
             self.per_tensor_rows(lines, hi)
