@@ -218,7 +218,7 @@ static int run_verify(char **args, int nargs)
 
 const tps_cmd tps_cmd_verify = {
     .name = "verify",
-    .summary = "run layers the tensor-parallel way on CPU or GPU ranks and compare with the unsharded layer",
+    .summary = "run layers the tensor-parallel way; compare with the unsharded layer",
     .usage = "verify DIR [--source SRC] [--layer L|all | --whole-model] [--tokens N] [--seed S] [--backend cpu|cuda|devsim|mpi] [--emulate] [--json] [--junit FILE]",
     .details =
         "Each rank (a thread) loads only its own shard file's slices of the layer and computes in\n"

@@ -12,5 +12,6 @@ extern const tps_cmd tps_cmd_reshard;
 extern const tps_cmd tps_cmd_merge;
 extern const tps_cmd tps_cmd_check;
 extern const tps_cmd tps_cmd_verify;
+extern const tps_cmd tps_cmd_backends;
 
 #endif

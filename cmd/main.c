@@ -21,6 +21,7 @@ const tps_cmd *const tps_commands[] = {
     &tps_cmd_merge,
     &tps_cmd_check,
     &tps_cmd_verify,
+    &tps_cmd_backends,
     NULL,
 };
 

@@ -263,6 +263,65 @@ cleanup:
     return st;
 }
 
+static void describe_kernels(const char *device, tps_vbackend_info *out);
+
+/* The directory a loaded plugin came from, for the probe's report. */
+static const char *plugin_origin(void *dl, char dir[PATH_MAX])
+{
+    snprintf(dir, PATH_MAX, "?");
+    dlinfo(dl, RTLD_DI_ORIGIN, dir);
+    return dir;
+}
+
+static void probe_device(tps_vdevice device, tps_vbackend_probe *p)
+{
+    tps_vbackend_config cfg = {device, TPS_VLAUNCH_LOCAL, false};
+    tps_vbackend *be = NULL;
+    tps_error err;
+    tps_error_clear(&err);
+    char dev[200] = "", dir[PATH_MAX];
+    int count = 0;
+    if (tps_vbackend_open(&cfg, &be, &err) != TPS_OK ||
+        be->devapi->devices(&count, dev, sizeof dev, &err) != TPS_OK) {
+        snprintf(p->detail, sizeof p->detail, "%s", err.msg);
+    } else if (count == 0) {
+        snprintf(p->detail, sizeof p->detail, "%s/libtpshard-%s.so loads, but finds no device (%s)",
+                 plugin_origin(be->dev_dl, dir), be->devapi->name, dev);
+    } else {
+        p->usable = true;
+        snprintf(p->detail, sizeof p->detail, "%d device%s: %s (%s/libtpshard-%s.so)", count, count == 1 ? "" : "s",
+                 dev, plugin_origin(be->dev_dl, dir), be->devapi->name);
+    }
+    tps_vbackend_close(be);
+}
+
+void tps_vbackend_probe_all(tps_vbackend_probe out[TPS_VBACKEND_PROBES])
+{
+    memset(out, 0, TPS_VBACKEND_PROBES * sizeof *out);
+    tps_vbackend_info cpu;
+    describe_kernels("cpu", &cpu);
+    out[0] = (tps_vbackend_probe){.name = "cpu", .usable = true};
+    snprintf(out[0].detail, sizeof out[0].detail, "threads, one a rank; ranks' GEMM: %s; reference: %s", cpu.gemm,
+             cpu.reference);
+    out[1].name = "devsim";
+    probe_device(TPS_VDEV_DEVSIM, &out[1]);
+    out[2].name = "cuda";
+    probe_device(TPS_VDEV_CUDA, &out[2]);
+    out[3].name = "mpi";
+    tps_error err;
+    tps_error_clear(&err);
+    void *dl = NULL;
+    char dir[PATH_MAX];
+    if (load_plugin("libtpshard-mpi.so", RTLD_NOW | RTLD_LOCAL, "the MPI launcher", &dl, &err) != TPS_OK) {
+        snprintf(out[3].detail, sizeof out[3].detail, "%s", err.msg);
+        return;
+    }
+    out[3].usable = true;
+    snprintf(out[3].detail, sizeof out[3].detail,
+             "%s/libtpshard-mpi.so loads; run verify under the launcher, one process a rank (mpirun -np T)",
+             plugin_origin(dl, dir)); /* left loaded, as tps_vbackend_close leaves its plugins */
+}
+
 static tps_status start_device(tps_vbackend *be, uint64_t T, tps_error *err)
 {
     tps_status st = TPS_OK;

@@ -67,6 +67,18 @@ typedef struct tps_vbackend_info {
 
 void tps_vbackend_get_info(const tps_vbackend *be, tps_vbackend_info *out);
 
+/* Whether a backend can run here, and on what or why not, without starting it (tpshard
+ * backends): cpu always (its GEMM and reference kernel); cuda and devsim open their plugin
+ * and count its devices (a machine without a GPU: what the plugin found, and that there is no
+ * device); mpi loads its plugin (MPI itself starts under the launcher). */
+typedef struct tps_vbackend_probe {
+    const char *name;     /* "cpu", "devsim", "cuda", "mpi" */
+    bool usable;
+    char detail[6144];    /* what it runs on, or why it cannot run (a plugin's path, an error) */
+} tps_vbackend_probe;
+enum { TPS_VBACKEND_PROBES = 4 };
+void tps_vbackend_probe_all(tps_vbackend_probe out[TPS_VBACKEND_PROBES]);
+
 /* Whether this process prints the report (rank 0, or the only process). */
 bool tps_vbackend_is_root(const tps_vbackend *be);
 
