@@ -124,15 +124,31 @@ BF16_LOGPROB_TOLERANCE = 0.05
 def close_generation(what, got, want):
     """The same tokens, and the log-probs of the top tokens both list within bfloat16's rounding:
     another grid sums in another order (EP's all-reduce adds whole experts' outputs, TP's the
-    slices'), so near-ties may swap the fifth candidate (measured: 4e-4 to 7e-3 apart)."""
+    slices'), so near-ties may swap the fifth candidate (measured: 4e-4 to 7e-3 apart), or the
+    greedy token itself: where the two runs pick different tokens that both rank, each within
+    bfloat16's rounding of the other in both runs, the paths part at a tie and the rest of that
+    prompt is not compared (its context differs from there on); any other difference fails.
+    (Seen once at tp 2 x pp 2 against tp 1 x pp 2, both from the directory: the eighth token.)"""
     if "error" in got or "error" in want:
         return report(False, what, got.get("error") or want.get("error"))
-    if got["tokens"] != want["tokens"]:
-        return report(False, what, "tokens %s, %s" % (got["tokens"], want["tokens"]))
-    worst = max(abs(sa[t] - sb[t]) for a, b in zip(got["logprobs"], want["logprobs"]) for sa, sb in zip(a, b)
-                for t in set(sa) & set(sb))
-    return report(worst <= BF16_LOGPROB_TOLERANCE, what + " (log-probs within %g)" % worst,
-                  "log-probs differ by up to %g" % worst)
+    worst, ties = 0.0, []
+    for p, (ta, tb) in enumerate(zip(got["tokens"], want["tokens"])):
+        if len(ta) != len(tb):
+            return report(False, what, "tokens %s, %s" % (got["tokens"], want["tokens"]))
+        for i, (a, b) in enumerate(zip(ta, tb)):
+            sa, sb = got["logprobs"][p][i], want["logprobs"][p][i]
+            worst = max([worst] + [abs(sa[t] - sb[t]) for t in set(sa) & set(sb)])
+            if a == b:
+                continue
+            ka, kb = str(a), str(b)
+            tie = all(k in s for k in (ka, kb) for s in (sa, sb)) and \
+                max(abs(sa[ka] - sa[kb]), abs(sb[ka] - sb[kb])) <= BF16_LOGPROB_TOLERANCE
+            if not tie:
+                return report(False, what, "tokens %s, %s" % (got["tokens"], want["tokens"]))
+            ties.append("prompt %d token %d: %s or %s" % (p, i, a, b))
+            break
+    return report(worst <= BF16_LOGPROB_TOLERANCE, what + " (log-probs within %g%s)" % (
+        worst, "; paths part at a tie: " + ", ".join(ties) if ties else ""), "log-probs differ by up to %g" % worst)
 
 
 def stage_layers(result):
